@@ -1,0 +1,150 @@
+"""Django settings for PostTrain Studio.
+
+Every deployment-specific value comes from an environment variable with a working local default:
+
+- ``DATABASE_URL``  PostgreSQL, default ``postgresql://postgres@127.0.0.1:5432/posttrain``
+- ``REDIS_URL``     Redis for the Channels layer and the Celery broker, default ``redis://127.0.0.1:6379/0``
+- ``RAY_ADDRESS``   a Ray cluster for run drivers; empty means a local head
+- ``POSTTRAIN_DATA_DIR``  checkpoints, uploads and caches (see ``engine.env.data_dir``)
+- ``DJANGO_SECRET_KEY``, ``DJANGO_DEBUG``, ``DJANGO_ALLOWED_HOSTS``, ``POSTTRAIN_ALLOW_SIGNUP``
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/posttrain"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def database_from_url(url: str) -> dict:
+    """Return a Django DATABASES entry for a ``postgresql://user:password@host:port/name`` URL."""
+    parsed = urlparse(url)
+    if parsed.scheme not in {"postgres", "postgresql"}:
+        raise ImproperlyConfigured(
+            f"DATABASE_URL={url!r} is not a PostgreSQL URL; set it like "
+            "postgresql://user:password@127.0.0.1:5432/posttrain"
+        )
+    name = parsed.path.lstrip("/")
+    if not name:
+        raise ImproperlyConfigured(
+            f"DATABASE_URL={url!r} names no database; append one, e.g. .../posttrain"
+        )
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(name),
+        "USER": unquote(parsed.username or "postgres"),
+        "PASSWORD": unquote(parsed.password or ""),
+        "HOST": parsed.hostname or "127.0.0.1",
+        "PORT": str(parsed.port or 5432),
+        "CONN_MAX_AGE": 60,
+        "TEST": {"NAME": os.environ.get("POSTTRAIN_TEST_DATABASE") or f"test_{unquote(name)}"},
+    }
+
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "posttrain-local-development-key-change-me")
+DEBUG = _env_bool("DJANGO_DEBUG", True)
+ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",") if h]
+
+REDIS_URL = os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
+RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "")
+POSTTRAIN_DATA_DIR = Path(
+    os.environ.get("POSTTRAIN_DATA_DIR") or Path.home() / ".cache" / "posttrain-studio"
+)
+# Sign-up is off by default: accounts come from `manage.py createsuperuser` or the admin.
+POSTTRAIN_ALLOW_SIGNUP = _env_bool("POSTTRAIN_ALLOW_SIGNUP", False)
+# A run whose heartbeat is older than this is marked lost by the periodic sweep.
+POSTTRAIN_HEARTBEAT_TIMEOUT_S = int(os.environ.get("POSTTRAIN_HEARTBEAT_TIMEOUT_S", "120"))
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "webapp.urls"
+WSGI_APPLICATION = None
+ASGI_APPLICATION = "webapp.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "webapp" / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": database_from_url(os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL]},
+    }
+}
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = False
+CELERY_WORKER_REDIRECT_STDOUTS = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+STATIC_URL = "/static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "frontend"]
+MEDIA_ROOT = POSTTRAIN_DATA_DIR / "uploads"
+MEDIA_URL = "/media/"
+FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = 20 * 1024 * 1024
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("POSTTRAIN_LOG_LEVEL", "INFO")},
+}
