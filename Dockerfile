@@ -1,0 +1,20 @@
+# One image for the web app, the Celery worker and the Ray head.
+# Build args: EXTRAS=gpu adds vLLM (CUDA machines only); PIP_EXTRA_INDEX_URL may point pip at a
+# CPU-only torch index for smaller CPU images.
+FROM python:3.11-slim
+ARG EXTRAS=""
+ARG PIP_EXTRA_INDEX_URL=""
+ENV PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 RAY_AUTH_MODE=disabled POSTTRAIN_DATA_DIR=/data
+RUN apt-get update && apt-get install -y --no-install-recommends postgresql-client redis-tools \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+COPY pyproject.toml constraints.txt README.md ./
+COPY engine engine
+COPY workers workers
+COPY webapp webapp
+COPY frontend frontend
+COPY manage.py ./
+RUN pip install --no-cache-dir -c constraints.txt -e ".${EXTRAS:+[$EXTRAS]}"
+VOLUME /data
+EXPOSE 8000
+CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "webapp.asgi:application"]

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install what the tests need (venv, packages, Debian chromium), make sure PostgreSQL and Redis
+# answer, lint, and run the whole test suite. Extra arguments go to pytest.
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+
+ensure_venv test
+ensure_apt chromium chromium-driver
+ensure_postgres
+ensure_redis
+
+# A throwaway database per run, so two runs on one machine never share state.
+export POSTTRAIN_TEST_DATABASE="${POSTTRAIN_TEST_DATABASE:-test_posttrain_$$}"
+export POSTTRAIN_TEST_ARTIFACTS="${POSTTRAIN_TEST_ARTIFACTS:-$ROOT/test-artifacts}"
+
+say "ruff"
+"$VENV/bin/ruff" check . || die "ruff found lint errors (listed above); fix them or run '.venv/bin/ruff check --fix .'."
+"$VENV/bin/ruff" format --check . >/dev/null || die "some files are not formatted; run '.venv/bin/ruff format .'."
+
+say "pytest"
+exec "$VENV/bin/pytest" -p no:cacheprovider "$@"

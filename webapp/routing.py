@@ -1,0 +1,3 @@
+"""WebSocket URL patterns, served by ``webapp.asgi``."""
+
+websocket_urlpatterns: list = []
