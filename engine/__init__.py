@@ -1,2 +1,25 @@
 """PostTrain Studio's RL post-training engine: verl-compatible config, data, rewards, algorithms,
-rollout, workers and trainer. It imports nothing from Django, Celery or Channels."""
+rollout, workers and trainer. It imports nothing from Django, Celery or Channels.
+
+    import engine
+    config = engine.load_config("grpo_tiny.yaml", overrides=["trainer.total_training_steps=20"])
+    config.data.train_batch_size = 8
+    engine.PPOTrainer(config).train()
+"""
+
+from typing import Any
+
+__all__ = ["PPOTrainer", "load_config", "run_training"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported lazily: the config and trainer pull in torch and transformers.
+    if name == "load_config":
+        from engine.config import load_config
+
+        return load_config
+    if name in {"PPOTrainer", "run_training"}:
+        from engine.trainer import ppo_trainer
+
+        return getattr(ppo_trainer, name)
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")

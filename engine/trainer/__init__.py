@@ -1,4 +1,10 @@
-"""The single-controller PPO/GRPO trainer and the recorder interface it reports through."""
+"""The single-controller PPO/GRPO trainer and the recorder interface it reports through.
+
+``PPOTrainer`` and ``run_training`` are imported lazily so that importing the recorder interface
+(the web driver does) does not load torch models.
+"""
+
+from typing import Any
 
 from engine.trainer.recorder import (
     CompositeRecorder,
@@ -8,4 +14,20 @@ from engine.trainer.recorder import (
     SampleRecord,
 )
 
-__all__ = ["CompositeRecorder", "ConsoleRecorder", "JsonlRecorder", "Recorder", "SampleRecord"]
+__all__ = [
+    "CompositeRecorder",
+    "ConsoleRecorder",
+    "JsonlRecorder",
+    "PPOTrainer",
+    "Recorder",
+    "SampleRecord",
+    "run_training",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in {"PPOTrainer", "run_training"}:
+        from engine.trainer import ppo_trainer
+
+        return getattr(ppo_trainer, name)
+    raise AttributeError(f"module 'engine.trainer' has no attribute {name!r}")

@@ -1,0 +1,537 @@
+"""The single controller: the PPO / GRPO loop of verl's ``RayPPOTrainer.fit``, in one place.
+
+Each step: rollout -> reward -> old log-prob (skipped when on-policy) -> reference log-prob ->
+values -> KL-in-reward -> advantages -> critic update -> actor update. The controller only moves
+``DataProto`` batches between worker objects; the workers own the models. The distributed
+controller hands the same calls to Ray worker groups instead of local objects.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+import shutil
+import time
+import traceback
+import uuid
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.algorithms import apply_kl_penalty, get_adv_estimator_fn, get_kl_controller
+from engine.data import DataProto
+from engine.data.dataset import RLHFDataset, collate_prompts
+from engine.data.loader import PromptDataLoader
+from engine.trainer.metrics import (
+    compute_data_metrics,
+    compute_throughput_metrics,
+    compute_timing_metrics,
+    compute_validation_metrics,
+)
+from engine.trainer.recorder import (
+    CompositeRecorder,
+    ConsoleRecorder,
+    JsonlRecorder,
+    Recorder,
+    SampleRecord,
+)
+from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
+from engine.workers.critic import CriticWorker
+from engine.workers.models import resolve_device, resolve_path
+
+LATEST_FILE = "latest_checkpointed_iteration.txt"
+
+
+@contextmanager
+def timer(name: str, timing: dict[str, float]):
+    """Add the block's wall time to ``timing[name]``."""
+    start = time.perf_counter()
+    yield
+    timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
+
+
+def uses_critic(config: Any) -> bool:
+    """Return True when a value model trains: ``critic.enable``, or unset with GAE."""
+    enable = config.critic.enable
+    return config.algorithm.adv_estimator == "gae" if enable is None else bool(enable)
+
+
+def compute_advantage(batch: DataProto, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return ``(advantages, returns)`` (bs, R) from the estimator named in the config.
+
+    Each estimator takes the subset of the batch's tensors and hyper-parameters its signature
+    names (verl's estimators differ: GAE wants values, GRPO the group index, ReMax baselines).
+    """
+    fn = get_adv_estimator_fn(algorithm.adv_estimator)
+    available = {
+        "token_level_rewards": batch.batch["token_level_rewards"],
+        "response_mask": batch.batch["response_mask"],
+        "values": batch.batch.get("values"),
+        "reward_baselines": batch.batch.get("reward_baselines"),
+        "index": batch.non_tensor_batch["uid"],
+        "gamma": algorithm.gamma,
+        "lam": algorithm.lam,
+        "norm_adv_by_std_in_grpo": algorithm.norm_adv_by_std_in_grpo,
+    }
+    params = inspect.signature(fn).parameters
+    kwargs = {k: v for k, v in available.items() if k in params and v is not None}
+    return fn(**kwargs)
+
+
+class PPOTrainer:
+    """Train a policy with PPO, GRPO or a relative, reporting through a :class:`Recorder`."""
+
+    def __init__(self, config: Any, recorder: Recorder | None = None) -> None:
+        from engine.config import resolve_config, validate_config
+
+        self.config = config
+        resolve_config(config)
+        for warning in validate_config(config, check_files=True):
+            print(f"warning: {warning}")
+        self.recorder = recorder or Recorder()
+        trainer_cfg = config.trainer
+        self.device = resolve_device(trainer_cfg.device)
+        if self.device.type == "cpu":
+            from engine.env import apply_cpu_process_env
+
+            apply_cpu_process_env()
+        seed_everything(trainer_cfg.seed)
+        self.global_step = 0
+        self.local_dir = Path(resolve_path(trainer_cfg.default_local_dir) or "checkpoints")
+        self._build()
+
+    # -- construction ------------------------------------------------------------------------
+    def _build(self) -> None:
+        config = self.config
+        self.use_critic = uses_critic(config)
+        self.need_ref = (
+            config.actor_rollout_ref.actor.use_kl_loss or config.algorithm.use_kl_in_reward
+        )
+        # The tokenizer is needed to read the data; the datasets are read before training starts
+        # so a malformed line fails fast.
+        from engine.workers.models import load_tokenizer
+
+        self.tokenizer = load_tokenizer(config.actor_rollout_ref.model)
+        self.train_dataset = RLHFDataset(
+            resolve_files(config.data.train_files), self.tokenizer, config.data
+        )
+        self.val_dataset = (
+            RLHFDataset(resolve_files(config.data.val_files), self.tokenizer, config.data)
+            if config.data.val_files
+            else None
+        )
+        collate = partial(collate_prompts, pad_token_id=self.tokenizer.pad_token_id)
+        self.collate = collate
+        self.train_loader = PromptDataLoader(
+            self.train_dataset,
+            config.data.train_batch_size,
+            shuffle=config.data.shuffle,
+            seed=config.data.seed,
+            drop_last=True,
+            collate_fn=collate,
+        )
+        steps = config.trainer.total_training_steps
+        self.total_steps = (
+            int(steps) if steps else config.trainer.total_epochs * len(self.train_loader)
+        )
+        self.arr = ActorRolloutRefWorker(
+            config, device=self.device, total_steps=self.total_steps, need_ref=self.need_ref
+        )
+        self.arr.tokenizer = self.tokenizer
+        self.critic = (
+            CriticWorker(config, device=self.device, total_steps=self.total_steps)
+            if self.use_critic
+            else None
+        )
+        self.reward_fn = build_reward_manager(config, self.tokenizer)
+        self.kl_ctrl = (
+            get_kl_controller(config.algorithm.kl_ctrl)
+            if config.algorithm.use_kl_in_reward
+            else None
+        )
+
+    # -- one training step -------------------------------------------------------------------
+    def train_step(self, prompts: DataProto) -> tuple[dict[str, float], DataProto, dict]:
+        """Run one PPO/GRPO iteration on a batch of prompts; return metrics, batch, reward info."""
+        config = self.config
+        timing: dict[str, float] = {}
+        n = config.actor_rollout_ref.rollout.n
+        step_start = time.perf_counter()
+        prompts.non_tensor_batch["uid"] = np.array(
+            [str(uuid.uuid4()) for _ in range(len(prompts))], dtype=object
+        )
+        batch = prompts.repeat(n, interleave=True)
+        with timer("gen", timing):
+            gen = self.arr.generate_sequences(batch)
+        timing["update_weights"] = gen.meta_info.pop("timing_s/update_weights", 0.0)
+        batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
+        batch = batch.union(gen.to("cpu") if self.device.type != "cpu" else gen)
+        if config.algorithm.adv_estimator == "remax":
+            with timer("gen_max", timing):
+                batch.batch["reward_baselines"] = self.greedy_baselines(prompts, n)
+        with timer("reward", timing):
+            result = self.reward_fn(batch, return_dict=True)
+        batch.batch["token_level_scores"] = result["reward_tensor"]
+        reward_info = result.get("reward_extra_info", {})
+        metrics: dict[str, float] = {}
+        if self.arr.needs_old_log_prob(len(batch)):
+            with timer("old_log_prob", timing):
+                old = self.arr.compute_log_prob(batch)
+            mask = batch.batch["response_mask"]
+            metrics["actor/entropy"] = float((old.batch["entropys"] * mask).sum() / mask.sum())
+            old.pop(batch_keys=["entropys"])
+            batch = batch.union(old)
+        if self.need_ref:
+            with timer("ref", timing):
+                batch = batch.union(self.arr.compute_ref_log_prob(batch))
+        if self.critic is not None:
+            with timer("values", timing):
+                batch = batch.union(self.critic.compute_values(batch))
+        with timer("adv", timing):
+            if config.algorithm.use_kl_in_reward:
+                old_lp = batch.batch.get("old_log_probs", batch.batch["rollout_log_probs"])
+                rewards, kl_metrics = apply_kl_penalty(
+                    batch.batch["token_level_scores"],
+                    batch.batch["response_mask"],
+                    old_lp,
+                    batch.batch["ref_log_prob"],
+                    self.kl_ctrl,
+                    kl_penalty=config.algorithm.kl_penalty,
+                )
+                batch.batch["token_level_rewards"] = rewards
+                metrics.update(kl_metrics)
+            else:
+                batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+            advantages, returns = compute_advantage(batch, config.algorithm)
+            batch.batch["advantages"], batch.batch["returns"] = advantages, returns
+        if self.critic is not None:
+            with timer("update_critic", timing):
+                metrics.update(self.critic.update_critic(batch))
+        if self.global_step > config.trainer.critic_warmup or self.critic is None:
+            with timer("update_actor", timing):
+                metrics.update(self.arr.update_actor(batch))
+        step_seconds = time.perf_counter() - step_start
+        timing["step"] = step_seconds
+        num_tokens = int(batch.batch["attention_mask"].sum())
+        metrics.update(
+            compute_data_metrics(
+                batch,
+                use_critic=self.critic is not None,
+                max_response_length=config.data.max_response_length,
+            )
+        )
+        metrics.update(compute_timing_metrics(timing, num_tokens))
+        metrics.update(compute_throughput_metrics(num_tokens, step_seconds, n_devices=1))
+        metrics["training/global_step"] = float(self.global_step)
+        failed = sum(1 for e in reward_info.get("reward_error", []) if e)
+        if failed:
+            metrics["reward/failed"] = float(failed)
+        return metrics, batch, reward_info
+
+    def greedy_baselines(self, prompts: DataProto, n: int) -> torch.Tensor:
+        """Return ReMax's baseline (bs * n, R): the reward of each prompt's greedy response."""
+        greedy = self.arr.generate_sequences(prompts, validate=True)
+        base = prompts.select(non_tensor_batch_keys=list(prompts.non_tensor_batch))
+        base = base.union(greedy)
+        scores = self.reward_fn(base, return_dict=True)["reward_tensor"].sum(-1)  # (bs,)
+        return scores.repeat_interleave(n)[:, None]
+
+    # -- validation --------------------------------------------------------------------------
+    def validate(self) -> tuple[dict[str, float], list[SampleRecord]]:
+        """Score the validation set with ``val_kwargs`` sampling; return metrics and samples."""
+        assert self.val_dataset is not None
+        val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
+        batch_size = self.config.data.val_batch_size or len(self.val_dataset)
+        sources, uids, scores, preds, records = [], [], [], [], []
+        for start in range(0, len(self.val_dataset), batch_size):
+            items = [
+                self.val_dataset[i]
+                for i in range(start, min(start + batch_size, len(self.val_dataset)))
+            ]
+            prompts = self.collate(items)
+            prompts.non_tensor_batch["uid"] = np.array(
+                [str(item["index"]) for item in items], dtype=object
+            )
+            batch = prompts.repeat(val_kwargs.n, interleave=True)
+            gen = self.arr.generate_sequences(batch, validate=True)
+            batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
+            batch = batch.union(gen.to("cpu"))
+            result = self.reward_fn(batch, return_dict=True)
+            batch.batch["token_level_scores"] = result["reward_tensor"]
+            info = result.get("reward_extra_info", {})
+            score = result["reward_tensor"].sum(-1).tolist()
+            sources += [str(s) for s in batch.non_tensor_batch["data_source"]]
+            uids += list(batch.non_tensor_batch["uid"])
+            scores += score
+            preds += list(info.get("pred", [None] * len(batch)))
+            records += self.sample_records(batch, info, split="val", n=val_kwargs.n)
+        has_preds = any(p is not None for p in preds)
+        metrics = compute_validation_metrics(sources, uids, scores, preds if has_preds else None)
+        return metrics, records
+
+    # -- samples for the recorder ------------------------------------------------------------
+    def sample_records(
+        self, batch: DataProto, reward_info: dict[str, list], *, split: str, n: int
+    ) -> list[SampleRecord]:
+        """Return one :class:`SampleRecord` per response in ``batch``."""
+        b, nt = batch.batch, batch.non_tensor_batch
+        mask = b["response_mask"].bool()
+        scores = b["token_level_scores"].sum(-1).tolist()
+        has_adv = "advantages" in b
+        lengths = mask.sum(-1).tolist()
+        records = []
+        part_keys = [k for k in reward_info if k not in {"reward_error", "score"}]
+        for i in range(len(batch)):
+            length = int(lengths[i])
+            ids = b["responses"][i, :length].tolist()
+            reward_model = nt["reward_model"][i] or {}
+            extra = nt["extra_info"][i] or {}
+            parts = {k: _json_safe(reward_info[k][i]) for k in part_keys}
+            adv_tokens = b["advantages"][i, :length].tolist() if has_adv else None
+            logp_key = "old_log_probs" if "old_log_probs" in b else "rollout_log_probs"
+            records.append(
+                SampleRecord(
+                    step=self.global_step,
+                    split=split,
+                    prompt_index=int(extra.get("index", nt["index"][i])),
+                    sample_index=i % n,
+                    group_id=str(nt["uid"][i]),
+                    data_source=str(nt["data_source"][i]),
+                    prompt_text=str(nt["prompt_text"][i]),
+                    response_text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                    ground_truth=_maybe_str(reward_model.get("ground_truth")),
+                    reward=float(scores[i]),
+                    reward_parts=parts,
+                    reward_error=(reward_info.get("reward_error") or [None] * len(batch))[i],
+                    advantage=float(np.mean(adv_tokens)) if adv_tokens else None,
+                    response_length=length,
+                    truncated=bool(nt["truncated"][i]),
+                    tokens=self.tokenizer.convert_ids_to_tokens(ids),
+                    token_logprobs=b[logp_key][i, :length].tolist(),
+                    token_ref_logprobs=(
+                        b["ref_log_prob"][i, :length].tolist() if "ref_log_prob" in b else None
+                    ),
+                    token_advantages=adv_tokens,
+                )
+            )
+        return records
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def save_checkpoint(self) -> Path:
+        """Write ``global_step_<N>/`` (actor, critic, trainer state) and mark it the latest."""
+        target = self.local_dir / f"global_step_{self.global_step}"
+        tmp = self.local_dir / f".tmp_global_step_{self.global_step}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "actor").mkdir(parents=True)
+        torch.save(self.arr.state_dict(), tmp / "actor" / "state.pt")
+        if "hf_model" in self.config.actor_rollout_ref.actor.checkpoint.save_contents:
+            self.arr.export_hf(tmp / "actor" / "huggingface")
+        if self.critic is not None:
+            (tmp / "critic").mkdir()
+            torch.save(self.critic.state_dict(), tmp / "critic" / "state.pt")
+        torch.save(self.trainer_state(), tmp / "trainer_state.pt")
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+        (self.local_dir / LATEST_FILE).write_text(str(self.global_step))
+        self.prune_checkpoints()
+        self.recorder.on_checkpoint(self.global_step, str(target))
+        return target
+
+    def prune_checkpoints(self) -> None:
+        """Keep only the newest ``trainer.max_actor_ckpt_to_keep`` checkpoints (if set)."""
+        keep = self.config.trainer.max_actor_ckpt_to_keep
+        if not keep:
+            return
+        steps = sorted(int(p.name.rsplit("_", 1)[1]) for p in self.local_dir.glob("global_step_*"))
+        for step in steps[:-keep]:
+            shutil.rmtree(self.local_dir / f"global_step_{step}", ignore_errors=True)
+
+    def trainer_state(self) -> dict[str, Any]:
+        """Return the controller's state: step, data position, KL coefficient and RNG."""
+        return {
+            "global_step": self.global_step,
+            "dataloader": self.train_loader.state_dict(),
+            "kl_coef": self.kl_ctrl.value if self.kl_ctrl is not None else None,
+            "kl_ctrl": getattr(self.kl_ctrl, "__dict__", None),
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "python": random.getstate(),
+                "numpy": np.random.get_state(),
+            },
+        }
+
+    def resume_dir(self) -> Path | None:
+        """Return the checkpoint to resume from, as ``trainer.resume_mode`` says."""
+        mode = self.config.trainer.resume_mode
+        if mode == "disable":
+            return None
+        if mode == "resume_path":
+            path = Path(resolve_path(self.config.trainer.resume_from_path) or "")
+            if not (path / "trainer_state.pt").exists():
+                raise FileNotFoundError(
+                    f"trainer.resume_from_path={str(path)!r} is not a checkpoint folder "
+                    "(no trainer_state.pt); point it at .../global_step_<N>"
+                )
+            return path
+        latest = self.local_dir / LATEST_FILE
+        if not latest.exists():
+            return None
+        return self.local_dir / f"global_step_{int(latest.read_text().strip())}"
+
+    def load_checkpoint(self) -> None:
+        """Restore workers and controller from :meth:`resume_dir`, if there is one."""
+        path = self.resume_dir()
+        if path is None:
+            return
+        self.arr.load_state_dict(torch.load(path / "actor" / "state.pt", weights_only=False))
+        if self.critic is not None:
+            self.critic.load_state_dict(
+                torch.load(path / "critic" / "state.pt", weights_only=False)
+            )
+        state = torch.load(path / "trainer_state.pt", weights_only=False)
+        self.global_step = state["global_step"]
+        self.train_loader.load_state_dict(state["dataloader"])
+        if self.kl_ctrl is not None and state.get("kl_ctrl"):
+            self.kl_ctrl.__dict__.update(state["kl_ctrl"])
+        torch.set_rng_state(state["rng"]["torch"])
+        random.setstate(state["rng"]["python"])
+        np.random.set_state(state["rng"]["numpy"])
+        print(f"resumed from {path} at step {self.global_step}")
+
+    # -- the loop ----------------------------------------------------------------------------
+    def fit(self) -> str:
+        """Train until ``total_steps`` or a stop request; return succeeded or cancelled."""
+        from engine.config import config_to_dict
+
+        config = self.config
+        trainer_cfg = config.trainer
+        self.load_checkpoint()
+        self.recorder.on_start(
+            config=config_to_dict(config), total_steps=self.total_steps, start_step=self.global_step
+        )
+        if self.val_dataset is not None and trainer_cfg.val_before_train and self.global_step == 0:
+            val_metrics, records = self.validate()
+            self.recorder.on_samples(0, records)
+            self.recorder.on_step(0, val_metrics)
+        status = "succeeded"
+        while self.global_step < self.total_steps and status == "succeeded":
+            for prompts in self.train_loader:
+                self.global_step += 1
+                metrics, batch, reward_info = self.train_step(prompts)
+                self.recorder.on_samples(
+                    self.global_step,
+                    self.sample_records(
+                        batch, reward_info, split="train", n=config.actor_rollout_ref.rollout.n
+                    ),
+                )
+                last = self.global_step >= self.total_steps
+                test_freq = trainer_cfg.test_freq
+                if (
+                    self.val_dataset is not None
+                    and test_freq > 0
+                    and (self.global_step % test_freq == 0 or last)
+                ):
+                    timing: dict[str, float] = {}
+                    with timer("testing", timing):
+                        val_metrics, records = self.validate()
+                    metrics.update(val_metrics)
+                    metrics["timing_s/testing"] = timing["testing"]
+                    self.recorder.on_samples(self.global_step, records)
+                stop = self.recorder.should_stop()
+                save_freq = trainer_cfg.save_freq
+                if stop or (save_freq > 0 and (self.global_step % save_freq == 0 or last)):
+                    timing = {}
+                    with timer("save_checkpoint", timing):
+                        self.save_checkpoint()
+                    metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
+                self.recorder.on_step(self.global_step, metrics)
+                if stop:
+                    status = "cancelled"
+                    break
+                if last:
+                    break
+        self.recorder.on_finish(status=status)
+        return status
+
+    train = fit
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch."""
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def resolve_files(files: str | list[str]) -> list[str]:
+    """Return local paths for ``data.train_files`` / ``data.val_files`` (str or list)."""
+    items = [files] if isinstance(files, str) else list(files)
+    return [resolve_path(f) for f in items]  # type: ignore[misc]
+
+
+def build_reward_manager(config: Any, tokenizer: Any) -> Any:
+    """Return the reward manager the config describes (custom function, composite or dispatch)."""
+    from engine.rewards import RewardManager, load_custom_reward_fn
+
+    custom = config.custom_reward_function
+    compute_score = None
+    if custom.path:
+        compute_score = load_custom_reward_fn(
+            resolve_path(custom.path), custom.name, dict(custom.reward_kwargs or {})
+        )
+    components = [
+        (c["name"], float(c.get("weight", 1.0)), dict(c.get("kwargs") or {}))
+        if isinstance(c, dict)
+        else (c.name, float(c.weight), dict(c.kwargs or {}))
+        for c in (config.reward.components or [])
+    ]
+    return RewardManager(
+        tokenizer,
+        compute_score=compute_score,
+        reward_fn_key=config.data.reward_fn_key,
+        num_workers=config.reward.num_workers,
+        components=components or None,
+    )
+
+
+def _maybe_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    return value
+
+
+def default_recorders(config: Any) -> list[Recorder]:
+    """Return the built-in recorders that ``trainer.logger`` names (console, jsonl)."""
+    loggers = config.trainer.logger
+    loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
+    recorders: list[Recorder] = []
+    if "console" in loggers:
+        recorders.append(ConsoleRecorder())
+    if "jsonl" in loggers:
+        recorders.append(
+            JsonlRecorder(Path(resolve_path(config.trainer.default_local_dir)) / "logs")
+        )
+    return recorders
+
+
+def run_training(config: Any, recorder: Recorder | None = None) -> str:
+    """Train with ``config``; report to ``recorder``; return the final status.
+
+    A failure calls ``recorder.on_finish(status="failed", error=<traceback>)`` and re-raises.
+    """
+    recorder = CompositeRecorder([*default_recorders(config), *([recorder] if recorder else [])])
+    try:
+        return PPOTrainer(config, recorder).fit()
+    except BaseException:
+        recorder.on_finish(status="failed", error=traceback.format_exc())
+        raise

@@ -1,0 +1,154 @@
+"""The actor-rollout-reference worker: one object owning the policy, its rollout engine and the
+frozen reference policy, with batch-in / batch-out methods the controller calls.
+
+This is the hybrid engine of HybridFlow in one process: the rollout generates with the actor's
+own module, so the weights it samples from are always the latest update. The Ray workers wrap
+this same class per rank.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.data import DataProto
+from engine.rollout.hf import HFRollout
+from engine.workers.actor import PolicyActor, is_on_policy
+from engine.workers.models import frozen_copy, load_policy, load_tokenizer
+from engine.workers.optim import build_lr_scheduler, build_optimizer
+
+
+def get_rollout(name: str, model: torch.nn.Module, tokenizer: Any, rollout_config: Any) -> Any:
+    """Return the rollout engine registered under ``actor_rollout_ref.rollout.name``."""
+    if name == "hf":
+        return HFRollout(model, tokenizer, rollout_config)
+    if name == "vllm":
+        raise ValueError(
+            "actor_rollout_ref.rollout.name=vllm runs only under the Ray controller on a CUDA "
+            "GPU (trainer.controller=ray); use actor_rollout_ref.rollout.name=hf here"
+        )
+    raise ValueError(f"unknown actor_rollout_ref.rollout.name={name!r}; valid names: hf, vllm")
+
+
+class ActorRolloutRefWorker:
+    """Own the policy (with optimizer), its rollout engine and the reference policy."""
+
+    def __init__(
+        self, config: Any, *, device: torch.device, total_steps: int, need_ref: bool
+    ) -> None:
+        self.config = config
+        arr = config.actor_rollout_ref
+        self.device = device
+        self.tokenizer = load_tokenizer(arr.model)
+        self.model = load_policy(arr.model, device)
+        self.ref_model = frozen_copy(self.model) if need_ref else None
+        optimizer = build_optimizer(self.model.parameters(), arr.actor.optim)
+        scheduler = build_lr_scheduler(optimizer, arr.actor.optim, total_steps)
+        self.actor = PolicyActor(self.model, arr.actor, optimizer, scheduler)
+        self.rollout = get_rollout(arr.rollout.name, self.model, self.tokenizer, arr.rollout)
+        self.generator = torch.Generator(device="cpu").manual_seed(config.trainer.seed)
+        n = arr.rollout.n
+        self.mini_batch_size = arr.actor.ppo_mini_batch_size * n
+        self.micro_batch_size = arr.actor.ppo_micro_batch_size_per_gpu or self.mini_batch_size
+        self.log_prob_micro_batch_size = (
+            arr.rollout.log_prob_micro_batch_size_per_gpu or self.micro_batch_size
+        )
+        self.ref_micro_batch_size = (
+            arr.ref.log_prob_micro_batch_size_per_gpu or self.log_prob_micro_batch_size
+        )
+
+    # -- rollout -----------------------------------------------------------------------------
+    def sampling_params(self, validate: bool) -> dict[str, Any]:
+        """Return the sampling keyword arguments for training or validation rollouts."""
+        source = self.config.actor_rollout_ref.rollout
+        if validate:
+            source = source.val_kwargs
+        return {
+            "do_sample": bool(source.do_sample) and source.temperature > 0,
+            "temperature": float(source.temperature),
+            "top_k": int(source.top_k),
+            "top_p": float(source.top_p),
+        }
+
+    def generate_sequences(self, prompts: DataProto, *, validate: bool = False) -> DataProto:
+        """Return the rollout for prompts already repeated ``n`` times (see HFRollout)."""
+        start = time.perf_counter()
+        self.rollout.load_weights(self.model)
+        sync_s = time.perf_counter() - start
+        out = self.rollout.generate_sequences(
+            prompts.to(self.device),
+            max_new_tokens=self.config.data.max_response_length,
+            sampling=self.sampling_params(validate),
+            generator=self.generator if self.device.type == "cpu" else None,
+        )
+        out.meta_info["timing_s/update_weights"] = sync_s
+        return out
+
+    # -- log-probs ---------------------------------------------------------------------------
+    def needs_old_log_prob(self, batch_size: int) -> bool:
+        """Return False when the update is on-policy and old log-probs equal the current ones."""
+        return not is_on_policy(
+            self.config.actor_rollout_ref.actor, batch_size, self.mini_batch_size
+        )
+
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """Return ``old_log_probs`` (bs, R) and ``entropys`` (bs, R) under the current policy."""
+        log_probs, entropy = self.actor.compute_log_prob(
+            data,
+            micro_batch_size=self.log_prob_micro_batch_size,
+            temperature=self.config.actor_rollout_ref.rollout.temperature,
+            with_entropy=True,
+        )
+        return DataProto.from_dict({"old_log_probs": log_probs, "entropys": entropy})
+
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """Return ``ref_log_prob`` (bs, R) under the frozen reference policy."""
+        if self.ref_model is None:
+            raise RuntimeError("no reference policy: enable use_kl_loss or use_kl_in_reward")
+        ref = PolicyActor(self.ref_model, self.config.actor_rollout_ref.actor)
+        log_probs, _ = ref.compute_log_prob(
+            data,
+            micro_batch_size=self.ref_micro_batch_size,
+            temperature=self.config.actor_rollout_ref.rollout.temperature,
+            with_entropy=False,
+        )
+        return DataProto.from_dict({"ref_log_prob": log_probs})
+
+    def update_actor(self, data: DataProto) -> dict[str, float]:
+        """Run the policy update and return its metrics."""
+        return self.actor.update_policy(
+            data,
+            mini_batch_size=self.mini_batch_size,
+            micro_batch_size=self.micro_batch_size,
+            temperature=self.config.actor_rollout_ref.rollout.temperature,
+        )
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Return everything needed to continue exactly: weights, optimizer, schedule, RNG."""
+        actor = self.actor
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": actor.optimizer.state_dict() if actor.optimizer else None,
+            "lr_scheduler": actor.lr_scheduler.state_dict() if actor.lr_scheduler else None,
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state written by :meth:`state_dict`."""
+        self.model.load_state_dict(state["model"])
+        if state.get("optimizer") and self.actor.optimizer:
+            self.actor.optimizer.load_state_dict(state["optimizer"])
+        if state.get("lr_scheduler") and self.actor.lr_scheduler:
+            self.actor.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        self.generator.set_state(state["generator"])
+
+    def export_hf(self, directory: str | Path) -> Path:
+        """Save the policy and tokenizer as a Hugging Face folder (``from_pretrained`` loads it)."""
+        directory = Path(directory)
+        self.model.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+        return directory

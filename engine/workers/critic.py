@@ -1,0 +1,133 @@
+"""The value model's compute and update, as verl's ``DataParallelPPOCritic``.
+
+The critic is a token-classification head (one label) on the same backbone architecture as the
+policy; the value of response token t is read at the position that predicts it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import torch
+
+from engine.algorithms import compute_value_loss, masked_mean
+from engine.data import DataProto
+
+
+def response_values(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Return the values (bs, R) at the positions that predict each response token."""
+    response_length = batch["responses"].shape[-1]
+    out = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"],
+        use_cache=False,
+    )
+    return out.logits[:, -response_length - 1 : -1, 0].float()
+
+
+class ValueCritic:
+    """Compute values and update a value model with the clipped value loss."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        critic_config: Any,
+        optimizer: torch.optim.Optimizer,
+        lr_scheduler: Any = None,
+    ) -> None:
+        self.model = model
+        self.config = critic_config
+        self.optimizer = optimizer
+        self.lr_scheduler = lr_scheduler
+
+    @torch.no_grad()
+    def compute_values(self, data: DataProto, *, micro_batch_size: int) -> torch.Tensor:
+        """Return values (bs, R), zero outside the response mask."""
+        self.model.eval()
+        values = [
+            response_values(self.model, micro.batch) * micro.batch["response_mask"]
+            for micro in data.split(micro_batch_size)
+        ]
+        return torch.cat(values)
+
+    def update_critic(
+        self, data: DataProto, *, mini_batch_size: int, micro_batch_size: int
+    ) -> dict[str, float]:
+        """Fit values to ``returns`` (bs, R) for ``ppo_epochs`` passes; return averaged metrics."""
+        cfg = self.config
+        self.model.train()
+        metrics: dict[str, list[float]] = defaultdict(list)
+        for _ in range(cfg.ppo_epochs):
+            for mini in data.split(mini_batch_size):
+                self.optimizer.zero_grad(set_to_none=True)
+                for micro in mini.split(micro_batch_size):
+                    batch = micro.batch
+                    mask = batch["response_mask"]
+                    vpreds = response_values(self.model, batch)
+                    vf_loss, vf_clipfrac = compute_value_loss(
+                        vpreds,
+                        batch["returns"],
+                        batch["values"],
+                        mask,
+                        cliprange_value=cfg.cliprange_value,
+                        loss_agg_mode=cfg.loss_agg_mode,
+                    )
+                    (vf_loss * (len(micro) / len(mini))).backward()
+                    metrics["critic/vf_loss"].append(vf_loss.item())
+                    metrics["critic/vf_clipfrac"].append(float(vf_clipfrac))
+                    metrics["critic/vpred_mean"].append(masked_mean(vpreds, mask).item())
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+                if torch.isfinite(grad_norm):
+                    self.optimizer.step()
+                else:
+                    self.optimizer.zero_grad(set_to_none=True)
+                metrics["critic/grad_norm"].append(float(grad_norm))
+        self.optimizer.zero_grad(set_to_none=True)
+        metrics["critic/lr"].append(self.optimizer.param_groups[0]["lr"])
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.step()
+        return {key: sum(values) / len(values) for key, values in metrics.items()}
+
+
+class CriticWorker:
+    """Own the value model, its optimizer and schedule; batch-in / batch-out for the controller."""
+
+    def __init__(self, config: Any, *, device: Any, total_steps: int) -> None:
+        from engine.workers.models import load_critic
+        from engine.workers.optim import build_lr_scheduler, build_optimizer
+
+        critic_config = config.critic
+        self.model = load_critic(critic_config, config.actor_rollout_ref.model, device)
+        optimizer = build_optimizer(self.model.parameters(), critic_config.optim)
+        scheduler = build_lr_scheduler(optimizer, critic_config.optim, total_steps)
+        self.critic = ValueCritic(self.model, critic_config, optimizer, scheduler)
+        n = config.actor_rollout_ref.rollout.n
+        self.mini_batch_size = critic_config.ppo_mini_batch_size * n
+        self.micro_batch_size = critic_config.ppo_micro_batch_size_per_gpu or self.mini_batch_size
+
+    def compute_values(self, data: DataProto) -> DataProto:
+        """Return ``values`` (bs, R)."""
+        values = self.critic.compute_values(data, micro_batch_size=self.micro_batch_size)
+        return DataProto.from_dict({"values": values})
+
+    def update_critic(self, data: DataProto) -> dict[str, float]:
+        """Fit the value model to ``returns`` and return its metrics."""
+        return self.critic.update_critic(
+            data, mini_batch_size=self.mini_batch_size, micro_batch_size=self.micro_batch_size
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return weights, optimizer and schedule state."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.critic.optimizer.state_dict(),
+            "lr_scheduler": self.critic.lr_scheduler.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state written by :meth:`state_dict`."""
+        self.model.load_state_dict(state["model"])
+        self.critic.optimizer.load_state_dict(state["optimizer"])
+        self.critic.lr_scheduler.load_state_dict(state["lr_scheduler"])

@@ -1,0 +1,97 @@
+"""Loading the policy, reference, critic and tokenizer from a config (paths or live objects)."""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
+
+
+def resolve_path(path: str | None) -> str | None:
+    """Return a local path: ``tiny://`` assets are built on demand, ``~`` is expanded."""
+    if path is None:
+        return None
+    if path.startswith("tiny://"):
+        from engine.tiny import resolve_tiny_path
+
+        return resolve_tiny_path(path)
+    return os.path.expanduser(path)
+
+
+def resolve_device(device: str) -> torch.device:
+    """Return the torch device for ``trainer.device`` (auto: cuda when one is visible)."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            "trainer.device=cuda but no CUDA GPU is visible; use trainer.device=cpu "
+            "(or auto) on this machine"
+        )
+    return torch.device(device)
+
+
+def _check_model_dir(path: str, key: str) -> None:
+    if not os.path.isdir(path) or not os.path.exists(os.path.join(path, "config.json")):
+        raise FileNotFoundError(
+            f"{key}={path!r} is not a Hugging Face model folder (no config.json); point it at a "
+            "local folder saved with save_pretrained, or use tiny://model"
+        )
+
+
+def load_tokenizer(model_config: Any) -> Any:
+    """Return the live tokenizer from the config, or load it from tokenizer_path / path."""
+    tokenizer = getattr(model_config, "tokenizer", None)
+    if tokenizer is None:
+        path = resolve_path(getattr(model_config, "tokenizer_path", None) or model_config.path)
+        tokenizer = AutoTokenizer.from_pretrained(
+            path, trust_remote_code=getattr(model_config, "trust_remote_code", False)
+        )
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_policy(model_config: Any, device: torch.device) -> torch.nn.Module:
+    """Return the policy model: the live ``hf_model`` if given, else loaded from ``path``."""
+    model = getattr(model_config, "hf_model", None)
+    if model is None:
+        path = resolve_path(model_config.path)
+        _check_model_dir(path, "actor_rollout_ref.model.path")
+        model = AutoModelForCausalLM.from_pretrained(
+            path,
+            dtype=torch.float32,
+            trust_remote_code=getattr(model_config, "trust_remote_code", False),
+            **dict(getattr(model_config, "override_config", None) or {}),
+        )
+    model.to(device)
+    if getattr(model_config, "enable_gradient_checkpointing", False):
+        model.gradient_checkpointing_enable()
+    model.config.use_cache = True
+    return model
+
+
+def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """Return a frozen deep copy (the reference policy)."""
+    ref = copy.deepcopy(model)
+    ref.eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+def load_critic(critic_config: Any, actor_model_config: Any, device: torch.device) -> Any:
+    """Return a one-label token-classification model on the critic's (or actor's) backbone."""
+    path = getattr(critic_config.model, "path", None) or actor_model_config.path
+    if path is None:
+        raise ValueError(
+            "the critic needs a model: set critic.model.path when the policy is passed in as "
+            "a live object"
+        )
+    path = resolve_path(path)
+    _check_model_dir(path, "critic.model.path")
+    model = AutoModelForTokenClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
+    return model.to(device)

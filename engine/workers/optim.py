@@ -1,0 +1,48 @@
+"""Optimizer and learning-rate schedule for actor and critic, as verl builds them."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+
+def build_optimizer(params: Any, optim_config: Any) -> torch.optim.AdamW:
+    """Return AdamW over ``params`` with the lr, betas and weight decay of ``optim_config``."""
+    betas = tuple(getattr(optim_config, "betas", (0.9, 0.999)))
+    return torch.optim.AdamW(
+        params,
+        lr=optim_config.lr,
+        betas=betas,  # type: ignore[arg-type]
+        weight_decay=getattr(optim_config, "weight_decay", 0.01),
+    )
+
+
+def num_warmup_steps(optim_config: Any, total_steps: int) -> int:
+    """Return the warm-up length: ``lr_warmup_steps`` if >= 0, else ratio x total steps."""
+    steps = getattr(optim_config, "lr_warmup_steps", -1)
+    if steps is not None and steps >= 0:
+        return int(steps)
+    return int(getattr(optim_config, "lr_warmup_steps_ratio", 0.0) * total_steps)
+
+
+def build_lr_scheduler(
+    optimizer: torch.optim.Optimizer, optim_config: Any, total_steps: int
+) -> LambdaLR:
+    """Return a linear warm-up followed by a constant or cosine (to ``min_lr_ratio``) schedule."""
+    warmup = num_warmup_steps(optim_config, total_steps)
+    style = getattr(optim_config, "warmup_style", "constant")
+    min_ratio = float(getattr(optim_config, "min_lr_ratio", 0.0) or 0.0)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return step / max(1, warmup)  # as transformers/verl: the first step has lr 0
+        if style == "cosine":
+            progress = (step - warmup) / max(1, total_steps - warmup)
+            cosine = 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+            return min_ratio + (1.0 - min_ratio) * cosine
+        return 1.0
+
+    return LambdaLR(optimizer, factor)
