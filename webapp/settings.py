@@ -64,6 +64,8 @@ RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "")
 POSTTRAIN_DATA_DIR = Path(
     os.environ.get("POSTTRAIN_DATA_DIR") or Path.home() / ".cache" / "posttrain-studio"
 )
+# Serve /static/ from the ASGI app itself (one process to run; fine for a lab deployment).
+POSTTRAIN_SERVE_STATIC = _env_bool("POSTTRAIN_SERVE_STATIC", True)
 # Sign-up is off by default: accounts come from `manage.py createsuperuser` or the admin.
 POSTTRAIN_ALLOW_SIGNUP = _env_bool("POSTTRAIN_ALLOW_SIGNUP", False)
 # A run whose heartbeat is older than this is marked lost by the periodic sweep.

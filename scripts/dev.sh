@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Set up everything and run PostTrain Studio on this machine: the web app (ASGI, daphne), a Celery
+# worker with beat, a local Ray head, and a tiny demo experiment on the embedded model.
+# Ctrl-C stops it all. POSTTRAIN_PORT (default 8000) picks the port; POSTTRAIN_DEMO_EXIT=1 exits
+# once the demo run has finished (its status decides the exit code).
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+
+PORT="${POSTTRAIN_PORT:-8000}"
+ensure_venv ""
+ensure_postgres
+ensure_redis
+port_free "$PORT" || die "port $PORT is busy; stop what listens there or run with POSTTRAIN_PORT=8001."
+if [ -z "${DATABASE_URL:-}" ]; then
+  ensure_database posttrain
+  export DATABASE_URL="postgresql://postgres@127.0.0.1:5432/posttrain"
+fi
+LOGS="$ROOT/var/log"; mkdir -p "$LOGS"
+export PYTHONUNBUFFERED=1
+
+say "migrating the database"
+"$PY" manage.py migrate --noinput >/dev/null
+say "building the embedded tiny model (cached after the first time)"
+"$PY" -m engine.tiny
+
+pids=()
+cleanup() {
+  trap - EXIT INT TERM
+  say "stopping"
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [ -n "${STARTED_RAY:-}" ] && "$VENV/bin/ray" stop --force >/dev/null 2>&1 || true
+}
+trap cleanup EXIT INT TERM
+
+if [ -z "${RAY_ADDRESS:-}" ] && ! "$VENV/bin/ray" status >/dev/null 2>&1; then
+  say "starting a local Ray head"
+  "$VENV/bin/ray" start --head --port=6380 --num-cpus="$(nproc)" --include-dashboard=false \
+    --disable-usage-stats >"$LOGS/ray.log" 2>&1 || die "Ray did not start; read $LOGS/ray.log."
+  STARTED_RAY=1
+fi
+
+say "starting the Celery worker (logs: var/log/worker.log)"
+"$VENV/bin/celery" -A workers.celery_app worker --beat --pool=solo --concurrency=1 \
+  --loglevel=INFO -s "$ROOT/var/celerybeat-schedule" >"$LOGS/worker.log" 2>&1 &
+pids+=($!)
+say "starting the web app on http://127.0.0.1:$PORT (logs: var/log/web.log)"
+"$VENV/bin/daphne" -b 127.0.0.1 -p "$PORT" webapp.asgi:application >"$LOGS/web.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 60); do
+  curl -fs -o /dev/null "http://127.0.0.1:$PORT/accounts/login/" && break
+  kill -0 "${pids[-1]}" 2>/dev/null || die "the web app exited; read $LOGS/web.log."
+  sleep 0.5
+done
+
+say "creating the demo user and experiment"
+demo_args=()
+[ "${POSTTRAIN_DEMO_EXIT:-}" = "1" ] && demo_args+=(--wait)
+"$PY" manage.py posttrain_demo --url "http://127.0.0.1:$PORT" "${demo_args[@]}"
+status=$?
+if [ "${POSTTRAIN_DEMO_EXIT:-}" = "1" ]; then exit "$status"; fi
+say "PostTrain Studio is running at http://127.0.0.1:$PORT (user demo, password demo). Ctrl-C stops it."
+wait
