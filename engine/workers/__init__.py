@@ -1,0 +1,1 @@
+"""Worker objects the controller drives: actor-rollout-reference, critic; their models and optimizers."""
