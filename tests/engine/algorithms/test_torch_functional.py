@@ -1,0 +1,125 @@
+"""Masked reductions and log-prob helpers, checked on hand-computed 2x3 inputs."""
+
+import math
+
+import pytest
+import torch
+
+from engine.algorithms import torch_functional as F
+
+VALUES = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])  # selects 1, 2, 4
+
+
+def test_masked_sum_and_mean_on_2x3():
+    assert F.masked_sum(VALUES, MASK).item() == pytest.approx(7.0)
+    assert F.masked_mean(VALUES, MASK).item() == pytest.approx(7 / 3)
+    torch.testing.assert_close(F.masked_mean(VALUES, MASK, axis=-1), torch.tensor([1.5, 4.0]))
+
+
+def test_masked_token_never_contributes_even_when_nan():
+    poisoned = VALUES.clone()
+    poisoned[MASK == 0] = float("nan")
+    assert F.masked_sum(poisoned, MASK).item() == pytest.approx(7.0)
+    assert F.masked_mean(poisoned, MASK).item() == pytest.approx(7 / 3)
+
+
+def test_masked_mean_of_empty_mask_is_zero():
+    assert F.masked_mean(VALUES, torch.zeros_like(MASK)).item() == 0.0
+
+
+def test_masked_var_unbiased_and_biased():
+    # 1, 2, 4: mean 7/3, squared deviations sum to 42/9.
+    assert F.masked_var(VALUES, MASK).item() == pytest.approx(42 / 9 / 2)
+    assert F.masked_var(VALUES, MASK, unbiased=False).item() == pytest.approx(42 / 9 / 3)
+
+
+def test_masked_var_rejects_empty_and_single_token_masks():
+    with pytest.raises(ValueError, match="mask is empty"):
+        F.masked_var(VALUES, torch.zeros_like(MASK))
+    one = torch.zeros_like(MASK)
+    one[0, 0] = 1
+    with pytest.raises(ValueError, match="divides by zero"):
+        F.masked_var(VALUES, one)
+
+
+def test_masked_whiten_centres_and_scales_over_valid_tokens():
+    whitened = F.masked_whiten(VALUES, MASK)
+    assert whitened[0, 0].item() == pytest.approx((1 - 7 / 3) / math.sqrt(7 / 3))
+    assert F.masked_mean(whitened, MASK).item() == pytest.approx(0.0, abs=1e-6)
+    assert F.masked_var(whitened, MASK).item() == pytest.approx(1.0, abs=1e-6)
+    kept_mean = F.masked_whiten(VALUES, MASK, shift_mean=False)
+    assert F.masked_mean(kept_mean, MASK).item() == pytest.approx(7 / 3)
+
+
+def test_clip_by_value_with_tensor_bounds():
+    low, high = torch.tensor([0.0, 2.0, 4.0]), torch.tensor([1.0, 3.0, 5.0])
+    out = F.clip_by_value(torch.tensor([-1.0, 2.5, 9.0]), low, high)
+    torch.testing.assert_close(out, torch.tensor([0.0, 2.5, 5.0]))
+
+
+def test_check_same_shape_names_both_shapes():
+    with pytest.raises(ValueError, match=r"a has shape \(2, 3\), b has shape \(2, 4\)"):
+        F.check_same_shape(a=torch.zeros(2, 3), b=torch.zeros(2, 4))
+
+
+def test_logprobs_from_logits_hand_values():
+    # softmax([0, ln 3]) = [1/4, 3/4]
+    logits = torch.tensor([[[0.0, math.log(3)], [math.log(3), 0.0], [0.0, 0.0]]])
+    labels = torch.tensor([[1, 1, 0]])
+    expected = torch.tensor([[math.log(0.75), math.log(0.25), math.log(0.5)]])
+    torch.testing.assert_close(F.logprobs_from_logits(logits, labels), expected)
+
+
+def _reference_logprobs(logits, labels):
+    return torch.log_softmax(logits, -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+
+
+@pytest.mark.parametrize("chunk_elements", [1 << 24, 7])  # one chunk; a chunk of one row
+def test_logprobs_and_entropy_match_log_softmax_on_chunks_and_slices(monkeypatch, chunk_elements):
+    monkeypatch.setattr(F, "_CHUNK_ELEMENTS", chunk_elements)
+    torch.manual_seed(0)
+    full = torch.randn(3, 6, 5, dtype=torch.float64)
+    logits = full[:, 1:5]  # a non-contiguous slice, as actors take the response part
+    labels = torch.randint(0, 5, (3, 4))
+    torch.testing.assert_close(
+        F.logprobs_from_logits(logits, labels), _reference_logprobs(logits, labels)
+    )
+    flat = F.logprobs_from_logits(logits.reshape(-1, 5), labels.reshape(-1))  # packed (nnz, V)
+    torch.testing.assert_close(flat, _reference_logprobs(logits, labels).reshape(-1))
+    log_p = torch.log_softmax(logits, -1)
+    torch.testing.assert_close(F.entropy_from_logits(logits), -(log_p.exp() * log_p).sum(-1))
+
+
+def test_logprobs_gradient_matches_log_softmax():
+    torch.manual_seed(1)
+    logits = torch.randn(2, 3, 4, requires_grad=True)
+    labels = torch.randint(0, 4, (2, 3))
+    F.logprobs_from_logits(logits, labels).sum().backward()
+    ours = logits.grad.clone()
+    logits.grad = None
+    _reference_logprobs(logits, labels).sum().backward()
+    torch.testing.assert_close(ours, logits.grad)
+
+
+def test_logprobs_in_bfloat16_stays_close_to_fp32():
+    torch.manual_seed(2)
+    logits = torch.randn(2, 3, 11)
+    labels = torch.randint(0, 11, (2, 3))
+    half = F.logprobs_from_logits(logits.bfloat16(), labels)
+    assert half.dtype == torch.bfloat16
+    torch.testing.assert_close(half.float(), _reference_logprobs(logits, labels), atol=3e-2, rtol=0)
+
+
+def test_entropy_hand_values():
+    logits = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [100.0, 0.0, 0.0, 0.0]]])
+    torch.testing.assert_close(
+        F.entropy_from_logits(logits), torch.tensor([[math.log(4), 0.0]]), atol=1e-6, rtol=0
+    )
+
+
+def test_logprobs_rejects_mismatched_labels():
+    with pytest.raises(
+        ValueError, match=r"logits has shape \(2, 3, 5\) and labels has shape \(2, 4\)"
+    ):
+        F.logprobs_from_logits(torch.zeros(2, 3, 5), torch.zeros(2, 4, dtype=torch.long))
