@@ -1,0 +1,344 @@
+"""Advantage estimators, registered by ``algorithm.adv_estimator`` name as in verl's core_algos.
+
+Each estimator takes verl's tensors in verl's order and returns ``(advantages, returns)``, both
+``(bs, response_length)``; outcome estimators return the same tensor twice. ``index`` is the
+per-sample group id (the prompt's uid): a sequence (numpy array, list) of any hashable, one per
+row. Group statistics are computed with scatter-adds over a dense group id instead of verl's
+per-sample Python loop; the formulas, and verl's conventions for a group of one (mean 0, std 1),
+are the same. All estimators run under ``torch.no_grad()``: advantages are targets, not graphs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from enum import Enum, StrEnum
+
+import torch
+
+from engine.algorithms.torch_functional import check_same_shape, masked_whiten
+
+AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+
+class AdvantageEstimator(StrEnum):
+    """The advantage estimators known to ``algorithm.adv_estimator`` (verl's names)."""
+
+    GAE = "gae"
+    GRPO = "grpo"
+    REINFORCE_PLUS_PLUS = "reinforce_plus_plus"
+    REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
+    REMAX = "remax"
+    RLOO = "rloo"
+    OPO = "opo"
+    GRPO_PASSK = "grpo_passk"
+    GPG = "gpg"
+
+
+ADV_ESTIMATOR_REGISTRY: dict[str, AdvantageFn] = {}
+
+
+def register_adv_est(
+    name_or_enum: str | AdvantageEstimator,
+) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Return a decorator that registers an advantage estimator under ``name_or_enum``."""
+    name = name_or_enum.value if isinstance(name_or_enum, Enum) else name_or_enum
+
+    def decorator(fn: AdvantageFn) -> AdvantageFn:
+        if ADV_ESTIMATOR_REGISTRY.get(name, fn) is not fn:
+            raise ValueError(
+                f"Advantage estimator {name!r} is already registered "
+                f"({ADV_ESTIMATOR_REGISTRY[name].__name__}); pick another name."
+            )
+        ADV_ESTIMATOR_REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_adv_estimator_fn(name_or_enum: str | AdvantageEstimator) -> AdvantageFn:
+    """Return the estimator registered under ``name_or_enum``; ValueError lists valid names."""
+    name = name_or_enum.value if isinstance(name_or_enum, Enum) else name_or_enum
+    if name not in ADV_ESTIMATOR_REGISTRY:
+        raise ValueError(
+            f"Unknown advantage estimator {name!r}; "
+            f"valid names are: {', '.join(sorted(ADV_ESTIMATOR_REGISTRY))}."
+        )
+    return ADV_ESTIMATOR_REGISTRY[name]
+
+
+def _group_ids(index: Sequence[Hashable], scores: torch.Tensor) -> tuple[torch.Tensor, list]:
+    """Return a dense group id per sample ``(bs,)`` and the group keys in order of appearance."""
+    if len(index) != scores.shape[0]:
+        raise ValueError(
+            f"index has {len(index)} entries but token_level_rewards has {scores.shape[0]} rows; "
+            "give one group id per row."
+        )
+    ids: dict[Hashable, int] = {}
+    dense = [ids.setdefault(key, len(ids)) for key in index]
+    return torch.tensor(dense, dtype=torch.long, device=scores.device), list(ids)
+
+
+def _group_stats(
+    scores: torch.Tensor, group: torch.Tensor, n_groups: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Return per-sample group mean, unbiased std and size, each ``(bs,)``; a group of one has
+    mean 0 and std 1 (verl's convention)."""
+    counts = torch.bincount(group, minlength=n_groups).to(scores.dtype)  # (G,)
+    mean = scores.new_zeros(n_groups).index_add_(0, group, scores) / counts  # (G,)
+    squares = scores.new_zeros(n_groups).index_add_(0, group, (scores - mean[group]) ** 2)
+    std = torch.sqrt(squares / (counts - 1).clamp(min=1))  # (G,)
+    single = counts == 1
+    mean = torch.where(single, torch.zeros_like(mean), mean)
+    std = torch.where(single, torch.ones_like(std), std)
+    return mean[group], std[group], counts[group]
+
+
+@register_adv_est(AdvantageEstimator.GAE)
+def compute_gae_advantage_return(
+    token_level_rewards: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float | torch.Tensor,
+    lam: float | torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return GAE advantages (whitened over the batch's masked tokens) and returns ``A + V``.
+
+    Generalized Advantage Estimation, Schulman et al., arXiv 1506.02438. Backwards over t with
+    V after the last token = 0: ``delta_t = r_t + gamma * V_next - V_t``, ``A_t = delta_t +
+    gamma * lam * A_next``; a masked step passes ``V_next`` and ``A_next`` through unchanged.
+    Shapes: token_level_rewards, values, response_mask ``(bs, L)`` -> two ``(bs, L)``.
+    """
+    check_same_shape(
+        token_level_rewards=token_level_rewards, values=values, response_mask=response_mask
+    )
+    with torch.no_grad():
+        mask = response_mask.to(values.dtype)  # (bs, L)
+        next_values = torch.zeros_like(values[:, 0])  # (bs,)
+        last_gae = torch.zeros_like(values[:, 0])  # (bs,)
+        reversed_advantages = []
+        for t in reversed(range(token_level_rewards.shape[-1])):
+            delta = token_level_rewards[:, t] + gamma * next_values - values[:, t]
+            gae = delta + gamma * lam * last_gae
+            next_values = values[:, t] * mask[:, t] + (1 - mask[:, t]) * next_values
+            last_gae = gae * mask[:, t] + (1 - mask[:, t]) * last_gae
+            reversed_advantages.append(last_gae)
+        advantages = torch.stack(reversed_advantages[::-1], dim=1)  # (bs, L)
+        returns = advantages + values
+        advantages = masked_whiten(advantages, mask)
+    return advantages, returns
+
+
+@register_adv_est(AdvantageEstimator.GRPO)
+def compute_grpo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Hashable],
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return GRPO's group-normalised outcome advantage, broadcast over the response.
+
+    GRPO, DeepSeekMath, arXiv 2402.03300: ``A_i = (s_i - mean_g) / (std_g + epsilon)`` with
+    ``s_i`` the summed reward and the unbiased std of the group; ``s_i - mean_g`` when
+    ``norm_adv_by_std_in_grpo`` is False (Dr. GRPO, arXiv 2503.20783).
+    Shapes: token_level_rewards, response_mask ``(bs, L)``, index ``(bs,)`` -> two ``(bs, L)``.
+    """
+    check_same_shape(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)  # (bs,)
+        group, keys = _group_ids(index, scores)
+        mean, std, _ = _group_stats(scores, group, len(keys))
+        advantages = scores - mean
+        if norm_adv_by_std_in_grpo:
+            advantages = advantages / (std + epsilon)
+        advantages = advantages.unsqueeze(-1) * response_mask  # (bs, L)
+    return advantages, advantages
+
+
+@register_adv_est(AdvantageEstimator.RLOO)
+def compute_rloo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Hashable],
+    epsilon: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return the REINFORCE leave-one-out advantage ``n/(n-1) * (s_i - mean_g)``.
+
+    RLOO, Ahmadian et al., arXiv 2402.14740: the baseline is the mean of the other n-1 samples
+    of the group; a group of one keeps ``A = s``. ``epsilon`` is accepted as verl does, unused.
+    Shapes: token_level_rewards, response_mask ``(bs, L)``, index ``(bs,)`` -> two ``(bs, L)``.
+    """
+    check_same_shape(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)  # (bs,)
+        group, keys = _group_ids(index, scores)
+        mean, _, count = _group_stats(scores, group, len(keys))
+        scale = count / (count - 1).clamp(min=1)
+        advantages = torch.where(count > 1, scale * (scores - mean), scores)
+        advantages = advantages.unsqueeze(-1) * response_mask  # (bs, L)
+    return advantages, advantages
+
+
+@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS)
+def compute_reinforce_plus_plus_outcome_advantage(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return REINFORCE++ advantages: discounted returns whitened over the masked tokens.
+
+    REINFORCE++, Hu, arXiv 2501.03262. ``G_t = r_t + gamma * G_{t+1}``, reset to 0 after the
+    response ends (at masked steps); the advantage is ``masked_whiten(G) * mask``.
+    Shapes: token_level_rewards, response_mask ``(bs, L)`` -> advantages, returns ``(bs, L)``.
+    """
+    check_same_shape(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    with torch.no_grad():
+        mask = response_mask.to(token_level_rewards.dtype)  # (bs, L)
+        returns = torch.zeros_like(token_level_rewards)
+        running = torch.zeros_like(token_level_rewards[:, 0])  # (bs,)
+        for t in reversed(range(token_level_rewards.shape[1])):
+            running = token_level_rewards[:, t] + gamma * running
+            returns[:, t] = running
+            running = running * mask[:, t]  # reset after the end of the response
+        advantages = masked_whiten(returns, mask) * mask
+    return advantages, returns
+
+
+@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE)
+def compute_reinforce_plus_plus_baseline_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Hashable],
+    epsilon: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return REINFORCE++ with a group-mean baseline, whitened over the batch's masked tokens.
+
+    REINFORCE++-baseline, Hu, arXiv 2501.03262: ``s_i - mean_g`` broadcast over the response,
+    then ``masked_whiten(., mask) * mask``. ``epsilon`` is accepted as verl does, unused.
+    Shapes: token_level_rewards, response_mask ``(bs, L)``, index ``(bs,)`` -> two ``(bs, L)``.
+    """
+    check_same_shape(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    with torch.no_grad():
+        mask = response_mask.to(token_level_rewards.dtype)  # (bs, L)
+        scores = token_level_rewards.sum(dim=-1)  # (bs,)
+        group, keys = _group_ids(index, scores)
+        mean, _, _ = _group_stats(scores, group, len(keys))
+        advantages = (scores - mean).unsqueeze(-1) * mask  # (bs, L)
+        advantages = masked_whiten(advantages, mask) * mask
+    return advantages, advantages
+
+
+@register_adv_est(AdvantageEstimator.REMAX)
+def compute_remax_outcome_advantage(
+    token_level_rewards: torch.Tensor, reward_baselines: torch.Tensor, response_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return ReMax advantages: the reward-to-go minus the greedy response's reward.
+
+    ReMax, Li et al., arXiv 2310.10505. ``G_t = sum_{k>=t} r_k * m_k`` and
+    ``A_t = G_t - b * m_t`` with ``b`` the reward of the greedy rollout of the same prompt.
+    Shapes: token_level_rewards, response_mask ``(bs, L)``, reward_baselines ``(bs,)``
+    -> advantages, returns ``(bs, L)``.
+    """
+    check_same_shape(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    if tuple(reward_baselines.shape) != tuple(token_level_rewards.shape[:1]):
+        raise ValueError(
+            f"reward_baselines has shape {tuple(reward_baselines.shape)} but token_level_rewards "
+            f"has shape {tuple(token_level_rewards.shape)}; give one baseline per row, shape (bs,)."
+        )
+    with torch.no_grad():
+        returns = (
+            (token_level_rewards * response_mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
+        )
+        advantages = returns - reward_baselines.unsqueeze(-1) * response_mask
+    return advantages, returns
+
+
+@register_adv_est(AdvantageEstimator.GRPO_PASSK)
+def compute_grpo_passk_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Hashable],
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return the Pass@k advantage: only each group's best sample gets ``r_max - r_second``.
+
+    Pass@k training, arXiv 2503.19595 (as in verl): the advantage is divided by
+    ``std_g + epsilon`` when ``norm_adv_by_std_in_grpo``; every other sample gets 0. Each group
+    needs at least two samples. Shapes: token_level_rewards, response_mask ``(bs, L)``, index
+    ``(bs,)`` -> two ``(bs, L)``.
+    """
+    check_same_shape(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)  # (bs,)
+        group, keys = _group_ids(index, scores)
+        advantages = torch.zeros_like(scores)  # (bs,)
+        for g, key in enumerate(keys):
+            members = torch.nonzero(group == g).squeeze(-1)  # (k,)
+            if members.numel() < 2:
+                raise ValueError(
+                    f"grpo_passk needs at least 2 samples per group; group {key!r} has "
+                    f"{members.numel()}. Set actor_rollout_ref.rollout.n >= 2."
+                )
+            rewards = scores[members]  # (k,)
+            top, top_idx = torch.topk(rewards, 2)
+            advantage = top[0] - top[1]
+            if norm_adv_by_std_in_grpo:
+                advantage = advantage / (torch.std(rewards) + epsilon)
+            advantages[members[top_idx[0]]] = advantage
+        advantages = advantages.unsqueeze(-1) * response_mask  # (bs, L)
+    return advantages, advantages
+
+
+@register_adv_est(AdvantageEstimator.OPO)
+def compute_opo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Hashable],
+    epsilon: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return OPO's advantage ``s_i - b_g`` with the length-weighted baseline of the group.
+
+    On-Policy RL with Optimal reward baseline (OPO), Hao et al., arXiv 2505.23585:
+    ``b_g = sum_j |y_j| s_j / sum_j |y_j|`` over the group; a group of one has ``b = 0``.
+    ``epsilon`` is accepted as verl does, unused. Shapes: token_level_rewards, response_mask
+    ``(bs, L)``, index ``(bs,)`` -> two ``(bs, L)``.
+    """
+    check_same_shape(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)  # (bs,)
+        lengths = response_mask.sum(dim=-1).to(scores.dtype)  # (bs,)
+        group, keys = _group_ids(index, scores)
+        _, _, count = _group_stats(scores, group, len(keys))
+        weighted = scores.new_zeros(len(keys)).index_add_(0, group, lengths * scores)  # (G,)
+        total = scores.new_zeros(len(keys)).index_add_(0, group, lengths)  # (G,)
+        baseline = (weighted / total.clamp(min=1))[group]  # (bs,)
+        baseline = torch.where(count > 1, baseline, torch.zeros_like(baseline))
+        advantages = (scores - baseline).unsqueeze(-1) * response_mask  # (bs, L)
+    return advantages, advantages
+
+
+@register_adv_est(AdvantageEstimator.GPG)
+def compute_gpg_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Hashable],
+    epsilon: float = 1e-6,
+    f_norm: float = 1.0,
+    alpha: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return GPG's advantage ``alpha * (s_i - mean_g) / f_norm``.
+
+    Group Policy Gradient (GPG), Chu et al., arXiv 2504.02546. As in verl, ``alpha`` is
+    recomputed as ``bs / max(1, #samples with a non-zero score)``, the paper's correction for
+    samples that carry no gradient; the ``alpha`` argument is accepted for verl's signature
+    only, and ``epsilon`` is unused. Shapes: token_level_rewards, response_mask ``(bs, L)``,
+    index ``(bs,)`` -> two ``(bs, L)``.
+    """
+    check_same_shape(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)  # (bs,)
+        group, keys = _group_ids(index, scores)
+        mean, _, _ = _group_stats(scores, group, len(keys))
+        alpha = scores.shape[0] / max(1, int(torch.count_nonzero(scores)))
+        advantages = alpha * (scores - mean) / f_norm
+        advantages = advantages.unsqueeze(-1) * response_mask  # (bs, L)
+    return advantages, advantages
