@@ -1,0 +1,345 @@
+"""Policy losses, registered by ``actor.policy_loss.loss_mode`` as in verl's core_algos.
+
+Every loss takes ``(old_log_prob, log_prob, advantages, response_mask)``, all
+``(bs, response_length)``, then ``loss_agg_mode`` and keyword hyper-parameters named like the
+actor config keys with verl's defaults. Every loss accepts the PPO clip keys (``clip_ratio``,
+``clip_ratio_low``, ``clip_ratio_high``, ``clip_ratio_c``), so one call site serves all modes;
+mode-specific keys (``clip_cov_*``, ``kl_cov_ratio``, ``ppo_kl_coef``) belong to their mode only.
+Each returns ``(pg_loss, metrics)``: a scalar tensor with its graph, and a dict of floats under
+verl's metric names, holding only the metrics that mean something for that loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from engine.algorithms.torch_functional import check_same_shape, masked_mean, masked_sum
+
+PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
+LOSS_AGG_MODES = (
+    "token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+
+POLICY_LOSS_REGISTRY: dict[str, PolicyLossFn] = {}
+
+
+def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Return a decorator that registers a policy loss under ``name`` (a ``loss_mode``)."""
+
+    def decorator(fn: PolicyLossFn) -> PolicyLossFn:
+        if POLICY_LOSS_REGISTRY.get(name, fn) is not fn:
+            raise ValueError(f"Policy loss {name!r} is already registered; pick another name.")
+        POLICY_LOSS_REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_policy_loss_fn(name: str) -> PolicyLossFn:
+    """Return the policy loss registered as ``name``; ValueError lists the valid loss modes."""
+    if name not in POLICY_LOSS_REGISTRY:
+        raise ValueError(
+            f"Unknown policy loss mode {name!r}; "
+            f"valid loss modes are: {', '.join(sorted(POLICY_LOSS_REGISTRY))}."
+        )
+    return POLICY_LOSS_REGISTRY[name]
+
+
+def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str) -> torch.Tensor:
+    """Aggregate a ``(bs, L)`` loss matrix to a scalar over the ``(bs, L)`` mask.
+
+    ``token-mean``: ``sum(L*m) / sum(m)`` (DAPO, arXiv 2503.14476). ``seq-mean-token-sum``: mean
+    over sequences with a valid token of each sequence's token sum. ``seq-mean-token-mean``: the
+    same mean of per-sequence token means (GRPO's original form). ``seq-mean-token-sum-norm``:
+    ``sum(L*m) / L``, a constant divisor (Dr. GRPO, arXiv 2503.20783). A masked token never
+    contributes, even when its loss is NaN.
+    """
+    check_same_shape(loss_mat=loss_mat, loss_mask=loss_mask)
+    if loss_agg_mode == "token-mean":
+        return masked_mean(loss_mat, loss_mask)
+    seq_losses = masked_sum(loss_mat, loss_mask, axis=-1)  # (bs,) token sums
+    if loss_agg_mode == "seq-mean-token-sum-norm":
+        return seq_losses.sum() / loss_mask.shape[-1]
+    seq_tokens = loss_mask.sum(dim=-1)  # (bs,)
+    seq_valid = (seq_tokens > 0).to(loss_mat.dtype)  # (bs,) sequences with any valid token
+    if loss_agg_mode == "seq-mean-token-sum":
+        return masked_mean(seq_losses, seq_valid)
+    if loss_agg_mode == "seq-mean-token-mean":
+        return masked_mean(seq_losses / (seq_tokens + 1e-8), seq_valid)
+    raise ValueError(
+        f"Unknown loss_agg_mode {loss_agg_mode!r}; valid modes are: {', '.join(LOSS_AGG_MODES)}."
+    )
+
+
+def _clip_range(
+    clip_ratio: float, clip_ratio_low: float | None, clip_ratio_high: float | None
+) -> tuple[float, float]:
+    """Return ``(low, high)``, each falling back to ``clip_ratio`` when None."""
+    low = clip_ratio if clip_ratio_low is None else clip_ratio_low
+    high = clip_ratio if clip_ratio_high is None else clip_ratio_high
+    return low, high
+
+
+def _check_inputs(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+) -> None:
+    """Raise ValueError unless the four ``(bs, L)`` inputs of a policy loss share one shape."""
+    check_same_shape(
+        old_log_prob=old_log_prob,
+        log_prob=log_prob,
+        advantages=advantages,
+        response_mask=response_mask,
+    )
+
+
+@register_policy_loss("vanilla")
+def compute_policy_loss_vanilla(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Return PPO's clipped surrogate loss with dual clip, and its clip metrics.
+
+    PPO, Schulman et al., arXiv 1707.06347; dual clip, Ye et al., arXiv 1912.09729.
+    ``r = exp(clamp(logp - old_logp, -20, 20))``; ``L = max(-A r, -A clamp(r, 1-low, 1+high))``;
+    for ``A < 0`` also ``min(L, -A * clip_ratio_c)``. Metrics: ``actor/pg_clipfrac`` (share of
+    tokens where the clip bites), ``actor/ppo_kl`` (mean ``old_logp - logp``),
+    ``actor/pg_clipfrac_lower`` (share where the dual clip bites). Shapes: all ``(bs, L)``.
+    """
+    _check_inputs(old_log_prob, log_prob, advantages, response_mask)
+    if clip_ratio_c <= 1.0:
+        raise ValueError(
+            f"clip_ratio_c must be greater than 1.0 for the dual clip, got {clip_ratio_c}; "
+            "the default is 3.0."
+        )
+    low, high = _clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
+    negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)  # (bs, L)
+    ratio = torch.exp(negative_approx_kl)  # (bs, L)
+    ppo_kl = masked_mean(-negative_approx_kl, response_mask)
+
+    pg_losses1 = -advantages * ratio  # (bs, L)
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - low, 1 + high)  # (bs, L)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).float(), response_mask)
+
+    pg_losses3 = -advantages * clip_ratio_c  # (bs, L)
+    clip_pg_losses2 = torch.minimum(pg_losses3, clip_pg_losses1)
+    negative = advantages < 0
+    pg_clipfrac_lower = masked_mean(
+        (torch.gt(clip_pg_losses1, pg_losses3) & negative).float(), response_mask
+    )
+    pg_losses = torch.where(negative, clip_pg_losses2, clip_pg_losses1)  # (bs, L)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    return pg_loss, {
+        "actor/pg_clipfrac": pg_clipfrac.item(),
+        "actor/ppo_kl": ppo_kl.item(),
+        "actor/pg_clipfrac_lower": pg_clipfrac_lower.item(),
+    }
+
+
+@register_policy_loss("gspo")
+def compute_policy_loss_gspo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = 3e-4,
+    clip_ratio_high: float | None = 4e-4,
+    clip_ratio_c: float = 3.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Return GSPO's loss, clipping a sequence-level importance ratio.
+
+    Group Sequence Policy Optimization, Zheng et al., arXiv 2507.18071.
+    ``s_i = exp(mean_t(logp - old_logp))`` over the valid tokens of sequence i; each token uses
+    ``s_it = sg[s_i] * p_t / sg[p_t]`` (log-space, clamped at 10), whose value is ``s_i`` and
+    whose gradient is the token's. ``L = max(-A s_it, -A clamp(s_it, 1-low, 1+high))``; the
+    paper's ranges 3e-4 / 4e-4 are the defaults, None falls back to ``clip_ratio``.
+    ``clip_ratio_c`` is accepted for a uniform call site and unused. Metrics:
+    ``actor/pg_clipfrac``, ``actor/ppo_kl``. Shapes: all ``(bs, L)``.
+    """
+    _check_inputs(old_log_prob, log_prob, advantages, response_mask)
+    low, high = _clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
+    negative_approx_kl = log_prob - old_log_prob  # (bs, L)
+    mask = response_mask.to(log_prob.dtype)
+    seq_lengths = mask.sum(dim=-1).clamp(min=1)  # (bs,)
+    seq_log_ratio = masked_sum(negative_approx_kl, mask, axis=-1) / seq_lengths  # (bs,)
+    log_token_ratio = log_prob - log_prob.detach() + seq_log_ratio.detach().unsqueeze(-1)
+    seq_importance_ratio = torch.exp(torch.clamp(log_token_ratio, max=10.0))  # (bs, L)
+
+    pg_losses1 = -advantages * seq_importance_ratio
+    pg_losses2 = -advantages * torch.clamp(seq_importance_ratio, 1 - low, 1 + high)
+    pg_losses = torch.maximum(pg_losses1, pg_losses2)  # (bs, L)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).float(), response_mask)
+    ppo_kl = masked_mean(-negative_approx_kl, response_mask)
+    return pg_loss, {"actor/pg_clipfrac": pg_clipfrac.item(), "actor/ppo_kl": ppo_kl.item()}
+
+
+@register_policy_loss("gpg")
+def compute_policy_loss_gpg(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Return GPG's plain policy-gradient loss ``-logp * A``, with no ratio and no clip.
+
+    Group Policy Gradient, Chu et al., arXiv 2504.02546. ``old_log_prob`` and the clip keys are
+    accepted for a uniform call site and unused; no metrics apply. Shapes: all ``(bs, L)``.
+    """
+    _check_inputs(old_log_prob, log_prob, advantages, response_mask)
+    pg_losses = -log_prob * advantages  # (bs, L)
+    return agg_loss(pg_losses, response_mask, loss_agg_mode), {}
+
+
+@register_policy_loss("cispo")
+def compute_policy_loss_cispo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Return CISPO's loss ``-sg[clamp(r, 1-low, 1+high)] * A * logp``.
+
+    Clipped IS-weight Policy Optimization, MiniMax-M1, arXiv 2506.13585: the importance weight
+    is clipped and detached instead of the update, so every token keeps a gradient.
+    ``r = exp(clamp(logp - old_logp, -20, 20))``. ``clip_ratio_c`` is unused. Metrics:
+    ``actor/pg_clipfrac`` (share of tokens whose weight was clipped), ``actor/ppo_kl``.
+    Shapes: all ``(bs, L)``.
+    """
+    _check_inputs(old_log_prob, log_prob, advantages, response_mask)
+    low, high = _clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
+    negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)  # (bs, L)
+    ratio = torch.exp(negative_approx_kl)  # (bs, L)
+    clipped_ratio = torch.clamp(ratio, 1 - low, 1 + high).detach()  # (bs, L)
+    pg_losses = -advantages * clipped_ratio * log_prob  # (bs, L)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    clipped = ((ratio < 1 - low) | (ratio > 1 + high)).float()
+    pg_clipfrac = masked_mean(clipped, response_mask)
+    ppo_kl = masked_mean(-negative_approx_kl, response_mask)
+    return pg_loss, {"actor/pg_clipfrac": pg_clipfrac.item(), "actor/ppo_kl": ppo_kl.item()}
+
+
+@register_policy_loss("clip_cov")
+def compute_policy_loss_clip_cov(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    clip_cov_ratio: float = 0.0002,
+    clip_cov_lb: float = 1.0,
+    clip_cov_ub: float = 5.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Return the Clip-Cov loss: PPO's clipped loss with high-covariance tokens detached.
+
+    Clip-Cov, Cui et al., "The Entropy Mechanism of RL for Reasoning LMs", arXiv 2505.22617.
+    Per token ``cov = (A - mean(A)) * (logp - mean(logp))`` (masked means); among valid tokens
+    not already clipped by PPO with ``clip_cov_lb < cov < clip_cov_ub``, a random
+    ``max(1, int(clip_cov_ratio * #valid))`` get zero loss (and gradient). The draw uses torch's
+    global generator, as verl does. ``clip_ratio_c`` is unused (no dual clip). Metrics:
+    ``actor/pg_clipfrac`` (share of detached tokens), ``actor/ppo_kl``. Shapes: all ``(bs, L)``.
+    """
+    _check_inputs(old_log_prob, log_prob, advantages, response_mask)
+    if clip_cov_ratio <= 0:
+        raise ValueError(f"clip_cov_ratio must be greater than 0, got {clip_cov_ratio}.")
+    low, high = _clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
+    negative_approx_kl = log_prob - old_log_prob  # (bs, L)
+    ratio = torch.exp(negative_approx_kl)
+    ppo_kl = masked_mean(-negative_approx_kl, response_mask)
+    pg_losses1 = -advantages * ratio  # (bs, L)
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - low, 1 + high)  # (bs, L)
+
+    with torch.no_grad():
+        valid = response_mask > 0  # (bs, L)
+        cov = (advantages - masked_mean(advantages, response_mask)) * (
+            log_prob - masked_mean(log_prob, response_mask)
+        )  # (bs, L)
+        candidates = valid & ~(pg_losses2 > pg_losses1) & (cov > clip_cov_lb) & (cov < clip_cov_ub)
+        candidate_idx = torch.nonzero(candidates)  # (n, 2)
+        clip_num = max(int(clip_cov_ratio * response_mask.sum().item()), 1)
+        chosen = candidate_idx[torch.randperm(len(candidate_idx))[:clip_num]]
+        corr = torch.ones_like(advantages)  # (bs, L)
+        corr[chosen[:, 0], chosen[:, 1]] = 0
+    pg_clipfrac = masked_mean((corr == 0).float(), response_mask)
+    pg_losses = torch.maximum(pg_losses1, pg_losses2) * corr  # (bs, L)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    return pg_loss, {"actor/pg_clipfrac": pg_clipfrac.item(), "actor/ppo_kl": ppo_kl.item()}
+
+
+@register_policy_loss("kl_cov")
+def compute_policy_loss_kl_cov(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    kl_cov_ratio: float = 0.0002,
+    ppo_kl_coef: float = 0.1,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Return the KL-Cov loss: the unclipped surrogate plus a KL penalty on top-covariance tokens.
+
+    KL-Cov, Cui et al., arXiv 2505.22617. ``L = -A r`` with ``r = exp(logp - old_logp)``; the
+    ``max(1, int(kl_cov_ratio * #valid))`` valid tokens with the largest
+    ``(A - mean A) * (logp - mean logp)`` get ``-A r + ppo_kl_coef * |logp - old_logp|``.
+    The clip keys are unused. Metric: ``actor/ppo_kl`` (mean absolute log-ratio, as verl
+    reports for this mode). Shapes: all ``(bs, L)``.
+    """
+    _check_inputs(old_log_prob, log_prob, advantages, response_mask)
+    if kl_cov_ratio <= 0:
+        raise ValueError(f"kl_cov_ratio must be greater than 0, got {kl_cov_ratio}.")
+    negative_approx_kl = log_prob - old_log_prob  # (bs, L)
+    abs_kl = negative_approx_kl.abs()
+    ratio = torch.exp(negative_approx_kl)
+    ppo_kl_abs = masked_mean(abs_kl, response_mask)
+    pg_losses1 = -advantages * ratio  # (bs, L)
+    pg_losses_kl = pg_losses1 + ppo_kl_coef * abs_kl  # (bs, L)
+
+    with torch.no_grad():
+        valid = response_mask > 0  # (bs, L)
+        penalised = torch.zeros(valid.shape, dtype=torch.bool, device=valid.device)  # (bs, L)
+        valid_idx = torch.nonzero(valid.reshape(-1)).squeeze(-1)  # (n,)
+        if valid_idx.numel() > 0:
+            adv = advantages.reshape(-1)[valid_idx]  # (n,)
+            logp = log_prob.detach().reshape(-1)[valid_idx]  # (n,)
+            cov = (adv - adv.mean()) * (logp - logp.mean())  # (n,)
+            k = max(1, int(valid_idx.numel() * kl_cov_ratio))
+            top = valid_idx[torch.topk(cov, k, largest=True).indices]
+            penalised.view(-1)[top] = True
+    pg_losses = torch.where(penalised, pg_losses_kl, pg_losses1)  # (bs, L)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    return pg_loss, {"actor/ppo_kl": ppo_kl_abs.item()}
