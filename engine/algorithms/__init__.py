@@ -1,0 +1,100 @@
+"""PostTrain Studio's RL algorithm library: verl's core_algos and torch_functional, as pure
+tensor functions under verl's names.
+
+Advantage estimators are looked up with ``get_adv_estimator_fn(algorithm.adv_estimator)``,
+policy losses with ``get_policy_loss_fn(actor.policy_loss.loss_mode)`` and KL controllers with
+``get_kl_controller(algorithm.kl_ctrl)``. Nothing here knows about models, workers or Ray.
+"""
+
+from engine.algorithms.advantages import (
+    ADV_ESTIMATOR_REGISTRY,
+    AdvantageEstimator,
+    compute_gae_advantage_return,
+    compute_gpg_outcome_advantage,
+    compute_grpo_outcome_advantage,
+    compute_grpo_passk_outcome_advantage,
+    compute_opo_outcome_advantage,
+    compute_reinforce_plus_plus_baseline_outcome_advantage,
+    compute_reinforce_plus_plus_outcome_advantage,
+    compute_remax_outcome_advantage,
+    compute_rloo_outcome_advantage,
+    get_adv_estimator_fn,
+    register_adv_est,
+)
+from engine.algorithms.kl import (
+    AdaptiveKLController,
+    FixedKLController,
+    PIDKLController,
+    apply_kl_penalty,
+    compute_rewards,
+    get_kl_controller,
+    kl_penalty,
+)
+from engine.algorithms.policy_loss import (
+    LOSS_AGG_MODES,
+    POLICY_LOSS_REGISTRY,
+    agg_loss,
+    compute_policy_loss_cispo,
+    compute_policy_loss_clip_cov,
+    compute_policy_loss_gpg,
+    compute_policy_loss_gspo,
+    compute_policy_loss_kl_cov,
+    compute_policy_loss_vanilla,
+    get_policy_loss_fn,
+    register_policy_loss,
+)
+from engine.algorithms.torch_functional import (
+    check_same_shape,
+    clip_by_value,
+    entropy_from_logits,
+    logprobs_from_logits,
+    masked_mean,
+    masked_sum,
+    masked_var,
+    masked_whiten,
+)
+from engine.algorithms.value import compute_entropy_loss, compute_value_loss
+
+__all__ = [
+    "ADV_ESTIMATOR_REGISTRY",
+    "LOSS_AGG_MODES",
+    "POLICY_LOSS_REGISTRY",
+    "AdaptiveKLController",
+    "AdvantageEstimator",
+    "FixedKLController",
+    "PIDKLController",
+    "agg_loss",
+    "apply_kl_penalty",
+    "check_same_shape",
+    "clip_by_value",
+    "compute_entropy_loss",
+    "compute_gae_advantage_return",
+    "compute_gpg_outcome_advantage",
+    "compute_grpo_outcome_advantage",
+    "compute_grpo_passk_outcome_advantage",
+    "compute_opo_outcome_advantage",
+    "compute_policy_loss_cispo",
+    "compute_policy_loss_clip_cov",
+    "compute_policy_loss_gpg",
+    "compute_policy_loss_gspo",
+    "compute_policy_loss_kl_cov",
+    "compute_policy_loss_vanilla",
+    "compute_reinforce_plus_plus_baseline_outcome_advantage",
+    "compute_reinforce_plus_plus_outcome_advantage",
+    "compute_remax_outcome_advantage",
+    "compute_rewards",
+    "compute_rloo_outcome_advantage",
+    "compute_value_loss",
+    "entropy_from_logits",
+    "get_adv_estimator_fn",
+    "get_kl_controller",
+    "get_policy_loss_fn",
+    "kl_penalty",
+    "logprobs_from_logits",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "masked_whiten",
+    "register_adv_est",
+    "register_policy_loss",
+]
