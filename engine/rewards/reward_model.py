@@ -1,0 +1,92 @@
+"""A reward model: a sequence classifier with one label whose logit scores (prompt, response).
+
+Any Hugging Face ``AutoModelForSequenceClassification`` folder works (for example a Qwen2 or
+Llama reward model trained with a Bradley-Terry loss, Ouyang et al. 2022). The text scored is the
+tokenizer's chat template over a user turn (the prompt) and an assistant turn (the response)
+when the tokenizer has one, else the prompt followed by the response. Batches are padded on the
+right, so a padded row reads the same positions as the row alone and batching does not change
+the scores beyond float rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+
+class RewardModelScorer:
+    """Score (prompt, response) texts with a one-label sequence classifier."""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        tokenizer_path: str | Path | None = None,
+        micro_batch_size: int = 8,
+        device: str = "cpu",
+        *,
+        max_length: int = 2048,
+    ) -> None:
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        if micro_batch_size < 1:
+            raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+        self.micro_batch_size = micro_batch_size
+        self.max_length = max_length
+        self.device = torch.device(device)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path or model_path))
+        self.model = AutoModelForSequenceClassification.from_pretrained(str(model_path))
+        if self.model.config.num_labels != 1:
+            raise ValueError(
+                f"reward model {model_path} has num_labels={self.model.config.num_labels}; a "
+                "reward model needs exactly one output (its logit is the score)"
+            )
+        if self.tokenizer.pad_token_id is None:
+            if self.tokenizer.eos_token_id is None:
+                raise ValueError(
+                    f"tokenizer of {tokenizer_path or model_path} has neither a pad nor an eos "
+                    "token; add a pad token so batches can be padded"
+                )
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        if self.model.config.pad_token_id is None:
+            # The classifier reads the logit at the last non-pad token.
+            self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        self.tokenizer.padding_side = "right"
+        # Truncate from the left: the end of the response is what the score is about.
+        self.tokenizer.truncation_side = "left"
+        self._has_template = bool(getattr(self.tokenizer, "chat_template", None))
+        self.model.to(self.device).eval()
+
+    def format_text(self, prompt: str, response: str) -> str:
+        """Return the text the model scores for one (prompt, response) pair."""
+        if self._has_template:
+            messages = [
+                {"role": "user", "content": prompt},
+                {"role": "assistant", "content": response},
+            ]
+            return str(self.tokenizer.apply_chat_template(messages, tokenize=False))
+        return prompt + response
+
+    @torch.inference_mode()
+    def score(self, prompts: Sequence[str], responses: Sequence[str]) -> list[float]:
+        """Return one score per (prompt, response) pair, in order."""
+        if len(prompts) != len(responses):
+            raise ValueError(f"got {len(prompts)} prompts but {len(responses)} responses")
+        texts = [self.format_text(p, r) for p, r in zip(prompts, responses, strict=True)]
+        scores: list[float] = []
+        for start in range(0, len(texts), self.micro_batch_size):
+            enc = self.tokenizer(
+                texts[start : start + self.micro_batch_size],
+                return_tensors="pt",
+                padding=True,
+                truncation=True,
+                max_length=self.max_length,
+                # A chat template already writes the special tokens.
+                add_special_tokens=not self._has_template,
+            ).to(self.device)
+            logits = self.model(
+                input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]
+            ).logits  # (micro_bs, 1)
+            scores.extend(logits[:, 0].float().cpu().tolist())
+        return scores
