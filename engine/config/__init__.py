@@ -1,0 +1,63 @@
+"""PostTrain Studio's configuration: verl's keys as typed dataclasses, one schema for all.
+
+The CLI (``python -m engine.main_ppo key=value ...``), the YAML presets in ``engine/configs`` and
+the web form all load, check and describe a run through this package.
+"""
+
+from engine.config.introspect import FieldSpec, get_value, iter_field_specs, set_value
+from engine.config.loader import (
+    apply_overrides,
+    config_from_dict,
+    config_from_yaml,
+    config_to_dict,
+    config_to_yaml,
+    load_config,
+    parse_override,
+)
+from engine.config.schema import (
+    ActorConfig,
+    ActorRolloutRefConfig,
+    AlgorithmConfig,
+    ConfigError,
+    ConfigFieldError,
+    ConfigValidationError,
+    CriticConfig,
+    DataConfig,
+    ModelConfig,
+    PPOConfig,
+    RewardComponent,
+    RewardConfig,
+    RolloutConfig,
+    TrainerConfig,
+)
+from engine.config.validate import resolve_config, validate_config
+
+__all__ = [
+    "ActorConfig",
+    "ActorRolloutRefConfig",
+    "AlgorithmConfig",
+    "ConfigError",
+    "ConfigFieldError",
+    "ConfigValidationError",
+    "CriticConfig",
+    "DataConfig",
+    "FieldSpec",
+    "ModelConfig",
+    "PPOConfig",
+    "RewardComponent",
+    "RewardConfig",
+    "RolloutConfig",
+    "TrainerConfig",
+    "apply_overrides",
+    "config_from_dict",
+    "config_from_yaml",
+    "config_to_dict",
+    "config_to_yaml",
+    "get_value",
+    "iter_field_specs",
+    "load_config",
+    "parse_override",
+    "resolve_config",
+    "set_value",
+    "validate_config",
+]

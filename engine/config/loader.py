@@ -1,0 +1,575 @@
+"""Load ``PPOConfig`` from YAML presets and verl/hydra command-line overrides.
+
+A preset is read as plain YAML; its hydra ``defaults:`` list (or a ``base:`` key) is merged first,
+then the overrides are applied to that plain tree, and only then is the tree turned into typed
+dataclasses. Working on the plain tree keeps hydra's semantics simple: ``~key`` deletes what the
+presets set so the dataclass default comes back, and a mapping value merges into the node it
+replaces (hydra applies overrides with ``OmegaConf.update(..., merge=True)``).
+
+Override grammar, as hydra spells it: ``key=value`` changes a known key; ``+key=value`` adds a key
+(an entry of a dict-typed field such as ``data.data_key_map``, or, for a path the schema does not
+know, an entry of ``config.extras`` with a warning); ``++key=value`` sets a key whether or not it
+exists; ``~key`` deletes it. Values are YAML, read with YAML 1.2's float syntax so ``1e-6`` is a
+float as in hydra. Unlike hydra, ``+`` on a key that exists sets it instead of failing: PostTrain's
+schema has keys verl's YAML lacks, and verl scripts add those with ``+``.
+
+``${dotted.key}`` references in string fields stay as written until ``resolve_config``; in typed
+fields (a verl file's ``ppo_mini_batch_size: ${actor_rollout_ref.actor.ppo_mini_batch_size}``) they
+are resolved while loading, since an int field cannot hold them.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime
+import difflib
+import re
+import types
+import warnings
+from functools import cache
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from engine.config.schema import ConfigError, ConfigFieldError, PPOConfig
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+DEFAULT_CONFIG = "ppo_trainer.yaml"
+
+_KEY = re.compile(r"[A-Za-z_][\w-]*(\.[\w-]+)*")
+_REFERENCE = re.compile(r"\$\{([^${}]*)\}")
+_BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False}
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """SafeLoader that reads ``1e-6`` as a float (YAML 1.2, as hydra does), not as a string."""
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def yaml_load(text: str, source: str = "YAML") -> Any:
+    """Parse YAML text, reading ``1e-6`` as a float; raise ConfigError naming the source."""
+    try:
+        return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML ({exc})") from exc
+
+
+# ---------------------------------------------------------------------------- schema walking
+
+
+def _is_section(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+@cache
+def _fields(cls: Any) -> dict[str, tuple[dataclasses.Field, Any]]:
+    hints = get_type_hints(cls)
+    return {f.name: (f, hints[f.name]) for f in dataclasses.fields(cls)}
+
+
+def _is_runtime(f: dataclasses.Field | None) -> bool:
+    return f is not None and bool(f.metadata.get("runtime"))
+
+
+@cache
+def schema_keys(cls: type = PPOConfig) -> tuple[str, ...]:
+    """Return every dotted key of the schema, sections included, runtime fields left out."""
+    keys: list[str] = []
+
+    def walk(c: type, prefix: str) -> None:
+        for name, (f, tp) in _fields(c).items():
+            if _is_runtime(f) or f.metadata.get("extras"):
+                continue
+            keys.append(prefix + name)
+            if _is_section(tp):
+                walk(tp, f"{prefix}{name}.")
+
+    walk(cls, "")
+    return tuple(keys)
+
+
+def closest_key(key: str) -> str | None:
+    """Return the schema key most like ``key`` (same last part preferred), or None."""
+    keys = schema_keys()
+    leaf = key.rsplit(".", 1)[-1]
+    same_leaf = [k for k in keys if k.rsplit(".", 1)[-1] == leaf]
+    if same_leaf:
+        return difflib.get_close_matches(key, same_leaf, n=1, cutoff=0.0)[0]
+    matches = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def unknown_key_error(key: str, value: Any = None, hint: str = "") -> ConfigFieldError:
+    """Return the error for a key the schema does not have, naming the closest valid key."""
+    suggestion = closest_key(key)
+    message = "unknown key" + (f"; did you mean {suggestion}?" if suggestion else "")
+    return ConfigFieldError(key, value, message + (f" ({hint})" if hint else ""))
+
+
+def _runtime_error(key: str) -> ConfigFieldError:
+    return ConfigFieldError(
+        key, None, f"runtime-only: assign a loaded object in Python (config.{key} = obj)"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyPath:
+    """Where a dotted key points: dataclass attributes, then entries inside a dict-typed field."""
+
+    key: str
+    attrs: tuple[str, ...]
+    entries: tuple[str, ...]
+    type: Any
+    field: dataclasses.Field | None
+
+
+def _dict_value_type(tp: Any) -> Any | None:
+    if tp is Any:
+        return Any
+    if get_origin(tp) in (Union, types.UnionType):
+        inner = [a for a in get_args(tp) if a is not type(None)]
+        return _dict_value_type(inner[0]) if len(inner) == 1 else None
+    return get_args(tp)[1] if get_origin(tp) is dict else None
+
+
+def resolve_key(key: str, cls: type = PPOConfig) -> KeyPath:
+    """Map a dotted key onto the schema; raise ConfigFieldError naming the closest key if unknown."""
+    if not _KEY.fullmatch(key):
+        raise ConfigFieldError(key, None, "not a dotted key like data.train_batch_size")
+    parts = key.split(".")
+    tp: Any = cls
+    fld: dataclasses.Field | None = None
+    for i, part in enumerate(parts):
+        if _is_section(tp):
+            entry = _fields(tp).get(part)
+            if entry is None or entry[0].metadata.get("extras"):
+                raise unknown_key_error(key)
+            fld, tp = entry
+            continue
+        value_type = _dict_value_type(tp)
+        if value_type is None:
+            raise unknown_key_error(key)
+        if i == len(parts) - 1 or value_type is Any:
+            return KeyPath(key, tuple(parts[:i]), tuple(parts[i:]), value_type, fld)
+        tp = value_type
+    return KeyPath(key, tuple(parts), (), tp, fld)
+
+
+# ---------------------------------------------------------------------------- typed values
+
+
+def describe_type(tp: Any) -> str:
+    """Return a reader's name for an annotation: ``int or null``, ``list of str``."""
+    if tp is Any:
+        return "any value"
+    if tp is type(None):
+        return "null"
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join(describe_type(a) for a in get_args(tp))
+    if origin is list:
+        return f"list of {describe_type(get_args(tp)[0])}"
+    if origin is dict:
+        return f"mapping of str to {describe_type(get_args(tp)[1])}"
+    if _is_section(tp):
+        return f"mapping with keys {', '.join(_fields(tp))}"
+    return {bool: "bool (true/false)", float: "float (e.g. 1e-6)"}.get(
+        tp, getattr(tp, "__name__", str(tp))
+    )
+
+
+def type_error(key: str, value: Any, tp: Any) -> ConfigFieldError:
+    """Return the error for a value of the wrong type, naming the expected type."""
+    return ConfigFieldError(key, value, f"expected {describe_type(tp)}, got {type(value).__name__}")
+
+
+def _scalar(value: Any, tp: type) -> Any:
+    """Return value as the scalar type tp, or raise ValueError."""
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
+            return _BOOL_WORDS[value.strip().lower()]
+    elif isinstance(value, bool):
+        pass  # a bool is an int in Python, but never an int, float or str in a config
+    elif tp is int:
+        if isinstance(value, int):
+            return value
+        number = float(value) if isinstance(value, float | str) else None
+        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+            return int(value)
+        if number is not None and number.is_integer():
+            return int(number)
+    elif tp is float:
+        if isinstance(value, int | float):
+            return float(value)
+        if isinstance(value, str):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, int | float | datetime.date):
+            return str(value)
+    raise ValueError
+
+
+def coerce(value: Any, tp: Any, key: str) -> Any:
+    """Return value converted to the annotation tp, or raise ConfigFieldError naming the key."""
+    if tp is Any:
+        return value
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in get_args(tp):
+            return None
+        for option in get_args(tp):
+            if option is type(None):
+                continue
+            try:
+                return coerce(value, option, key)
+            except ConfigFieldError:
+                continue
+        raise type_error(key, value, tp)
+    if origin is list:
+        (item,) = get_args(tp)
+        if isinstance(value, str) and item is str:
+            return [value]
+        if not isinstance(value, list | tuple):
+            raise type_error(key, value, tp)
+        return [coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise type_error(key, value, tp)
+        item = get_args(tp)[1]
+        return {str(k): coerce(v, item, f"{key}.{k}") for k, v in value.items()}
+    if _is_section(tp):
+        if isinstance(value, tp):
+            return value
+        if isinstance(value, dict):
+            return _from_dict(tp, value, key)
+        raise type_error(key, value, tp)
+    try:
+        return _scalar(value, tp)
+    except (ValueError, TypeError, OverflowError):
+        raise type_error(key, value, tp) from None
+
+
+def matches_type(value: Any, tp: Any) -> bool:
+    """Return True when value already has the annotation's type (no conversion needed)."""
+    if tp is Any:
+        return True
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return any(matches_type(value, option) for option in get_args(tp))
+    if tp is type(None):
+        return value is None
+    if origin is list:
+        return isinstance(value, list) and all(matches_type(v, get_args(tp)[0]) for v in value)
+    if origin is dict:
+        item = get_args(tp)[1]
+        return isinstance(value, dict) and all(
+            isinstance(k, str) and matches_type(v, item) for k, v in value.items()
+        )
+    if isinstance(value, bool):
+        return tp is bool
+    if tp is float:
+        return isinstance(value, int | float)
+    return isinstance(value, tp)
+
+
+def _from_dict(cls: type, data: dict, prefix: str) -> Any:
+    fields = _fields(cls)
+    kwargs = {}
+    for name, value in data.items():
+        key = f"{prefix}.{name}" if prefix else str(name)
+        entry = fields.get(name)
+        if entry is None:
+            raise unknown_key_error(key, value)
+        if _is_runtime(entry[0]):
+            raise _runtime_error(key)
+        kwargs[name] = coerce(value, entry[1], key)
+    return cls(**kwargs)
+
+
+def _accepts_str(tp: Any) -> bool:
+    if tp in (str, Any):
+        return True
+    return get_origin(tp) in (Union, types.UnionType) and any(map(_accepts_str, get_args(tp)))
+
+
+def _resolve_typed_references(data: dict) -> dict:
+    """Replace ``${key}`` values of non-string fields by the value that key holds."""
+    merged = _deep_merge(config_to_dict(PPOConfig()), data)
+
+    def lookup(reference: str, key: str, depth: int = 0) -> Any:
+        node: Any = merged
+        for part in reference.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise ConfigFieldError(
+                    key, f"${{{reference}}}", "refers to no config key; write ${dotted.key}"
+                )
+            node = node[part]
+        match = _REFERENCE.fullmatch(node) if isinstance(node, str) else None
+        if match and depth < 20:
+            return lookup(match.group(1), key, depth + 1)
+        if match:
+            raise ConfigFieldError(key, f"${{{reference}}}", "circular ${...} reference")
+        return node
+
+    def walk(cls: type, node: dict, prefix: str) -> dict:
+        out = dict(node)
+        for name, value in node.items():
+            if name not in _fields(cls):
+                continue
+            tp, key = _fields(cls)[name][1], prefix + str(name)
+            if _is_section(tp) and isinstance(value, dict):
+                out[name] = walk(tp, value, key + ".")
+            elif isinstance(value, str) and not _accepts_str(tp):
+                match = _REFERENCE.fullmatch(value)
+                out[name] = lookup(match.group(1), key) if match else value
+        return out
+
+    return walk(PPOConfig, data, "")
+
+
+# ---------------------------------------------------------------------------- dict and YAML
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if _is_runtime(f) or (f.metadata.get("extras") and not value):
+                continue
+            out[f.name] = _plain(value)
+        return out
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    return obj
+
+
+def config_to_dict(cfg: PPOConfig) -> dict[str, Any]:
+    """Return the config as plain JSON-serialisable data, runtime-only fields dropped."""
+    return _plain(cfg)
+
+
+def config_from_dict(data: dict[str, Any]) -> PPOConfig:
+    """Build a PPOConfig from plain data; unknown keys and wrong types raise ConfigFieldError."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"a config is a mapping of sections, got {type(data).__name__}")
+    return _from_dict(PPOConfig, _resolve_typed_references(data), "")
+
+
+def config_to_yaml(cfg: PPOConfig) -> str:
+    """Return the config as YAML text in verl's layout."""
+    return yaml.safe_dump(config_to_dict(cfg), sort_keys=False, allow_unicode=True)
+
+
+def config_from_yaml(text: str) -> PPOConfig:
+    """Build a PPOConfig from YAML text (hydra ``defaults:`` name presets in engine/configs)."""
+    data = yaml_load(text) or {}
+    if not isinstance(data, dict):
+        raise ConfigError("the YAML must be a mapping of sections (data:, trainer:, ...)")
+    return config_from_dict(_expand_defaults(data, [CONFIG_DIR], ()))
+
+
+def _find_config(name: str, search: list[Path]) -> Path:
+    candidate = Path(name).expanduser()
+    if candidate.is_file():
+        return candidate
+    names = [name] if name.endswith((".yaml", ".yml")) else [f"{name}.yaml", name]
+    for folder in search:
+        for filename in names:
+            if (folder / filename).is_file():
+                return folder / filename
+    presets = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+    raise ConfigError(f"config '{name}' not found; presets in {CONFIG_DIR}: {presets}")
+
+
+def _read_tree(path: Path, chain: tuple[Path, ...]) -> dict:
+    path = path.resolve()
+    if path in chain:
+        cycle = " -> ".join(p.name for p in (*chain, path))
+        raise ConfigError(f"{path}: its defaults form a cycle ({cycle})")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    data = yaml_load(text, str(path)) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at the top level")
+    return _expand_defaults(data, [path.parent, CONFIG_DIR], (*chain, path))
+
+
+def _expand_defaults(data: dict, search: list[Path], chain: tuple[Path, ...]) -> dict:
+    """Merge the configs a file names in ``defaults:`` (hydra) or ``base:`` under its own keys."""
+    data = dict(data)
+    data.pop("hydra", None)  # hydra's own settings (searchpath, run dir) mean nothing here
+    source = str(chain[-1]) if chain else "config"
+    entries: list[Any] = []
+    if "base" in data:
+        entries.append(data.pop("base"))
+    defaults = data.pop("defaults", [])
+    if not isinstance(defaults, list):
+        raise ConfigError(f"{source}: defaults must be a list, e.g. [ppo_trainer, _self_]")
+    entries += defaults
+    if "_self_" not in entries:
+        entries.append("_self_")  # hydra >= 1.1 places _self_ last unless told otherwise
+    merged: dict = {}
+    for entry in entries:
+        if entry == "_self_":
+            merged = _deep_merge(merged, data)
+        elif isinstance(entry, str):
+            merged = _deep_merge(merged, _read_tree(_find_config(entry, search), chain))
+        else:
+            raise ConfigError(
+                f"{source}: defaults entry {entry!r} is not supported; "
+                "list config names (e.g. ppo_trainer) and _self_"
+            )
+    return merged
+
+
+def load_raw(name_or_path: str = DEFAULT_CONFIG) -> dict[str, Any]:
+    """Return a preset (name in engine/configs, or a path) as plain data, defaults merged."""
+    return _read_tree(_find_config(name_or_path, [CONFIG_DIR]), ())
+
+
+# ---------------------------------------------------------------------------- overrides
+
+
+@dataclasses.dataclass(frozen=True)
+class Override:
+    """One parsed command-line override: op is set, add (+), force (++) or delete (~)."""
+
+    op: str
+    key: str
+    value: Any
+    text: str
+
+
+def parse_override(text: str) -> Override:
+    """Parse ``key=value``, ``+key=value``, ``++key=value`` or ``~key`` with a YAML value."""
+    op, body = "set", text
+    for prefix, name in (("~", "delete"), ("++", "force"), ("+", "add")):
+        if text.startswith(prefix):
+            op, body = name, text[len(prefix) :]
+            break
+    key, sep, raw = body.partition("=")
+    key = key.strip()
+    if not _KEY.fullmatch(key):
+        raise ConfigFieldError(
+            key, text, "not an override; write key=value, +key=value, ++key=value or ~key"
+        )
+    if op != "delete" and not sep:
+        raise ConfigFieldError(key, text, f"no value; write {key}=<value>")
+    value: Any = None
+    if op != "delete" and raw != "":
+        try:
+            value = yaml.load(raw, Loader=_YamlLoader)  # noqa: S506 - a SafeLoader subclass
+        except yaml.YAMLError:
+            raise ConfigFieldError(
+                key, raw, "the value is not valid YAML; quote it, e.g. key='a: b'"
+            ) from None
+    elif op != "delete":
+        value = ""
+    return Override(op, key, value, text)
+
+
+def _get_in(tree: Any, parts: list[str]) -> tuple[bool, Any]:
+    for part in parts:
+        if not isinstance(tree, dict) or part not in tree:
+            return False, None
+        tree = tree[part]
+    return True, tree
+
+
+def _put(tree: dict, parts: list[str], value: Any) -> None:
+    for part in parts[:-1]:
+        if not isinstance(tree.get(part), dict):
+            tree[part] = {}
+        tree = tree[part]
+    if isinstance(value, dict) and isinstance(tree.get(parts[-1]), dict):
+        tree[parts[-1]] = _deep_merge(tree[parts[-1]], value)
+    else:
+        tree[parts[-1]] = copy.deepcopy(value)
+
+
+def _apply_override(tree: dict, override: Override) -> None:
+    key, parts = override.key, override.key.split(".")
+    try:
+        path = resolve_key(key)
+    except ConfigFieldError:
+        extras: dict[str, Any] = tree["extras"] if isinstance(tree.get("extras"), dict) else {}
+        if override.op in ("add", "force"):
+            warnings.warn(
+                f"{key} is not a PostTrain config key; it is kept in config.extras",
+                UserWarning,
+                stacklevel=4,
+            )
+            tree["extras"] = {**extras, key: override.value}
+            return
+        if override.op == "delete" and key in extras:
+            del extras[key]
+            return
+        hint = (
+            "to add a key PostTrain does not know, write +key=value" if override.op == "set" else ""
+        )
+        raise unknown_key_error(key, override.value, hint) from None
+    if _is_runtime(path.field):
+        raise _runtime_error(key)
+    if override.op == "delete":
+        found, parent = _get_in(tree, parts[:-1])
+        if found and isinstance(parent, dict) and parts[-1] in parent:
+            del parent[parts[-1]]
+        elif path.entries:
+            raise ConfigFieldError(key, None, "no such entry to delete")
+        return
+    if path.entries and override.op == "set":
+        present = _get_in(tree, parts)[0] or _get_in(config_to_dict(PPOConfig()), parts)[0]
+        if not present:
+            field_key = ".".join(path.attrs)
+            raise ConfigFieldError(
+                key,
+                override.value,
+                f"{field_key} has no entry '{'.'.join(path.entries)}'; add it with +{override.text}",
+            )
+    _put(tree, parts, override.value)
+
+
+def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Return a copy of the plain config tree with command-line overrides applied in order."""
+    if isinstance(overrides, str):
+        raise ConfigError("overrides must be a list of strings like ['data.train_batch_size=8']")
+    tree = copy.deepcopy(tree)
+    for text in overrides:
+        _apply_override(tree, parse_override(text))
+    return tree
+
+
+def load_config(
+    name_or_path: str = DEFAULT_CONFIG, overrides: list[str] | None = None
+) -> PPOConfig:
+    """Load a preset (a name in engine/configs or a YAML path) and apply dotted overrides."""
+    return config_from_dict(apply_overrides(load_raw(name_or_path), overrides or []))

@@ -1,0 +1,451 @@
+"""The typed PostTrain Studio configuration: verl's ``ppo_trainer.yaml`` as dataclasses.
+
+Key names, nesting and defaults follow verl so a verl command line or YAML file works unchanged.
+Where verl interpolates a value from another key (``critic.ppo_mini_batch_size:
+${actor_rollout_ref.actor.ppo_mini_batch_size}``), the field here defaults to ``None`` and
+``resolve_config`` fills in the same value; the field's help says so. String fields may still hold
+``${dotted.key}`` references, resolved the same way (``trainer.default_local_dir``).
+
+Field metadata carries everything the CLI, the validator and the web form need:
+``help`` (every field), ``choices`` (valid string values), ``basic`` (shown outside the form's
+advanced section) and ``runtime`` (Python-only objects, never serialised or shown in the form).
+PostTrain extensions to verl's schema: the ``reward`` section, ``algorithm.
+allow_single_sample_groups``, ``trainer.device``, ``trainer.controller`` and ``trainer.seed``.
+"""
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+ADV_ESTIMATORS = (
+    "gae",
+    "grpo",
+    "rloo",
+    "reinforce_plus_plus",
+    "reinforce_plus_plus_baseline",
+    "remax",
+    "grpo_passk",
+    "opo",
+    "gpg",
+)
+# Estimators whose baseline comes from the other samples of the same prompt.
+GROUP_ESTIMATORS = ("grpo", "rloo", "grpo_passk", "opo", "reinforce_plus_plus_baseline", "gpg")
+KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+LOSS_AGG_MODES = (
+    "token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+POLICY_LOSS_MODES = ("vanilla", "gspo", "cispo", "clip_cov", "kl_cov")
+STRATEGIES = ("fsdp", "fsdp2")
+CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
+# Names in engine.rewards' registry, plus the reward model and the custom function.
+REWARD_COMPONENTS = (
+    "default",
+    "tiny_arithmetic",
+    "gsm8k",
+    "math",
+    "exact_match",
+    "keyword",
+    "format",
+    "sql_safety",
+    "code_exec",
+    "reward_model",
+    "custom",
+)
+DATA_KEY_MAP_TARGETS = ("prompt", "ground_truth", "data_source", "ability")
+
+
+class ConfigError(ValueError):
+    """A configuration could not be loaded or is invalid."""
+
+
+class ConfigFieldError(ConfigError):
+    """One problem with one key: what is wrong and how to fix it."""
+
+    def __init__(self, key: str, value: Any, message: str) -> None:
+        self.key, self.value, self.message = key, value, message
+        super().__init__(f"{key}={value!r}: {message}" if key else message)
+
+
+class ConfigValidationError(ConfigError):
+    """Every problem ``validate_config`` found, each a ``ConfigFieldError``."""
+
+    def __init__(self, errors: list[ConfigFieldError], warnings: list[str] | None = None) -> None:
+        self.errors, self.warnings = list(errors), list(warnings or [])
+        lines = "\n".join(f"  {error}" for error in self.errors)
+        super().__init__(f"{len(self.errors)} configuration error(s):\n{lines}")
+
+
+def _f(
+    default: Any, help: str, *, choices: tuple[str, ...] | None = None, basic: bool = False
+) -> Any:
+    """Return a field with help text; mutable defaults are copied per instance."""
+    metadata = {"help": help, "choices": choices, "basic": basic}
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _section(factory: Any, help: str) -> Any:
+    """Return a field holding a nested section."""
+    return field(default_factory=factory, metadata={"help": help})
+
+
+def _runtime(help: str) -> Any:
+    """Return a Python-only field: not compared, not serialised, not in the form."""
+    return field(default=None, compare=False, repr=False, metadata={"help": help, "runtime": True})
+
+
+@dataclass
+class DataConfig:
+    tokenizer: str | None = _f(None, "Tokenizer folder for the data; null uses the actor's.")
+    train_files: str | list[str] | None = _f(
+        None, "Training data: a parquet/JSONL/CSV file or a list of them.", basic=True
+    )
+    val_files: str | list[str] | None = _f(
+        None, "Validation data (needed when trainer.test_freq > 0 or val_before_train).", basic=True
+    )
+    prompt_key: str = _f("prompt", "Column holding the prompt (chat messages or text).")
+    reward_fn_key: str = _f("data_source", "Column that selects the reward function.")
+    max_prompt_length: int = _f(512, "Longest prompt in tokens.", basic=True)
+    max_response_length: int = _f(512, "Most tokens generated per response.", basic=True)
+    train_batch_size: int = _f(1024, "Prompts per training step.", basic=True)
+    val_batch_size: int | None = _f(None, "Prompts per validation batch; null: whole set.")
+    return_raw_input_ids: bool = _f(False, "Also return unpadded prompt ids.")
+    return_raw_chat: bool = _f(False, "Also return the prompt as chat messages.")
+    return_full_prompt: bool = _f(False, "Also return the prompt with the chat template applied.")
+    shuffle: bool = _f(True, "Shuffle the training data each epoch.")
+    validation_shuffle: bool = _f(False, "Shuffle the validation data.")
+    seed: int = _f(1, "Seed of the training data shuffle.")
+    dataloader_num_workers: int = _f(8, "Data loader worker processes (0: load in the driver).")
+    truncation: str = _f(
+        "error",
+        "What to do with a prompt over max_prompt_length.",
+        choices=("error", "left", "right", "middle"),
+    )
+    filter_overlong_prompts: bool = _f(False, "Drop prompts longer than max_prompt_length.")
+    trust_remote_code: bool = _f(False, "Allow custom tokenizer code from the model folder.")
+    data_key_map: dict[str, str] = _f(
+        {}, "Column mapping target->source, e.g. {prompt: question, ground_truth: answer}."
+    )
+
+
+@dataclass
+class ModelConfig:
+    path: str | None = _f(
+        None, "Hugging Face model folder (or tiny://model, the embedded model).", basic=True
+    )
+    tokenizer_path: str | None = _f(None, "Tokenizer folder; null: the model path.")
+    custom_chat_template: str | None = _f(None, "Jinja chat template replacing the tokenizer's.")
+    external_lib: str | None = _f(None, "Python module to import so a custom model registers.")
+    override_config: dict[str, Any] = _f({}, "Overrides of the model's config.json values.")
+    trust_remote_code: bool = _f(False, "Allow custom model code from the model folder.")
+    enable_gradient_checkpointing: bool = _f(True, "Recompute activations to save memory.")
+    use_remove_padding: bool = _f(False, "Pack sequences without padding (rmpad).")
+    lora_rank: int = _f(0, "LoRA rank; 0 trains all weights.")
+    lora_alpha: int = _f(16, "LoRA scaling alpha.")
+    target_modules: str | list[str] = _f("all-linear", "Modules LoRA adapts.")
+    hf_model: Any = _runtime("An already loaded model (or PEFT model) to train instead of path.")
+    tokenizer: Any = _runtime("An already loaded tokenizer to use instead of tokenizer_path.")
+
+
+@dataclass
+class PolicyLossConfig:
+    loss_mode: str = _f("vanilla", "Policy loss.", choices=POLICY_LOSS_MODES)
+    clip_cov_ratio: float = _f(0.0002, "clip_cov: fraction of tokens clipped.")
+    clip_cov_lb: float = _f(1.0, "clip_cov: lower covariance bound.")
+    clip_cov_ub: float = _f(5.0, "clip_cov: upper covariance bound.")
+    kl_cov_ratio: float = _f(0.0002, "kl_cov: fraction of tokens given a KL penalty.")
+    ppo_kl_coef: float = _f(0.1, "kl_cov: coefficient of that KL penalty.")
+
+
+@dataclass
+class OptimConfig:
+    lr: float = _f(1e-6, "Learning rate.", basic=True)
+    lr_warmup_steps: int = _f(-1, "Warm-up steps; -1: use lr_warmup_steps_ratio.")
+    lr_warmup_steps_ratio: float = _f(0.0, "Warm-up as a fraction of the total steps.")
+    min_lr_ratio: float = _f(0.0, "Cosine schedule floor as a fraction of lr.")
+    num_cycles: float = _f(0.5, "Cosine schedule cycles.")
+    warmup_style: str = _f("constant", "Schedule after warm-up.", choices=("constant", "cosine"))
+    weight_decay: float = _f(0.01, "AdamW weight decay.")
+    betas: list[float] = _f([0.9, 0.999], "AdamW betas.")
+    total_training_steps: int = _f(-1, "Set by the trainer from the data; -1: not known yet.")
+
+
+@dataclass
+class FSDPConfig:
+    param_offload: bool = _f(False, "Keep parameters on the CPU between uses.")
+    optimizer_offload: bool = _f(False, "Keep optimizer state on the CPU.")
+    reshard_after_forward: bool = _f(True, "Free gathered parameters after forward.")
+    fsdp_size: int = _f(-1, "Ranks per FSDP shard group; -1: all.")
+    mixed_precision: str = _f(
+        "auto",
+        "Compute precision; auto: bf16 on a GPU, fp32 on a CPU.",
+        choices=("auto", "bf16", "fp16", "fp32"),
+    )
+
+
+@dataclass
+class CheckpointConfig:
+    save_contents: list[str] = _f(
+        ["model", "optimizer", "extra"], "What a checkpoint saves.", choices=CHECKPOINT_CONTENTS
+    )
+    load_contents: list[str] | None = _f(
+        None, "What a resume loads; null: save_contents.", choices=CHECKPOINT_CONTENTS
+    )
+
+
+@dataclass
+class ActorConfig:
+    strategy: str = _f("fsdp2", "Training backend.", choices=STRATEGIES)
+    ppo_mini_batch_size: int = _f(256, "Prompts per optimizer step.", basic=True)
+    ppo_micro_batch_size_per_gpu: int | None = _f(
+        None, "Samples per forward pass per GPU; null: the whole per-GPU mini-batch.", basic=True
+    )
+    use_dynamic_bsz: bool = _f(False, "Pack micro-batches by token count.")
+    ppo_max_token_len_per_gpu: int = _f(16384, "Token budget per micro-batch (use_dynamic_bsz).")
+    grad_clip: float = _f(1.0, "Gradient norm clip.")
+    clip_ratio: float = _f(0.2, "PPO clip range epsilon.")
+    clip_ratio_low: float | None = _f(None, "Lower clip range; null: clip_ratio.")
+    clip_ratio_high: float | None = _f(None, "Upper clip range; null: clip_ratio.")
+    clip_ratio_c: float = _f(3.0, "Dual-clip constant c (> 1) for negative advantages.")
+    loss_agg_mode: str = _f("token-mean", "How token losses are averaged.", choices=LOSS_AGG_MODES)
+    entropy_coeff: float = _f(0.0, "Entropy bonus coefficient.", basic=True)
+    use_kl_loss: bool = _f(False, "Add a KL-to-reference loss (GRPO).", basic=True)
+    kl_loss_coef: float = _f(0.001, "Coefficient of the KL loss.", basic=True)
+    kl_loss_type: str = _f("low_var_kl", "KL estimator of the loss.", choices=KL_TYPES, basic=True)
+    ppo_epochs: int = _f(1, "Passes over each batch.")
+    shuffle: bool = _f(False, "Shuffle samples between PPO epochs.")
+    policy_loss: PolicyLossConfig = _section(PolicyLossConfig, "Policy loss variant.")
+    optim: OptimConfig = _section(OptimConfig, "Actor optimizer.")
+    fsdp_config: FSDPConfig = _section(FSDPConfig, "Actor FSDP settings.")
+    checkpoint: CheckpointConfig = _section(CheckpointConfig, "Actor checkpoint contents.")
+
+
+@dataclass
+class RefConfig:
+    log_prob_micro_batch_size_per_gpu: int | None = _f(
+        None, "Samples per reference forward per GPU; null: the whole per-GPU batch."
+    )
+    log_prob_use_dynamic_bsz: bool | None = _f(None, "Null: actor.use_dynamic_bsz.")
+    log_prob_max_token_len_per_gpu: int | None = _f(None, "Null: actor.ppo_max_token_len_per_gpu.")
+    fsdp_config: FSDPConfig = _section(FSDPConfig, "Reference model FSDP settings.")
+
+
+@dataclass
+class ValKwargsConfig:
+    top_k: int = _f(-1, "Validation top-k; -1: off.")
+    top_p: float = _f(1.0, "Validation nucleus sampling p.")
+    temperature: float = _f(0.0, "Validation temperature.")
+    n: int = _f(1, "Validation samples per prompt.")
+    do_sample: bool = _f(False, "Sample in validation (False: greedy).")
+
+
+@dataclass
+class MultiTurnConfig:
+    enable: bool = _f(False, "Run multi-turn conversations.")
+    max_assistant_turns: int | None = _f(None, "Most assistant turns; null: no limit.")
+    max_user_turns: int | None = _f(None, "Most user turns; null: no limit.")
+    interaction_path: str | None = _f(None, "Python file defining the interaction.")
+    interaction_name: str | None = _f(None, "Interaction class or function name.")
+
+
+@dataclass
+class RolloutConfig:
+    name: str = _f("hf", "Generation backend.", choices=("hf", "vllm"), basic=True)
+    mode: str = _f("sync", "Rollout mode.", choices=("sync", "async"))
+    temperature: float = _f(1.0, "Sampling temperature.")
+    top_k: int = _f(-1, "Top-k sampling; -1: off.")
+    top_p: float = _f(1.0, "Nucleus sampling p.")
+    do_sample: bool = _f(True, "Sample (False: greedy).")
+    n: int = _f(1, "Responses per prompt (GRPO group size).", basic=True)
+    prompt_length: int | None = _f(None, "Null: data.max_prompt_length.")
+    response_length: int | None = _f(None, "Null: data.max_response_length.")
+    dtype: str = _f(
+        "bfloat16", "Rollout weights dtype.", choices=("bfloat16", "float16", "float32")
+    )
+    gpu_memory_utilization: float = _f(0.5, "vLLM: fraction of GPU memory it may use.")
+    ignore_eos: bool = _f(False, "Keep generating after end-of-sequence.")
+    enforce_eager: bool = _f(True, "vLLM: disable CUDA graphs.")
+    free_cache_engine: bool = _f(True, "Free the KV cache while training.")
+    enable_sleep_mode: bool = _f(True, "vLLM: sleep between rollouts to free memory.")
+    tensor_model_parallel_size: int = _f(1, "vLLM tensor parallel size.")
+    max_num_batched_tokens: int = _f(8192, "vLLM: tokens per scheduler step.")
+    max_model_len: int | None = _f(None, "vLLM context length; null: prompt + response.")
+    max_num_seqs: int = _f(1024, "vLLM: sequences per scheduler step.")
+    log_prob_micro_batch_size_per_gpu: int | None = _f(
+        None, "Samples per old-log-prob forward per GPU; null: the whole per-GPU batch."
+    )
+    log_prob_use_dynamic_bsz: bool | None = _f(None, "Null: actor.use_dynamic_bsz.")
+    log_prob_max_token_len_per_gpu: int | None = _f(None, "Null: actor.ppo_max_token_len_per_gpu.")
+    calculate_log_probs: bool = _f(False, "Return the rollout's own log-probs (for checks).")
+    val_kwargs: ValKwargsConfig = _section(ValKwargsConfig, "Sampling during validation.")
+    multi_turn: MultiTurnConfig = _section(MultiTurnConfig, "Multi-turn rollouts.")
+
+
+@dataclass
+class ActorRolloutRefConfig:
+    hybrid_engine: bool = _f(True, "Actor, rollout and reference share devices.")
+    model: ModelConfig = _section(ModelConfig, "The policy model.")
+    actor: ActorConfig = _section(ActorConfig, "Policy training.")
+    ref: RefConfig = _section(RefConfig, "The frozen reference policy.")
+    rollout: RolloutConfig = _section(RolloutConfig, "Response generation.")
+
+
+@dataclass
+class CriticModelConfig:
+    path: str | None = _f(None, "Critic model folder; null: the actor's model path.")
+    tokenizer_path: str | None = _f(None, "Null: the actor's tokenizer.")
+    override_config: dict[str, Any] = _f({}, "Overrides of the critic's config.json values.")
+    external_lib: str | None = _f(None, "Python module to import so a custom model registers.")
+    trust_remote_code: bool = _f(False, "Allow custom model code from the model folder.")
+    enable_gradient_checkpointing: bool = _f(True, "Recompute activations to save memory.")
+    use_remove_padding: bool = _f(False, "Pack sequences without padding (rmpad).")
+    fsdp_config: FSDPConfig = _section(FSDPConfig, "Critic FSDP settings.")
+
+
+@dataclass
+class CriticConfig:
+    enable: bool | None = _f(None, "Train a value model; null: on for gae, off otherwise.")
+    strategy: str | None = _f(None, "Null: actor.strategy.", choices=STRATEGIES)
+    optim: OptimConfig = _section(lambda: OptimConfig(lr=1e-5), "Critic optimizer.")
+    model: CriticModelConfig = _section(CriticModelConfig, "The value model.")
+    ppo_mini_batch_size: int | None = _f(None, "Prompts per critic step; null: actor's.")
+    ppo_micro_batch_size_per_gpu: int | None = _f(None, "Null: the whole per-GPU mini-batch.")
+    use_dynamic_bsz: bool | None = _f(None, "Null: actor.use_dynamic_bsz.")
+    ppo_max_token_len_per_gpu: int = _f(32768, "Token budget per micro-batch (use_dynamic_bsz).")
+    ppo_epochs: int | None = _f(None, "Passes over each batch; null: actor's.")
+    shuffle: bool | None = _f(None, "Null: actor.shuffle.")
+    grad_clip: float = _f(1.0, "Gradient norm clip.")
+    cliprange_value: float = _f(0.5, "Value clip range.")
+    loss_agg_mode: str = _f("token-mean", "How token losses are averaged.", choices=LOSS_AGG_MODES)
+    checkpoint: CheckpointConfig = _section(CheckpointConfig, "Critic checkpoint contents.")
+
+
+@dataclass
+class RewardModelModelConfig:
+    path: str | None = _f(None, "Sequence-classification reward model folder.")
+    input_tokenizer: str | None = _f(None, "Tokenizer of the policy; null: the actor's model.")
+    trust_remote_code: bool = _f(False, "Allow custom model code from the model folder.")
+
+
+@dataclass
+class RewardModelConfig:
+    enable: bool = _f(False, "Score responses with a reward model.")
+    model: RewardModelModelConfig = _section(RewardModelModelConfig, "The reward model.")
+    micro_batch_size_per_gpu: int | None = _f(None, "Samples per forward per GPU.")
+    max_length: int | None = _f(None, "Longest scored sequence; null: prompt + response.")
+    reward_manager: str = _f(
+        "naive", "How rule rewards are computed.", choices=("naive", "batch", "parallel")
+    )
+    launch_reward_fn_async: bool = _f(False, "Compute rewards while log-probs are computed.")
+
+
+@dataclass
+class CustomRewardFunctionConfig:
+    path: str | None = _f(None, "Python file with a reward function.")
+    name: str = _f("compute_score", "Function name in that file.")
+    reward_kwargs: dict[str, Any] = _f({}, "Extra keyword arguments for the function.")
+
+
+@dataclass
+class RewardComponent:
+    name: str = _f("", "Registered reward function.", choices=REWARD_COMPONENTS)
+    weight: float = _f(1.0, "Weight in the sum.")
+    kwargs: dict[str, Any] = _f({}, "Keyword arguments for the function.")
+
+
+@dataclass
+class RewardConfig:
+    num_workers: int = _f(1, "Processes scoring responses in parallel.")
+    components: list[RewardComponent] = _f(
+        [], "Weighted sum of rewards; empty: dispatch by data_source (or the custom function)."
+    )
+
+
+@dataclass
+class KLControlConfig:
+    type: str = _f("fixed", "KL coefficient controller.", choices=("fixed", "adaptive", "pid"))
+    kl_coef: float = _f(0.001, "(Initial) coefficient of KL in the reward.", basic=True)
+    horizon: int = _f(10000, "adaptive: steps over which the coefficient adapts.")
+    target_kl: float = _f(0.1, "adaptive/pid: KL the controller aims for.")
+    kp: float = _f(0.1, "pid: proportional gain on (kl - target_kl).")
+    ki: float = _f(0.01, "pid: integral gain.")
+    kd: float = _f(0.0, "pid: derivative gain.")
+
+
+@dataclass
+class AlgorithmConfig:
+    gamma: float = _f(1.0, "Discount factor.")
+    lam: float = _f(1.0, "GAE lambda.")
+    adv_estimator: str = _f("gae", "Advantage estimator.", choices=ADV_ESTIMATORS, basic=True)
+    norm_adv_by_std_in_grpo: bool = _f(True, "Divide GRPO advantages by the group std.")
+    use_kl_in_reward: bool = _f(False, "Subtract a KL penalty from the reward (PPO).", basic=True)
+    kl_penalty: str = _f("kl", "KL estimator of the reward penalty.", choices=KL_TYPES)
+    kl_ctrl: KLControlConfig = _section(KLControlConfig, "KL-in-reward coefficient control.")
+    allow_single_sample_groups: bool = _f(False, "Let group estimators run with rollout.n=1.")
+
+
+@dataclass
+class TrainerConfig:
+    total_epochs: int = _f(30, "Passes over the training data.", basic=True)
+    total_training_steps: int | None = _f(None, "Stop after this many steps.", basic=True)
+    project_name: str = _f("posttrain", "Project the run belongs to.", basic=True)
+    experiment_name: str = _f("default", "Name of the run.", basic=True)
+    logger: list[str] = _f(["console"], "Metric sinks.", choices=("console", "jsonl"))
+    log_val_generations: int = _f(0, "Validation samples logged per validation.")
+    nnodes: int = _f(1, "Machines.")
+    n_gpus_per_node: int = _f(8, "Worker processes per machine (GPUs, or CPU ranks).", basic=True)
+    device: str = _f(
+        "auto", "auto: cuda when visible.", choices=("auto", "cpu", "cuda"), basic=True
+    )
+    controller: str = _f(
+        "local", "Run workers in-process or as Ray actors.", choices=("local", "ray")
+    )
+    balance_batch: bool = _f(True, "Balance tokens across data-parallel ranks.")
+    save_freq: int = _f(-1, "Checkpoint every N steps; -1: never.", basic=True)
+    resume_mode: str = _f("auto", "Resume source.", choices=("auto", "disable", "resume_path"))
+    resume_from_path: str | None = _f(None, "Checkpoint folder (resume_mode=resume_path).")
+    test_freq: int = _f(-1, "Validate every N steps; -1: never.", basic=True)
+    val_before_train: bool = _f(True, "Validate before the first step.")
+    val_only: bool = _f(False, "Validate and stop.")
+    critic_warmup: int = _f(0, "Steps training only the critic.")
+    default_local_dir: str = _f(
+        "checkpoints/${trainer.project_name}/${trainer.experiment_name}", "Checkpoint folder."
+    )
+    max_actor_ckpt_to_keep: int | None = _f(None, "Actor checkpoints kept; null: all.")
+    max_critic_ckpt_to_keep: int | None = _f(None, "Critic checkpoints kept; null: all.")
+    seed: int = _f(1, "Seed of sampling and initialisation.")
+
+
+@dataclass
+class RayInitConfig:
+    num_cpus: int | None = _f(None, "CPUs Ray may use; null: all.")
+    address: str | None = _f(None, "Ray cluster address; null: RAY_ADDRESS or a local head.")
+    include_dashboard: bool = _f(False, "Start Ray's dashboard.")
+
+
+@dataclass
+class PPOConfig:
+    data: DataConfig = _section(DataConfig, "Training and validation data.")
+    actor_rollout_ref: ActorRolloutRefConfig = _section(
+        ActorRolloutRefConfig, "Policy, rollout and reference."
+    )
+    critic: CriticConfig = _section(CriticConfig, "Value model (gae).")
+    reward_model: RewardModelConfig = _section(RewardModelConfig, "Model-based reward.")
+    custom_reward_function: CustomRewardFunctionConfig = _section(
+        CustomRewardFunctionConfig, "User reward function."
+    )
+    reward: RewardConfig = _section(RewardConfig, "Reward composition (PostTrain).")
+    algorithm: AlgorithmConfig = _section(AlgorithmConfig, "Advantage and KL settings.")
+    trainer: TrainerConfig = _section(TrainerConfig, "Training loop, logging, checkpoints.")
+    ray_init: RayInitConfig = _section(RayInitConfig, "Ray start-up.")
+    extras: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Keys added with +key=value that PostTrain does not know.",
+            "extras": True,
+        },
+    )

@@ -1,0 +1,546 @@
+"""Check a PPOConfig before anything heavy runs, and fill in its derived values.
+
+``validate_config`` collects every problem instead of stopping at the first, so the web form can
+mark each field and the CLI can print them all; each error names the key, the value and the fix.
+The batch checks follow verl's (``RayPPOTrainer._validate_config`` and the FSDP workers): batch
+sizes count prompts, a mini-batch times ``rollout.n`` is split evenly over the workers, and each
+worker's share must be a multiple of its micro-batch. What only the running machine can tell (is
+a GPU visible?) is checked when the run starts.
+
+``resolve_config`` plays the part of verl's YAML interpolations: fields left ``None`` take the
+value verl would interpolate (critic batch sizes from the actor, rollout lengths from the data)
+and ``${dotted.key}`` in string fields is substituted. Every run stores the resolved config.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import math
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from engine.config.introspect import get_value
+from engine.config.loader import (
+    _REFERENCE,
+    _fields,
+    _is_runtime,
+    _is_section,
+    matches_type,
+    type_error,
+)
+from engine.config.schema import (
+    DATA_KEY_MAP_TARGETS,
+    GROUP_ESTIMATORS,
+    ConfigFieldError,
+    ConfigValidationError,
+    PPOConfig,
+)
+
+_REMOTE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+_ARR = "actor_rollout_ref"
+
+
+def _keys(text: str) -> list[str]:
+    return text.split()
+
+
+# Keys that must be > 0 (None passes where the field is optional).
+_POSITIVE = _keys("""
+    data.max_prompt_length data.max_response_length data.train_batch_size data.val_batch_size
+    actor_rollout_ref.actor.ppo_mini_batch_size actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu
+    actor_rollout_ref.actor.ppo_max_token_len_per_gpu actor_rollout_ref.actor.ppo_epochs
+    actor_rollout_ref.actor.optim.lr actor_rollout_ref.actor.grad_clip
+    actor_rollout_ref.actor.clip_ratio actor_rollout_ref.actor.clip_ratio_low
+    actor_rollout_ref.actor.clip_ratio_high actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu
+    actor_rollout_ref.rollout.n actor_rollout_ref.rollout.val_kwargs.n
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu
+    actor_rollout_ref.rollout.tensor_model_parallel_size
+    actor_rollout_ref.rollout.max_num_batched_tokens actor_rollout_ref.rollout.max_num_seqs
+    actor_rollout_ref.rollout.max_model_len actor_rollout_ref.rollout.multi_turn.max_assistant_turns
+    actor_rollout_ref.rollout.multi_turn.max_user_turns reward_model.micro_batch_size_per_gpu
+    reward_model.max_length reward.num_workers trainer.total_epochs trainer.total_training_steps
+    trainer.nnodes trainer.n_gpus_per_node trainer.max_actor_ckpt_to_keep
+    trainer.max_critic_ckpt_to_keep ray_init.num_cpus
+""")
+
+# The same, checked only when the critic runs.
+_CRITIC_POSITIVE = _keys("""
+    critic.optim.lr critic.ppo_mini_batch_size critic.ppo_micro_batch_size_per_gpu
+    critic.ppo_max_token_len_per_gpu critic.ppo_epochs critic.grad_clip critic.cliprange_value
+""")
+
+# Keys that must be >= 0.
+_NON_NEGATIVE = _keys("""
+    data.dataloader_num_workers actor_rollout_ref.model.lora_rank
+    actor_rollout_ref.actor.kl_loss_coef actor_rollout_ref.actor.optim.weight_decay
+    actor_rollout_ref.rollout.temperature actor_rollout_ref.rollout.val_kwargs.temperature
+    algorithm.kl_ctrl.kl_coef critic.optim.weight_decay trainer.log_val_generations
+    trainer.critic_warmup
+""")
+
+# Keys in [0, 1].
+_UNIT_INTERVAL = _keys("""
+    algorithm.gamma algorithm.lam actor_rollout_ref.actor.optim.lr_warmup_steps_ratio
+    actor_rollout_ref.actor.optim.min_lr_ratio critic.optim.lr_warmup_steps_ratio
+    critic.optim.min_lr_ratio
+""")
+
+# Keys in (0, 1].
+_OPEN_UNIT_INTERVAL = _keys("""
+    actor_rollout_ref.rollout.top_p actor_rollout_ref.rollout.val_kwargs.top_p
+    actor_rollout_ref.rollout.gpu_memory_utilization
+""")
+
+
+class _Report:
+    """Errors and warnings collected by the checks."""
+
+    def __init__(self, cfg: PPOConfig) -> None:
+        self.cfg = cfg
+        self.errors: list[ConfigFieldError] = []
+        self.warnings: list[str] = []
+
+    def error(self, key: str, message: str, value: Any = ...) -> None:
+        value = get_value(self.cfg, key) if value is ... else value
+        self.errors.append(ConfigFieldError(key, value, message))
+
+
+def _leaves(obj: Any, prefix: str = "") -> Iterator[tuple[Any, dataclasses.Field, str, Any, Any]]:
+    """Yield (owner, field, key, annotation, value) for every leaf, list items of sections too."""
+    for name, (f, tp) in _fields(obj.__class__).items():
+        if _is_runtime(f):
+            continue
+        key, value = prefix + name, getattr(obj, name)
+        if _is_section(tp) and isinstance(value, tp):
+            yield from _leaves(value, key + ".")
+            continue
+        yield obj, f, key, tp, value
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                if dataclasses.is_dataclass(item):
+                    yield from _leaves(item, f"{key}[{i}].")
+
+
+def _interpolate(cfg: PPOConfig, key: str, text: str, depth: int = 0) -> str:
+    def substitute(match: re.Match) -> str:
+        reference = match.group(1)
+        try:
+            value = get_value(cfg, reference)
+        except ConfigFieldError:
+            raise ConfigFieldError(key, text, f"${{{reference}}} names no config key") from None
+        if value is None:
+            raise ConfigFieldError(key, text, f"${{{reference}}} is null; set {reference}")
+        if isinstance(value, str) and "${" in value and depth < 20:
+            return _interpolate(cfg, reference, value, depth + 1)
+        if isinstance(value, str) and "${" in value:
+            raise ConfigFieldError(key, text, "circular ${...} reference")
+        return str(value)
+
+    return _REFERENCE.sub(substitute, text)
+
+
+def _clamp_mini_batch(section: Any, batch: Any) -> None:
+    """Use the whole batch as the mini-batch when the mini-batch is larger (verl refuses)."""
+    mini = section.ppo_mini_batch_size
+    if isinstance(mini, int) and isinstance(batch, int) and 0 < batch < mini:
+        section.ppo_mini_batch_size = batch
+
+
+def _mini_batch_warnings(cfg: PPOConfig, resolved: PPOConfig) -> list[str]:
+    roles: list[tuple[str, Any, Any]] = [
+        (f"{_ARR}.actor", cfg.actor_rollout_ref.actor, resolved.actor_rollout_ref.actor)
+    ]
+    if resolved.critic.enable:
+        roles.append(("critic", cfg.critic, resolved.critic))
+    return [
+        f"{prefix}.ppo_mini_batch_size={before.ppo_mini_batch_size} is larger than "
+        f"data.train_batch_size={after.ppo_mini_batch_size}: each step makes one update with "
+        f"all {after.ppo_mini_batch_size} prompts; set {prefix}.ppo_mini_batch_size to choose"
+        for prefix, before, after in roles
+        if before.ppo_mini_batch_size not in (None, after.ppo_mini_batch_size)
+    ]
+
+
+def resolve_config(cfg: PPOConfig) -> PPOConfig:
+    """Fill derived values in place the way verl's interpolations do, and return cfg.
+
+    Calling it again changes nothing. Call it on the final config: a derived value does not
+    follow later edits of its source.
+    """
+    for owner, f, key, _, value in list(_leaves(cfg)):
+        if isinstance(value, str) and "${" in value:
+            setattr(owner, f.name, _interpolate(cfg, key, value))
+    arr, critic = cfg.actor_rollout_ref, cfg.critic
+    actor, model = arr.actor, arr.model
+
+    def inherit(obj: Any, name: str, value: Any) -> None:
+        if getattr(obj, name) is None:
+            setattr(obj, name, copy.deepcopy(value))
+
+    inherit(model, "tokenizer_path", model.path)
+    inherit(actor, "clip_ratio_low", actor.clip_ratio)
+    inherit(actor, "clip_ratio_high", actor.clip_ratio)
+    inherit(actor.checkpoint, "load_contents", actor.checkpoint.save_contents)
+    inherit(arr.rollout, "prompt_length", cfg.data.max_prompt_length)
+    inherit(arr.rollout, "response_length", cfg.data.max_response_length)
+    for section in (arr.rollout, arr.ref):
+        inherit(section, "log_prob_use_dynamic_bsz", actor.use_dynamic_bsz)
+        inherit(section, "log_prob_max_token_len_per_gpu", actor.ppo_max_token_len_per_gpu)
+    inherit(critic, "enable", cfg.algorithm.adv_estimator == "gae")
+    _clamp_mini_batch(actor, cfg.data.train_batch_size)
+    for name in ("strategy", "ppo_mini_batch_size", "ppo_epochs", "shuffle", "use_dynamic_bsz"):
+        inherit(critic, name, getattr(actor, name))
+    _clamp_mini_batch(critic, cfg.data.train_batch_size)
+    inherit(critic.model, "path", model.path)
+    inherit(critic.model, "tokenizer_path", model.tokenizer_path)
+    inherit(critic.checkpoint, "load_contents", critic.checkpoint.save_contents)
+    inherit(cfg.reward_model.model, "input_tokenizer", model.path)
+    return cfg
+
+
+def _clone(obj: Any) -> Any:
+    """Copy a config section by section; runtime objects (a loaded model) are shared, not copied."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changes = {
+            f.name: _clone(getattr(obj, f.name))
+            for f in dataclasses.fields(obj)
+            if not _is_runtime(f)
+        }
+        return dataclasses.replace(obj, **changes)
+    return copy.deepcopy(obj) if isinstance(obj, list | dict) else obj
+
+
+def _check_choices(report: _Report) -> None:
+    for _, f, key, _, value in _leaves(report.cfg):
+        choices = f.metadata.get("choices")
+        if not choices or value is None:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if item not in choices:
+                close = difflib.get_close_matches(str(item), choices, n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                report.error(key, f"must be one of {', '.join(choices)}{hint}", value)
+
+
+def _check_ranges(report: _Report, critic_on: bool) -> None:
+    def check(keys: list[str] | tuple[str, ...], ok: Any, rule: str) -> None:
+        for key in keys:
+            value = get_value(report.cfg, key)
+            if value is not None and not ok(value):
+                report.error(key, f"must be {rule}")
+
+    check(_POSITIVE + (_CRITIC_POSITIVE if critic_on else []), lambda v: v > 0, "> 0")
+    check(_NON_NEGATIVE, lambda v: v >= 0, ">= 0")
+    check(_UNIT_INTERVAL, lambda v: 0 <= v <= 1, "between 0 and 1")
+    check(_OPEN_UNIT_INTERVAL, lambda v: 0 < v <= 1, "in (0, 1]")
+    off = "-1 (off) or a positive number of steps"
+    check(("trainer.save_freq", "trainer.test_freq"), lambda v: v == -1 or v > 0, off)
+    check(
+        (f"{_ARR}.rollout.top_k", f"{_ARR}.rollout.val_kwargs.top_k"),
+        lambda v: v == -1 or v > 0,
+        "-1 (off) or > 0",
+    )
+    check(
+        (f"{_ARR}.actor.optim.lr_warmup_steps", "critic.optim.lr_warmup_steps"),
+        lambda v: v >= -1,
+        ">= -1 (-1: use lr_warmup_steps_ratio)",
+    )
+    for key in (f"{_ARR}.actor.optim.betas", "critic.optim.betas"):
+        betas = get_value(report.cfg, key)
+        if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
+            report.error(key, "must be two numbers in [0, 1), e.g. [0.9, 0.999]")
+    cfg = report.cfg
+    if cfg.actor_rollout_ref.actor.clip_ratio_c <= 1:
+        report.error(f"{_ARR}.actor.clip_ratio_c", "must be > 1 (dual-clip PPO; verl uses 3.0)")
+
+
+def _check_algorithm(report: _Report, critic_enable: bool | None) -> None:
+    cfg = report.cfg
+    algo, actor, rollout = cfg.algorithm, cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    estimator = algo.adv_estimator
+    if estimator in GROUP_ESTIMATORS and rollout.n < 2 and not algo.allow_single_sample_groups:
+        report.error(
+            f"{_ARR}.rollout.n",
+            f"{estimator} compares the responses to the same prompt, so it needs groups; "
+            f"set actor_rollout_ref.rollout.n>=2 (e.g. 4), or "
+            "algorithm.allow_single_sample_groups=True to run with single samples",
+        )
+    if estimator in GROUP_ESTIMATORS and rollout.n > 1 and not rollout.do_sample:
+        report.warnings.append(
+            f"{estimator} with actor_rollout_ref.rollout.do_sample=False: every response in a "
+            "group is the same, so every advantage is 0; set do_sample=True"
+        )
+    if estimator == "gae" and critic_enable is False:
+        report.error(
+            "critic.enable",
+            "gae needs a value model; set critic.enable=True (or null), or choose a critic-free "
+            "estimator such as algorithm.adv_estimator=grpo",
+            False,
+        )
+    if estimator != "gae" and critic_enable:
+        report.warnings.append(
+            f"critic.enable=True with algorithm.adv_estimator={estimator}: the critic is trained "
+            "but its values are not used"
+        )
+    if algo.use_kl_in_reward and actor.use_kl_loss:
+        report.warnings.append(
+            "both algorithm.use_kl_in_reward and actor_rollout_ref.actor.use_kl_loss are on: "
+            "the KL to the reference is penalised twice"
+        )
+    if estimator == "grpo" and not (algo.use_kl_in_reward or actor.use_kl_loss):
+        report.warnings.append(
+            "GRPO without a KL term: nothing keeps the policy near the reference; set "
+            "actor_rollout_ref.actor.use_kl_loss=True (kl_loss_coef=0.001, as verl's examples)"
+        )
+    if algo.kl_ctrl.type in ("adaptive", "pid") and algo.kl_ctrl.target_kl <= 0:
+        report.error(
+            "algorithm.kl_ctrl.target_kl", f"must be > 0 for kl_ctrl.type={algo.kl_ctrl.type}"
+        )
+    if algo.kl_ctrl.type == "adaptive" and algo.kl_ctrl.horizon <= 0:
+        report.error("algorithm.kl_ctrl.horizon", "must be > 0 for kl_ctrl.type=adaptive")
+
+
+def _check_batches(report: _Report, role: str) -> None:
+    """Check one trainable role's batch sizes as verl's FSDP workers do."""
+    cfg = report.cfg
+    section: Any = cfg.critic if role == "critic" else cfg.actor_rollout_ref.actor
+    prefix = "critic" if role == "critic" else f"{_ARR}.actor"
+    n, batch, mini = (
+        cfg.actor_rollout_ref.rollout.n,
+        cfg.data.train_batch_size,
+        section.ppo_mini_batch_size,
+    )
+    workers = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+    if min(n, batch, mini, workers) <= 0:
+        return  # reported by the range checks
+    if role == "actor" and batch * n % workers:
+        report.error(
+            "data.train_batch_size",
+            f"train_batch_size * rollout.n = {batch * n} samples cannot be split evenly over "
+            f"{workers} workers (trainer.nnodes * trainer.n_gpus_per_node); make it a multiple",
+        )
+    if batch % mini:
+        divisor = max(d for d in range(1, mini + 1) if batch % d == 0)
+        report.error(
+            f"{prefix}.ppo_mini_batch_size",
+            f"data.train_batch_size={batch} is not a multiple of it; use a divisor such as {divisor}",
+        )
+    if mini * n % workers:
+        report.error(
+            f"{prefix}.ppo_mini_batch_size",
+            f"a mini-batch of {mini * n} samples (ppo_mini_batch_size * rollout.n) cannot be "
+            f"split evenly over {workers} workers; make it a multiple of {workers}",
+        )
+        return
+    per_worker, micro = mini * n // workers, section.ppo_micro_batch_size_per_gpu
+    if micro and not section.use_dynamic_bsz and per_worker % micro:
+        report.error(
+            f"{prefix}.ppo_micro_batch_size_per_gpu",
+            f"each worker's mini-batch has {per_worker} samples, not a multiple of {micro}; "
+            f"use a divisor of {per_worker}",
+        )
+    longest = cfg.data.max_prompt_length + cfg.data.max_response_length
+    if section.use_dynamic_bsz and section.ppo_max_token_len_per_gpu < longest:
+        report.error(
+            f"{prefix}.ppo_max_token_len_per_gpu",
+            f"must hold one full sequence: at least max_prompt_length + max_response_length = {longest}",
+        )
+
+
+def _local_path(report: _Report, key: str, value: str) -> Path | None:
+    """Return the local path to check, or None for tiny:// (built on demand) and remote URIs."""
+    if value.startswith("tiny://"):
+        return None
+    if _REMOTE.match(value):
+        report.warnings.append(f"{key}={value!r} is not a local path and was not checked")
+        return None
+    return Path(value).expanduser()
+
+
+def _check_file(report: _Report, key: str, value: str, fix: str) -> None:
+    path = _local_path(report, key, value)
+    if path is None:
+        return
+    if not path.exists():
+        report.error(key, f"{path} does not exist; {fix}", value)
+    elif not os.access(path, os.R_OK):
+        report.error(key, f"{path} cannot be read (permissions); {fix}", value)
+
+
+def _check_model_dir(report: _Report, key: str, value: str) -> None:
+    path = _local_path(report, key, value)
+    if path is None:
+        return
+    fix = f"point {key} at a local Hugging Face folder (with config.json), or use tiny://model"
+    if not path.is_dir():
+        problem = "is a file, not a folder" if path.exists() else "does not exist"
+        report.error(key, f"{path} {problem}; {fix}", value)
+    elif not os.access(path, os.R_OK | os.X_OK) or not (path / "config.json").is_file():
+        report.error(key, f"{path} has no readable config.json; {fix}", value)
+
+
+def _files(value: str | list[str] | None) -> list[str]:
+    return [v for v in ([value] if isinstance(value, str) else value or []) if v]
+
+
+def _check_inputs(report: _Report, original: PPOConfig, check_files: bool) -> None:
+    cfg, data, trainer = report.cfg, report.cfg.data, report.cfg.trainer
+    model, critic = cfg.actor_rollout_ref.model, cfg.critic
+    if not _files(data.train_files):
+        report.error(
+            "data.train_files",
+            "set it to a parquet, JSONL or CSV file (tiny://train.parquet: the embedded task)",
+        )
+    if not _files(data.val_files) and (trainer.test_freq > 0 or trainer.val_before_train):
+        reason = "trainer.val_before_train=True" if trainer.val_before_train else ""
+        if trainer.test_freq > 0:
+            reason = " and ".join(filter(None, [reason, f"trainer.test_freq={trainer.test_freq}"]))
+        report.error(
+            "data.val_files",
+            f"validation is on ({reason}); set data.val_files, or turn validation off with "
+            "trainer.test_freq=-1 trainer.val_before_train=False",
+        )
+    for target, column in data.data_key_map.items():
+        if target not in DATA_KEY_MAP_TARGETS or not column:
+            report.error(
+                f"data.data_key_map.{target}",
+                f"targets are {', '.join(DATA_KEY_MAP_TARGETS)}, each mapped to a source column "
+                "(e.g. data.data_key_map.prompt=question)",
+                column,
+            )
+    has_model = original.actor_rollout_ref.model.hf_model is not None
+    if model.path is None and not has_model:
+        report.error(
+            f"{_ARR}.model.path",
+            f"point {_ARR}.model.path at a local Hugging Face folder, or use tiny://model",
+        )
+    if cfg.reward_model.enable and not cfg.reward_model.model.path:
+        report.error(
+            "reward_model.model.path", "reward_model.enable=True needs a reward model folder"
+        )
+    if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
+        report.error(
+            "trainer.resume_from_path", "resume_mode=resume_path needs a checkpoint folder here"
+        )
+    if not check_files:
+        return
+    data_fix = "check the path, or upload the data"
+    for key in ("data.train_files", "data.val_files"):
+        for value in _files(get_value(cfg, key)):
+            _check_file(report, key, value, data_fix)
+    if model.path and not has_model:
+        _check_model_dir(report, f"{_ARR}.model.path", model.path)
+    tokenizer = original.actor_rollout_ref.model
+    if (
+        tokenizer.tokenizer_path
+        and tokenizer.tokenizer_path != model.path
+        and tokenizer.tokenizer is None
+    ):
+        _check_file(
+            report,
+            f"{_ARR}.model.tokenizer_path",
+            tokenizer.tokenizer_path,
+            "point it at a tokenizer folder",
+        )
+    if data.tokenizer:
+        _check_file(report, "data.tokenizer", data.tokenizer, "point it at a tokenizer folder")
+    if critic.enable and critic.model.path and critic.model.path != model.path:
+        _check_model_dir(report, "critic.model.path", critic.model.path)
+    if cfg.reward_model.enable and cfg.reward_model.model.path:
+        _check_model_dir(report, "reward_model.model.path", cfg.reward_model.model.path)
+    if cfg.custom_reward_function.path:
+        _check_file(
+            report,
+            "custom_reward_function.path",
+            cfg.custom_reward_function.path,
+            "point it at a Python file",
+        )
+    multi_turn = cfg.actor_rollout_ref.rollout.multi_turn
+    if multi_turn.enable and multi_turn.interaction_path:
+        _check_file(
+            report,
+            f"{_ARR}.rollout.multi_turn.interaction_path",
+            multi_turn.interaction_path,
+            "point it at a Python file",
+        )
+    if trainer.resume_mode == "resume_path" and trainer.resume_from_path:
+        _check_file(
+            report,
+            "trainer.resume_from_path",
+            trainer.resume_from_path,
+            "point it at a checkpoint folder",
+        )
+
+
+def _check_rollout_and_rewards(report: _Report) -> None:
+    cfg = report.cfg
+    rollout, workers = (
+        cfg.actor_rollout_ref.rollout,
+        cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node,
+    )
+    if rollout.name == "vllm" and cfg.trainer.device == "cpu":
+        report.error(
+            f"{_ARR}.rollout.name", "vLLM needs a CUDA GPU; use actor_rollout_ref.rollout.name=hf"
+        )
+    if rollout.name == "vllm" and rollout.tensor_model_parallel_size > workers:
+        report.error(
+            f"{_ARR}.rollout.tensor_model_parallel_size", f"exceeds the {workers} workers; lower it"
+        )
+    for prefix, sampling in (
+        (f"{_ARR}.rollout", rollout),
+        (f"{_ARR}.rollout.val_kwargs", rollout.val_kwargs),
+    ):
+        if sampling.do_sample and sampling.temperature <= 0:
+            report.error(
+                f"{prefix}.temperature",
+                f"must be > 0 when sampling; set {prefix}.do_sample=False for greedy decoding",
+            )
+    for i, component in enumerate(cfg.reward.components):
+        key = f"reward.components[{i}]"
+        if not math.isfinite(component.weight):
+            report.error(f"{key}.weight", "must be a finite number", component.weight)
+        if component.name == "custom" and not cfg.custom_reward_function.path:
+            report.error(
+                f"{key}.name", "custom needs custom_reward_function.path (a Python file)", "custom"
+            )
+        if component.name == "reward_model" and not cfg.reward_model.enable:
+            report.error(
+                f"{key}.name", "reward_model needs reward_model.enable=True", "reward_model"
+            )
+
+
+def validate_config(cfg: PPOConfig, *, check_files: bool = True) -> list[str]:
+    """Return warnings for cfg, or raise ConfigValidationError carrying every error found.
+
+    ``cfg`` is not changed: the checks run on a resolved copy. ``check_files`` also checks that
+    data files and model folders exist and can be read (``tiny://`` paths always pass).
+    """
+    errors = [
+        type_error(key, value, tp)
+        for _, _, key, tp, value in _leaves(cfg)
+        if not matches_type(value, tp)
+    ]
+    if errors:
+        raise ConfigValidationError(errors)
+    try:
+        resolved = resolve_config(_clone(cfg))
+    except ConfigFieldError as exc:
+        raise ConfigValidationError([exc]) from None
+    report = _Report(resolved)
+    report.warnings += _mini_batch_warnings(cfg, resolved)
+    _check_choices(report)
+    _check_ranges(report, critic_on=bool(resolved.critic.enable))
+    _check_algorithm(report, cfg.critic.enable)
+    _check_batches(report, "actor")
+    if resolved.critic.enable:
+        _check_batches(report, "critic")
+    _check_inputs(report, cfg, check_files)
+    _check_rollout_and_rewards(report)
+    if report.errors:
+        raise ConfigValidationError(report.errors, report.warnings)
+    return report.warnings
