@@ -1,0 +1,333 @@
+"""validate_config and resolve_config on CPU: every check with its message, and derived values."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config import (
+    ConfigValidationError,
+    PPOConfig,
+    config_to_dict,
+    load_config,
+    resolve_config,
+    validate_config,
+)
+from engine.config.schema import GROUP_ESTIMATORS
+
+
+def problems(overrides, preset="grpo_tiny", check_files=False):
+    """Return {key: message} of the errors validate_config raises ({} when it passes)."""
+    try:
+        validate_config(load_config(preset, overrides), check_files=check_files)
+    except ConfigValidationError as exc:
+        return {error.key: error.message for error in exc.errors}
+    return {}
+
+
+def notes(overrides, preset="grpo_tiny"):
+    return validate_config(load_config(preset, overrides), check_files=False)
+
+
+@pytest.mark.parametrize("preset", ["grpo_tiny", "ppo_tiny"])
+def test_tiny_presets_validate_with_file_checks(preset):
+    assert validate_config(load_config(preset), check_files=True) == []
+
+
+def test_gsm8k_preset_validates_without_file_checks():
+    assert validate_config(load_config("grpo_gsm8k"), check_files=False) == []
+
+
+def test_unknown_choices_list_valid_values():
+    found = problems(["algorithm.adv_estimator=grpoo"])
+    assert "must be one of gae, grpo, rloo" in found["algorithm.adv_estimator"]
+    assert "did you mean grpo?" in found["algorithm.adv_estimator"]
+    assert "console, jsonl" in problems(["trainer.logger=[console,wandb]"])["trainer.logger"]
+    found = problems(["reward.components=[{name: gsm8kk}]"])
+    assert "did you mean gsm8k?" in found["reward.components[0].name"]
+    assert "fsdp, fsdp2" in problems(["critic.strategy=megatron"])["critic.strategy"]
+
+
+@pytest.mark.parametrize("estimator", GROUP_ESTIMATORS)
+def test_group_estimators_need_groups(estimator):
+    found = problems([f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.rollout.n=1"])
+    assert "set actor_rollout_ref.rollout.n>=2" in found["actor_rollout_ref.rollout.n"]
+    allowed = [
+        f"algorithm.adv_estimator={estimator}",
+        "actor_rollout_ref.rollout.n=1",
+        "algorithm.allow_single_sample_groups=True",
+    ]
+    assert problems(allowed) == {}
+
+
+def test_reinforce_plus_plus_runs_single_samples():
+    assert (
+        problems(["algorithm.adv_estimator=reinforce_plus_plus", "actor_rollout_ref.rollout.n=1"])
+        == {}
+    )
+
+
+def test_batch_split_over_workers():
+    # 6 prompts x 1 sample over 4 workers; the mini-batch (clamped to 6) cannot be split either.
+    found = problems(["data.train_batch_size=6", "trainer.n_gpus_per_node=4"], preset="ppo_tiny")
+    assert "6 samples cannot be split evenly over 4 workers" in found["data.train_batch_size"]
+    assert "6 samples" in found["actor_rollout_ref.actor.ppo_mini_batch_size"]
+    assert "critic.ppo_mini_batch_size" in found
+
+
+def test_batch_must_be_multiple_of_mini_batch():
+    found = problems(["actor_rollout_ref.actor.ppo_mini_batch_size=3"])
+    message = found["actor_rollout_ref.actor.ppo_mini_batch_size"]
+    assert "data.train_batch_size=8 is not a multiple of it; use a divisor such as 2" in message
+
+
+def test_micro_batch_divides_per_worker_mini_batch():
+    # 8 prompts x 4 samples on 1 worker = 32 samples per mini-batch.
+    found = problems(["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=5"])
+    message = found["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"]
+    assert "32 samples, not a multiple of 5; use a divisor of 32" in message
+    assert problems(["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8"]) == {}
+    # On 2 workers each has 16 samples.
+    found = problems(
+        ["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32"]
+    )
+    assert "16 samples" in found["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"]
+    # With dynamic batching micro-batches are packed by tokens instead.
+    assert (
+        problems(
+            [
+                "actor_rollout_ref.actor.use_dynamic_bsz=True",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=5",
+            ]
+        )
+        == {}
+    )
+
+
+def test_critic_micro_batch_checked_when_critic_runs():
+    found = problems(["critic.ppo_micro_batch_size_per_gpu=3"], preset="ppo_tiny")
+    assert "8 samples, not a multiple of 3" in found["critic.ppo_micro_batch_size_per_gpu"]
+    assert problems(["critic.ppo_micro_batch_size_per_gpu=3"], preset="grpo_tiny") == {}
+
+
+def test_dynamic_batch_token_budget_fits_a_sequence():
+    found = problems(
+        [
+            "actor_rollout_ref.actor.use_dynamic_bsz=True",
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=20",
+        ]
+    )
+    assert (
+        "at least max_prompt_length + max_response_length = 24"
+        in found["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"]
+    )
+
+
+def test_positive_lengths_and_learning_rates():
+    found = problems(
+        [
+            "data.max_prompt_length=0",
+            "data.max_response_length=-1",
+            "actor_rollout_ref.actor.optim.lr=0",
+        ]
+    )
+    assert found == {
+        "data.max_prompt_length": "must be > 0",
+        "data.max_response_length": "must be > 0",
+        "actor_rollout_ref.actor.optim.lr": "must be > 0",
+    }
+    assert problems(["critic.optim.lr=0"], preset="ppo_tiny") == {"critic.optim.lr": "must be > 0"}
+    assert problems(["critic.optim.lr=0"], preset="grpo_tiny") == {}  # no critic in GRPO
+
+
+def test_ranges():
+    found = problems(
+        [
+            "algorithm.gamma=1.5",
+            "actor_rollout_ref.rollout.top_p=0",
+            "trainer.save_freq=0",
+            "actor_rollout_ref.actor.optim.betas=[0.9]",
+        ]
+    )
+    assert found["algorithm.gamma"] == "must be between 0 and 1"
+    assert found["actor_rollout_ref.rollout.top_p"] == "must be in (0, 1]"
+    assert found["trainer.save_freq"] == "must be -1 (off) or a positive number of steps"
+    assert "two numbers" in found["actor_rollout_ref.actor.optim.betas"]
+
+
+def test_clip_ratio_c_above_one():
+    found = problems(["actor_rollout_ref.actor.clip_ratio_c=1.0"])
+    assert "must be > 1" in found["actor_rollout_ref.actor.clip_ratio_c"]
+
+
+def test_gae_needs_a_critic():
+    found = problems(["critic.enable=False"], preset="ppo_tiny")
+    assert "gae needs a value model; set critic.enable=True" in found["critic.enable"]
+
+
+def test_missing_files_and_model_folder(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    data = tmp_path / "train.parquet"
+    data.write_bytes(b"PAR1")
+    ok = [f"actor_rollout_ref.model.path={model}", f"data.train_files={data}"]
+    found = problems(ok, check_files=True)
+    assert "has no readable config.json" in found["actor_rollout_ref.model.path"]
+    (model / "config.json").write_text("{}")
+    assert problems(ok, check_files=True) == {}
+    found = problems(
+        [
+            f"actor_rollout_ref.model.path={tmp_path}/nope",
+            f"data.val_files=[{data},{tmp_path}/v.csv]",
+        ],
+        check_files=True,
+    )
+    assert (
+        "point actor_rollout_ref.model.path at a local Hugging Face folder"
+        in found["actor_rollout_ref.model.path"]
+    )
+    assert f"{tmp_path}/v.csv does not exist" in found["data.val_files"]
+    assert problems([f"actor_rollout_ref.model.path={tmp_path}/nope"], check_files=False) == {}
+
+
+def test_model_path_not_needed_with_a_loaded_model():
+    cfg = load_config("grpo_tiny", ["actor_rollout_ref.model.path=null"])
+    with pytest.raises(ConfigValidationError, match="point actor_rollout_ref.model.path"):
+        validate_config(cfg)
+    cfg.actor_rollout_ref.model.hf_model = object()
+    assert validate_config(cfg) == []
+
+
+def test_data_files_required():
+    found = problems(["data.train_files=null"])
+    assert "tiny://train.parquet" in found["data.train_files"]
+    found = problems(
+        ["data.val_files=null", "trainer.val_before_train=False", "trainer.test_freq=5"]
+    )
+    assert "trainer.test_freq=5" in found["data.val_files"]
+    assert "trainer.test_freq=-1 trainer.val_before_train=False" in found["data.val_files"]
+    off = ["data.val_files=null", "trainer.val_before_train=False", "trainer.test_freq=-1"]
+    assert problems(off) == {}
+
+
+def test_vllm_needs_a_gpu():
+    found = problems(["actor_rollout_ref.rollout.name=vllm"])
+    assert found["actor_rollout_ref.rollout.name"] == (
+        "vLLM needs a CUDA GPU; use actor_rollout_ref.rollout.name=hf"
+    )
+    assert problems(["actor_rollout_ref.rollout.name=vllm", "trainer.device=auto"]) == {}
+
+
+def test_other_input_checks():
+    found = problems(
+        [
+            "+data.data_key_map.question=prompt",
+            "reward.components=[{name: custom}, {name: reward_model}]",
+            "actor_rollout_ref.rollout.temperature=0",
+            "trainer.resume_mode=resume_path",
+        ]
+    )
+    assert "targets are prompt, ground_truth" in found["data.data_key_map.question"]
+    assert "custom_reward_function.path" in found["reward.components[0].name"]
+    assert "reward_model.enable=True" in found["reward.components[1].name"]
+    assert "do_sample=False" in found["actor_rollout_ref.rollout.temperature"]
+    assert "checkpoint folder" in found["trainer.resume_from_path"]
+
+
+def test_all_errors_reported_at_once():
+    with pytest.raises(ConfigValidationError) as info:
+        validate_config(
+            load_config(
+                "grpo_tiny",
+                ["actor_rollout_ref.rollout.n=1", "data.max_prompt_length=0", "trainer.device=gpu"],
+            )
+        )
+    assert [e.key for e in info.value.errors] == [
+        "trainer.device",
+        "data.max_prompt_length",
+        "actor_rollout_ref.rollout.n",
+    ]
+    assert "3 configuration error(s)" in str(info.value)
+
+
+def test_wrong_type_assigned_in_python():
+    cfg = load_config("grpo_tiny")
+    cfg.data.train_batch_size = "8"
+    with pytest.raises(ConfigValidationError) as info:
+        validate_config(cfg)
+    (error,) = info.value.errors
+    assert (error.key, error.value) == ("data.train_batch_size", "8")
+    assert "expected int" in error.message
+
+
+def test_warnings():
+    both = notes(["algorithm.use_kl_in_reward=True"])
+    assert any("penalised twice" in n for n in both)
+    assert any(
+        "GRPO without a KL term" in n for n in notes(["actor_rollout_ref.actor.use_kl_loss=False"])
+    )
+    assert any(
+        "every advantage is 0" in n for n in notes(["actor_rollout_ref.rollout.do_sample=False"])
+    )
+    assert notes([]) == []
+
+
+def test_resolve_fills_derived_values_and_is_idempotent():
+    cfg = load_config("ppo_tiny", ["trainer.experiment_name=run1"])
+    resolve_config(cfg)
+    assert cfg.trainer.default_local_dir == "checkpoints/posttrain/run1"
+    assert cfg.critic.enable is True
+    assert (cfg.critic.ppo_mini_batch_size, cfg.critic.ppo_epochs, cfg.critic.strategy) == (
+        8,
+        1,
+        "fsdp2",
+    )
+    assert cfg.critic.model.path == "tiny://model"
+    assert cfg.actor_rollout_ref.model.tokenizer_path == "tiny://model"
+    assert (
+        cfg.actor_rollout_ref.rollout.prompt_length,
+        cfg.actor_rollout_ref.rollout.response_length,
+    ) == (16, 8)
+    assert (
+        cfg.actor_rollout_ref.actor.clip_ratio_low
+        == cfg.actor_rollout_ref.actor.clip_ratio_high
+        == 0.2
+    )
+    assert cfg.actor_rollout_ref.ref.log_prob_max_token_len_per_gpu == 16384
+    assert cfg.actor_rollout_ref.actor.checkpoint.load_contents == ["model", "optimizer", "extra"]
+    once = config_to_dict(cfg)
+    assert config_to_dict(resolve_config(cfg)) == once
+    assert resolve_config(load_config("grpo_tiny")).critic.enable is False
+
+
+def test_resolve_keeps_explicit_values():
+    cfg = PPOConfig()
+    cfg.critic.ppo_mini_batch_size = 64
+    cfg.critic.enable = False
+    cfg.trainer.default_local_dir = "/ckpt"
+    resolve_config(cfg)
+    assert (cfg.critic.ppo_mini_batch_size, cfg.critic.enable, cfg.trainer.default_local_dir) == (
+        64,
+        False,
+        "/ckpt",
+    )
+
+
+def test_validate_does_not_change_the_config():
+    cfg = load_config("grpo_tiny")
+    before = config_to_dict(cfg)
+    validate_config(cfg)
+    assert config_to_dict(cfg) == before
+    assert cfg.critic.enable is None
+
+
+def test_bad_reference_is_a_validation_error():
+    cfg = load_config("grpo_tiny", ["trainer.default_local_dir=ckpt/${trainer.nope}"])
+    with pytest.raises(ConfigValidationError, match=r"\$\{trainer.nope\} names no config key"):
+        validate_config(cfg)
+
+
+def test_reward_component_choices_cover_the_reward_registry():
+    from engine.config.schema import REWARD_COMPONENTS
+    from engine.rewards import list_reward_fns
+
+    assert set(list_reward_fns()) <= set(REWARD_COMPONENTS)
