@@ -70,6 +70,10 @@ POSTTRAIN_SERVE_STATIC = _env_bool("POSTTRAIN_SERVE_STATIC", True)
 POSTTRAIN_ALLOW_SIGNUP = _env_bool("POSTTRAIN_ALLOW_SIGNUP", False)
 # A run whose heartbeat is older than this is marked lost by the periodic sweep.
 POSTTRAIN_HEARTBEAT_TIMEOUT_S = int(os.environ.get("POSTTRAIN_HEARTBEAT_TIMEOUT_S", "120"))
+# Custom reward functions are picked from the *.py files an administrator places here.
+POSTTRAIN_REWARD_MODULES_DIR = Path(
+    os.environ.get("POSTTRAIN_REWARD_MODULES_DIR") or BASE_DIR / "rewards_contrib"
+)
 
 INSTALLED_APPS = [
     "daphne",
@@ -79,7 +83,12 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.postgres",
     "channels",
+    "webapp.accounts",
+    "webapp.experiments",
+    "webapp.runs",
+    "webapp.datasets",
 ]
 
 MIDDLEWARE = [
@@ -126,6 +135,9 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = False
 CELERY_WORKER_REDIRECT_STDOUTS = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    "mark-lost-runs": {"task": "workers.tasks.mark_lost_runs", "schedule": 60.0},
+}
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"

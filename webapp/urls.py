@@ -5,5 +5,9 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("accounts/", include("webapp.accounts.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("datasets/", include("webapp.datasets.urls")),
+    path("runs/", include("webapp.runs.urls")),
+    path("", include("webapp.experiments.urls")),
 ]

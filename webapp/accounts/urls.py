@@ -1,0 +1,5 @@
+from django.urls import path
+
+from webapp.accounts import views
+
+urlpatterns = [path("signup/", views.signup, name="signup")]

@@ -1,0 +1,11 @@
+from django.contrib import admin
+
+from webapp.datasets.models import Dataset
+
+
+@admin.register(Dataset)
+class DatasetAdmin(admin.ModelAdmin):
+    list_display = ("name", "owner", "format", "row_count", "created_at")
+    list_filter = ("format",)
+    search_fields = ("name", "owner__username")
+    raw_id_fields = ("owner",)

@@ -1,0 +1,50 @@
+"""Forms for uploading a dataset and mapping its columns to the engine's fields."""
+
+from __future__ import annotations
+
+from django import forms
+
+from engine.data.dataset import MAP_TARGETS
+
+KEY_MAP_HELP = {
+    "prompt": "Column with the prompt (text or chat messages). Empty: 'prompt'.",
+    "ground_truth": "Column with the reference answer. Empty: reward_model.ground_truth.",
+    "data_source": "Column naming the task (selects the reward). Empty: the file name.",
+    "ability": "Column with the task category (optional).",
+}
+
+
+class KeyMapForm(forms.Form):
+    """One text field per engine field: the file column that feeds it (empty: the default)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for target in MAP_TARGETS:
+            self.fields[f"map_{target}"] = forms.CharField(
+                label=f"{target} ←",
+                required=False,
+                max_length=200,
+                help_text=KEY_MAP_HELP.get(target, ""),
+            )
+
+    @staticmethod
+    def initial_from(key_map: dict[str, str]) -> dict[str, str]:
+        """Return the form's initial values for a stored key map."""
+        return {f"map_{target}": column for target, column in key_map.items()}
+
+    def key_map(self) -> dict[str, str]:
+        """Return the cleaned key map (target -> column), empty entries dropped."""
+        return {
+            target: self.cleaned_data[f"map_{target}"].strip()
+            for target in MAP_TARGETS
+            if self.cleaned_data.get(f"map_{target}", "").strip()
+        }
+
+
+class DatasetUploadForm(KeyMapForm):
+    name = forms.CharField(max_length=200, required=False, help_text="Empty: the file name.")
+    file = forms.FileField(
+        help_text="JSON lines (.jsonl), parquet (.parquet) or CSV with a header."
+    )
+
+    field_order = ["name", "file"]

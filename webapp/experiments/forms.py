@@ -1,0 +1,303 @@
+"""The experiment builder: a Django form generated from the engine's config schema.
+
+Every leaf of ``PPOConfig`` that ``engine.config.iter_field_specs`` lists becomes a field (its
+help text, choices and basic/advanced flag come from the schema), named by its dotted key with
+``__`` for the dots. Values stay text until ``engine.config.set_value`` converts them, so a bad
+value is reported in the engine's words next to its field; the studio's own widgets pick the
+dataset, the custom reward function from the installed modules, and the weighted reward
+components. ``clean`` runs the engine's validator (through ``config_check``) so every error shows
+at once; the service checks again when it stores the experiment.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+from django import forms
+
+from engine.config import (
+    ConfigFieldError,
+    ConfigValidationError,
+    FieldSpec,
+    PPOConfig,
+    get_value,
+    iter_field_specs,
+    set_value,
+)
+from engine.config.loader import yaml_load
+from webapp.datasets.selectors import dataset_list_for_user
+from webapp.experiments.configs import STUDIO_MANAGED_KEYS, config_check
+from webapp.experiments.rewards import list_reward_functions, reward_function_for_path
+
+CUSTOM_REWARD_KEYS = ("custom_reward_function.path", "custom_reward_function.name")
+COMPONENTS_KEY = "reward.components"
+HIDDEN_KEYS = (*STUDIO_MANAGED_KEYS, *CUSTOM_REWARD_KEYS, COMPONENTS_KEY)
+
+GROUP_LABELS = {
+    "data": "Data",
+    "model": "Model",
+    "actor": "Actor (policy training)",
+    "ref": "Reference policy",
+    "rollout": "Rollout",
+    "actor_rollout_ref": "Actor, rollout and reference",
+    "critic": "Critic (value model)",
+    "reward_model": "Reward model",
+    "custom_reward_function": "Custom reward function",
+    "reward": "Reward",
+    "algorithm": "Algorithm",
+    "trainer": "Trainer",
+    "ray_init": "Ray",
+}
+
+
+def field_name(key: str) -> str:
+    """Return the form field name of a dotted config key."""
+    return key.replace(".", "__")
+
+
+def value_text(value: Any) -> Any:
+    """Return a config value as the form shows it (YAML flow for lists and dicts)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, list | dict):
+        return yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+    return str(value)
+
+
+def _schema_field(spec: FieldSpec) -> forms.Field:
+    label = spec.key.rsplit(".", 1)[-1]
+    common = {"label": label, "help_text": spec.help, "required": False}
+    if spec.choices and spec.type is list:
+        return forms.MultipleChoiceField(
+            choices=[(c, c) for c in spec.choices], widget=forms.CheckboxSelectMultiple, **common
+        )
+    if spec.choices:
+        choices = [(c, c) for c in spec.choices]
+        if spec.nullable:
+            choices = [("", "(null)"), *choices]
+        return forms.ChoiceField(choices=choices, **common)
+    if spec.type is bool and not spec.nullable:
+        return forms.BooleanField(**common)
+    if spec.type is bool:
+        return forms.ChoiceField(
+            choices=[("", "(null)"), ("true", "true"), ("false", "false")], **common
+        )
+    if spec.type in (list, dict) or spec.type is Any:
+        return forms.CharField(widget=forms.TextInput(attrs={"class": "yaml"}), **common)
+    return forms.CharField(
+        widget=forms.TextInput(attrs={"inputmode": "decimal"} if spec.type in (int, float) else {}),
+        **common,
+    )
+
+
+class ExperimentForm(forms.Form):
+    """Name, tags and the whole engine config; ``clean`` leaves the parsed config in ``config``."""
+
+    preset = forms.CharField(widget=forms.HiddenInput, required=False)
+    name = forms.CharField(max_length=200)
+    description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+    tags = forms.CharField(required=False, help_text="Comma-separated, e.g. grpo, tiny.")
+    launch = forms.BooleanField(required=False, initial=True, label="Launch a run now")
+    train_dataset = forms.ModelChoiceField(
+        queryset=None, required=False, help_text="One of your uploads; sets data.train_files."
+    )
+    val_dataset = forms.ModelChoiceField(
+        queryset=None, required=False, help_text="One of your uploads; sets data.val_files."
+    )
+    custom_reward = forms.ChoiceField(
+        required=False,
+        help_text="A function from the reward modules installed on the server.",
+    )
+
+    def __init__(self, *args: Any, owner: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from engine.rewards import list_reward_fns
+
+        self.owner = owner
+        self.config: PPOConfig | None = None
+        self.warnings: list[str] = []
+        datasets = dataset_list_for_user(user=owner)
+        self.fields["train_dataset"].queryset = datasets
+        self.fields["val_dataset"].queryset = datasets
+        self.reward_functions = {f.choice: f for f in list_reward_functions()}
+        self.fields["custom_reward"].choices = [("", "(none)")] + [
+            (choice, f"{choice} — {f.doc}" if f.doc else choice)
+            for choice, f in self.reward_functions.items()
+        ]
+        self.reward_names = list_reward_fns()
+        for name in self.reward_names:
+            self.fields[f"reward_weight__{name}"] = forms.CharField(
+                required=False, label=name, widget=forms.TextInput(attrs={"inputmode": "decimal"})
+            )
+            self.fields[f"reward_kwargs__{name}"] = forms.CharField(
+                required=False,
+                label=f"{name} kwargs",
+                widget=forms.TextInput(attrs={"class": "yaml"}),
+            )
+        self.specs = [s for s in iter_field_specs() if s.key not in HIDDEN_KEYS]
+        for spec in self.specs:
+            self.fields[field_name(spec.key)] = _schema_field(spec)
+
+    # -- initial values ------------------------------------------------------------------------
+    @classmethod
+    def initial_from_config(cls, config: PPOConfig, owner: Any) -> dict[str, Any]:
+        """Return the form's initial values for ``config``."""
+        initial: dict[str, Any] = {}
+        for spec in iter_field_specs():
+            if spec.key in HIDDEN_KEYS:
+                continue
+            value = get_value(config, spec.key)
+            if spec.choices and spec.type is list:
+                initial[field_name(spec.key)] = list(value or [])
+                continue
+            if spec.type is bool and spec.nullable and value is not None:
+                value = "true" if value else "false"
+            initial[field_name(spec.key)] = value_text(value)
+        datasets = {d.path: d for d in dataset_list_for_user(user=owner)}
+        for key, name in (("data.train_files", "train_dataset"), ("data.val_files", "val_dataset")):
+            value = get_value(config, key)
+            if isinstance(value, str) and value in datasets:
+                initial[name] = datasets[value].pk
+        custom = config.custom_reward_function
+        function = reward_function_for_path(custom.path, custom.name)
+        if function is not None:
+            initial["custom_reward"] = function.choice
+        for component in config.reward.components:
+            initial[f"reward_weight__{component.name}"] = str(component.weight)
+            if component.kwargs:
+                initial[f"reward_kwargs__{component.name}"] = value_text(component.kwargs)
+        return initial
+
+    # -- building the config -------------------------------------------------------------------
+    def _set(self, config: PPOConfig, key: str, value: Any, field: str) -> None:
+        try:
+            set_value(config, key, value)
+        except ConfigFieldError as exc:
+            self.add_error(field, exc.message)
+
+    def _schema_value(self, spec: FieldSpec, raw: Any) -> Any:
+        if isinstance(raw, list) and not raw and spec.nullable:
+            return None  # no box ticked on an optional list: the engine's default applies
+        if isinstance(raw, str) and spec.item_type is not None and spec.type is str:
+            text = raw.strip()
+            if text.startswith("["):  # ``str | list[str]`` fields: a YAML list of paths
+                return yaml_load(text, spec.key)
+        return raw
+
+    def _components(self) -> list[dict[str, Any]] | None:
+        components = []
+        for name in self.reward_names:
+            weight = (self.cleaned_data.get(f"reward_weight__{name}") or "").strip()
+            if not weight:
+                continue
+            kwargs_text = (self.cleaned_data.get(f"reward_kwargs__{name}") or "").strip()
+            try:
+                kwargs = yaml_load(kwargs_text, f"{name} kwargs") if kwargs_text else {}
+            except Exception as exc:
+                self.add_error(f"reward_kwargs__{name}", str(exc))
+                return None
+            components.append({"name": name, "weight": weight, "kwargs": kwargs or {}})
+        return components
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        config = PPOConfig()
+        for spec in self.specs:
+            name = field_name(spec.key)
+            if name not in cleaned:
+                continue
+            try:
+                value = self._schema_value(spec, cleaned[name])
+            except Exception as exc:
+                self.add_error(name, str(exc))
+                continue
+            self._set(config, spec.key, value, name)
+        for key, name in (("data.train_files", "train_dataset"), ("data.val_files", "val_dataset")):
+            dataset = cleaned.get(name)
+            if dataset is not None:
+                self._set(config, key, dataset.path, name)
+                if name == "train_dataset" and dataset.key_map:
+                    self._set(config, "data.data_key_map", dict(dataset.key_map), name)
+        function = self.reward_functions.get(cleaned.get("custom_reward") or "")
+        if function is not None:
+            self._set(config, "custom_reward_function.path", function.path, "custom_reward")
+            self._set(config, "custom_reward_function.name", function.name, "custom_reward")
+        components = self._components()
+        if components is not None:
+            try:
+                set_value(config, COMPONENTS_KEY, components)
+            except ConfigFieldError as exc:
+                self.add_error(self.field_for_key(exc.key), exc.message)
+        self.config = config
+        try:
+            self.warnings = config_check(owner=self.owner, config=config)
+        except ConfigValidationError as exc:
+            self.warnings = exc.warnings
+            self.add_config_errors(exc)
+        return cleaned
+
+    # -- errors from the engine ----------------------------------------------------------------
+    def field_for_key(self, key: str) -> str | None:
+        """Return the form field that shows errors of config ``key`` (None: the whole form)."""
+        match = re.match(r"reward\.components\[(\d+)\]", key)
+        if match:
+            active = [n for n in self.reward_names if self.data.get(f"reward_weight__{n}")]
+            index = int(match.group(1))
+            return f"reward_weight__{active[index]}" if index < len(active) else None
+        if key in CUSTOM_REWARD_KEYS:
+            return "custom_reward"
+        name = field_name(key)
+        return name if name in self.fields or key == "name" else None
+
+    def add_config_errors(self, error: ConfigValidationError) -> None:
+        """Show each of the engine's errors next to the field its key names.
+
+        A field whose text could not be read already shows that problem; the validator, which
+        saw the default there instead, is not asked about it again.
+        """
+        for item in error.errors:
+            name = self.field_for_key(item.key)
+            if name is not None and name in self.errors:
+                continue
+            self.add_error(name, item.message if name else str(item))
+
+    def field_groups(self, advanced: bool) -> list[tuple[str, list[forms.BoundField]]]:
+        """Return (label, bound fields) per schema group, basic or advanced fields only."""
+        groups: dict[str, list[forms.BoundField]] = {}
+        for spec in self.specs:
+            if spec.advanced == advanced:
+                groups.setdefault(spec.group, []).append(self[field_name(spec.key)])
+        return [(GROUP_LABELS.get(g, g), fields) for g, fields in groups.items()]
+
+    def reward_rows(self) -> list[tuple[forms.BoundField, forms.BoundField]]:
+        """Return (weight, kwargs) bound fields per built-in reward, for the composite table."""
+        return [
+            (self[f"reward_weight__{n}"], self[f"reward_kwargs__{n}"]) for n in self.reward_names
+        ]
+
+
+class YamlImportForm(forms.Form):
+    """A config in YAML, pasted or uploaded, to open in the builder."""
+
+    yaml_file = forms.FileField(required=False, label="YAML file")
+    yaml_text = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 6}), label="or paste YAML"
+    )
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        upload = cleaned.get("yaml_file")
+        if upload is not None:
+            try:
+                cleaned["text"] = upload.read().decode("utf-8")
+            except UnicodeDecodeError:
+                raise forms.ValidationError("the file is not UTF-8 text") from None
+        else:
+            cleaned["text"] = cleaned.get("yaml_text") or ""
+        if not cleaned["text"].strip():
+            raise forms.ValidationError("upload a YAML file or paste its text")
+        return cleaned

@@ -1,0 +1,38 @@
+"""The experiment: a named engine config that its owner built in the studio and launches as runs."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.db import models
+from django.urls import reverse
+
+
+class Experiment(models.Model):
+    """A validated engine config (``engine.config.config_to_dict``) with a name, tags and an owner."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="experiments"
+    )
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    tags = ArrayField(models.CharField(max_length=50), default=list, blank=True)
+    preset = models.CharField(max_length=100, blank=True, help_text="The preset it started from.")
+    config = models.JSONField(help_text="The engine config, validated by engine.config.")
+    archived = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [
+            models.Index(fields=["owner", "archived", "-updated_at"], name="experiment_owner_list"),
+            GinIndex(fields=["tags"], name="experiment_tags"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("experiments:detail", kwargs={"experiment_id": self.pk})

@@ -1,0 +1,65 @@
+"""Reward modules installed on the server, offered as custom reward functions.
+
+A custom reward is always a function in a ``*.py`` file that an administrator placed in
+``POSTTRAIN_REWARD_MODULES_DIR``; the browser only picks one, it never sends code. The files are
+read with ``ast`` rather than imported, so listing them runs none of their code.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+
+@dataclass(frozen=True)
+class RewardFunction:
+    """One public top-level function of an installed reward module."""
+
+    path: str  # absolute path of the module file
+    module: str  # the file name, e.g. "length_penalty.py"
+    name: str
+    doc: str
+
+    @property
+    def choice(self) -> str:
+        """Return the form value that names this function: ``<file>:<function>``."""
+        return f"{self.module}:{self.name}"
+
+
+def reward_modules_dir() -> Path:
+    """Return the directory whose ``*.py`` files are the installed reward modules."""
+    return Path(settings.POSTTRAIN_REWARD_MODULES_DIR).expanduser().resolve()
+
+
+def list_reward_functions(directory: Path | None = None) -> list[RewardFunction]:
+    """Return the public functions of every ``*.py`` file in the reward modules directory."""
+    directory = directory or reward_modules_dir()
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in sorted(directory.glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        except (SyntaxError, UnicodeDecodeError, OSError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+                doc = (ast.get_docstring(node) or "").strip().splitlines()
+                found.append(RewardFunction(str(path), path.name, node.name, doc[0] if doc else ""))
+    return found
+
+
+def reward_function_for_path(path: str | None, name: str | None) -> RewardFunction | None:
+    """Return the installed function that ``custom_reward_function.path/name`` names, if any."""
+    if not path:
+        return None
+    resolved = str(Path(path).expanduser().resolve())
+    for function in list_reward_functions():
+        if function.path == resolved and function.name == name:
+            return function
+    return None

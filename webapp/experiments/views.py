@@ -1,0 +1,240 @@
+"""Experiment pages: list, builder (new, import, clone), detail and actions. Owner only.
+
+Views parse and authorise; ``services`` decide. Another user's experiment is a 404 everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from engine.config import ConfigError, ConfigValidationError, PPOConfig, config_to_yaml
+from webapp.experiments.configs import (
+    DEFAULT_PRESET,
+    as_config,
+    config_import_yaml,
+    list_presets,
+    preset_load,
+)
+from webapp.experiments.forms import ExperimentForm, YamlImportForm
+from webapp.experiments.models import Experiment
+from webapp.experiments.rewards import reward_modules_dir
+from webapp.experiments.selectors import experiment_list_for_user, experiment_tags_for_user
+from webapp.experiments.services import (
+    ExperimentBusy,
+    experiment_create,
+    experiment_delete,
+    experiment_set_archived,
+)
+from webapp.runs.models import RunStatus
+from webapp.runs.selectors import run_list_for_user
+from webapp.runs.services import run_create
+
+
+def _experiment(request: HttpRequest, experiment_id: int) -> Experiment:
+    return get_object_or_404(
+        experiment_list_for_user(user=request.user, archived=None), pk=experiment_id
+    )
+
+
+def yaml_response(config: PPOConfig | dict, filename: str) -> HttpResponse:
+    """Return the config as a downloadable YAML file."""
+    response = HttpResponse(config_to_yaml(as_config(config)), content_type="application/yaml")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@login_required
+def experiment_list(request: HttpRequest) -> HttpResponse:
+    archived = request.GET.get("archived") == "1"
+    filters = {
+        "search": request.GET.get("q", ""),
+        "tag": request.GET.get("tag", ""),
+        "status": request.GET.get("status", ""),
+    }
+    experiments = experiment_list_for_user(user=request.user, archived=archived, **filters)
+    context = {
+        "experiments": experiments,
+        "filters": filters,
+        "archived": archived,
+        "statuses": RunStatus.choices,
+        "tags": experiment_tags_for_user(user=request.user),
+    }
+    return render(request, "experiments/list.html", context)
+
+
+def render_builder(
+    request: HttpRequest,
+    form: ExperimentForm,
+    *,
+    import_form: YamlImportForm | None = None,
+    source: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    """Render the builder page around ``form``."""
+    context = {
+        "form": form,
+        "import_form": import_form or YamlImportForm(),
+        "presets": list_presets(),
+        "preset": form["preset"].value() or "",
+        "source": source,
+        "reward_modules_dir": reward_modules_dir(),
+        "basic_groups": form.field_groups(advanced=False),
+        "advanced_groups": form.field_groups(advanced=True),
+        "reward_rows": form.reward_rows(),
+    }
+    return render(request, "experiments/builder.html", context, status=status)
+
+
+def builder_for_config(
+    request: HttpRequest, config: PPOConfig, *, name: str = "", preset: str = "", source: str = ""
+) -> HttpResponse:
+    """Render the builder prefilled with ``config``."""
+    initial = ExperimentForm.initial_from_config(config, request.user)
+    initial.update({"name": name, "preset": preset, "launch": True})
+    return render_builder(
+        request, ExperimentForm(owner=request.user, initial=initial), source=source
+    )
+
+
+@login_required
+def experiment_new(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        preset = request.GET.get("preset") or DEFAULT_PRESET
+        try:
+            config = preset_load(preset)
+        except ConfigError as exc:
+            if preset != DEFAULT_PRESET:
+                raise Http404(str(exc)) from None
+            config, preset = PPOConfig(), ""
+        return builder_for_config(request, config, preset=preset, source=f"preset {preset}")
+    form = ExperimentForm(request.POST, owner=request.user)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            with transaction.atomic():
+                experiment = experiment_create(
+                    owner=request.user,
+                    name=data["name"],
+                    config=form.config,
+                    description=data["description"],
+                    tags=data["tags"],
+                    preset=data["preset"],
+                )
+                run = run_create(experiment=experiment) if data["launch"] else None
+        except ConfigValidationError as exc:
+            form.add_config_errors(exc)
+        else:
+            if run is None:
+                return redirect(experiment)
+            messages.success(request, f"Run #{run.number} queued.")
+            return redirect(run)
+    return render_builder(request, form, status=400)
+
+
+@login_required
+@require_POST
+def builder_preview(request: HttpRequest) -> JsonResponse:
+    """Return the YAML the builder's current values make, with the validator's errors by field."""
+    form = ExperimentForm(request.POST, owner=request.user)
+    form.is_valid()
+    errors = {
+        name: [str(message) for message in field_errors]
+        for name, field_errors in form.errors.items()
+        if name != "name"
+    }
+    text = config_to_yaml(form.config) if form.config is not None else ""
+    return JsonResponse({"yaml": text, "errors": errors, "warnings": form.warnings})
+
+
+@login_required
+@require_POST
+def experiment_import(request: HttpRequest) -> HttpResponse:
+    import_form = YamlImportForm(request.POST, request.FILES)
+    if import_form.is_valid():
+        try:
+            config = config_import_yaml(import_form.cleaned_data["text"])
+        except ConfigError as exc:
+            import_form.add_error(None, str(exc))
+        else:
+            name = (
+                config.trainer.experiment_name
+                if config.trainer.experiment_name != "default"
+                else ""
+            )
+            return builder_for_config(request, config, name=name, source="imported YAML")
+    form = ExperimentForm(
+        owner=request.user,
+        initial={**ExperimentForm.initial_from_config(PPOConfig(), request.user), "launch": True},
+    )
+    return render_builder(request, form, import_form=import_form, status=400)
+
+
+@login_required
+def experiment_clone(request: HttpRequest, experiment_id: int) -> HttpResponse:
+    experiment = _experiment(request, experiment_id)
+    return builder_for_config(
+        request,
+        as_config(experiment.config),
+        name=f"{experiment.name} (copy)",
+        preset=experiment.preset,
+        source=f"experiment {experiment.name}",
+    )
+
+
+@login_required
+def experiment_detail(request: HttpRequest, experiment_id: int) -> HttpResponse:
+    experiment = _experiment(request, experiment_id)
+    runs = run_list_for_user(user=request.user, experiment_id=experiment.pk)
+    return render(request, "experiments/detail.html", {"experiment": experiment, "runs": runs})
+
+
+@login_required
+def experiment_yaml(request: HttpRequest, experiment_id: int) -> HttpResponse:
+    experiment = _experiment(request, experiment_id)
+    return yaml_response(experiment.config, f"experiment-{experiment.pk}.yaml")
+
+
+@login_required
+@require_POST
+def experiment_launch(request: HttpRequest, experiment_id: int) -> HttpResponse:
+    experiment = _experiment(request, experiment_id)
+    try:
+        run = run_create(experiment=experiment)
+    except ConfigValidationError as exc:
+        messages.error(request, str(exc))
+        return redirect(experiment)
+    messages.success(request, f"Run #{run.number} queued.")
+    return redirect(run)
+
+
+@login_required
+@require_POST
+def experiment_archive(request: HttpRequest, experiment_id: int) -> HttpResponse:
+    experiment = _experiment(request, experiment_id)
+    experiment_set_archived(experiment=experiment, archived=not experiment.archived)
+    messages.success(
+        request, f"{experiment.name} {'archived' if experiment.archived else 'restored'}."
+    )
+    return redirect(experiment)
+
+
+@login_required
+def experiment_remove(request: HttpRequest, experiment_id: int) -> HttpResponse:
+    experiment = _experiment(request, experiment_id)
+    if request.method == "POST":
+        try:
+            experiment_delete(experiment=experiment)
+        except ExperimentBusy as exc:
+            messages.error(request, str(exc))
+            return redirect(experiment)
+        messages.success(request, f"Experiment {experiment.name} deleted.")
+        return redirect("experiments:list")
+    context: dict[str, Any] = {"experiment": experiment, "run_count": experiment.runs.count()}
+    return render(request, "experiments/confirm_delete.html", context)

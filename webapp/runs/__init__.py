@@ -1,0 +1,1 @@
+"""Runs: one launch of an experiment, its lifecycle, and the metrics and samples it records."""

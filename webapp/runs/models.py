@@ -1,0 +1,170 @@
+"""Runs and what they record: one ``MetricPoint`` per (run, step) and append-only ``Sample`` rows.
+
+A run's status lives in PostgreSQL, which is the source of truth: the Celery task moves it from
+``queued`` to ``starting``, the driver to ``running`` and to its end state, and the lost-run sweep
+to ``lost`` when the heartbeat goes stale. Per-token arrays are ``real[]`` (4 bytes a value),
+which PostgreSQL compresses out of line for long responses; samples arrive through COPY.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.urls import reverse
+
+
+class RealField(models.FloatField):
+    """A single-precision float column (``real``), for the per-token arrays."""
+
+    def db_type(self, connection) -> str:
+        return "real"
+
+
+def run_group_name(run_id: int) -> str:
+    """Return the Channels group that receives the live events of a run (``run.<id>``)."""
+    return f"run.{run_id}"
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+
+
+ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING)
+# A driver beats the heartbeat only while it lives: these are the states the sweep may mark lost.
+DRIVER_STATUSES = (RunStatus.STARTING, RunStatus.RUNNING)
+RESUMABLE_STATUSES = (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.LOST)
+
+
+class Run(models.Model):
+    """One launch of an experiment with the resolved config it ran with."""
+
+    experiment = models.ForeignKey(
+        "experiments.Experiment", on_delete=models.CASCADE, related_name="runs"
+    )
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs"
+    )
+    number = models.PositiveIntegerField(help_text="1, 2, ... within the experiment.")
+    parent = models.ForeignKey(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="children",
+        help_text="The run this one resumes.",
+    )
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    config = models.JSONField(help_text="The resolved engine config this run was launched with.")
+    cancel_requested = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True, help_text="The full traceback of a failed run.")
+    checkpoint_dir = models.CharField(max_length=500, blank=True)
+    latest_checkpoint = models.CharField(max_length=500, blank=True)
+    start_step = models.PositiveIntegerField(default=0)
+    latest_step = models.PositiveIntegerField(default=0)
+    total_steps = models.PositiveIntegerField(null=True, blank=True)
+    driver = models.CharField(max_length=200, blank=True, help_text="pid:<n> or ray:<job id>.")
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["experiment", "number"], name="run_unique_number")
+        ]
+        indexes = [
+            models.Index(fields=["experiment", "-created_at"], name="run_experiment_list"),
+            models.Index(fields=["owner", "status"], name="run_owner_status"),
+            models.Index(
+                fields=["heartbeat_at"],
+                name="run_driver_heartbeat",
+                condition=models.Q(status__in=["starting", "running"]),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.experiment.name} #{self.number}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("runs:detail", kwargs={"run_id": self.pk})
+
+    @property
+    def group_name(self) -> str:
+        return run_group_name(self.pk)
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    @property
+    def can_resume(self) -> bool:
+        return self.status in RESUMABLE_STATUSES
+
+
+class MetricPoint(models.Model):
+    """All metrics of one training step, keyed by verl's names (``critic/score/mean``...)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_points")
+    step = models.PositiveIntegerField()
+    wall_time = models.DateTimeField()
+    metrics = models.JSONField()
+
+    class Meta:
+        ordering = ["step"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step"], name="metricpoint_unique_run_step")
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} step {self.step}"
+
+
+class SampleSplit(models.TextChoices):
+    TRAIN = "train"
+    VAL = "val"
+
+
+class Sample(models.Model):
+    """One rollout: keyed by (run, step, split, prompt_index, sample_index); written by COPY."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="samples")
+    step = models.PositiveIntegerField()
+    split = models.CharField(max_length=8, choices=SampleSplit.choices)
+    prompt_index = models.PositiveIntegerField()
+    sample_index = models.PositiveIntegerField(help_text="Position within the prompt's group.")
+    group_id = models.CharField(max_length=100, blank=True)
+    data_source = models.CharField(max_length=100, blank=True)
+    prompt_text = models.TextField()
+    response_text = models.TextField()
+    ground_truth = models.TextField(null=True, blank=True)
+    reward = models.FloatField()
+    reward_parts = models.JSONField(default=dict)
+    reward_error = models.TextField(null=True, blank=True)
+    advantage = models.FloatField(null=True, blank=True)
+    response_length = models.PositiveIntegerField(default=0)
+    truncated = models.BooleanField(default=False)
+    tokens = ArrayField(models.TextField(), default=list)
+    token_logprobs = ArrayField(RealField(), default=list)
+    token_ref_logprobs = ArrayField(RealField(), null=True, blank=True)
+    token_advantages = ArrayField(RealField(), null=True, blank=True)
+
+    class Meta:
+        ordering = ["step", "split", "prompt_index", "sample_index"]
+        indexes = [
+            models.Index(
+                fields=["run", "split", "step", "prompt_index", "sample_index"],
+                name="sample_by_step",
+            ),
+            models.Index(fields=["run", "prompt_index", "step"], name="sample_by_prompt"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} step {self.step} {self.split} p{self.prompt_index}/{self.sample_index}"

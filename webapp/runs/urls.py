@@ -1,0 +1,16 @@
+from django.urls import path
+
+from webapp.runs import views
+
+app_name = "runs"
+
+urlpatterns = [
+    path("<int:run_id>/", views.run_detail, name="detail"),
+    path("<int:run_id>/cancel/", views.run_cancel_view, name="cancel"),
+    path("<int:run_id>/resume/", views.run_resume_view, name="resume"),
+    path("<int:run_id>/delete/", views.run_delete_view, name="delete"),
+    path("<int:run_id>/clone/", views.run_clone, name="clone"),
+    path("<int:run_id>/config.yaml", views.run_yaml, name="yaml"),
+    path("<int:run_id>/diff/", views.run_diff_pick, name="diff-pick"),
+    path("<int:run_id>/diff/<int:other_run_id>/", views.run_diff, name="diff"),
+]
