@@ -1,0 +1,114 @@
+"""The run driver: ``python -m workers.driver <run_id>`` trains one run and records it.
+
+Started by ``workers.tasks.start_run`` as a detached local process or a Ray Job. It marks the run
+running, rebuilds the engine config from the run's resolved snapshot (checkpoints go to the run's
+own folder), and calls ``engine.trainer.run_training`` with a ``RunRecorder``. Besides the beat
+after each step, a background thread beats the heartbeat while a long step runs, so only a driver
+that died goes stale. SIGTERM asks the trainer to stop after the current step, like a cancel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import traceback
+
+logger = logging.getLogger("workers.driver")
+
+
+class HeartbeatThread(threading.Thread):
+    """Beat a running run's heartbeat every ``interval_s`` seconds until stopped."""
+
+    def __init__(self, run_id: int, interval_s: float) -> None:
+        super().__init__(name=f"heartbeat-{run_id}", daemon=True)
+        self.run_id = run_id
+        self.interval_s = interval_s
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        from django.db import connection
+
+        from webapp.runs.services import run_heartbeat
+
+        try:
+            while not self.stopped.wait(self.interval_s):
+                try:
+                    run_heartbeat(run_id=self.run_id)
+                except Exception:
+                    logger.warning("heartbeat of run %s failed", self.run_id, exc_info=True)
+                    connection.close()
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+def drive(run_id: int, publish: bool = True) -> str:
+    """Train run ``run_id`` to its end; return its final status (or ``skipped``)."""
+    from django.conf import settings
+
+    from engine.config import config_from_dict, set_value
+    from engine.trainer import run_training
+    from webapp.runs.services import run_mark_running
+    from workers.publish import RunEventPublisher
+    from workers.recorder import RunRecorder
+
+    run = run_mark_running(run_id=run_id)
+    if run is None:
+        logger.info("run %s is not starting; nothing to do", run_id)
+        return "skipped"
+    publisher = RunEventPublisher() if publish else None
+    recorder = RunRecorder(run_id, publisher)
+    heartbeat = HeartbeatThread(run_id, max(1.0, settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S / 4))
+    heartbeat.start()
+
+    def request_stop(signum: int, frame: object) -> None:
+        recorder.stop_requested = True
+
+    previous = signal.signal(signal.SIGTERM, request_stop)
+    try:
+        if run.cancel_requested:
+            recorder.on_finish(status="cancelled")
+            return "cancelled"
+        config = config_from_dict(run.config)
+        set_value(config, "trainer.default_local_dir", run.checkpoint_dir)
+        status = run_training(config, recorder)
+        recorder.on_finish(status=status)
+        return status
+    except BaseException:
+        # run_training reports its own failures; this covers the ones before it starts.
+        recorder.on_finish(status="failed", error=traceback.format_exc())
+        logger.exception("run %s failed", run_id)
+        return "failed"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        heartbeat.stop()
+        heartbeat.join(timeout=10)
+        if publisher is not None:
+            publisher.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Set up the process (threads, Django) and drive the run named on the command line."""
+    parser = argparse.ArgumentParser(prog="python -m workers.driver", description=__doc__)
+    parser.add_argument("run_id", type=int, help="primary key of a run in the starting state")
+    args = parser.parse_args(argv)
+    from engine.env import apply_cpu_process_env
+
+    apply_cpu_process_env()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+    import django
+
+    django.setup()
+    status = drive(args.run_id)
+    print(f"run {args.run_id}: {status}", flush=True)
+    return 1 if status == "failed" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

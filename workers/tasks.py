@@ -1,0 +1,122 @@
+"""Celery tasks: start a run's driver, and sweep runs whose driver stopped beating.
+
+``start_run`` takes a run id, claims the run (queued -> starting, so a second delivery of the
+same message does nothing), starts the driver process and returns at once: training never lives
+inside a Celery message, which a Redis broker would redeliver after its visibility timeout. The
+driver is a local detached subprocess, or a Ray Job when ``RAY_ADDRESS`` names a cluster (the
+Ray dashboard address, e.g. ``http://ray-head:8265``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import traceback
+from urllib.parse import quote
+
+from django.conf import settings
+from django.db import connections
+
+from engine.env import CPU_PROCESS_ENV
+from webapp.runs.services import (
+    run_claim_for_start,
+    run_dir,
+    run_finish,
+    run_set_driver,
+    runs_mark_lost,
+)
+from workers.celery_app import app
+
+logger = logging.getLogger(__name__)
+
+
+def database_url() -> str:
+    """Return a ``postgresql://`` URL for the database this process uses (the test one in tests)."""
+    db = connections["default"].settings_dict
+    auth = quote(db["USER"] or "postgres", safe="")
+    if db.get("PASSWORD"):
+        auth += ":" + quote(db["PASSWORD"], safe="")
+    host = db.get("HOST") or "127.0.0.1"
+    port = db.get("PORT") or "5432"
+    return f"postgresql://{auth}@{host}:{port}/{quote(db['NAME'], safe='')}"
+
+
+def driver_env() -> dict[str, str]:
+    """Return the variables a driver needs beyond the worker's own environment."""
+    env = {
+        **CPU_PROCESS_ENV,
+        "DJANGO_SETTINGS_MODULE": "webapp.settings",
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "POSTTRAIN_DATA_DIR": str(settings.POSTTRAIN_DATA_DIR),
+    }
+    # A thread count the operator set for the worker carries over to the driver.
+    for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[key] = os.environ.get(key) or env[key]
+    return env
+
+
+def spawn_local_driver(run_id: int) -> str:
+    """Start ``python -m workers.driver <run_id>`` in its own session; return ``pid:<n>``."""
+    folder = run_dir(run_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "driver.log", "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "workers.driver", str(run_id)],
+            cwd=settings.BASE_DIR,
+            env={**os.environ, **driver_env()},
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    # Reap the child when it exits so a long-lived worker collects no zombies.
+    threading.Thread(target=process.wait, name=f"reap-driver-{run_id}", daemon=True).start()
+    return f"pid:{process.pid}"
+
+
+def submit_ray_job(run_id: int, address: str) -> str:
+    """Submit the driver as a Ray Job on the cluster at ``address``; return ``ray:<job id>``.
+
+    The submission id is fixed per run, so Ray itself refuses a second submission.
+    """
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(address)
+    job_id = client.submit_job(
+        entrypoint=f"python -m workers.driver {run_id}",
+        submission_id=f"posttrain-run-{run_id}",
+        runtime_env={"env_vars": driver_env()},
+    )
+    return f"ray:{job_id}"
+
+
+@app.task(name="workers.tasks.start_run", ignore_result=True)
+def start_run(run_id: int) -> str:
+    """Start the driver of a queued run; do nothing for a run another delivery already started."""
+    run = run_claim_for_start(run_id=run_id)
+    if run is None:
+        logger.info("run %s is not queued; nothing to start", run_id)
+        return "skipped"
+    try:
+        address = settings.RAY_ADDRESS
+        driver = submit_ray_job(run_id, address) if address else spawn_local_driver(run_id)
+    except Exception:
+        run_finish(
+            run_id=run_id,
+            status="failed",
+            error="the driver could not be started:\n" + traceback.format_exc(),
+        )
+        raise
+    run_set_driver(run_id=run_id, driver=driver)
+    logger.info("run %s started: %s", run_id, driver)
+    return driver
+
+
+@app.task(name="workers.tasks.mark_lost_runs", ignore_result=True)
+def mark_lost_runs() -> list[int]:
+    """Mark runs whose heartbeat is older than ``POSTTRAIN_HEARTBEAT_TIMEOUT_S`` as lost."""
+    return runs_mark_lost(timeout_s=settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S)
