@@ -1,0 +1,168 @@
+"""The builder form and pages: generated from the schema, engine errors next to the fields."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from engine.config import (
+    ConfigValidationError,
+    config_to_dict,
+    iter_field_specs,
+    load_config,
+    validate_config,
+)
+from tests.webapp.fixtures import builder_data, tiny_config
+from webapp.experiments.configs import STUDIO_MANAGED_KEYS, list_presets
+from webapp.experiments.forms import ExperimentForm, field_name
+from webapp.experiments.models import Experiment
+from webapp.experiments.rewards import list_reward_functions
+from webapp.runs.models import Run
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def client_in(client, owner):
+    client.force_login(owner)
+    return client
+
+
+def test_every_schema_field_but_the_studio_managed_ones_is_in_the_form(owner):
+    form = ExperimentForm(owner=owner)
+    keys = {spec.key for spec in iter_field_specs()}
+    shown = {k for k in keys if field_name(k) in form.fields}
+    assert keys - shown == {
+        *STUDIO_MANAGED_KEYS,
+        "custom_reward_function.path",
+        "custom_reward_function.name",
+        "reward.components",
+    }
+    spec = next(s for s in iter_field_specs() if s.key == "algorithm.adv_estimator")
+    field = form.fields["algorithm__adv_estimator"]
+    assert [c for c, _ in field.choices] == spec.choices and field.help_text == spec.help
+    assert not spec.advanced
+    assert any(s.advanced for s in form.specs) and any(not s.advanced for s in form.specs)
+
+
+@pytest.mark.parametrize("preset", [name for name, _ in list_presets()])
+def test_a_preset_survives_the_round_trip_through_the_form(owner, preset):
+    config = load_config(preset)
+    form = ExperimentForm(builder_data(config, owner, preset=preset), owner=owner)
+    form.is_valid()
+    assert config_to_dict(form.config) == config_to_dict(config)
+    # The form reports what the engine reports (e.g. grpo_gsm8k's data is not on this machine).
+    try:
+        validate_config(config)
+        expected = {}
+    except ConfigValidationError as exc:
+        expected = {field_name(e.key): [e.message] for e in exc.errors}
+    assert dict(form.errors) == expected
+
+
+def test_bad_values_show_the_engines_words_next_to_their_fields_and_create_nothing(
+    client_in, owner
+):
+    data = builder_data(
+        tiny_config(),
+        owner,
+        actor_rollout_ref__rollout__n="1",
+        trainer__save_freq="0",
+        data__max_prompt_length="sixteen",
+    )
+    response = client_in.post(reverse("experiments:new"), data)
+    assert response.status_code == 400
+    form = response.context["form"]
+    expected = tiny_config(actor_rollout_ref__rollout__n=1, trainer__save_freq=0)
+    with pytest.raises(ConfigValidationError) as engine:
+        validate_config(expected)
+    for error in engine.value.errors:
+        assert form.errors[field_name(error.key)] == [error.message]
+    assert form.errors["data__max_prompt_length"] == ["expected int, got str"]
+    assert engine.value.errors[0].message in response.content.decode()
+    assert not Experiment.objects.exists() and not Run.objects.exists()
+
+
+def test_a_valid_form_creates_the_experiment_and_queues_a_run(
+    client_in, owner, django_capture_on_commit_callbacks
+):
+    data = builder_data(
+        tiny_config(), owner, name="my grpo", tags="a, b", trainer__total_training_steps="3"
+    )
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = client_in.post(reverse("experiments:new"), data)
+    run = Run.objects.get()
+    assert response.status_code == 302 and response["Location"] == run.get_absolute_url()
+    assert run.experiment.name == "my grpo" and run.experiment.tags == ["a", "b"]
+    assert run.config["trainer"]["total_training_steps"] == 3
+    assert len(callbacks) == 2  # start_run on commit, and the queued status event
+
+
+def test_rewards_are_built_ins_with_weights_or_an_installed_function(owner, studio_dirs):
+    functions = list_reward_functions()
+    assert [(f.module, f.name, f.doc) for f in functions] == [
+        ("house_rewards.py", "length_penalty", "Reward short answers.")
+    ]
+    data = builder_data(
+        tiny_config(),
+        owner,
+        reward_weight__tiny_arithmetic="0.75",
+        reward_weight__format="0.25",
+        reward_kwargs__format="{pattern: '^\\d+$'}",
+        custom_reward="house_rewards.py:length_penalty",
+    )
+    form = ExperimentForm(data, owner=owner)
+    assert form.is_valid(), form.errors
+    components = [(c.name, c.weight, c.kwargs) for c in form.config.reward.components]
+    assert sorted(components) == [
+        ("format", 0.25, {"pattern": "^\\d+$"}),
+        ("tiny_arithmetic", 0.75, {}),
+    ]
+    assert form.config.custom_reward_function.path == str(
+        studio_dirs / "rewards" / "house_rewards.py"
+    )
+    assert form.config.custom_reward_function.name == "length_penalty"
+    again = ExperimentForm.initial_from_config(form.config, owner)
+    assert again["custom_reward"] == "house_rewards.py:length_penalty"
+    assert again["reward_weight__format"] == "0.25"
+    bad = ExperimentForm({**data, "custom_reward": "../../etc/passwd:x"}, owner=owner)
+    assert not bad.is_valid() and "custom_reward" in bad.errors
+
+
+def test_the_preview_endpoint_renders_yaml_and_the_validators_errors(client_in, owner):
+    url = reverse("experiments:preview")
+    good = client_in.post(url, builder_data(tiny_config(), owner)).json()
+    assert "adv_estimator: grpo" in good["yaml"] and good["errors"] == {}
+    data = builder_data(tiny_config(), owner, actor_rollout_ref__rollout__n="1", name="")
+    bad = client_in.post(url, data).json()
+    assert "n: 1" in bad["yaml"]
+    assert list(bad["errors"]) == ["actor_rollout_ref__rollout__n"]
+    assert "needs groups" in bad["errors"]["actor_rollout_ref__rollout__n"][0]
+
+
+def test_yaml_import_opens_the_builder_and_refuses_files_outside_the_presets(client_in):
+    url = reverse("experiments:import")
+    text = "defaults: [grpo_tiny, _self_]\ntrainer:\n  experiment_name: imported\n  total_training_steps: 7\n"
+    response = client_in.post(url, {"yaml_text": text})
+    assert response.status_code == 200
+    form = response.context["form"]
+    assert form.initial["trainer__total_training_steps"] == "7"
+    assert form.initial["name"] == "imported"
+    response = client_in.post(url, {"yaml_text": "defaults: [/etc/passwd]\n"})
+    assert response.status_code == 400
+    assert "may build only on the presets" in response.content.decode()
+    response = client_in.post(url, {"yaml_text": "trainer: {nope: 1}\n"})
+    assert "trainer.nope" in response.content.decode()
+
+
+def test_builder_page_lists_presets_and_puts_advanced_fields_in_a_collapsible_section(client_in):
+    response = client_in.get(reverse("experiments:new") + "?preset=ppo_tiny")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert 'value="ppo_tiny" selected' in html
+    assert '<details class="advanced"' in html
+    assert html.index('name="algorithm__adv_estimator"') < html.index('<details class="advanced"')
+    assert html.index('name="actor_rollout_ref__actor__clip_ratio_c"') > html.index(
+        '<details class="advanced"'
+    )
+    assert client_in.get(reverse("experiments:new") + "?preset=../../x").status_code == 404

@@ -1,0 +1,149 @@
+"""Ownership: another user gets a 404 on every page, form, download and action of an object.
+
+The walker enumerates every URL pattern from the resolver, so a new page is covered the day it
+is added; a pattern with a URL argument the walker does not know fails the test until it learns.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from django.contrib.contenttypes.models import ContentType
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
+
+from tests.webapp.fixtures import make_experiment
+from webapp.datasets.models import Dataset
+from webapp.datasets.services import dataset_create
+from webapp.experiments.models import Experiment
+from webapp.runs.models import Run, RunStatus
+from webapp.runs.services import run_create
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "alice-secret"
+# URL arguments that name one of the owner's objects: the other user must get a 404.
+OBJECT_KWARGS = ("experiment_id", "run_id", "other_run_id", "dataset_id")
+
+
+def walk(patterns, namespace="", chain=()):
+    """Yield (qualified name or None, pattern chain) for every URL pattern."""
+    for entry in patterns:
+        if isinstance(entry, URLResolver):
+            ns = f"{namespace}{entry.namespace}:" if entry.namespace else namespace
+            yield from walk(entry.url_patterns, ns, (*chain, entry))
+        elif isinstance(entry, URLPattern):
+            name = f"{namespace}{entry.name}" if entry.name else None
+            yield name, (*chain, entry)
+
+
+def kwarg_names(chain) -> set[str]:
+    names: set[str] = set()
+    for entry in chain:
+        pattern = entry.pattern
+        converters = getattr(pattern, "converters", None)
+        names |= set(converters) if converters else set(pattern.regex.groupindex)
+    return names
+
+
+@pytest.fixture
+def world(owner, studio_dirs):
+    experiment = make_experiment(owner, name=f"{SECRET} experiment")
+    running = run_create(experiment=experiment)
+    Run.objects.filter(pk=running.pk).update(status=RunStatus.RUNNING, error=f"{SECRET} traceback")
+    stopped = run_create(experiment=experiment)
+    Run.objects.filter(pk=stopped.pk).update(status=RunStatus.CANCELLED)
+    checkpoint = Path(stopped.checkpoint_dir) / "global_step_1"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.pt").write_bytes(b"x")
+    upload = SimpleUploadedFile(
+        "secret.jsonl", f'{{"prompt": "{SECRET}", "ground_truth": "1"}}\n'.encode()
+    )
+    dataset = dataset_create(owner=owner, name=f"{SECRET} dataset", upload=upload)
+    return {
+        "experiment_id": experiment.pk,
+        "run_id": running.pk,
+        "other_run_id": stopped.pk,
+        "dataset_id": dataset.pk,
+        "object_id": str(experiment.pk),
+        "app_label": "experiments",
+        "content_type_id": ContentType.objects.get_for_model(Experiment).pk,
+        "id": owner.pk,
+        "uidb64": urlsafe_base64_encode(force_bytes(owner.pk)),
+        "token": "set-password",
+    }
+
+
+def snapshot():
+    return {
+        "experiments": list(Experiment.objects.values_list("pk", "name", "archived", "tags")),
+        "runs": list(Run.objects.values_list("pk", "status", "cancel_requested").order_by("pk")),
+        "datasets": list(Dataset.objects.values_list("pk", "name", "key_map")),
+    }
+
+
+def test_another_user_sees_and_changes_nothing_on_any_url(world, other_user):
+    before = snapshot()
+    client = Client()
+    checked = 0
+    for name, chain in walk(get_resolver().url_patterns):
+        names = kwarg_names(chain)
+        is_admin = str(chain[0].pattern) == "admin/"
+        if name is None:
+            assert is_admin, (
+                f"unnamed URL pattern {chain[-1].pattern}: name it so the walker can test it"
+            )
+            url = "/admin/anything/"
+        else:
+            unknown = names - set(world)
+            assert not unknown, f"{name}: teach the walker what to put in {sorted(unknown)}"
+            url = reverse(name, kwargs={k: world[k] for k in names})
+        for method in ("get", "post"):
+            client.force_login(other_user)
+            response = getattr(client, method)(url)
+            body = response.content.decode(errors="replace")
+            where = f"{method.upper()} {url} ({name})"
+            assert SECRET not in body, f"{where} shows the owner's data"
+            if is_admin:
+                assert response.status_code in (200, 302, 404), where
+                if response.status_code == 302:
+                    assert response["Location"].startswith("/admin/"), where
+            elif names & set(OBJECT_KWARGS):
+                assert response.status_code in (404, 405), f"{where}: {response.status_code}"
+            checked += 1
+    assert checked > 60
+    assert snapshot() == before
+
+
+def test_pages_need_a_login(world):
+    client = Client()
+    for name in ("experiments:list", "experiments:new", "datasets:list"):
+        response = client.get(reverse(name))
+        assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+    response = client.get(reverse("runs:detail", kwargs={"run_id": world["run_id"]}))
+    assert response.status_code == 302
+
+
+def test_actions_need_a_csrf_token(world, owner):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(owner)
+    url = reverse("runs:cancel", kwargs={"run_id": world["run_id"]})
+    assert client.post(url).status_code == 403
+    assert not Run.objects.get(pk=world["run_id"]).cancel_requested
+    page = client.get(reverse("runs:detail", kwargs={"run_id": world["run_id"]})).content.decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    assert client.post(url, {"csrfmiddlewaretoken": token}).status_code == 302
+    assert Run.objects.get(pk=world["run_id"]).cancel_requested
+
+
+def test_the_owner_sees_the_traceback_of_a_failed_run(world, owner):
+    client = Client()
+    client.force_login(owner)
+    page = client.get(reverse("runs:detail", kwargs={"run_id": world["run_id"]})).content.decode()
+    assert f"{SECRET} traceback" in page
+    assert f'data-group="run.{world["run_id"]}"' in page

@@ -1,0 +1,43 @@
+"""The driver in-process, for the paths that end before training: each leaves a clear record."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.webapp.fixtures import make_experiment
+from webapp.runs.models import Run, RunStatus
+from webapp.runs.services import run_claim_for_start, run_create
+from workers.driver import drive
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def starting_run(owner):
+    run = run_create(experiment=make_experiment(owner))
+    return run_claim_for_start(run_id=run.pk)
+
+
+def test_a_run_that_is_not_starting_is_left_alone(owner):
+    run = run_create(experiment=make_experiment(owner))
+    assert drive(run.pk, publish=False) == "skipped"
+    assert Run.objects.get(pk=run.pk).status == RunStatus.QUEUED
+
+
+def test_a_cancel_before_the_start_ends_the_run_without_training(starting_run):
+    Run.objects.filter(pk=starting_run.pk).update(cancel_requested=True)
+    assert drive(starting_run.pk, publish=False) == "cancelled"
+    run = Run.objects.get(pk=starting_run.pk)
+    assert run.status == RunStatus.CANCELLED
+    assert run.started_at is not None and run.finished_at is not None
+
+
+def test_a_config_the_engine_cannot_read_fails_the_run_with_its_traceback(starting_run):
+    config = dict(starting_run.config)
+    config["trainer"] = {**config["trainer"], "bogus_key": 1}
+    Run.objects.filter(pk=starting_run.pk).update(config=config)
+    assert drive(starting_run.pk, publish=False) == "failed"
+    run = Run.objects.get(pk=starting_run.pk)
+    assert run.status == RunStatus.FAILED
+    assert run.error.startswith("Traceback (most recent call last):")
+    assert "trainer.bogus_key" in run.error

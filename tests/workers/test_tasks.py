@@ -1,0 +1,84 @@
+"""Celery tasks called directly, and the local driver process started for real."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from tests.webapp.fixtures import make_experiment
+from webapp.runs.models import Run, RunStatus
+from webapp.runs.services import run_cancel, run_create
+from workers.tasks import database_url, driver_env, mark_lost_runs, start_run
+
+
+@pytest.mark.django_db
+def test_the_driver_gets_the_database_of_this_process_and_single_threaded_torch():
+    env = driver_env()
+    assert env["DATABASE_URL"] == database_url()
+    assert database_url().endswith("/" + connection.settings_dict["NAME"])
+    assert connection.settings_dict["NAME"].startswith("test_")
+    assert env["RAY_AUTH_MODE"] == "disabled"
+    assert env["OMP_NUM_THREADS"] == os.environ.get("OMP_NUM_THREADS", "1")
+    assert env["DJANGO_SETTINGS_MODULE"] == "webapp.settings"
+
+
+@pytest.mark.django_db
+def test_start_run_does_nothing_for_a_run_that_is_not_queued(owner):
+    run = run_cancel(run=run_create(experiment=make_experiment(owner)))
+    assert start_run(run.pk) == "skipped"
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED and run.driver == ""
+    assert start_run(run.pk + 1000) == "skipped"
+
+
+@pytest.mark.django_db
+def test_mark_lost_runs_uses_the_heartbeat_timeout_setting(owner, settings):
+    settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S = 60
+    run = run_create(experiment=make_experiment(owner))
+    Run.objects.filter(pk=run.pk).update(
+        status=RunStatus.RUNNING, heartbeat_at=timezone.now() - timedelta(seconds=61)
+    )
+    assert mark_lost_runs() == [run.pk]
+    assert Run.objects.get(pk=run.pk).status == RunStatus.LOST
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return (
+        Path(f"/proc/{pid}").exists()
+        and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_start_run_launches_a_detached_driver_once(owner, settings):
+    run = run_create(experiment=make_experiment(owner))
+    config = dict(run.config)
+    config["trainer"] = {**config["trainer"], "bogus_key": 1}
+    Run.objects.filter(pk=run.pk).update(config=config)
+    driver = start_run(run.pk)
+    assert driver.startswith("pid:")
+    assert start_run(run.pk) == "skipped"
+    pid = int(driver.split(":")[1])
+    assert os.getsid(pid) == pid  # its own session: it outlives a worker restart
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and Run.objects.get(pk=run.pk).status != RunStatus.FAILED:
+        time.sleep(0.2)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED, run.error
+    assert run.driver == driver
+    assert "trainer.bogus_key" in run.error
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    log = Path(settings.POSTTRAIN_DATA_DIR) / "runs" / str(run.pk) / "driver.log"
+    assert f"run {run.pk}: failed" in log.read_text()
