@@ -1,0 +1,335 @@
+"""One rank of a worker group: the local workers, sharded with FSDP2, inside a Ray actor.
+
+``ShardedActorRolloutRef`` and ``ShardedCritic`` build the single-process
+``ActorRolloutRefWorker`` / ``CriticWorker`` unchanged, then shard their models with FSDP2,
+rebuild the optimizers over the sharded parameters and divide the mini-batch sizes by the number
+of data-parallel ranks (``ppo_mini_batch_size`` counts prompts over the whole group, as in verl;
+``*_micro_batch_size_per_gpu`` stays per rank). Every other call goes to the wrapped worker.
+
+Hybrid engine: rollout and training share the rank. The rollout generates with an unsharded copy
+of the policy that is refreshed from the sharded weights (all-gathered parameter by parameter)
+before the first generation after an update, and logged as ``timing_s/update_weights``. A copy
+rather than the sharded module: FSDP2 needs every rank to run the same number of forward passes,
+and sampling stops as soon as a rank's own sequences have all ended. On a GPU the copy leaves the
+device while the policy trains when ``rollout.free_cache_engine`` is set.
+
+``RankWorker`` is the Ray actor: it joins the process group and hosts the roles colocated on its
+rank (actor/rollout/reference and, by default, the critic), as verl's fused worker does.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from engine.data import DataProto
+from engine.distributed.fsdp import (
+    apply_fsdp2,
+    check_offload,
+    copy_full_weights,
+    gather_full_state_dict,
+    load_sharded_state_dict,
+    move_optimizer_state,
+    sharded_state_dict,
+)
+from engine.distributed.process_group import (
+    backend_for,
+    build_device_mesh,
+    free_port,
+    init_process_group,
+    node_address,
+)
+from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
+from engine.workers.critic import CriticWorker
+from engine.workers.models import frozen_copy
+from engine.workers.optim import build_lr_scheduler, build_optimizer
+
+ROLLOUT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def per_rank_size(global_size: int, world_size: int, key: str) -> int:
+    """Return ``global_size / world_size``; ValueError naming ``key`` unless it divides."""
+    if global_size % world_size:
+        raise ValueError(
+            f"{key} x rollout.n = {global_size} samples cannot be split evenly over "
+            f"{world_size} data-parallel ranks; make it a multiple of trainer.nnodes x "
+            "trainer.n_gpus_per_node"
+        )
+    return global_size // world_size
+
+
+class ShardedActorRolloutRef:
+    """An ``ActorRolloutRefWorker`` on one rank: FSDP2 policy and reference, unsharded rollout."""
+
+    def __init__(
+        self,
+        config: Any,
+        *,
+        device: torch.device,
+        rank: int,
+        world_size: int,
+        total_steps: int,
+        need_ref: bool,
+    ) -> None:
+        arr = config.actor_rollout_ref
+        check_offload(arr.actor.fsdp_config, device.type, "actor_rollout_ref.actor")
+        check_offload(arr.ref.fsdp_config, device.type, "actor_rollout_ref.ref")
+        self.config = config
+        self.device = device
+        self.rank = rank
+        self.world_size = world_size
+        worker = ActorRolloutRefWorker(
+            config, device=device, total_steps=total_steps, need_ref=need_ref
+        )
+        self.worker = worker
+        self.rollout_model: Any = frozen_copy(worker.model)
+        if device.type == "cuda":  # on a CPU the rollout keeps fp32, as the actor computes
+            self.rollout_model.to(dtype=ROLLOUT_DTYPES[arr.rollout.dtype])
+        mesh = build_device_mesh(device.type, world_size, arr.actor.fsdp_config.fsdp_size)
+        apply_fsdp2(
+            worker.model, mesh, arr.actor.fsdp_config, device.type, "actor_rollout_ref.actor"
+        )
+        if worker.ref_model is not None:
+            apply_fsdp2(
+                worker.ref_model, mesh, arr.ref.fsdp_config, device.type, "actor_rollout_ref.ref"
+            )
+        # fully_shard replaced the parameters with DTensors: the optimizer must hold those.
+        optimizer = build_optimizer(worker.model.parameters(), arr.actor.optim)
+        worker.actor.optimizer = optimizer
+        worker.actor.lr_scheduler = build_lr_scheduler(optimizer, arr.actor.optim, total_steps)
+        self.offload_optimizer = (
+            arr.actor.fsdp_config.optimizer_offload and not arr.actor.fsdp_config.param_offload
+        )
+        n = arr.rollout.n
+        worker.mini_batch_size = per_rank_size(
+            arr.actor.ppo_mini_batch_size * n,
+            world_size,
+            "actor_rollout_ref.actor.ppo_mini_batch_size",
+        )
+        worker.micro_batch_size = min(
+            arr.actor.ppo_micro_batch_size_per_gpu or worker.mini_batch_size,
+            worker.mini_batch_size,
+        )
+        worker.log_prob_micro_batch_size = (
+            arr.rollout.log_prob_micro_batch_size_per_gpu or worker.micro_batch_size
+        )
+        worker.ref_micro_batch_size = (
+            arr.ref.log_prob_micro_batch_size_per_gpu or worker.log_prob_micro_batch_size
+        )
+        # Each rank samples its own prompts: give each its own random stream.
+        worker.generator.manual_seed(config.trainer.seed + rank)
+        self.weights_version = 0  # bumped by every change of the policy's weights
+        self.rollout_version = -1  # the weights_version the rollout copy holds
+
+    # -- hybrid engine -----------------------------------------------------------------------
+    def sync_rollout_weights(self) -> float:
+        """Load the current policy weights into the rollout copy if stale; return the seconds."""
+        start = time.perf_counter()
+        self.rollout_model.to(self.device)
+        if self.rollout_version != self.weights_version:
+            copy_full_weights(self.worker.model, self.rollout_model, self.device)
+            self.rollout_version = self.weights_version
+        return time.perf_counter() - start
+
+    def release_rollout(self) -> None:
+        """Move the rollout copy off the GPU while the policy trains (free_cache_engine)."""
+        if self.device.type == "cuda" and self.config.actor_rollout_ref.rollout.free_cache_engine:
+            self.rollout_model.to("cpu")
+            torch.cuda.empty_cache()
+
+    def generate_sequences(self, prompts: DataProto, *, validate: bool = False) -> DataProto:
+        """Return this rank's rollout, generated by the refreshed unsharded copy of the policy."""
+        sync_s = self.sync_rollout_weights()
+        actor_model, self.worker.model = self.worker.model, self.rollout_model
+        try:
+            out = self.worker.generate_sequences(prompts, validate=validate)
+        finally:
+            self.worker.model = actor_model
+            self.release_rollout()
+        out.meta_info["timing_s/update_weights"] = sync_s + out.meta_info.get(
+            "timing_s/update_weights", 0.0
+        )
+        return out
+
+    # -- training ----------------------------------------------------------------------------
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """Return ``old_log_probs`` and ``entropys`` (bs, R) for this rank's rows."""
+        return self.worker.compute_log_prob(data)
+
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """Return ``ref_log_prob`` (bs, R) for this rank's rows."""
+        return self.worker.compute_ref_log_prob(data)
+
+    def update_actor(self, data: DataProto) -> dict[str, float]:
+        """Update the sharded policy on this rank's rows (gradients averaged over ranks)."""
+        optimizer = self.worker.actor.optimizer
+        assert optimizer is not None, "the policy's optimizer is built in __init__"
+        if self.offload_optimizer:
+            move_optimizer_state(optimizer, self.device)
+        metrics = self.worker.update_actor(data)
+        if self.offload_optimizer:
+            move_optimizer_state(optimizer, "cpu")
+        self.weights_version += 1
+        return metrics
+
+    # -- state -------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Return this rank's shards of weights and optimizer, the schedule and the RNG."""
+        actor = self.worker.actor
+        state = sharded_state_dict(self.worker.model, actor.optimizer)
+        state["lr_scheduler"] = actor.lr_scheduler.state_dict() if actor.lr_scheduler else None
+        state["generator"] = self.worker.generator.get_state()
+        state["rank"], state["world_size"] = self.rank, self.world_size
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` written by the same rank of a same-sized group."""
+        load_sharded_state_dict(self.worker.model, self.worker.actor.optimizer, state)
+        if state.get("lr_scheduler") and self.worker.actor.lr_scheduler:
+            self.worker.actor.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        self.worker.generator.set_state(state["generator"])
+        self.weights_version += 1
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Return the gathered policy weights on rank 0 (CPU), an empty dict on the others."""
+        return gather_full_state_dict(self.worker.model)
+
+    def export_hf(self, directory: str | Path) -> Path | None:
+        """Gather the policy and save it from rank 0 as a Hugging Face folder."""
+        full = gather_full_state_dict(self.worker.model)
+        if self.rank != 0:
+            return None
+        directory = Path(directory)
+        self.rollout_model.save_pretrained(directory, state_dict=full)
+        self.worker.tokenizer.save_pretrained(directory)
+        return directory
+
+
+class ShardedCritic:
+    """A ``CriticWorker`` on one rank with its value model sharded by FSDP2."""
+
+    def __init__(
+        self,
+        config: Any,
+        *,
+        device: torch.device,
+        rank: int,
+        world_size: int,
+        total_steps: int,
+    ) -> None:
+        critic = config.critic
+        fsdp_config = critic.model.fsdp_config
+        check_offload(fsdp_config, device.type, "critic.model")
+        self.rank, self.world_size = rank, world_size
+        worker = CriticWorker(config, device=device, total_steps=total_steps)
+        self.worker = worker
+        if critic.model.enable_gradient_checkpointing:
+            worker.model.gradient_checkpointing_enable()
+        mesh = build_device_mesh(device.type, world_size, fsdp_config.fsdp_size)
+        apply_fsdp2(worker.model, mesh, fsdp_config, device.type, "critic.model")
+        optimizer = build_optimizer(worker.model.parameters(), critic.optim)
+        worker.critic.optimizer = optimizer
+        worker.critic.lr_scheduler = build_lr_scheduler(optimizer, critic.optim, total_steps)
+        self.device = device
+        self.offload_optimizer = fsdp_config.optimizer_offload and not fsdp_config.param_offload
+        n = config.actor_rollout_ref.rollout.n
+        worker.mini_batch_size = per_rank_size(
+            critic.ppo_mini_batch_size * n, world_size, "critic.ppo_mini_batch_size"
+        )
+        worker.micro_batch_size = min(
+            critic.ppo_micro_batch_size_per_gpu or worker.mini_batch_size, worker.mini_batch_size
+        )
+
+    def compute_values(self, data: DataProto) -> DataProto:
+        """Return ``values`` (bs, R) for this rank's rows."""
+        return self.worker.compute_values(data)
+
+    def update_critic(self, data: DataProto) -> dict[str, float]:
+        """Update the sharded value model on this rank's rows."""
+        optimizer = self.worker.critic.optimizer
+        if self.offload_optimizer:
+            move_optimizer_state(optimizer, self.device)
+        metrics = self.worker.update_critic(data)
+        if self.offload_optimizer:
+            move_optimizer_state(optimizer, "cpu")
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return this rank's shards of weights and optimizer, and the schedule."""
+        state = sharded_state_dict(self.worker.model, self.worker.critic.optimizer)
+        state["lr_scheduler"] = self.worker.critic.lr_scheduler.state_dict()
+        state["rank"], state["world_size"] = self.rank, self.world_size
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` written by the same rank of a same-sized group."""
+        load_sharded_state_dict(self.worker.model, self.worker.critic.optimizer, state)
+        self.worker.critic.lr_scheduler.load_state_dict(state["lr_scheduler"])
+
+
+def _to(value: Any, device: torch.device | str) -> Any:
+    return value.to(device) if isinstance(value, DataProto) else value
+
+
+class RankWorker:
+    """The Ray actor of one rank: joins the process group and hosts the colocated roles."""
+
+    def __init__(self, rank: int, world_size: int, device_type: str) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        if device_type == "cuda":
+            # Ray exposes exactly the GPU of this rank's bundle as device 0.
+            torch.cuda.set_device(0)
+            self.device = torch.device("cuda", 0)
+        else:
+            from engine.env import apply_cpu_process_env
+
+            apply_cpu_process_env()
+            self.device = torch.device("cpu")
+        self.roles: dict[str, Any] = {}
+
+    def free_address(self) -> tuple[str, int]:
+        """Return this node's address and a free port for the group's TCPStore."""
+        return node_address(), free_port()
+
+    def init_process_group(self, host: str, port: int) -> int:
+        """Join the group's process group; return the process id (for diagnostics)."""
+        init_process_group(
+            rank=self.rank,
+            world_size=self.world_size,
+            host=host,
+            port=port,
+            backend=backend_for(self.device.type),
+        )
+        return os.getpid()
+
+    def build_role(self, role: str, config: Any, **kwargs: Any) -> None:
+        """Build ``actor_rollout_ref`` or ``critic`` on this rank from the run's config."""
+        from engine.trainer.ppo_trainer import seed_everything
+
+        classes = {"actor_rollout_ref": ShardedActorRolloutRef, "critic": ShardedCritic}
+        if role not in classes:
+            raise ValueError(f"unknown role {role!r}; valid roles: {', '.join(classes)}")
+        seed_everything(config.trainer.seed)  # identical initial weights on every rank
+        self.roles[role] = classes[role](
+            config, device=self.device, rank=self.rank, world_size=self.world_size, **kwargs
+        )
+
+    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Run ``method`` of a hosted role; batches travel to the device and back to the CPU."""
+        if role not in self.roles:
+            raise RuntimeError(f"role {role!r} is not built on rank {self.rank}")
+        args = tuple(_to(a, self.device) for a in args)
+        result = getattr(self.roles[role], method)(*args, **kwargs)
+        return _to(result, "cpu")
+
+    def shutdown(self) -> None:
+        """Leave the process group (before the actor is killed)."""
+        self.roles.clear()
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,190 @@
+"""``RayPPOTrainer``: the single-controller loop of ``PPOTrainer`` driving Ray worker groups.
+
+Only the construction differs: the data, reward and KL controller are built as in the
+single-process trainer, and the actor/rollout/reference and critic become proxies over Ray
+worker groups of FSDP2-sharded ranks with the same method names. Resource pools follow verl's
+``ResourcePoolManager``: ``resource_pool_spec`` maps a pool name to ranks per node and
+``mapping`` maps each role to a pool. By default there is one pool, ``global_pool``, of
+``trainer.nnodes`` x ``trainer.n_gpus_per_node`` ranks hosting every role (the hybrid engine);
+``{"critic": "critic_pool"}`` with a second pool in the spec puts the critic on its own ranks.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from engine.algorithms import get_kl_controller
+from engine.data.dataset import RLHFDataset, collate_prompts
+from engine.data.loader import PromptDataLoader
+from engine.distributed.fsdp import check_offload
+from engine.distributed.worker_group import (
+    ActorRolloutRefGroup,
+    CriticGroup,
+    RayWorkerGroup,
+    ResourcePool,
+    init_ray,
+    resolve_worker_device,
+)
+from engine.trainer.ppo_trainer import (
+    PPOTrainer,
+    build_reward_manager,
+    resolve_files,
+    uses_critic,
+)
+from engine.trainer.recorder import Recorder
+
+GLOBAL_POOL = "global_pool"
+ROLES = ("actor_rollout_ref", "critic")
+
+
+def default_resource_pool_spec(config: Any) -> dict[str, list[int]]:
+    """Return ``{"global_pool": [n_gpus_per_node] * nnodes}``."""
+    trainer = config.trainer
+    if trainer.nnodes < 1 or trainer.n_gpus_per_node < 1:
+        raise ValueError(
+            f"trainer.nnodes={trainer.nnodes} and trainer.n_gpus_per_node="
+            f"{trainer.n_gpus_per_node} must both be at least 1"
+        )
+    return {GLOBAL_POOL: [trainer.n_gpus_per_node] * trainer.nnodes}
+
+
+def check_batch_split(config: Any, world_size: int, *, use_critic: bool) -> None:
+    """Raise ValueError unless every update batch splits evenly over ``world_size`` ranks."""
+    n = config.actor_rollout_ref.rollout.n
+    sizes = {
+        "data.train_batch_size": config.data.train_batch_size,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": (
+            config.actor_rollout_ref.actor.ppo_mini_batch_size
+        ),
+    }
+    if use_critic:
+        sizes["critic.ppo_mini_batch_size"] = config.critic.ppo_mini_batch_size
+    for key, size in sizes.items():
+        if (size * n) % world_size:
+            raise ValueError(
+                f"{key}={size} x actor_rollout_ref.rollout.n={n} = {size * n} samples cannot be "
+                f"split evenly over {world_size} ranks (trainer.nnodes x trainer.n_gpus_per_node);"
+                f" make it a multiple of {world_size}"
+            )
+
+
+class RayPPOTrainer(PPOTrainer):
+    """``PPOTrainer`` whose workers are Ray worker groups of FSDP2 ranks."""
+
+    def __init__(
+        self,
+        config: Any,
+        recorder: Recorder | None = None,
+        *,
+        resource_pool_spec: dict[str, list[int]] | None = None,
+        mapping: dict[str, str] | None = None,
+        cpus_per_rank: float = 1.0,
+    ) -> None:
+        self.resource_pool_spec = resource_pool_spec or default_resource_pool_spec(config)
+        self.mapping = {role: GLOBAL_POOL for role in ROLES} | dict(mapping or {})
+        self.cpus_per_rank = cpus_per_rank
+        self.worker_groups: dict[str, RayWorkerGroup] = {}
+        super().__init__(config, recorder)
+
+    # -- construction: everything as PPOTrainer._build, but the workers ----------------------
+    def _build(self) -> None:
+        config = self.config
+        self.use_critic = uses_critic(config)
+        self.need_ref = (
+            config.actor_rollout_ref.actor.use_kl_loss or config.algorithm.use_kl_in_reward
+        )
+        from engine.workers.models import load_tokenizer
+
+        self.tokenizer = load_tokenizer(config.actor_rollout_ref.model)
+        self.train_dataset = RLHFDataset(
+            resolve_files(config.data.train_files), self.tokenizer, config.data
+        )
+        self.val_dataset = (
+            RLHFDataset(resolve_files(config.data.val_files), self.tokenizer, config.data)
+            if config.data.val_files
+            else None
+        )
+        self.collate = partial(collate_prompts, pad_token_id=self.tokenizer.pad_token_id)
+        self.train_loader = PromptDataLoader(
+            self.train_dataset,
+            config.data.train_batch_size,
+            shuffle=config.data.shuffle,
+            seed=config.data.seed,
+            drop_last=True,
+            collate_fn=self.collate,
+        )
+        steps = config.trainer.total_training_steps
+        self.total_steps = (
+            int(steps) if steps else config.trainer.total_epochs * len(self.train_loader)
+        )
+        self.reward_fn = build_reward_manager(config, self.tokenizer)
+        self.kl_ctrl = (
+            get_kl_controller(config.algorithm.kl_ctrl)
+            if config.algorithm.use_kl_in_reward
+            else None
+        )
+        self._build_worker_groups()
+
+    def _build_worker_groups(self) -> None:
+        """Start the resource pools' worker groups and the role proxies on them."""
+        config = self.config
+        roles = ["actor_rollout_ref", *(["critic"] if self.use_critic else [])]
+        unknown = [r for r in self.mapping if r not in ROLES]
+        missing = {self.mapping[r] for r in roles} - set(self.resource_pool_spec)
+        if unknown or missing:
+            raise ValueError(
+                f"resource pool mapping: unknown roles {unknown} or pools {sorted(missing)} not "
+                f"in resource_pool_spec {sorted(self.resource_pool_spec)}; roles are {ROLES}"
+            )
+        init_ray(config.ray_init)
+        device_type = resolve_worker_device(config.trainer.device)
+        arr = config.actor_rollout_ref
+        check_offload(arr.actor.fsdp_config, device_type, "actor_rollout_ref.actor")
+        check_offload(arr.ref.fsdp_config, device_type, "actor_rollout_ref.ref")
+        if self.use_critic:
+            check_offload(config.critic.model.fsdp_config, device_type, "critic.model")
+        for role in roles:
+            pool_name = self.mapping[role]
+            world_size = sum(self.resource_pool_spec[pool_name])
+            check_batch_split(config, world_size, use_critic=role == "critic")
+        try:
+            for pool_name in dict.fromkeys(self.mapping[r] for r in roles):
+                pool = ResourcePool(
+                    pool_name,
+                    tuple(self.resource_pool_spec[pool_name]),
+                    device_type=device_type,
+                    cpus_per_rank=self.cpus_per_rank,
+                )
+                self.worker_groups[pool_name] = RayWorkerGroup(pool)
+            # Proxies with the local workers' method names stand in for the local workers.
+            self.arr = ActorRolloutRefGroup(  # type: ignore[assignment]
+                self.worker_groups[self.mapping["actor_rollout_ref"]],
+                config,
+                total_steps=self.total_steps,
+                need_ref=self.need_ref,
+            )
+            if self.use_critic:
+                self.critic = CriticGroup(  # type: ignore[assignment]
+                    self.worker_groups[self.mapping["critic"]], config, total_steps=self.total_steps
+                )
+            else:
+                self.critic = None
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def fit(self) -> str:
+        """Train as ``PPOTrainer.fit`` does, then release the Ray actors."""
+        try:
+            return super().fit()
+        finally:
+            self.shutdown()
+
+    train = fit
+
+    def shutdown(self) -> None:
+        """Kill the worker groups' actors and free their resources."""
+        for group in self.worker_groups.values():
+            group.shutdown()
+        self.worker_groups = {}

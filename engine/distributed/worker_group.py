@@ -1,0 +1,339 @@
+"""Resource pools, Ray worker groups and the proxies the controller calls instead of local workers.
+
+A :class:`ResourcePool` is ``trainer.nnodes`` x ``trainer.n_gpus_per_node`` rank slots (a GPU
+each, or CPU slots when ``trainer.device=cpu``), reserved as one Ray placement group per node.
+A :class:`RayWorkerGroup` starts one :class:`~engine.distributed.rank_worker.RankWorker` actor
+per slot and joins them in a process group; the roles mapped to the pool are built on every rank
+(by default one shared pool: actor, rollout, reference and critic colocated).
+
+The proxies :class:`ActorRolloutRefGroup` and :class:`CriticGroup` expose the local workers'
+method names, so the single-process loop drives them unchanged. Two dispatch modes, as verl's:
+
+- split (``DP_COMPUTE_PROTO``): the batch is padded to a multiple of the rank count (rows
+  repeated from its start), cut into equal contiguous chunks, one per rank; the results are
+  concatenated in rank order and the padding dropped. Updates refuse padding instead (a
+  repeated row would count twice in the gradient) and need a batch that divides evenly.
+- all (``ONE_TO_ALL``): the same call on every rank (state dicts, export).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.data import DataProto
+from engine.env import CPU_PROCESS_ENV
+
+PLACEMENT_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class ResourcePool:
+    """Rank slots for one worker group: ``process_on_nodes[i]`` ranks on node ``i``."""
+
+    name: str
+    process_on_nodes: tuple[int, ...]
+    device_type: str = "cpu"
+    cpus_per_rank: float = 1.0
+
+    @property
+    def world_size(self) -> int:
+        """Return the number of ranks."""
+        return sum(self.process_on_nodes)
+
+    def bundle(self) -> dict[str, float]:
+        """Return the Ray resources of one rank slot."""
+        if self.device_type == "cuda":
+            return {"CPU": self.cpus_per_rank, "GPU": 1.0}
+        return {"CPU": self.cpus_per_rank}
+
+
+def init_ray(ray_init: Any) -> None:
+    """Connect to Ray: ``ray_init.address`` or ``RAY_ADDRESS``, a running head, or a new one."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", CPU_PROCESS_ENV["RAY_AUTH_MODE"])
+    address = getattr(ray_init, "address", None) or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address)
+        return
+    try:
+        ray.init(address="auto")
+    except ConnectionError:  # no head running on this machine: start a local one
+        ray.init(
+            num_cpus=getattr(ray_init, "num_cpus", None),
+            include_dashboard=bool(getattr(ray_init, "include_dashboard", False)),
+        )
+
+
+def resolve_worker_device(device: str) -> str:
+    """Return the ranks' device type for ``trainer.device`` from the Ray cluster's resources."""
+    import ray
+
+    gpus = ray.cluster_resources().get("GPU", 0)
+    if device == "auto":
+        return "cuda" if gpus >= 1 else "cpu"
+    if device == "cuda" and gpus < 1:
+        raise RuntimeError(
+            "trainer.device=cuda but the Ray cluster has no GPU; use trainer.device=cpu (ranks "
+            "then count CPU slots) or join a GPU cluster with RAY_ADDRESS"
+        )
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"trainer.device={device!r} is not one of auto, cpu, cuda")
+    return device
+
+
+def split_batch(data: DataProto, world_size: int, *, pad: bool) -> tuple[list[DataProto], int]:
+    """Return ``world_size`` equal contiguous chunks of ``data`` and the rows of padding added."""
+    if not pad and len(data) % world_size:
+        raise ValueError(
+            f"a batch of {len(data)} samples cannot be split evenly over {world_size} ranks for "
+            "an update; make data.train_batch_size x rollout.n a multiple of trainer.nnodes x "
+            "trainer.n_gpus_per_node"
+        )
+    padded, pad_size = data.pad_to_divisor(world_size)
+    return padded.chunk(world_size), pad_size
+
+
+def gather_batches(outputs: list[DataProto], pad_size: int) -> DataProto:
+    """Concatenate per-rank outputs in rank order and drop the padding rows at the end.
+
+    ``timing_s/*`` meta values become the slowest rank's; other meta_info is rank 0's.
+    """
+    merged = DataProto.concat(outputs).unpad(pad_size)
+    meta = dict(outputs[0].meta_info)
+    for key in meta:
+        if key.startswith("timing_s/"):
+            meta[key] = max(float(out.meta_info.get(key, 0.0)) for out in outputs)
+    merged.meta_info = meta
+    return merged
+
+
+def mean_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
+    """Return each metric averaged over the ranks that report it."""
+    keys = dict.fromkeys(k for metrics in per_rank for k in metrics)
+    return {
+        k: sum(m[k] for m in per_rank if k in m) / sum(1 for m in per_rank if k in m) for k in keys
+    }
+
+
+class RayWorkerGroup:
+    """One Ray actor per rank of a resource pool, joined in one process group."""
+
+    def __init__(self, pool: ResourcePool, *, env_vars: dict[str, str] | None = None) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from engine.distributed.rank_worker import RankWorker
+
+        self.pool = pool
+        self.placement_groups: list[Any] = []
+        for node, count in enumerate(pool.process_on_nodes):
+            group = placement_group(
+                [pool.bundle() for _ in range(count)],
+                strategy="STRICT_PACK",
+                name=f"{pool.name}_node{node}_{os.getpid()}",
+            )
+            self.placement_groups.append(group)
+        ready = [group.ready() for group in self.placement_groups]
+        done, _ = ray.wait(ready, num_returns=len(ready), timeout=PLACEMENT_TIMEOUT_S)
+        if len(done) < len(ready):
+            self.shutdown()
+            raise RuntimeError(
+                f"the Ray cluster cannot host resource pool {pool.name!r}: it needs "
+                f"{pool.world_size} slots of {pool.bundle()} ({list(pool.process_on_nodes)} per "
+                f"node) but has {ray.available_resources()} free; lower trainer.n_gpus_per_node "
+                "/ trainer.nnodes or add resources (ray_init.num_cpus on a CPU machine)"
+            )
+        env = dict(CPU_PROCESS_ENV if pool.device_type == "cpu" else {})
+        env.pop("RAY_AUTH_MODE", None)
+        env.update(env_vars or {})
+        remote: Any = ray.remote(RankWorker)
+        self.workers: list[Any] = []
+        for node, group in enumerate(self.placement_groups):
+            for index in range(pool.process_on_nodes[node]):
+                rank = len(self.workers)
+                self.workers.append(
+                    remote.options(
+                        num_cpus=pool.cpus_per_rank,
+                        num_gpus=1 if pool.device_type == "cuda" else 0,
+                        scheduling_strategy=PlacementGroupSchedulingStrategy(
+                            placement_group=group, placement_group_bundle_index=index
+                        ),
+                        runtime_env={"env_vars": env},
+                    ).remote(rank, pool.world_size, pool.device_type)
+                )
+        host, port = ray.get(self.workers[0].free_address.remote())
+        self.pids = ray.get([w.init_process_group.remote(host, port) for w in self.workers])
+
+    @property
+    def world_size(self) -> int:
+        """Return the number of ranks."""
+        return len(self.workers)
+
+    def execute_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call ``RankWorker.method`` on every rank with the same arguments; return each result."""
+        import ray
+
+        return ray.get([getattr(w, method).remote(*args, **kwargs) for w in self.workers])
+
+    def call_all(self, role: str, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call ``role.method`` on every rank with the same arguments (ONE_TO_ALL)."""
+        return self.execute_all("call", role, method, *args, **kwargs)
+
+    def call_each(self, role: str, method: str, per_rank_args: list[tuple]) -> list[Any]:
+        """Call ``role.method`` on rank ``i`` with ``per_rank_args[i]``."""
+        import ray
+
+        if len(per_rank_args) != self.world_size:
+            raise ValueError(
+                f"expected {self.world_size} argument tuples, got {len(per_rank_args)}"
+            )
+        futures = [
+            w.call.remote(role, method, *args)
+            for w, args in zip(self.workers, per_rank_args, strict=True)
+        ]
+        return ray.get(futures)
+
+    def call_split(
+        self, role: str, method: str, data: DataProto, *, pad: bool = True, **kwargs: Any
+    ) -> tuple[list[Any], int]:
+        """Give each rank its chunk of ``data`` (DP_COMPUTE_PROTO); return results and padding."""
+        import ray
+
+        chunks, pad_size = split_batch(data, self.world_size, pad=pad)
+        futures = [
+            w.call.remote(role, method, chunk, **kwargs)
+            for w, chunk in zip(self.workers, chunks, strict=True)
+        ]
+        return ray.get(futures), pad_size
+
+    def shutdown(self) -> None:
+        """Leave the process group, kill the actors and free the placement groups."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        workers = getattr(self, "workers", [])
+        if workers:
+            # A dead rank must not keep the others alive.
+            with contextlib.suppress(Exception):
+                ray.get([w.shutdown.remote() for w in workers], timeout=30)
+        for worker in workers:
+            ray.kill(worker)
+        self.workers = []
+        for group in self.placement_groups:
+            remove_placement_group(group)
+        self.placement_groups = []
+
+
+class ActorRolloutRefGroup:
+    """The controller's handle on the actor/rollout/reference ranks: ``ActorRolloutRefWorker``'s
+    methods, each dispatched over the group."""
+
+    role = "actor_rollout_ref"
+
+    def __init__(
+        self, group: RayWorkerGroup, config: Any, *, total_steps: int, need_ref: bool
+    ) -> None:
+        self.group = group
+        self.config = config
+        self.tokenizer = None
+        group.execute_all(
+            "build_role", self.role, config, total_steps=total_steps, need_ref=need_ref
+        )
+
+    def generate_sequences(self, prompts: DataProto, *, validate: bool = False) -> DataProto:
+        """Return the rollout for prompts already repeated ``n`` times, generated on every rank."""
+        outputs, pad = self.group.call_split(
+            self.role, "generate_sequences", prompts, validate=validate
+        )
+        return gather_batches(outputs, pad)
+
+    def needs_old_log_prob(self, batch_size: int) -> bool:
+        """Return False when the update is on-policy (decided on the whole batch, as locally)."""
+        from engine.workers.actor import is_on_policy
+
+        arr = self.config.actor_rollout_ref
+        mini_batch_size = arr.actor.ppo_mini_batch_size * arr.rollout.n
+        return not is_on_policy(arr.actor, batch_size, mini_batch_size)
+
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """Return ``old_log_probs`` and ``entropys`` (bs, R)."""
+        return gather_batches(*self.group.call_split(self.role, "compute_log_prob", data))
+
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """Return ``ref_log_prob`` (bs, R)."""
+        return gather_batches(*self.group.call_split(self.role, "compute_ref_log_prob", data))
+
+    def update_actor(self, data: DataProto) -> dict[str, float]:
+        """Update the sharded policy on the whole batch; return metrics averaged over ranks."""
+        outputs, _ = self.group.call_split(self.role, "update_actor", data, pad=False)
+        return mean_metrics(outputs)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return every rank's shards (a sharded checkpoint: no rank holds the whole model)."""
+        ranks = self.group.call_all(self.role, "state_dict")
+        return {"format": "fsdp2_sharded", "world_size": self.group.world_size, "ranks": ranks}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Give each rank back its shards from :meth:`state_dict`."""
+        self.group.call_each(self.role, "load_state_dict", check_sharded(state, self.group))
+
+    def full_state_dict(self) -> dict[str, Any]:
+        """Return the gathered policy weights (CPU tensors)."""
+        return self.group.call_all(self.role, "full_state_dict")[0]
+
+    def export_hf(self, directory: str | Path) -> Path:
+        """Save the gathered policy and tokenizer as a Hugging Face folder (from rank 0)."""
+        return self.group.call_all(self.role, "export_hf", str(directory))[0]
+
+
+class CriticGroup:
+    """The controller's handle on the critic ranks: ``CriticWorker``'s methods over the group."""
+
+    role = "critic"
+
+    def __init__(self, group: RayWorkerGroup, config: Any, *, total_steps: int) -> None:
+        self.group = group
+        group.execute_all("build_role", self.role, config, total_steps=total_steps)
+
+    def compute_values(self, data: DataProto) -> DataProto:
+        """Return ``values`` (bs, R)."""
+        return gather_batches(*self.group.call_split(self.role, "compute_values", data))
+
+    def update_critic(self, data: DataProto) -> dict[str, float]:
+        """Update the sharded value model; return metrics averaged over ranks."""
+        outputs, _ = self.group.call_split(self.role, "update_critic", data, pad=False)
+        return mean_metrics(outputs)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return every rank's shards."""
+        ranks = self.group.call_all(self.role, "state_dict")
+        return {"format": "fsdp2_sharded", "world_size": self.group.world_size, "ranks": ranks}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Give each rank back its shards."""
+        self.group.call_each(self.role, "load_state_dict", check_sharded(state, self.group))
+
+
+def check_sharded(state: dict[str, Any], group: RayWorkerGroup) -> list[tuple]:
+    """Return per-rank arguments for a sharded state; ValueError if it does not fit the group."""
+    if state.get("format") != "fsdp2_sharded":
+        raise ValueError(
+            "this checkpoint was written by the single-process trainer (trainer.controller="
+            "local); resume it with trainer.controller=local, or start the Ray run afresh "
+            "(trainer.resume_mode=disable)"
+        )
+    if state["world_size"] != group.world_size:
+        raise ValueError(
+            f"the checkpoint holds shards of {state['world_size']} ranks but this run has "
+            f"{group.world_size}; resume with the trainer.nnodes x trainer.n_gpus_per_node it "
+            "was saved with"
+        )
+    return [(rank_state,) for rank_state in state["ranks"]]

@@ -1,0 +1,81 @@
+"""A random small Qwen2 over the embedded tokenizer, configs for it, and batches for updates."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from engine.config.schema import PPOConfig
+from engine.data import DataProto
+from engine.tiny.tokenizer import build_tokenizer
+
+
+def tiny_policy(vocab_size: int, seed: int = 0) -> Qwen2ForCausalLM:
+    """Return a random two-layer Qwen2 (about 60k parameters)."""
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+    )
+    return Qwen2ForCausalLM(config)
+
+
+def tiny_config(*, lr: float = 1e-2, mini_batch: int = 4, n: int = 1) -> PPOConfig:
+    """Return a config whose policy and tokenizer are live objects (nothing read from disk)."""
+    tokenizer = build_tokenizer()
+    config = PPOConfig()
+    arr = config.actor_rollout_ref
+    arr.model.tokenizer = tokenizer
+    arr.model.hf_model = tiny_policy(len(tokenizer))
+    arr.actor.optim.lr = lr
+    arr.actor.ppo_mini_batch_size = mini_batch
+    arr.actor.ppo_micro_batch_size_per_gpu = 1
+    arr.rollout.n = n
+    config.data.max_response_length = 6
+    config.trainer.seed = 7
+    return config
+
+
+def prompt_batch(tokenizer, questions: list[str]) -> DataProto:
+    """Return left-padded chat prompts (bs, P) for the given arithmetic questions."""
+    texts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True
+        )
+        for q in questions
+    ]
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    mask = enc["attention_mask"]
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    return DataProto.from_dict(
+        {"input_ids": enc["input_ids"], "attention_mask": mask, "position_ids": position_ids},
+        {"question": np.array(questions, dtype=object)},
+    )
+
+
+def update_batch(bs: int, prompt_len: int, response_lengths: list[int], vocab: int) -> DataProto:
+    """Return a random batch ready for ``update_actor``: tokens, masks and advantages."""
+    g = torch.Generator().manual_seed(11)
+    response_len = max(response_lengths)
+    prompts = torch.randint(7, vocab, (bs, prompt_len), generator=g)
+    responses = torch.randint(7, vocab, (bs, response_len), generator=g)
+    response_mask = torch.arange(response_len)[None] < torch.tensor(response_lengths)[:, None]
+    response_mask = response_mask.long()
+    attention_mask = torch.cat([torch.ones_like(prompts), response_mask], dim=-1)
+    return DataProto.from_dict(
+        {
+            "input_ids": torch.cat([prompts, responses], dim=-1),
+            "attention_mask": attention_mask,
+            "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
+            "responses": responses,
+            "response_mask": response_mask,
+            "advantages": torch.randn(bs, response_len, generator=g) * response_mask,
+        }
+    )
