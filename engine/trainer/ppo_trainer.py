@@ -527,11 +527,18 @@ def default_recorders(config: Any) -> list[Recorder]:
 def run_training(config: Any, recorder: Recorder | None = None) -> str:
     """Train with ``config``; report to ``recorder``; return the final status.
 
-    A failure calls ``recorder.on_finish(status="failed", error=<traceback>)`` and re-raises.
+    ``trainer.controller=ray`` runs the same loop over Ray worker groups of FSDP2 ranks
+    (``engine.distributed``). A failure calls ``recorder.on_finish(status="failed",
+    error=<traceback>)`` and re-raises.
     """
     recorder = CompositeRecorder([*default_recorders(config), *([recorder] if recorder else [])])
     try:
-        return PPOTrainer(config, recorder).fit()
+        trainer_cls: type[PPOTrainer] = PPOTrainer
+        if config.trainer.controller == "ray":
+            from engine.distributed.ray_trainer import RayPPOTrainer
+
+            trainer_cls = RayPPOTrainer
+        return trainer_cls(config, recorder).fit()
     except BaseException:
         recorder.on_finish(status="failed", error=traceback.format_exc())
         raise
