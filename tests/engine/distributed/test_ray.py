@@ -13,9 +13,15 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from engine.config import load_config
+from engine.distributed.ray_trainer import RayPPOTrainer
 from engine.distributed.worker_group import ActorRolloutRefGroup, RayWorkerGroup, ResourcePool
+from engine.tiny.task import make_problems, write_split
+from engine.tiny.tokenizer import build_tokenizer
+from engine.trainer import Recorder
+from engine.trainer.ppo_trainer import run_training
 from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
-from tests.engine.distributed.helpers import prompt_batch, tiny_config, update_batch
+from tests.engine.distributed.helpers import prompt_batch, tiny_config, tiny_policy, update_batch
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -123,3 +129,113 @@ def test_sharded_checkpoint_round_trip_and_hf_export(two_ranks, tmp_path):
     assert max_diff(arr.full_state_dict(), expected) < 1e-6
     exported = AutoModelForCausalLM.from_pretrained(arr.export_hf(tmp_path / "hf"))
     assert max_diff(exported.state_dict(), expected) == 0.0
+
+
+# -- the loop under trainer.controller=ray -------------------------------------------------------
+
+
+class ListRecorder(Recorder):
+    """Keep the start step, every step's metrics and the number of samples."""
+
+    def __init__(self) -> None:
+        self.start_step: int | None = None
+        self.steps: dict[int, dict[str, float]] = {}
+        self.samples = 0
+
+    def on_start(self, *, config, total_steps, start_step):
+        self.start_step = start_step
+
+    def on_step(self, step, metrics):
+        self.steps[step] = metrics
+
+    def on_samples(self, step, samples):
+        self.samples += len(samples)
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    """Return a folder with a random tiny policy and arithmetic train/val parquet files."""
+    root = tmp_path_factory.mktemp("ray_assets")
+    tokenizer = build_tokenizer()
+    tiny_policy(len(tokenizer)).save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "model")
+    write_split(make_problems("train", 16, seed=0), "train", root)
+    write_split(make_problems("val", 6, seed=0), "val", root)
+    return root
+
+
+def ray_config(assets, tmp_path, preset: str, *overrides: str):
+    return load_config(
+        f"{preset}.yaml",
+        overrides=[
+            f"data.train_files={assets / 'train.parquet'}",
+            f"data.val_files={assets / 'val.parquet'}",
+            f"actor_rollout_ref.model.path={assets / 'model'}",
+            "trainer.controller=ray",
+            "trainer.device=cpu",
+            "trainer.n_gpus_per_node=2",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "critic.ppo_mini_batch_size=4",
+            "trainer.logger=[]",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            *overrides,
+        ],
+    )
+
+
+def test_grpo_runs_end_to_end_on_two_ranks_and_resumes_from_its_shards(
+    ray_session, assets, tmp_path
+):
+    first = ListRecorder()
+    config = ray_config(
+        assets, tmp_path, "grpo_tiny", "trainer.total_training_steps=2", "trainer.save_freq=2"
+    )
+    assert run_training(config, first) == "succeeded"
+    assert sorted(first.steps) == [0, 1, 2]  # validation before training, then two steps
+    for key in ("actor/pg_loss", "actor/kl_loss", "timing_s/update_weights", "timing_s/gen"):
+        assert key in first.steps[2], key
+    assert "val-core/tiny_arithmetic/reward/mean@1" in first.steps[2]
+    assert first.samples == 2 * 4 * 4 + 2 * 6  # two steps of 4 prompts x 4, two validations
+    shard = torch.load(
+        tmp_path / "ckpt" / "global_step_2" / "actor" / "state.pt", weights_only=False
+    )
+    assert shard["format"] == "fsdp2_sharded" and len(shard["ranks"]) == 2
+
+    resumed = ListRecorder()
+    config = ray_config(
+        assets, tmp_path, "grpo_tiny", "trainer.total_training_steps=3", "trainer.test_freq=-1"
+    )
+    assert run_training(config, resumed) == "succeeded"
+    assert resumed.start_step == 2 and sorted(resumed.steps) == [3]
+
+
+def test_gae_with_the_critic_on_its_own_pool(ray_session, assets, tmp_path):
+    config = ray_config(
+        assets,
+        tmp_path,
+        "ppo_tiny",
+        "trainer.total_training_steps=1",
+        "trainer.val_before_train=False",
+        "trainer.test_freq=-1",
+    )
+    trainer = RayPPOTrainer(
+        config,
+        ListRecorder(),
+        resource_pool_spec={"global_pool": [2], "critic_pool": [1]},
+        mapping={"critic": "critic_pool"},
+    )
+    pools = {name: group.world_size for name, group in trainer.worker_groups.items()}
+    assert pools == {"global_pool": 2, "critic_pool": 1}
+    assert trainer.fit() == "succeeded"
+    metrics = trainer.recorder.steps[1]
+    assert "critic/vf_loss" in metrics and "critic/values/mean" in metrics
+    assert trainer.worker_groups == {}  # fit released the actors
+
+
+def test_offload_on_cpu_ranks_fails_before_any_actor_starts(ray_session, assets, tmp_path):
+    config = ray_config(
+        assets, tmp_path, "grpo_tiny", "actor_rollout_ref.actor.fsdp_config.param_offload=True"
+    )
+    with pytest.raises(ValueError, match="param_offload=True: offload is unavailable on a CPU"):
+        RayPPOTrainer(config)
