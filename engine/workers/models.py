@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
+from engine.workers.lora import apply_lora, is_lora
+
 
 def resolve_path(path: str | None) -> str | None:
     """Return a local path: ``tiny://`` assets are built on demand, ``~`` is expanded."""
@@ -56,7 +58,10 @@ def load_tokenizer(model_config: Any) -> Any:
 
 
 def load_policy(model_config: Any, device: torch.device) -> torch.nn.Module:
-    """Return the policy model: the live ``hf_model`` if given, else loaded from ``path``."""
+    """Return the policy model: the live ``hf_model`` if given, else loaded from ``path``.
+
+    With ``lora_rank > 0`` it comes wrapped with a PEFT LoRA adapter (see ``engine.workers.lora``).
+    """
     model = getattr(model_config, "hf_model", None)
     if model is None:
         path = resolve_path(model_config.path)
@@ -71,6 +76,8 @@ def load_policy(model_config: Any, device: torch.device) -> torch.nn.Module:
     if getattr(model_config, "enable_gradient_checkpointing", False):
         model.gradient_checkpointing_enable()
     model.config.use_cache = True
+    if getattr(model_config, "lora_rank", 0) > 0 and not is_lora(model):
+        model = apply_lora(model, model_config)
     return model
 
 

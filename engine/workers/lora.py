@@ -1,0 +1,128 @@
+"""LoRA policies with PEFT: train a low-rank adapter, use the frozen base as the reference.
+
+``actor_rollout_ref.model.lora_rank > 0`` wraps the policy with a PEFT LoRA adapter (Hu et al.
+2021, "LoRA: Low-Rank Adaptation of Large Language Models"): ``W x + (alpha / r) B A x`` on the
+``target_modules`` (``"all-linear"``: every linear layer but the output head), ``B`` starting at
+zero so the adapted policy starts as the base model. Only ``A`` and ``B`` train.
+
+The reference policy is then the same module with the adapter switched off
+(:func:`adapter_disabled`), as in verl: no second copy of the base weights.
+
+For the rollout engine and for export the adapter is merged *functionally*:
+:func:`merged_state_dict` returns the base model's parameter names with ``W + delta W`` computed
+from each LoRA layer, without touching the live module (merging in place and unmerging after
+would drift the base weights by rounding at every sync). :func:`export_lora` writes either that
+merged model as a plain Hugging Face folder or the adapter alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PEFT_MISSING = "LoRA needs peft: pip install peft (actor_rollout_ref.model.lora_rank > 0)"
+
+
+def is_lora(model: torch.nn.Module) -> bool:
+    """Return True when ``model`` is a PEFT model (it carries an adapter)."""
+    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+def apply_lora(model: torch.nn.Module, model_config: Any) -> torch.nn.Module:
+    """Return ``model`` wrapped with a LoRA adapter from ``lora_rank`` / ``lora_alpha`` /
+    ``target_modules``; only the adapter's parameters require grad."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as exc:
+        raise ImportError(PEFT_MISSING) from exc
+    rank = int(model_config.lora_rank)
+    if rank <= 0:
+        raise ValueError(f"actor_rollout_ref.model.lora_rank must be > 0 for LoRA, got {rank}")
+    targets = model_config.target_modules
+    if isinstance(targets, str) and targets != "all-linear":
+        targets = [t.strip() for t in targets.split(",") if t.strip()]
+    lora_config = LoraConfig(
+        r=rank,
+        lora_alpha=int(model_config.lora_alpha),
+        target_modules=targets if isinstance(targets, str) else list(targets),
+        lora_dropout=0.0,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    try:
+        peft_model = get_peft_model(model, lora_config)
+    except ValueError as exc:
+        raise ValueError(
+            f"actor_rollout_ref.model.target_modules={model_config.target_modules!r} does not "
+            f"match the model's layers ({exc}); use 'all-linear' or names such as "
+            "[q_proj, k_proj, v_proj, o_proj]"
+        ) from exc
+    checkpointing = getattr(model, "is_activation_checkpointing", None)
+    if checkpointing is None:  # transformers before the rename
+        checkpointing = getattr(model, "is_gradient_checkpointing", False)
+    if checkpointing:
+        # The embeddings are frozen, so checkpointed blocks would see inputs without grad.
+        peft_model.enable_input_require_grads()
+    return peft_model
+
+
+@contextmanager
+def adapter_disabled(model: Any) -> Iterator[Any]:
+    """Run the block with the adapter off, so ``model`` computes the base (reference) policy."""
+    if not is_lora(model):
+        raise TypeError("adapter_disabled needs a PEFT model (actor_rollout_ref.model.lora_rank>0)")
+    with model.disable_adapter():
+        yield model
+
+
+def _is_adapter_key(key: str) -> bool:
+    return any(part.startswith("lora_") for part in key.split("."))
+
+
+@torch.no_grad()
+def merged_state_dict(model: Any) -> dict[str, torch.Tensor]:
+    """Return the base model's state dict with the active adapter merged in (model unchanged).
+
+    Keys are the base model's own (``model.layers.0.self_attn.q_proj.weight``), so the result
+    loads into the plain architecture or a rollout engine. Unadapted tensors are shared, not
+    copied; adapted weights are new tensors ``W + delta W``.
+    """
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    deltas: dict[str, torch.Tensor] = {}
+    for name, module in base.named_modules():
+        if not isinstance(module, LoraLayer) or module.merged or module.disable_adapters:
+            continue
+        prefix = f"{name}.base_layer." if name else "base_layer."
+        for adapter in module.active_adapters:
+            if adapter in module.lora_A:
+                delta = module.get_delta_weight(adapter)  # type: ignore[attr-defined]
+                deltas[prefix + "weight"] = deltas.get(prefix + "weight", 0) + delta
+    merged: dict[str, torch.Tensor] = {}
+    for key, tensor in base.state_dict().items():
+        if _is_adapter_key(key):
+            continue
+        value = tensor + deltas[key].to(tensor.dtype) if key in deltas else tensor
+        merged[key.replace(".base_layer.", ".")] = value.detach()
+    return merged
+
+
+def export_lora(
+    model: Any, directory: str | Path, *, merge: bool = True, tokenizer: Any = None
+) -> Path:
+    """Save the policy: merged into a full Hugging Face folder, or (``merge=False``) the adapter
+    only (``adapter_config.json`` + weights, loadable with ``PeftModel.from_pretrained``)."""
+    directory = Path(directory)
+    if merge:
+        base = model.get_base_model()
+        base.save_pretrained(directory, state_dict=merged_state_dict(model))
+    else:
+        model.save_pretrained(directory)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(directory)
+    return directory
