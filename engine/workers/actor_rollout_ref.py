@@ -9,6 +9,7 @@ this same class per rank.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -16,21 +17,41 @@ import torch
 
 from engine.data import DataProto
 from engine.rollout.hf import HFRollout
+from engine.rollout.multi_turn import MultiTurnRollout
+from engine.rollout.vllm_rollout import VLLMRollout
 from engine.workers.actor import PolicyActor, is_on_policy
-from engine.workers.models import frozen_copy, load_policy, load_tokenizer
+from engine.workers.lora import adapter_disabled, export_lora, is_lora
+from engine.workers.models import frozen_copy, load_policy, load_tokenizer, resolve_path
 from engine.workers.optim import build_lr_scheduler, build_optimizer
 
 
-def get_rollout(name: str, model: torch.nn.Module, tokenizer: Any, rollout_config: Any) -> Any:
-    """Return the rollout engine registered under ``actor_rollout_ref.rollout.name``."""
+def get_rollout(
+    name: str,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    rollout_config: Any,
+    *,
+    model_path: str | None = None,
+) -> Any:
+    """Return the rollout engine registered under ``actor_rollout_ref.rollout.name``.
+
+    With ``rollout.multi_turn.enable`` it is wrapped in a :class:`MultiTurnRollout`.
+    """
     if name == "hf":
-        return HFRollout(model, tokenizer, rollout_config)
-    if name == "vllm":
-        raise ValueError(
-            "actor_rollout_ref.rollout.name=vllm runs only under the Ray controller on a CUDA "
-            "GPU (trainer.controller=ray); use actor_rollout_ref.rollout.name=hf here"
-        )
-    raise ValueError(f"unknown actor_rollout_ref.rollout.name={name!r}; valid names: hf, vllm")
+        rollout: Any = HFRollout(model, tokenizer, rollout_config)
+    elif name == "vllm":
+        if model_path is None:
+            raise ValueError(
+                "actor_rollout_ref.rollout.name=vllm loads the model from "
+                "actor_rollout_ref.model.path; set it (a live hf_model cannot be handed to vLLM)"
+            )
+        rollout = VLLMRollout(model_path, tokenizer, rollout_config)
+    else:
+        raise ValueError(f"unknown actor_rollout_ref.rollout.name={name!r}; valid names: hf, vllm")
+    multi_turn = getattr(rollout_config, "multi_turn", None)
+    if multi_turn is not None and multi_turn.enable:
+        rollout = MultiTurnRollout(rollout, tokenizer, multi_turn)
+    return rollout
 
 
 class ActorRolloutRefWorker:
@@ -44,11 +65,19 @@ class ActorRolloutRefWorker:
         self.device = device
         self.tokenizer = load_tokenizer(arr.model)
         self.model = load_policy(arr.model, device)
-        self.ref_model = frozen_copy(self.model) if need_ref else None
+        self.need_ref = need_ref
+        # With LoRA the reference is the same module with its adapter disabled: no copy.
+        self.ref_model = frozen_copy(self.model) if need_ref and not is_lora(self.model) else None
         optimizer = build_optimizer(self.model.parameters(), arr.actor.optim)
         scheduler = build_lr_scheduler(optimizer, arr.actor.optim, total_steps)
         self.actor = PolicyActor(self.model, arr.actor, optimizer, scheduler)
-        self.rollout = get_rollout(arr.rollout.name, self.model, self.tokenizer, arr.rollout)
+        self.rollout = get_rollout(
+            arr.rollout.name,
+            self.model,
+            self.tokenizer,
+            arr.rollout,
+            model_path=resolve_path(arr.model.path) if arr.rollout.name == "vllm" else None,
+        )
         self.generator = torch.Generator(device="cpu").manual_seed(config.trainer.seed)
         n = arr.rollout.n
         self.mini_batch_size = arr.actor.ppo_mini_batch_size * n
@@ -106,15 +135,18 @@ class ActorRolloutRefWorker:
 
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """Return ``ref_log_prob`` (bs, R) under the frozen reference policy."""
-        if self.ref_model is None:
+        lora_ref = self.ref_model is None and self.need_ref and is_lora(self.model)
+        ref_model = self.model if lora_ref else self.ref_model
+        if ref_model is None:
             raise RuntimeError("no reference policy: enable use_kl_loss or use_kl_in_reward")
-        ref = PolicyActor(self.ref_model, self.config.actor_rollout_ref.actor)
-        log_probs, _ = ref.compute_log_prob(
-            data,
-            micro_batch_size=self.ref_micro_batch_size,
-            temperature=self.config.actor_rollout_ref.rollout.temperature,
-            with_entropy=False,
-        )
+        ref = PolicyActor(ref_model, self.config.actor_rollout_ref.actor)
+        with adapter_disabled(self.model) if lora_ref else nullcontext():
+            log_probs, _ = ref.compute_log_prob(
+                data,
+                micro_batch_size=self.ref_micro_batch_size,
+                temperature=self.config.actor_rollout_ref.rollout.temperature,
+                with_entropy=False,
+            )
         return DataProto.from_dict({"ref_log_prob": log_probs})
 
     def update_actor(self, data: DataProto) -> dict[str, float]:
@@ -149,6 +181,8 @@ class ActorRolloutRefWorker:
     def export_hf(self, directory: str | Path) -> Path:
         """Save the policy and tokenizer as a Hugging Face folder (``from_pretrained`` loads it)."""
         directory = Path(directory)
+        if is_lora(self.model):  # the adapter merged in: a plain Hugging Face folder
+            return export_lora(self.model, directory, tokenizer=self.tokenizer)
         self.model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
         return directory

@@ -1,0 +1,334 @@
+"""The ``vllm`` rollout backend: generation with a vLLM engine colocated with the trainer (GPU).
+
+Same contract as :class:`engine.rollout.hf.HFRollout`: token ids in (left-padded ``input_ids``),
+the same ``DataProto`` columns out, so the trainer cannot tell the backends apart.
+
+Choices, and why:
+
+- vLLM is imported lazily, inside the constructor: its wheels are CUDA builds that pin their own
+  torch, so it lives in the ``gpu`` extra and CPU machines never import it.
+- Prompts go in as token ids (``{"prompt_token_ids": [...]}``, vLLM's ``TokensPrompt``) with
+  ``detokenize=False``: the trainer already holds the ids, and re-tokenising text could change
+  them. Each prompt arrives already repeated ``rollout.n`` times, so every request has ``n=1``.
+- Log-probs: ``logprobs=0`` returns the sampled token's own log-prob. The engine is built with
+  ``logprobs_mode="processed_logprobs"`` so they are taken after temperature scaling, which is
+  what the actor recomputes (vLLM's default, ``raw_logprobs``, ignores temperature). With top-k or
+  top-p they are renormalised over the kept tokens, unlike the ``hf`` backend's.
+- Hybrid engine (HybridFlow): rollout and training share a GPU. With ``enable_sleep_mode`` the
+  engine sleeps while the actor trains and wakes in verl's order: weights first, then the new
+  policy is loaded into them, then the KV cache (so the cache is never allocated while a second
+  copy of the weights is in flight), generate, sleep again. :meth:`load_weights` and
+  :meth:`generate_sequences` follow that order on their own; callers just call them in turn.
+- Weight sync pushes ``(name, tensor)`` pairs in buckets of ``bucket_bytes`` through vLLM's
+  ``LLM.apply_model``, which runs a function on the model inside each vLLM worker. The model's
+  own ``load_weights`` maps Hugging Face names (and fuses q/k/v, gate/up). The engine is built with
+  ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (unless set) so, colocated, that call is in-process and
+  the tensors are not copied between processes. FSDP2 ``DTensor`` shards are gathered one tensor
+  at a time (``full_tensor``), so every rank must iterate the same names in the same order.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from types import SimpleNamespace
+from typing import Any, cast
+
+import torch
+
+from engine.data import DataProto
+from engine.rollout.hf import eos_token_ids
+
+VLLM_MISSING = (
+    "vLLM is not installed: pip install -e .[gpu] on a CUDA machine, or use "
+    "actor_rollout_ref.rollout.name=hf"
+)
+DEFAULT_BUCKET_BYTES = 512 * 1024**2
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+NamedTensors = Iterable[tuple[str, torch.Tensor]]
+
+
+def sampling_kwargs(sampling: dict[str, Any], max_tokens: int, eos_ids: list[int]) -> dict:
+    """Return vLLM ``SamplingParams`` keyword arguments for one rollout call.
+
+    ``sampling`` is the worker's dict (``do_sample``, ``temperature``, ``top_k``, ``top_p``);
+    greedy decoding (``do_sample=False`` or temperature 0) becomes vLLM's ``temperature=0``.
+    """
+    greedy = not sampling.get("do_sample", True) or float(sampling.get("temperature", 1.0)) <= 0
+    top_k = int(sampling.get("top_k", -1))
+    return {
+        "n": 1,
+        "temperature": 0.0 if greedy else float(sampling.get("temperature", 1.0)),
+        "top_k": top_k if top_k > 0 else -1,
+        "top_p": float(sampling.get("top_p", 1.0)),
+        "max_tokens": int(max_tokens),
+        "logprobs": 0,
+        "detokenize": False,
+        "stop_token_ids": list(eos_ids),
+    }
+
+
+def unpad_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
+    """Return each row of a left-padded batch (bs, P) without its padding, as a list of ids."""
+    return [row[mask.bool()].tolist() for row, mask in zip(input_ids, attention_mask, strict=True)]
+
+
+def sampled_log_probs(token_ids: list[int], logprobs: list[Any] | None) -> list[float]:
+    """Return the sampled tokens' log-probs from vLLM's per-position ``{token_id: Logprob}``."""
+    if logprobs is None:
+        raise RuntimeError(
+            "vLLM returned no log-probs; the rollout asks for logprobs=0, check that the engine "
+            "was not built with max_logprobs=-1 or a sampler that drops them"
+        )
+    values = []
+    for token, position in zip(token_ids, logprobs, strict=True):
+        entry = position[token]
+        values.append(float(getattr(entry, "logprob", entry)))
+    return values
+
+
+def assemble_responses(
+    token_ids: list[list[int]],
+    log_probs: list[list[float]],
+    *,
+    eos_ids: list[int],
+    pad_token_id: int,
+    device: torch.device | str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Return ``responses``, ``response_mask``, ``log_probs`` (bs, T) and ``truncated`` (bs,).
+
+    Rows are right-padded with ``pad_token_id`` to the longest response (at least one column).
+    The mask is 1 up to and including the first EOS; tokens after it (vLLM stops there, but a
+    stop id may be followed by nothing or by padding) are masked out. ``truncated`` is True where
+    no EOS was produced.
+    """
+    width = max([len(t) for t in token_ids] + [1])
+    bs = len(token_ids)
+    responses = torch.full((bs, width), pad_token_id, dtype=torch.long)  # (bs, T)
+    mask = torch.zeros((bs, width), dtype=torch.long)  # (bs, T)
+    logp = torch.zeros((bs, width), dtype=torch.float32)  # (bs, T)
+    truncated = torch.ones(bs, dtype=torch.bool)  # (bs,)
+    eos = set(eos_ids)
+    for i, (tokens, values) in enumerate(zip(token_ids, log_probs, strict=True)):
+        end = len(tokens)
+        for j, token in enumerate(tokens):
+            if token in eos:
+                end, truncated[i] = j + 1, False
+                break
+        responses[i, :end] = torch.tensor(tokens[:end], dtype=torch.long)
+        mask[i, :end] = 1
+        logp[i, :end] = torch.tensor(values[:end], dtype=torch.float32)
+    return responses.to(device), mask.to(device), logp.to(device), truncated
+
+
+def iter_buckets(weights: NamedTensors, bucket_bytes: int) -> Iterator[list[tuple[str, Any]]]:
+    """Yield ``(name, tensor)`` lists of at most ``bucket_bytes`` each, in the given order.
+
+    A tensor larger than a bucket travels alone. ``DTensor`` shards are gathered first.
+    """
+    if bucket_bytes <= 0:
+        raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
+    bucket: list[tuple[str, Any]] = []
+    size = 0
+    for name, tensor in weights:
+        if hasattr(tensor, "full_tensor"):  # an FSDP2 DTensor shard: gather the full parameter
+            tensor = tensor.full_tensor()
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket
+
+
+class _LoadBucket:
+    """A picklable function ``model -> loaded names`` run by vLLM's ``apply_model``."""
+
+    def __init__(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
+        self.bucket = bucket
+
+    def __call__(self, model: Any) -> int:
+        loaded = model.load_weights(self.bucket)
+        return len(loaded) if loaded is not None else len(self.bucket)
+
+
+def _named_weights(weights: torch.nn.Module | NamedTensors) -> NamedTensors:
+    """Return ``(name, tensor)`` pairs: a module's state dict (LoRA merged in) or the input."""
+    if not isinstance(weights, torch.nn.Module):
+        return weights
+    if hasattr(weights, "peft_config"):
+        from engine.workers.lora import merged_state_dict
+
+        return merged_state_dict(weights).items()
+    return weights.state_dict().items()
+
+
+def _generation_eos_ids(tokenizer: Any, model_path: str) -> list[int]:
+    from transformers import GenerationConfig
+
+    try:
+        generation_config = GenerationConfig.from_pretrained(model_path)
+    except OSError:  # no generation_config.json: the tokenizer's EOS alone
+        generation_config = None
+    holder = cast(Any, SimpleNamespace(generation_config=generation_config))
+    return eos_token_ids(tokenizer, holder)
+
+
+class VLLMRollout:
+    """Generate ``responses`` with a vLLM engine and load the policy's weights into it."""
+
+    def __init__(
+        self,
+        model_path: str,
+        tokenizer: Any,
+        rollout_config: Any,
+        *,
+        max_model_len: int | None = None,
+        seed: int = 0,
+        engine: Any = None,
+        sampling_params_cls: Callable[..., Any] | None = None,
+        engine_kwargs: dict[str, Any] | None = None,
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        sleep_level: int = 1,
+    ) -> None:
+        """Build the engine (or use ``engine``, any object with vLLM's ``LLM`` methods).
+
+        ``engine_kwargs`` go to ``vllm.LLM`` on top of those mapped from ``rollout_config``
+        (e.g. ``distributed_executor_backend="external_launcher"`` under torchrun-style ranks).
+        """
+        self.config = rollout_config
+        self.tokenizer = tokenizer
+        self.model_path = model_path
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.eos_ids = _generation_eos_ids(tokenizer, model_path)
+        self.dtype = DTYPES[rollout_config.dtype]
+        self.bucket_bytes = bucket_bytes
+        self.sleep_level = sleep_level
+        self.sleep_mode = bool(rollout_config.enable_sleep_mode)
+        self.asleep: set[str] = set()
+        self.sampling_params_cls = sampling_params_cls
+        if engine is None:
+            engine = self._build_engine(max_model_len, seed, engine_kwargs or {})
+        elif sampling_params_cls is None:
+            raise ValueError("VLLMRollout(engine=...) needs sampling_params_cls as well")
+        self.engine = engine
+        if self.sleep_mode:
+            self.sleep()  # the trainer builds its model and optimizer next; give it the memory
+
+    def _build_engine(self, max_model_len: int | None, seed: int, extra: dict[str, Any]) -> Any:
+        try:
+            import vllm
+        except ImportError as exc:
+            raise ImportError(VLLM_MISSING) from exc
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        # apply_model sends a Python function to the workers; allow it when they are processes.
+        os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+        if self.sampling_params_cls is None:
+            self.sampling_params_cls = vllm.SamplingParams
+        cfg = self.config
+        kwargs: dict[str, Any] = {
+            "model": self.model_path,
+            "tensor_parallel_size": cfg.tensor_model_parallel_size,
+            "gpu_memory_utilization": cfg.gpu_memory_utilization,
+            "max_num_batched_tokens": cfg.max_num_batched_tokens,
+            "max_num_seqs": cfg.max_num_seqs,
+            "enable_sleep_mode": cfg.enable_sleep_mode,
+            "dtype": cfg.dtype,
+            "enforce_eager": cfg.enforce_eager,
+            "skip_tokenizer_init": False,
+            "seed": seed,
+            "logprobs_mode": "processed_logprobs",
+            # A weight update makes cached prefixes stale; the cache is reset after each load.
+            "enable_prefix_caching": True,
+        }
+        if max_model_len or getattr(cfg, "max_model_len", None):
+            kwargs["max_model_len"] = max_model_len or cfg.max_model_len
+        kwargs.update(extra)
+        return vllm.LLM(**kwargs)
+
+    # -- hybrid engine memory ------------------------------------------------------------------
+    def sleep(self) -> None:
+        """Release the weights (offloaded at level 1) and the KV cache while the actor trains."""
+        if self.sleep_mode and not self.asleep:
+            self.engine.sleep(level=self.sleep_level)
+            self.asleep = {"weights", "kv_cache"}
+
+    def wake_up(self, tags: tuple[str, ...] = ("weights", "kv_cache")) -> None:
+        """Bring back the sleeping parts named in ``tags``, one tag at a time, in that order."""
+        for tag in tags:
+            if tag in self.asleep:
+                self.engine.wake_up(tags=[tag])
+                self.asleep.discard(tag)
+
+    # -- weight sync ---------------------------------------------------------------------------
+    def load_weights(self, weights: torch.nn.Module | NamedTensors) -> dict[str, float]:
+        """Push a module's weights or ``(name, tensor)`` pairs into the engine, in buckets.
+
+        Wakes the weights first (not the KV cache) and resets the prefix cache afterwards.
+        Returns ``{"buckets": ..., "tensors": ..., "bytes": ...}``.
+        """
+        self.wake_up(("weights",))
+        buckets = tensors = nbytes = 0
+        named = _named_weights(weights)
+        cast = ((name, t.detach().to(self.dtype)) for name, t in named)
+        for bucket in iter_buckets(cast, self.bucket_bytes):
+            self.engine.apply_model(_LoadBucket(bucket))
+            buckets += 1
+            tensors += len(bucket)
+            nbytes += sum(t.numel() * t.element_size() for _, t in bucket)
+        if hasattr(self.engine, "reset_prefix_cache"):
+            self.engine.reset_prefix_cache()
+        return {"buckets": float(buckets), "tensors": float(tensors), "bytes": float(nbytes)}
+
+    # -- generation ----------------------------------------------------------------------------
+    def generate_sequences(
+        self,
+        prompts: DataProto,
+        *,
+        max_new_tokens: int,
+        sampling: dict[str, Any],
+        generator: torch.Generator | None = None,
+    ) -> DataProto:
+        """Return the response tensors for ``prompts`` (already repeated ``n`` times).
+
+        Adds ``prompts`` (bs, P), ``responses`` (bs, T), ``response_mask`` (bs, T),
+        ``input_ids`` / ``attention_mask`` / ``position_ids`` (bs, P + T),
+        ``rollout_log_probs`` (bs, T), and the non-tensor ``truncated`` flags. ``generator`` is
+        unused: vLLM samples from its own RNG, seeded at construction.
+        """
+        prompt_ids = prompts.batch["input_ids"]  # (bs, P)
+        prompt_mask = prompts.batch["attention_mask"]  # (bs, P)
+        requests = [{"prompt_token_ids": ids} for ids in unpad_prompts(prompt_ids, prompt_mask)]
+        assert self.sampling_params_cls is not None
+        params = self.sampling_params_cls(**sampling_kwargs(sampling, max_new_tokens, self.eos_ids))
+        self.wake_up(("weights", "kv_cache"))
+        outputs = self.engine.generate(requests, params, use_tqdm=False)
+        if self.config.free_cache_engine:
+            self.sleep()
+        token_ids = [list(out.outputs[0].token_ids) for out in outputs]
+        log_probs = [
+            sampled_log_probs(tokens, out.outputs[0].logprobs)
+            for tokens, out in zip(token_ids, outputs, strict=True)
+        ]
+        responses, response_mask, logp, truncated = assemble_responses(
+            token_ids,
+            log_probs,
+            eos_ids=self.eos_ids,
+            pad_token_id=self.pad_id,
+            device=prompt_ids.device,
+        )
+        attention_mask = torch.cat([prompt_mask, response_mask], dim=-1)  # (bs, P + T)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        tensors = {
+            "prompts": prompt_ids,
+            "responses": responses,
+            "response_mask": response_mask,
+            "input_ids": torch.cat([prompt_ids, responses], dim=-1),
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+            "rollout_log_probs": logp,
+        }
+        return DataProto.from_dict(tensors, {"truncated": truncated.numpy()})

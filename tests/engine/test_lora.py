@@ -1,0 +1,193 @@
+"""LoRA policies with PEFT on a random small Qwen2 (CPU)."""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from engine.config import PPOConfig
+from engine.data import DataProto
+from engine.rollout.vllm_rollout import _named_weights
+from engine.tiny.tokenizer import build_tokenizer
+from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
+from engine.workers.lora import (
+    adapter_disabled,
+    apply_lora,
+    export_lora,
+    is_lora,
+    merged_state_dict,
+)
+from engine.workers.models import load_policy
+
+pytest.importorskip("peft")
+
+VOCAB = 103  # the character tokenizer's vocabulary
+
+
+def base_model(seed: int = 0) -> Qwen2ForCausalLM:
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+    )
+    return Qwen2ForCausalLM(config)
+
+
+def lora_config(**overrides) -> SimpleNamespace:
+    return SimpleNamespace(
+        **{"lora_rank": 4, "lora_alpha": 8, "target_modules": "all-linear", **overrides}
+    )
+
+
+def train_step(model: torch.nn.Module, ids: torch.Tensor) -> None:
+    """One AdamW step on next-token cross-entropy over ``ids`` (bs, L)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-2)
+    logits = model(input_ids=ids).logits[:, :-1]
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
+    loss.backward()
+    optimizer.step()
+
+
+IDS = torch.randint(7, VOCAB, (3, 9), generator=torch.Generator().manual_seed(1))
+
+
+def test_only_adapter_parameters_require_grad():
+    model = apply_lora(base_model(), lora_config())
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
+    # all-linear adapts the attention and MLP projections of every layer, not the output head.
+    for layer in range(2):
+        for proj in ("self_attn.q_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.down_proj"):
+            assert any(f"layers.{layer}.{proj}.lora_A" in n for n in trainable)
+    assert not any("lm_head" in n or "embed_tokens" in n for n in trainable)
+
+
+def test_a_list_of_target_modules_adapts_only_those():
+    model = apply_lora(base_model(), lora_config(target_modules=["q_proj", "v_proj"]))
+    adapted = {
+        n.split(".lora_")[0].rsplit(".", 1)[-1]
+        for n, p in model.named_parameters()
+        if p.requires_grad
+    }
+    assert adapted == {"q_proj", "v_proj"}
+
+
+def test_unknown_target_modules_name_the_key():
+    with pytest.raises(ValueError, match="actor_rollout_ref.model.target_modules"):
+        apply_lora(base_model(), lora_config(target_modules=["no_such_proj"]))
+
+
+def test_a_training_update_changes_only_the_adapter():
+    model = apply_lora(base_model(), lora_config())
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    train_step(model, IDS)
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all(".lora_A." in n or ".lora_B." in n for n in changed)
+    assert any(".lora_B." in n for n in changed)  # B starts at zero and moves
+
+
+def test_the_adapter_disabled_policy_is_the_base_model():
+    base = base_model()
+    pristine = copy.deepcopy(base)
+    model = apply_lora(base, lora_config())
+    train_step(model, IDS)
+    with torch.no_grad():
+        adapted = model(input_ids=IDS).logits
+        with adapter_disabled(model):
+            reference = model(input_ids=IDS).logits
+        expected = pristine(input_ids=IDS).logits
+        torch.testing.assert_close(reference, expected)
+        assert not torch.allclose(adapted, expected)
+        assert torch.equal(model(input_ids=IDS).logits, adapted)  # re-enabled after the block
+
+
+def test_merged_export_loads_with_from_pretrained_and_matches_the_adapted_model(tmp_path):
+    model = apply_lora(base_model(), lora_config())
+    train_step(model, IDS)
+    export_lora(model, tmp_path / "merged", tokenizer=build_tokenizer())
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
+    assert not is_lora(loaded)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            loaded(input_ids=IDS).logits, model(input_ids=IDS).logits, atol=1e-5, rtol=1e-5
+        )
+    assert (tmp_path / "merged" / "tokenizer_config.json").exists()
+
+
+def test_adapter_only_export_round_trips_with_peft(tmp_path):
+    from peft import PeftModel
+
+    model = apply_lora(base_model(), lora_config())
+    train_step(model, IDS)
+    export_lora(model, tmp_path / "adapter", merge=False)
+    assert (tmp_path / "adapter" / "adapter_config.json").exists()
+    reloaded = PeftModel.from_pretrained(base_model(), tmp_path / "adapter")
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(input_ids=IDS).logits, model(input_ids=IDS).logits)
+
+
+def test_merged_state_dict_has_base_names_and_leaves_the_model_unchanged():
+    model = apply_lora(base_model(), lora_config())
+    train_step(model, IDS)
+    state = {n: p.detach().clone() for n, p in model.named_parameters()}
+    merged = merged_state_dict(model)
+    assert set(merged) == set(base_model().state_dict())
+    assert all(torch.equal(p, state[n]) for n, p in model.named_parameters())
+    # The rollout engine receives the same base names for a LoRA policy.
+    assert {name for name, _ in _named_weights(model)} == set(merged)
+
+
+def test_load_policy_wraps_the_model_when_lora_rank_is_positive():
+    config = SimpleNamespace(
+        hf_model=base_model(), enable_gradient_checkpointing=True, **vars(lora_config())
+    )
+    model = load_policy(config, torch.device("cpu")).train()
+    assert is_lora(model)
+    train_step(model, IDS)  # checkpointed blocks still get gradients through frozen embeddings
+    grads = [p.grad for n, p in model.named_parameters() if ".lora_B." in n]
+    assert all(g is not None and g.abs().sum() > 0 for g in grads)
+    plain = load_policy(SimpleNamespace(hf_model=base_model(), lora_rank=0), torch.device("cpu"))
+    assert not is_lora(plain)
+
+
+def test_the_worker_reference_is_the_adapter_disabled_policy_with_no_copy():
+    tokenizer = build_tokenizer()
+    pristine = base_model()
+    cfg = PPOConfig()
+    arr = cfg.actor_rollout_ref
+    arr.model.hf_model, arr.model.tokenizer = copy.deepcopy(pristine), tokenizer
+    arr.model.lora_rank, arr.model.lora_alpha = 4, 8
+    arr.model.enable_gradient_checkpointing = False
+    worker = ActorRolloutRefWorker(cfg, device=torch.device("cpu"), total_steps=1, need_ref=True)
+    assert worker.ref_model is None and is_lora(worker.model)
+    train_step(worker.model, IDS)
+
+    responses = IDS[:, 5:]
+    mask = torch.ones_like(IDS)
+    batch = DataProto.from_dict(
+        {
+            "input_ids": IDS,
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(-1) - 1),
+            "responses": responses,
+            "response_mask": torch.ones_like(responses),
+        }
+    )
+    ref = worker.compute_ref_log_prob(batch).batch["ref_log_prob"]  # (3, 4)
+    with torch.no_grad():
+        logits = pristine(input_ids=IDS).logits[:, 4:-1]
+    expected = torch.log_softmax(logits, -1).gather(-1, responses[..., None]).squeeze(-1)
+    torch.testing.assert_close(ref, expected, atol=1e-5, rtol=1e-5)
+    policy = worker.compute_log_prob(batch).batch["old_log_probs"]
+    assert not torch.allclose(policy, expected)  # the adapter is back on for the policy
