@@ -101,9 +101,21 @@ def test_run_create_queues_a_numbered_run_with_its_own_checkpoint_folder(
     expected = studio_dirs / "data" / "runs" / str(first.pk) / "checkpoints"
     assert first.checkpoint_dir == str(expected)
     assert first.config["trainer"]["default_local_dir"] == str(expected)
-    assert first.config["trainer"]["resume_mode"] == "auto"
+    assert first.config["trainer"]["resume_mode"] == "disable"
     # one start_run dispatch and one status event per run, sent only after the commit
     assert len(callbacks) == 4
+
+
+def test_a_folder_left_by_an_earlier_database_is_moved_aside(owner, studio_dirs):
+    experiment = make_experiment(owner)
+    run = run_create(experiment=experiment)
+    stale = studio_dirs / "data" / "runs" / str(run.pk + 1) / "checkpoints" / "global_step_9"
+    stale.mkdir(parents=True)
+    fresh = run_create(experiment=experiment)
+    assert fresh.pk == run.pk + 1
+    assert not Path(fresh.checkpoint_dir).exists()
+    moved = list((studio_dirs / "data" / "runs").glob(f"{fresh.pk}.orphaned-*"))
+    assert len(moved) == 1 and (moved[0] / "checkpoints" / "global_step_9").is_dir()
 
 
 def test_cancel_ends_a_queued_run_and_flags_a_running_one(owner):

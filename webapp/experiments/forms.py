@@ -68,8 +68,15 @@ def value_text(value: Any) -> Any:
     return str(value)
 
 
+def field_label(spec: FieldSpec) -> str:
+    """Return the key below its form group: ``optim.lr`` in the actor's group."""
+    parts = spec.key.split(".")
+    depth = 2 if parts[0] == "actor_rollout_ref" and len(parts) > 2 else 1
+    return ".".join(parts[depth:]) or spec.key
+
+
 def _schema_field(spec: FieldSpec) -> forms.Field:
-    label = spec.key.rsplit(".", 1)[-1]
+    label = field_label(spec)
     common = {"label": label, "help_text": spec.help, "required": False}
     if spec.choices and spec.type is list:
         return forms.MultipleChoiceField(

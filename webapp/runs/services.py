@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import shutil
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
@@ -50,6 +51,14 @@ def run_dir(run_id: int) -> Path:
     return Path(settings.POSTTRAIN_DATA_DIR).expanduser() / "runs" / str(run_id)
 
 
+def _move_aside(folder: Path) -> None:
+    """Rename a folder left by an earlier database's run of the same id, so nothing mixes in."""
+    if folder.exists():
+        target = folder.with_name(f"{folder.name}.orphaned-{time.time_ns()}")
+        logger.warning("run folder %s exists from an earlier database; moved to %s", folder, target)
+        folder.rename(target)
+
+
 def _publish_status_on_commit(run_id: int) -> None:
     def send() -> None:
         run = Run.objects.filter(pk=run_id).first()
@@ -75,11 +84,12 @@ def run_create(
 
     ``config`` defaults to the experiment's; it is validated by the engine (``ConfigValidationError``
     otherwise, and nothing is created). The run gets its own checkpoint folder; a run without a
-    ``parent`` starts fresh, a resumed one keeps the resume settings ``run_resume`` put in.
+    ``parent`` starts fresh (``resume_mode=disable``: a run never restarts in place, a resume is a
+    new run), a resumed one keeps the resume settings ``run_resume`` put in.
     """
     cfg = as_config(experiment.config if config is None else config)
     if parent is None:
-        set_value(cfg, "trainer.resume_mode", "auto")
+        set_value(cfg, "trainer.resume_mode", "disable")
         set_value(cfg, "trainer.resume_from_path", None)
     config_check(owner=experiment.owner, config=cfg)
     with transaction.atomic():
@@ -93,6 +103,7 @@ def run_create(
             status=RunStatus.QUEUED,
             config={},
         )
+        _move_aside(run_dir(run.pk))
         checkpoints = run_dir(run.pk) / "checkpoints"
         set_value(cfg, "trainer.default_local_dir", str(checkpoints))
         run.config = config_to_dict(cfg)
