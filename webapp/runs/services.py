@@ -71,7 +71,17 @@ def _publish_status_on_commit(run_id: int) -> None:
 def _dispatch_start(run_id: int) -> None:
     from workers.tasks import start_run
 
-    start_run.delay(run_id)
+    try:
+        start_run.delay(run_id)
+    except Exception as exc:
+        # Without a broker the run would wait forever; end it with the reason instead.
+        logger.exception("could not queue the start of run %s", run_id)
+        Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
+            status=RunStatus.FAILED,
+            finished_at=timezone.now(),
+            error=f"the task broker did not take the start request ({type(exc).__name__}); "
+            "check that Redis (REDIS_URL) answers, then launch the experiment again",
+        )
 
 
 def run_create(
