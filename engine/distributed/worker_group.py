@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from engine.data import DataProto
 from engine.env import CPU_PROCESS_ENV
 
@@ -112,6 +114,44 @@ def gather_batches(outputs: list[DataProto], pad_size: int) -> DataProto:
             meta[key] = max(float(out.meta_info.get(key, 0.0)) for out in outputs)
     merged.meta_info = meta
     return merged
+
+
+# Rollout columns whose width is the response length T (or P + T), and their padding values;
+# position ids are recomputed from the padded attention mask, as the rollout computes them.
+RESPONSE_PADDING = {"responses": None, "response_mask": 0, "rollout_log_probs": 0.0}
+SEQUENCE_PADDING = {"input_ids": None, "attention_mask": 0}
+
+
+def pad_rollouts(outputs: list[DataProto], pad_token_id: int) -> list[DataProto]:
+    """Right-pad every rank's rollout to the longest response among the ranks.
+
+    Each rank stops sampling when its own sequences have ended, so ``responses`` (bs, T_rank)
+    differ in width. Padding tokens are ``pad_token_id`` with mask 0 and log-prob 0, exactly
+    what a single rollout of the whole batch puts after a response that ended early.
+    """
+    width = max(out.batch["responses"].shape[1] for out in outputs)
+    padded = []
+    for out in outputs:
+        extra = width - out.batch["responses"].shape[1]
+        if extra == 0:
+            padded.append(out)
+            continue
+        batch = dict(out.batch)
+        for key, value in {**RESPONSE_PADDING, **SEQUENCE_PADDING}.items():
+            if key in batch:
+                fill = pad_token_id if value is None else value
+                batch[key] = torch.nn.functional.pad(batch[key], (0, extra), value=fill)
+        if "position_ids" in batch:
+            batch["position_ids"] = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+        padded.append(DataProto(batch, out.non_tensor_batch, out.meta_info))
+    for key in outputs[0].batch:
+        widths = {tuple(out.batch[key].shape[1:]) for out in padded}
+        if len(widths) > 1:
+            raise ValueError(
+                f"rollout column {key!r} has different widths on different ranks {sorted(widths)} "
+                "and no known padding; add it to RESPONSE_PADDING or SEQUENCE_PADDING"
+            )
+    return padded
 
 
 def mean_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
@@ -247,13 +287,14 @@ class ActorRolloutRefGroup:
         group.execute_all(
             "build_role", self.role, config, total_steps=total_steps, need_ref=need_ref
         )
+        self.pad_token_id: int = group.call_all(self.role, "pad_token_id")[0]
 
     def generate_sequences(self, prompts: DataProto, *, validate: bool = False) -> DataProto:
         """Return the rollout for prompts already repeated ``n`` times, generated on every rank."""
         outputs, pad = self.group.call_split(
             self.role, "generate_sequences", prompts, validate=validate
         )
-        return gather_batches(outputs, pad)
+        return gather_batches(pad_rollouts(outputs, self.pad_token_id), pad)
 
     def needs_old_log_prob(self, batch_size: int) -> bool:
         """Return False when the update is on-policy (decided on the whole batch, as locally)."""

@@ -33,7 +33,14 @@ def tiny_config(*, lr: float = 1e-2, mini_batch: int = 4, n: int = 1) -> PPOConf
     config = PPOConfig()
     arr = config.actor_rollout_ref
     arr.model.tokenizer = tokenizer
-    arr.model.hf_model = tiny_policy(len(tokenizer))
+    policy = tiny_policy(len(tokenizer))
+    with torch.no_grad():
+        # EOS becomes likely in about half of the states (its logit is 10 x one hidden unit), so
+        # responses end at different lengths and ranks stop sampling at different steps.
+        row = policy.model.embed_tokens.weight[tokenizer.eos_token_id]
+        row.zero_()
+        row[0] = 10.0
+    arr.model.hf_model = policy
     arr.actor.optim.lr = lr
     arr.actor.ppo_mini_batch_size = mini_batch
     arr.actor.ppo_micro_batch_size_per_gpu = 1

@@ -13,6 +13,7 @@ from engine.distributed.worker_group import (
     check_sharded,
     gather_batches,
     mean_metrics,
+    pad_rollouts,
     split_batch,
 )
 
@@ -90,3 +91,42 @@ def test_a_sharded_checkpoint_only_fits_a_group_of_its_size():
         check_sharded({**state, "world_size": 4}, FakeGroup())
     with pytest.raises(ValueError, match="single-process trainer.*controller=local"):
         check_sharded({"model": {}}, FakeGroup())
+
+
+def rollout(responses: list[list[int]], prompt_len: int = 2) -> DataProto:
+    """Return a rank's rollout: every response token is real (mask 1), log-prob -0.5."""
+    resp = torch.tensor(responses)
+    prompts = torch.full((len(responses), prompt_len), 9)
+    response_mask = torch.ones_like(resp)
+    attention_mask = torch.cat([torch.ones_like(prompts), response_mask], dim=-1)
+    return DataProto.from_dict(
+        {
+            "prompts": prompts,
+            "responses": resp,
+            "response_mask": response_mask,
+            "input_ids": torch.cat([prompts, resp], dim=-1),
+            "attention_mask": attention_mask,
+            "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
+            "rollout_log_probs": torch.full(resp.shape, -0.5),
+        }
+    )
+
+
+def test_rollouts_of_different_lengths_are_padded_like_one_rollout():
+    short, long = pad_rollouts([rollout([[5]]), rollout([[6, 7, 8]])], pad_token_id=0)
+    assert long.batch["responses"].tolist() == [[6, 7, 8]]
+    assert short.batch["responses"].tolist() == [[5, 0, 0]]
+    assert short.batch["response_mask"].tolist() == [[1, 0, 0]]
+    assert short.batch["rollout_log_probs"].tolist() == [[-0.5, 0.0, 0.0]]
+    assert short.batch["input_ids"].tolist() == [[9, 9, 5, 0, 0]]
+    assert short.batch["attention_mask"].tolist() == [[1, 1, 1, 0, 0]]
+    assert short.batch["position_ids"].tolist() == [[0, 1, 2, 2, 2]]
+    assert short.batch["prompts"].tolist() == [[9, 9]]
+    assert len(gather_batches([short, long], 0)) == 2
+
+
+def test_an_unknown_column_of_uneven_width_is_named():
+    a, b = rollout([[5]]), rollout([[6, 7]])
+    a.batch["token_scores"], b.batch["token_scores"] = torch.zeros(1, 1), torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="'token_scores' has different widths"):
+        pad_rollouts([a, b], pad_token_id=0)

@@ -86,9 +86,15 @@ def test_an_odd_batch_comes_back_in_order_without_padding(two_ranks):
     arr.load_state_dict(initial)
     local = one_rank(config, initial_full)
     prompts = prompt_batch(config.actor_rollout_ref.model.tokenizer, QUESTIONS)
+    per_rank, pad = arr.group.call_split(arr.role, "generate_sequences", prompts)
+    widths = [out.batch["responses"].shape[1] for out in per_rank]
+    assert pad == 1 and widths[0] != widths[1]  # each rank stopped when its own rows ended
+    arr.load_state_dict(initial)  # the same sampling again, through the proxy
     gen = arr.generate_sequences(prompts)
-    assert len(gen) == 5
+    assert len(gen) == 5 and gen.batch["responses"].shape[1] == max(widths)
     assert torch.equal(gen.batch["prompts"], prompts.batch["input_ids"])
+    lengths = [int(n) for out in per_rank for n in out.batch["response_mask"].sum(-1)]
+    assert gen.batch["response_mask"].sum(-1).tolist() == lengths[:5]
     old = arr.compute_log_prob(gen)
     ref = arr.compute_ref_log_prob(gen)
     expected_old = local.compute_log_prob(gen).batch["old_log_probs"]
