@@ -1,0 +1,112 @@
+"""The lean sampling loop on a random small Qwen2 (CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from engine.rollout.sampling import filter_logits, sample_sequences
+
+EOS, PAD = 2, 0
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=40,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+    )
+    return Qwen2ForCausalLM(config).eval()
+
+
+def left_padded_prompts() -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.randint(5, 40, (6, 7), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    ids[:2, :3], mask[:2, :3] = PAD, 0  # two shorter prompts, left padded
+    return ids, mask
+
+
+def full_forward_log_probs(model, ids, mask, out) -> torch.Tensor:
+    full = torch.cat([ids, out.responses], dim=1)
+    full_mask = torch.cat([mask, out.response_mask], dim=1)
+    positions = (full_mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        logits = model(input_ids=full, attention_mask=full_mask, position_ids=positions).logits
+    response_logits = logits[:, ids.shape[1] - 1 : -1].float()
+    log_probs = torch.log_softmax(response_logits, -1)
+    return log_probs.gather(-1, out.responses[..., None]).squeeze(-1) * out.response_mask
+
+
+def test_log_probs_match_a_full_forward_pass(model):
+    ids, mask = left_padded_prompts()
+    out = sample_sequences(
+        model,
+        ids,
+        mask,
+        max_new_tokens=6,
+        eos_token_ids=[EOS],
+        pad_token_id=PAD,
+        generator=torch.Generator().manual_seed(3),
+    )
+    expected = full_forward_log_probs(model, ids, mask, out)
+    assert out.log_probs.shape == out.responses.shape == out.response_mask.shape
+    torch.testing.assert_close(out.log_probs, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_response_mask_stops_after_the_first_eos(model):
+    ids, mask = left_padded_prompts()
+    # Bias the lm_head towards EOS so that most, but not all, rows end early.
+    handle = model.lm_head.register_forward_hook(
+        lambda _m, _i, out: out + torch.nn.functional.one_hot(torch.tensor(EOS), 40) * 3.0
+    )
+    try:
+        out = sample_sequences(
+            model,
+            ids,
+            mask,
+            max_new_tokens=8,
+            eos_token_ids=[EOS],
+            pad_token_id=PAD,
+            generator=torch.Generator().manual_seed(0),
+        )
+    finally:
+        handle.remove()
+    assert 0 < int(out.truncated.sum()) < ids.shape[0] or not out.truncated.any()
+    for row in range(ids.shape[0]):
+        tokens = out.responses[row].tolist()
+        length = int(out.response_mask[row].sum())
+        if EOS in tokens:
+            assert tokens.index(EOS) == length - 1  # the EOS itself is part of the response
+            assert all(t == PAD for t in tokens[length:])
+            assert not out.truncated[row]
+        else:
+            assert out.truncated[row] and length == out.responses.shape[1]
+
+
+def test_greedy_is_deterministic_and_picks_the_argmax(model):
+    ids, mask = left_padded_prompts()
+    kwargs = dict(max_new_tokens=4, eos_token_ids=[EOS], pad_token_id=PAD, do_sample=False)
+    first = sample_sequences(model, ids, mask, **kwargs)
+    second = sample_sequences(model, ids, mask, **kwargs)
+    assert torch.equal(first.responses, second.responses)
+    with torch.no_grad():
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1]
+    assert torch.equal(first.responses[:, 0], logits.argmax(-1))
+
+
+def test_filter_logits_keeps_top_k_and_nucleus():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    top2 = filter_logits(logits, top_k=2)
+    assert torch.isfinite(top2).tolist() == [[True, True, False, False]]
+    nucleus = filter_logits(logits, top_p=0.7)  # 0.5 + 0.3 covers 0.7
+    assert torch.isfinite(nucleus).tolist() == [[True, True, False, False]]
+    assert torch.isfinite(filter_logits(logits, top_p=0.4)).sum() == 1  # always keeps one
