@@ -1,5 +1,5 @@
 """The whole lifecycle with real services: web form -> PostgreSQL -> Redis -> Celery worker ->
-driver process -> engine -> recorder -> PostgreSQL; then cancel and resume.
+driver process -> engine (on Ray) -> recorder -> PostgreSQL; then cancel and resume.
 
 A Celery worker subprocess serves a queue of its own (so no other worker on the machine takes
 these tasks) against the pytest database. The tiny model comes from the shared asset cache,
@@ -123,7 +123,12 @@ def wait_for(run: Run, done: Callable[[Run], bool], timeout: float, what: str) -
 def test_a_tiny_grpo_run_goes_from_the_web_form_to_succeeded(client, owner, start_worker):
     client.force_login(owner)
     data = builder_data(
-        tiny_config(), owner, trainer__total_training_steps="3", trainer__test_freq="3", **FAST
+        tiny_config(),
+        owner,
+        trainer__total_training_steps="3",
+        trainer__test_freq="3",
+        trainer__controller="ray",  # the driver runs the engine's Ray worker groups
+        **FAST,
     )
     response = client.post(reverse("experiments:new"), data)
     run = Run.objects.get()
@@ -144,8 +149,10 @@ def test_a_tiny_grpo_run_goes_from_the_web_form_to_succeeded(client, owner, star
     assert Sample.objects.filter(run=run, split="val", step=3).exists()
     sample = Sample.objects.filter(run=run, split="train").first()
     assert len(sample.token_logprobs) == len(sample.tokens) == sample.response_length
-    group = Sample.objects.filter(run=run, step=1, split="train", prompt_index=0)
+    first = Sample.objects.filter(run=run, step=1, split="train").first()
+    group = Sample.objects.filter(run=run, step=1, split="train", prompt_index=first.prompt_index)
     assert sorted(group.values_list("sample_index", flat=True)) == [0, 1, 2, 3]
+    assert set(group.values_list("group_id", flat=True)) == {first.group_id}
 
 
 def test_cancel_stops_within_a_step_and_resume_continues_the_numbering(client, owner, start_worker):
