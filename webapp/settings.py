@@ -89,6 +89,7 @@ INSTALLED_APPS = [
     "webapp.experiments",
     "webapp.runs",
     "webapp.datasets",
+    "webapp.samples",
 ]
 
 MIDDLEWARE = [

@@ -9,5 +9,6 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("datasets/", include("webapp.datasets.urls")),
     path("runs/", include("webapp.runs.urls")),
+    path("runs/<int:run_id>/samples/", include("webapp.samples.urls")),
     path("", include("webapp.experiments.urls")),
 ]

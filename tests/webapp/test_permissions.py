@@ -17,12 +17,13 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
+from engine.trainer.recorder import SampleRecord
 from tests.webapp.fixtures import make_experiment
 from webapp.datasets.models import Dataset
 from webapp.datasets.services import dataset_create
 from webapp.experiments.models import Experiment
 from webapp.runs.models import Run, RunStatus
-from webapp.runs.services import run_create
+from webapp.runs.services import run_create, samples_write
 
 pytestmark = pytest.mark.django_db
 
@@ -56,6 +57,20 @@ def world(owner, studio_dirs):
     experiment = make_experiment(owner, name=f"{SECRET} experiment")
     running = run_create(experiment=experiment)
     Run.objects.filter(pk=running.pk).update(status=RunStatus.RUNNING, error=f"{SECRET} traceback")
+    # A sample for the inspector's pages and exports to show to its owner only.
+    secret_sample = SampleRecord(
+        step=0,
+        split="train",
+        prompt_index=0,
+        sample_index=0,
+        group_id="g",
+        data_source="secret",
+        prompt_text=f"{SECRET} prompt",
+        response_text=f"{SECRET} response",
+        ground_truth=None,
+        reward=1.0,
+    )
+    samples_write(run_id=running.pk, samples=[secret_sample])
     stopped = run_create(experiment=experiment)
     Run.objects.filter(pk=stopped.pk).update(status=RunStatus.CANCELLED)
     checkpoint = Path(stopped.checkpoint_dir) / "global_step_1"

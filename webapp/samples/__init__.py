@@ -1,0 +1,1 @@
+"""Rollout sample inspector: step, group, across-steps and across-runs views, token colouring, exports."""

@@ -1,0 +1,256 @@
+"""Sample inspector pages: step view, group view (with the token view), across steps, across runs,
+the step list a live page polls, and the exports. Owner only: another user's run is a 404.
+
+Views parse the query string with ``webapp.samples.forms`` and read through
+``webapp.samples.selectors``; the pages render on the server and ``frontend/js/inspector.js``
+adds the step slider, token colouring, response diffs and the trend chart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_safe
+
+from webapp.runs.models import Run, SampleSplit
+from webapp.runs.selectors import run_list_for_user
+from webapp.samples.export import export_response
+from webapp.samples.forms import (
+    COLOUR_CHOICES,
+    PER_PAGE_CHOICES,
+    CompareForm,
+    PromptForm,
+    SampleFilterForm,
+)
+from webapp.samples.selectors import (
+    SORTS,
+    sample_across_runs,
+    sample_export_rows,
+    sample_group,
+    sample_page,
+    sample_prompt_history,
+    sample_step_summary,
+    sample_steps,
+    token_rows,
+)
+
+
+def _run(request: HttpRequest, run_id: int) -> Run:
+    return get_object_or_404(run_list_for_user(user=request.user), pk=run_id)
+
+
+def _bad_request(request: HttpRequest, run: Run, form: Any) -> HttpResponse:
+    errors = [
+        f"{'' if name == '__all__' else name + ': '}{message}"
+        for name, messages in form.errors.items()
+        for message in messages
+    ]
+    context = {"run": run, "experiment": run.experiment, "errors": errors, "tab": ""}
+    return render(request, "samples/bad_request.html", context, status=400)
+
+
+def _nearest(steps: list[int], step: int | None) -> int | None:
+    """Return ``step`` if it has samples, else the closest step that has (the latest if None)."""
+    if not steps:
+        return None
+    if step is None:
+        return steps[-1]
+    return min(steps, key=lambda s: (abs(s - step), -s))
+
+
+@login_required
+@require_safe
+def sample_step_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Show one step's samples of one split: filter, sort, paginate."""
+    run = _run(request, run_id)
+    form = SampleFilterForm(request.GET)
+    if not form.is_valid():
+        return _bad_request(request, run, form)
+    split = form.cleaned_data.get("split") or SampleSplit.TRAIN
+    steps = sample_steps(user=request.user, run_id=run.pk, split=split)
+    asked = form.cleaned_data.get("step")
+    step = _nearest(steps, asked)
+    context: dict[str, Any] = {
+        "run": run,
+        "experiment": run.experiment,
+        "tab": "step",
+        "form": form,
+        "split": split,
+        "splits": SampleSplit.choices,
+        "sorts": SORTS.items(),
+        "steps": steps,
+        "step": step,
+        "asked_step": asked,
+        "step_position": steps.index(step) if step is not None else 0,
+        "per_page_choices": PER_PAGE_CHOICES,
+        "page": None,
+    }
+    if step is not None:
+        filters = form.filters(step)
+        context["page"] = sample_page(
+            user=request.user,
+            run_id=run.pk,
+            filters=filters,
+            page=form.cleaned_data.get("page") or 1,
+            per_page=form.cleaned_data.get("per_page") or 50,
+        )
+        context["summary"] = sample_step_summary(
+            user=request.user, run_id=run.pk, split=split, step=step
+        )
+    query = request.GET.copy()
+    query.pop("page", None)
+    context["query"] = query.urlencode()
+    query.pop("step", None)
+    context["export_query"] = query.urlencode()
+    return render(request, "samples/step.html", context)
+
+
+@login_required
+@require_safe
+def sample_steps_json(request: HttpRequest, run_id: int) -> JsonResponse:
+    """Return the steps with samples per split and the run's status (polled by live pages)."""
+    run = _run(request, run_id)
+    steps = {
+        split: sample_steps(user=request.user, run_id=run.pk, split=split)
+        for split in SampleSplit.values
+    }
+    return JsonResponse({"status": run.status, "active": run.is_active, "steps": steps})
+
+
+@login_required
+@require_safe
+def sample_group_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Show the responses to one prompt at one step side by side, and their tokens."""
+    run = _run(request, run_id)
+    form = PromptForm(request.GET)
+    if not form.is_valid():
+        return _bad_request(request, run, form)
+    split = form.split_value
+    prompt = form.cleaned_data["prompt"]
+    step = form.cleaned_data.get("step")
+    if step is None:
+        step = _nearest(sample_steps(user=request.user, run_id=run.pk, split=split), None)
+    group = None
+    if step is not None:
+        group = sample_group(
+            user=request.user, run_id=run.pk, split=split, step=step, prompt_index=prompt
+        )
+    context = {
+        "run": run,
+        "experiment": run.experiment,
+        "tab": "group",
+        "split": split,
+        "step": step,
+        "prompt": prompt,
+        "group": group,
+        "selected": form.cleaned_data.get("sample"),
+        "colour": form.cleaned_data.get("colour") or "logprob",
+        "colours": COLOUR_CHOICES,
+        "tokens": token_rows(m.sample for m in group.members) if group else [],
+    }
+    return render(request, "samples/group.html", context)
+
+
+@login_required
+@require_safe
+def sample_prompt_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Follow one prompt through training: its responses at each step and its reward trend."""
+    run = _run(request, run_id)
+    form = PromptForm(request.GET)
+    if not form.is_valid():
+        return _bad_request(request, run, form)
+    split = form.split_value
+    prompt = form.cleaned_data["prompt"]
+    history = sample_prompt_history(
+        user=request.user,
+        run_id=run.pk,
+        split=split,
+        prompt_index=prompt,
+        page=form.cleaned_data.get("page") or 1,
+    )
+    trend = (
+        [{"step": p.step, "reward": p.reward_mean, "n": p.count} for p in history.trend]
+        if (history)
+        else []
+    )
+    context = {
+        "run": run,
+        "experiment": run.experiment,
+        "tab": "prompt",
+        "split": split,
+        "prompt": prompt,
+        "step": form.cleaned_data.get("step"),
+        "history": history,
+        "trend": trend,
+    }
+    return render(request, "samples/prompt.html", context)
+
+
+@login_required
+@require_safe
+def sample_compare_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Show one prompt as several runs answer it, with reward deltas against a reference run."""
+    run = _run(request, run_id)
+    runs = list(run_list_for_user(user=request.user))
+    choices = [(r.pk, f"{r.experiment.name} #{r.number}") for r in runs]
+    form = CompareForm(request.GET, run_choices=choices)
+    if not form.is_valid():
+        return _bad_request(request, run, form)
+    split = form.split_value
+    prompt = form.cleaned_data["prompt"]
+    step = form.cleaned_data.get("step")
+    reference = form.cleaned_data.get("reference") or run.pk
+    chosen = form.cleaned_data.get("runs") or []
+    comparison = sample_across_runs(
+        user=request.user,
+        reference_run_id=reference,
+        run_ids=[run.pk, *chosen],
+        split=split,
+        prompt_index=prompt,
+        step=step,
+    )
+    context = {
+        "run": run,
+        "experiment": run.experiment,
+        "tab": "compare",
+        "split": split,
+        "prompt": prompt,
+        "step": step,
+        "comparison": comparison,
+        "all_runs": runs,
+        "chosen": {run.pk, reference, *chosen},
+        "reference": reference,
+    }
+    return render(request, "samples/compare.html", context)
+
+
+def _export(request: HttpRequest, run_id: int, fmt: str) -> HttpResponse:
+    run = _run(request, run_id)
+    form = SampleFilterForm(request.GET)
+    if not form.is_valid():
+        return _bad_request(request, run, form)
+    filters = form.filters(form.cleaned_data.get("step"))
+    with_tokens = fmt == "jsonl" and request.GET.get("tokens", "1") != "0"
+    rows = sample_export_rows(
+        user=request.user, run_id=run.pk, filters=filters, with_tokens=with_tokens
+    )
+    step = "all" if filters.step is None else filters.step
+    name = f"run-{run.pk}-{filters.split}-step-{step}-samples"
+    return export_response(request, rows, fmt=fmt, with_tokens=with_tokens, filename=name)
+
+
+@login_required
+@require_safe
+def sample_export_jsonl(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Stream the filtered samples (one step, or every step without ``step``) as JSON lines."""
+    return _export(request, run_id, "jsonl")
+
+
+@login_required
+@require_safe
+def sample_export_csv(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Stream the filtered samples (one step, or every step without ``step``) as CSV."""
+    return _export(request, run_id, "csv")
