@@ -11,12 +11,8 @@ worker groups of FSDP2-sharded ranks with the same method names. Resource pools 
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
-from engine.algorithms import get_kl_controller
-from engine.data.dataset import RLHFDataset, collate_prompts
-from engine.data.loader import PromptDataLoader
 from engine.distributed.fsdp import check_offload
 from engine.distributed.worker_group import (
     ActorRolloutRefGroup,
@@ -28,9 +24,6 @@ from engine.distributed.worker_group import (
 )
 from engine.trainer.ppo_trainer import (
     PPOTrainer,
-    build_reward_manager,
-    resolve_files,
-    uses_critic,
 )
 from engine.trainer.recorder import Recorder
 
@@ -88,45 +81,7 @@ class RayPPOTrainer(PPOTrainer):
         super().__init__(config, recorder)
 
     # -- construction: everything as PPOTrainer._build, but the workers ----------------------
-    def _build(self) -> None:
-        config = self.config
-        self.use_critic = uses_critic(config)
-        self.need_ref = (
-            config.actor_rollout_ref.actor.use_kl_loss or config.algorithm.use_kl_in_reward
-        )
-        from engine.workers.models import load_tokenizer
-
-        self.tokenizer = load_tokenizer(config.actor_rollout_ref.model)
-        self.train_dataset = RLHFDataset(
-            resolve_files(config.data.train_files), self.tokenizer, config.data
-        )
-        self.val_dataset = (
-            RLHFDataset(resolve_files(config.data.val_files), self.tokenizer, config.data)
-            if config.data.val_files
-            else None
-        )
-        self.collate = partial(collate_prompts, pad_token_id=self.tokenizer.pad_token_id)
-        self.train_loader = PromptDataLoader(
-            self.train_dataset,
-            config.data.train_batch_size,
-            shuffle=config.data.shuffle,
-            seed=config.data.seed,
-            drop_last=True,
-            collate_fn=self.collate,
-        )
-        steps = config.trainer.total_training_steps
-        self.total_steps = (
-            int(steps) if steps else config.trainer.total_epochs * len(self.train_loader)
-        )
-        self.reward_fn = build_reward_manager(config, self.tokenizer)
-        self.kl_ctrl = (
-            get_kl_controller(config.algorithm.kl_ctrl)
-            if config.algorithm.use_kl_in_reward
-            else None
-        )
-        self._build_worker_groups()
-
-    def _build_worker_groups(self) -> None:
+    def _build_workers(self) -> None:
         """Start the resource pools' worker groups and the role proxies on them."""
         config = self.config
         roles = ["actor_rollout_ref", *(["critic"] if self.use_critic else [])]

@@ -138,6 +138,17 @@ class PPOTrainer:
         self.total_steps = (
             int(steps) if steps else config.trainer.total_epochs * len(self.train_loader)
         )
+        self.reward_fn = build_reward_manager(config, self.tokenizer)
+        self.kl_ctrl = (
+            get_kl_controller(config.algorithm.kl_ctrl)
+            if config.algorithm.use_kl_in_reward
+            else None
+        )
+        self._build_workers()
+
+    def _build_workers(self) -> None:
+        """Create the actor-rollout-reference worker and, when used, the critic worker."""
+        config = self.config
         self.arr = ActorRolloutRefWorker(
             config, device=self.device, total_steps=self.total_steps, need_ref=self.need_ref
         )
@@ -145,12 +156,6 @@ class PPOTrainer:
         self.critic = (
             CriticWorker(config, device=self.device, total_steps=self.total_steps)
             if self.use_critic
-            else None
-        )
-        self.reward_fn = build_reward_manager(config, self.tokenizer)
-        self.kl_ctrl = (
-            get_kl_controller(config.algorithm.kl_ctrl)
-            if config.algorithm.use_kl_in_reward
             else None
         )
 
