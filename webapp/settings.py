@@ -11,6 +11,7 @@ Every deployment-specific value comes from an environment variable with a workin
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -146,7 +147,13 @@ LOGOUT_REDIRECT_URL = "/accounts/login/"
 
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
-STATICFILES_DIRS = [BASE_DIR / "frontend"]
+STATICFILES_DIRS: list = [BASE_DIR / "frontend"]
+# Plotly's bundle ships inside the Python package; the charts load it as /static/plotly/plotly.min.js.
+_plotly = importlib.util.find_spec("plotly")
+if _plotly is not None and _plotly.submodule_search_locations:
+    STATICFILES_DIRS.append(
+        ("plotly", str(Path(_plotly.submodule_search_locations[0]) / "package_data"))
+    )
 MEDIA_ROOT = POSTTRAIN_DATA_DIR / "uploads"
 MEDIA_URL = "/media/"
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024

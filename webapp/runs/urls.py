@@ -6,6 +6,10 @@ app_name = "runs"
 
 urlpatterns = [
     path("<int:run_id>/", views.run_detail, name="detail"),
+    path("compare/", views.run_compare, name="compare"),
+    path("<int:run_id>/metrics/series/", views.run_metrics_series, name="metrics-series"),
+    path("<int:run_id>/metrics.csv", views.run_metrics_csv, name="metrics-csv"),
+    path("<int:run_id>/metrics.json", views.run_metrics_json_view, name="metrics-json"),
     path("<int:run_id>/cancel/", views.run_cancel_view, name="cancel"),
     path("<int:run_id>/resume/", views.run_resume_view, name="resume"),
     path("<int:run_id>/delete/", views.run_delete_view, name="delete"),

@@ -6,16 +6,31 @@ group in ``data-group``) that the charts script fills.
 
 from __future__ import annotations
 
+import csv
+import re
+
 import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    JsonResponse,
+    StreamingHttpResponse,
+)
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from engine.config import ConfigValidationError
 from webapp.experiments.configs import as_config
 from webapp.experiments.views import builder_for_config, yaml_response
+from webapp.runs.metrics import (
+    DEFAULT_MAX_POINTS,
+    run_metric_series,
+    run_metrics_csv_rows,
+    run_metrics_json,
+)
 from webapp.runs.models import Run
 from webapp.runs.selectors import (
     run_config_diff,
@@ -122,3 +137,91 @@ def run_diff(request: HttpRequest, run_id: int, other_run_id: int) -> HttpRespon
     left, right = _run(request, run_id), _run(request, other_run_id)
     rows = run_config_diff(left=left, right=right)
     return render(request, "runs/diff.html", {"left": left, "right": right, "rows": rows})
+
+
+def _whole_number(request: HttpRequest, key: str, default: int | None) -> int | None:
+    value = request.GET.get(key, "").strip()
+    if not value:
+        return default
+    if not value.isdigit():
+        raise ValueError(f"{key}={value!r} is not a whole number; pass e.g. {key}=100")
+    return int(value)
+
+
+@login_required
+def run_metrics_series(request: HttpRequest, run_id: int) -> JsonResponse:
+    """Return the run's series (``?name=`` repeated, ``from``/``to`` steps, ``points``) as JSON.
+
+    The charts call it when the user zooms: the step range comes back downsampled to the same
+    point budget as the whole run, so the zoomed view shows finer detail.
+    """
+    run = _run(request, run_id)
+    try:
+        step_min = _whole_number(request, "from", None)
+        step_max = _whole_number(request, "to", None)
+        points = _whole_number(request, "points", DEFAULT_MAX_POINTS)
+        if step_min is not None and step_max is not None and step_min > step_max:
+            raise ValueError(f"from={step_min} is after to={step_max}; swap them")
+        names = request.GET.getlist("name") or None
+        result = run_metric_series(
+            run_id=run.pk, names=names, step_min=step_min, step_max=step_max, max_points=points
+        )
+    except ValueError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    return JsonResponse({"run_id": run.pk, "from": step_min, "to": step_max, **result})
+
+
+def _export_name(run: Run, extension: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", run.experiment.name).strip("-").lower() or "run"
+    return f"{slug}-run{run.number}-metrics.{extension}"
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+@login_required
+def run_metrics_csv(request: HttpRequest, run_id: int) -> StreamingHttpResponse:
+    """Download every recorded step of the run's metrics as CSV, streamed row by row."""
+    run = _run(request, run_id)
+    writer = csv.writer(_Echo())
+    rows = (writer.writerow(row) for row in run_metrics_csv_rows(run_id=run.pk))
+    response = StreamingHttpResponse(rows, content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{_export_name(run, "csv")}"'
+    return response
+
+
+@login_required
+def run_metrics_json_view(request: HttpRequest, run_id: int) -> JsonResponse:
+    """Download every recorded step of the run's metrics as JSON columns."""
+    run = _run(request, run_id)
+    response = JsonResponse(run_metrics_json(run_id=run.pk))
+    response["Content-Disposition"] = f'attachment; filename="{_export_name(run, "json")}"'
+    return response
+
+
+COMPARE_MAX_RUNS = 8
+
+
+@login_required
+def run_compare(request: HttpRequest) -> HttpResponse:
+    """Overlay the metrics of several of the user's runs (``?run=1&run=2``); live ones move."""
+    ids = request.GET.getlist("run")
+    if not all(i.isdigit() for i in ids):
+        messages.error(request, "Pick runs from the list to compare.")
+        ids = []
+    ids = list(dict.fromkeys(int(i) for i in ids))
+    if len(ids) > COMPARE_MAX_RUNS:
+        messages.error(request, f"Compare at most {COMPARE_MAX_RUNS} runs; showing the first ones.")
+        ids = ids[:COMPARE_MAX_RUNS]
+    mine = run_list_for_user(user=request.user)
+    chosen = {run.pk: run for run in mine.filter(pk__in=ids)}
+    if len(chosen) != len(ids):
+        raise Http404("No such run among yours.")
+    context = {
+        "runs": [chosen[i] for i in ids],
+        "choices": mine[:100],
+        "selected": set(ids),
+    }
+    return render(request, "runs/compare.html", context)

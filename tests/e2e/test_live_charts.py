@@ -1,0 +1,202 @@
+"""The run page in Debian's Chromium: the reward chart gains points as the driver records steps.
+
+A live Daphne server (another process) serves the real ASGI app; steps are recorded from another
+thread through the driver's ``RunRecorder`` and ``RunEventPublisher`` over the Redis layer.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from asgiref.sync import SyncToAsync
+from channels.layers import channel_layers
+from channels.testing import ChannelsLiveServerTestCase
+from daphne.testing import DaphneProcess
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test import Client, override_settings
+from django.urls import reverse
+from django.utils import timezone
+
+from tests.webapp.live import private_channel_layers, record_steps, running_run, step_metrics
+from workers.publish import RunEventPublisher
+from workers.recorder import RunRecorder
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+# The number of points in the raw trace of one metric in one panel.
+TRACE_POINTS = """([panel, name, source]) => {
+  const grid = window.postTrainCharts;
+  const p = grid && grid.panels.get(panel);
+  if (!p || !p.plot.data) return 0;
+  const i = p.traces.findIndex((t) => t.name === name && !t.smoothed && (source === undefined || t.source === source));
+  return i < 0 ? 0 : p.plot.data[i].x.length;
+}"""
+
+
+def artifacts_dir() -> Path:
+    folder = Path(os.environ.get("POSTTRAIN_TEST_ARTIFACTS") or "test-artifacts")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def record_in_driver_thread(run_id: int, steps: range, finish: str | None = None) -> None:
+    """Record ``steps`` (and an end state) from another thread, as the run driver would."""
+
+    def drive() -> None:
+        publisher = RunEventPublisher(channel_layers.make_backend("default"))
+        try:
+            recorder = RunRecorder(run_id, publisher)
+            for step in steps:
+                recorder.on_step(step, step_metrics(step))
+            if finish:
+                recorder.on_finish(status=finish)
+        finally:
+            publisher.close()
+            connection.close()
+
+    thread = threading.Thread(target=drive)
+    thread.start()
+    thread.join(30)
+
+
+class ForkedDaphneProcess(DaphneProcess):
+    """Daphne in a forked child, with a fresh thread for ``database_sync_to_async``.
+
+    A fork copies the parent's single-thread executor but not its thread: if an earlier test in
+    this process used it, every ORM call of the server's consumers would wait forever.
+    """
+
+    def run(self):
+        SyncToAsync.single_thread_executor = ThreadPoolExecutor(max_workers=1)
+        super().run()
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+class LiveChartsTest(ChannelsLiveServerTestCase):
+    ProtocolServerProcess = ForkedDaphneProcess
+
+    @classmethod
+    def setUpClass(cls):
+        if not Path(CHROMIUM).exists():
+            pytest.skip(f"{CHROMIUM} is missing; apt-get install chromium")
+        # Playwright's sync API runs an event loop in this thread; the ORM calls here are sync.
+        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
+        cls._layers = override_settings(
+            CHANNEL_LAYERS=private_channel_layers(
+                os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+            )
+        )
+        cls._layers.enable()
+        super().setUpClass()
+        from playwright.sync_api import sync_playwright
+
+        cls._playwright = sync_playwright().start()
+        cls.browser = cls._playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.browser.close()
+        cls._playwright.stop()
+        super().tearDownClass()
+        cls._layers.disable()
+
+    def setUp(self):
+        self.owner = get_user_model().objects.create_user("alice", password="alice-pass")
+        client = Client()
+        client.force_login(self.owner)
+        self.context = self.browser.new_context(viewport={"width": 1400, "height": 1000})
+        self.context.add_cookies(
+            [
+                {
+                    "name": "sessionid",
+                    "value": client.cookies["sessionid"].value,
+                    "url": self.live_server_url,
+                }
+            ]
+        )
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.page.on("pageerror", lambda error: self.errors.append(str(error)))
+
+    def tearDown(self):
+        self.context.close()
+
+    def test_the_reward_chart_gains_points_without_a_reload(self):
+        t0 = timezone.now() - timedelta(seconds=60)
+        run = running_run(self.owner, total_steps=40, t0=t0)
+        record_steps(run, range(1, 6), t0=t0)
+        page = self.page
+        page.goto(self.live_server_url + run.get_absolute_url())
+        page.wait_for_function(TRACE_POINTS, arg=["score", "critic/score/mean"], timeout=20000)
+        assert page.evaluate(TRACE_POINTS, ["score", "critic/score/mean"]) == 5
+        page.wait_for_selector(".connection[data-state=live]")
+        page.evaluate("window.__samePage = true")
+
+        record_in_driver_thread(run.pk, range(6, 13))
+        page.wait_for_function(
+            f"(args) => ({TRACE_POINTS})(args) === 12",
+            arg=["score", "critic/score/mean"],
+            timeout=15000,
+        )
+        assert page.evaluate("window.__samePage") is True  # no reload
+        kl = page.evaluate(
+            "() => { const p = window.postTrainCharts.panels.get('kl'); return p.plot.data[p.traces.findIndex((t) => !t.smoothed)].y; }"
+        )
+        assert kl == [step_metrics(s)["actor/kl_loss"] for s in range(1, 13)]
+        assert "step 12 / 40" in page.inner_text("#run-live .run-progress-text")
+        panels = page.eval_on_selector_all(
+            ".chart-panel", "(nodes) => nodes.map((n) => n.dataset.panel)"
+        )
+        assert panels == ["score", "kl", "entropy", "response_length", "timing"]
+        page.screenshot(path=str(artifacts_dir() / "live-charts.png"), full_page=True)
+
+        record_in_driver_thread(run.pk, range(13, 14), finish="succeeded")
+        page.wait_for_function(
+            "() => document.querySelector('#run-live .run-progress-text').textContent.endsWith('succeeded')",
+            timeout=15000,
+        )
+        assert self.errors == []
+
+    def test_the_comparison_overlays_two_runs_and_follows_the_live_one(self):
+        t0 = timezone.now() - timedelta(seconds=60)
+        first = running_run(self.owner, total_steps=40, t0=t0)
+        second = running_run(
+            self.owner, total_steps=40, number=2, experiment=first.experiment, t0=t0
+        )
+        record_steps(first, range(1, 31), t0=t0)
+        record_steps(second, range(1, 4), t0=t0)
+        page = self.page
+        page.goto(f"{self.live_server_url}{reverse('runs:compare')}?run={first.pk}&run={second.pk}")
+        for run, count in ((first, 30), (second, 3)):
+            page.wait_for_function(
+                f"(args) => ({TRACE_POINTS})(args) === {count}",
+                arg=["score", "critic/score/mean", run.pk],
+                timeout=20000,
+            )
+        legend = page.inner_text(".compare-legend")
+        assert "tiny grpo #1" in legend and "tiny grpo #2" in legend
+        record_in_driver_thread(second.pk, range(4, 8))
+        page.wait_for_function(
+            f"(args) => ({TRACE_POINTS})(args) === 7",
+            arg=["score", "critic/score/mean", second.pk],
+            timeout=15000,
+        )
+        page.screenshot(path=str(artifacts_dir() / "compare-runs.png"), full_page=True)
+        assert self.errors == []

@@ -1,0 +1,212 @@
+"""The live socket of a run (``/ws/runs/<id>/``): its backlog from PostgreSQL, then its events.
+
+On connect the consumer checks who asks (anonymous: close 4401; not the owner: close 4403, the
+same answer for a run that does not exist), joins the group ``run.<id>`` and only then reads the
+backlog, so no step recorded in between is lost; a step that arrives twice is sent once, since
+the consumer forwards only steps after the last one it sent. The backlog comes in two messages:
+the score series first (one cheap query, so the first chart draws at once), then every other
+series up to the same step. A client that reconnects passes ``?since=<last step>`` (or sends
+``{"since_step": N}`` at any time) and gets exactly the steps after N, not the backlog again.
+
+Messages to the browser (JSON, ``type`` first):
+
+- ``backlog``: ``run`` (id, status, progress...), ``panels``, ``series`` (see
+  ``webapp.runs.metrics.run_metric_series``), ``last_step``, ``complete`` (false for the first)
+- ``metrics``: ``points`` ``[{"step", "time", "metrics"}]``, ``progress``, and ``panels`` when
+  a metric name appears for the first time
+- ``status``: ``run`` as in the backlog; ``samples``: ``step``, ``split``, ``count``,
+  ``reward_mean``; ``error``: ``message`` for a request the consumer could not read
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from webapp.runs.metrics import (
+    DEFAULT_MAX_POINTS,
+    HEADLINE_METRICS,
+    epoch_seconds,
+    metric_panels,
+    run_metric_names,
+    run_metric_points_since,
+    run_metric_series,
+)
+from webapp.runs.models import Run, run_group_name
+from webapp.runs.progress import run_progress
+from webapp.runs.selectors import run_list_for_user
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+
+
+def run_for_owner(*, user: Any, run_id: int) -> Run | None:
+    """Return the run if ``user`` owns it, else None."""
+    return run_list_for_user(user=user).filter(pk=run_id).first()
+
+
+def run_state(run: Run) -> dict[str, Any]:
+    """Return what the page shows about a run beside its charts (status, steps, times)."""
+    return {
+        "id": run.pk,
+        "status": run.status,
+        "latest_step": run.latest_step,
+        "start_step": run.start_step,
+        "total_steps": run.total_steps,
+        "started_at": None if run.started_at is None else epoch_seconds(run.started_at),
+        "finished_at": None if run.finished_at is None else epoch_seconds(run.finished_at),
+        "cancel_requested": run.cancel_requested,
+    }
+
+
+def _since(value: Any) -> int:
+    """Return a client's last step as an int >= 0, or raise ValueError naming the fix."""
+    if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).isdigit():
+        raise ValueError(f"since_step={value!r} is not a step; send a whole number >= 0")
+    return int(value)
+
+
+class RunLiveConsumer(AsyncJsonWebsocketConsumer):
+    """Stream one run's metrics, status and sample batches to its owner's browser."""
+
+    run: Run | None = None
+    last_step: int | None = None
+
+    async def connect(self) -> None:
+        # Accept first so the browser sees the close code (a refused handshake shows none).
+        await self.accept()
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
+        self.run = await database_sync_to_async(run_for_owner)(user=user, run_id=run_id)
+        if self.run is None:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.known_names: set[str] = set()
+        await self.channel_layer.group_add(run_group_name(run_id), self.channel_name)
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        try:
+            since = _since(query["since"][0]) if "since" in query else None
+        except ValueError as exc:
+            await self.send_json({"type": "error", "message": str(exc)})
+            since = None
+        if since is None:
+            await self.send_backlog()
+        else:
+            names = await database_sync_to_async(run_metric_names)(run_id=run_id)
+            self.known_names.update(names)
+            await self.send_json(
+                {"type": "status", "run": run_state(self.run), "progress": self._progress()}
+            )
+            await self.send_since(since)
+
+    async def disconnect(self, code: int) -> None:
+        if self.run is not None:
+            await self.channel_layer.group_discard(run_group_name(self.run.pk), self.channel_name)
+
+    async def send_backlog(self) -> None:
+        """Send the score series, then every other series up to the same step."""
+        run_id = self.run.pk
+        head = await database_sync_to_async(run_metric_series)(
+            run_id=run_id, names=HEADLINE_METRICS, max_points=DEFAULT_MAX_POINTS
+        )
+        self.last_step = head["last_step"]
+        await self._send_series(head, complete=False)
+        if self.last_step is None:
+            rest = {"series": {}}
+        else:
+            rest = await database_sync_to_async(run_metric_series)(
+                run_id=run_id, step_max=self.last_step, max_points=DEFAULT_MAX_POINTS
+            )
+        series = {k: v for k, v in rest["series"].items() if k not in self.known_names}
+        await self._send_series({**rest, "series": series}, complete=True)
+
+    async def _send_series(self, result: dict[str, Any], *, complete: bool) -> None:
+        self.known_names.update(result["series"])
+        await self.send_json(
+            {
+                "type": "backlog",
+                "run": run_state(self.run),
+                "progress": self._progress(),
+                "panels": metric_panels(result["series"]),
+                "series": result["series"],
+                "last_step": self.last_step,
+                "downsampled": result.get("downsampled", False),
+                "complete": complete,
+            }
+        )
+
+    async def send_since(self, since: int) -> None:
+        """Send every step after ``since`` (a reconnecting client's last step)."""
+        points = await database_sync_to_async(run_metric_points_since)(
+            run_id=self.run.pk, since_step=since
+        )
+        if points:
+            self.last_step = max(self.last_step or 0, points[-1]["step"])
+        await self._send_points(points)
+
+    async def _send_points(self, points: list[dict[str, Any]]) -> None:
+        message: dict[str, Any] = {"type": "metrics", "points": points}
+        new = {name for point in points for name in point["metrics"]} - self.known_names
+        if new:
+            self.known_names.update(new)
+            message["panels"] = metric_panels(new)
+        if points:
+            self.run.latest_step = max(self.run.latest_step, points[-1]["step"])
+        message["progress"] = self._progress()
+        await self.send_json(message)
+
+    def _progress(self) -> dict[str, Any]:
+        run = self.run
+        return run_progress(
+            status=run.status,
+            latest_step=run.latest_step,
+            start_step=run.start_step,
+            total_steps=run.total_steps,
+            started_at=run.started_at,
+            finished_at=run.finished_at,
+        ).as_dict()
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if not isinstance(content, dict) or "since_step" not in content:
+            await self.send_json(
+                {"type": "error", "message": 'unknown request; send {"since_step": <last step>}'}
+            )
+            return
+        try:
+            since = _since(content["since_step"])
+        except ValueError as exc:
+            await self.send_json({"type": "error", "message": str(exc)})
+            return
+        await self.send_since(since)
+
+    async def run_event(self, event: dict[str, Any]) -> None:
+        """Forward one ``run.event`` of the group (see ``webapp.runs.events``)."""
+        kind = event.get("event")
+        if kind == "metrics":
+            step = int(event["step"])
+            if self.last_step is not None and step <= self.last_step:
+                return
+            self.last_step = step
+            time = epoch_seconds(datetime.fromisoformat(event["wall_time"]))
+            await self._send_points([{"step": step, "time": time, "metrics": event["metrics"]}])
+        elif kind == "status":
+            fresh = await database_sync_to_async(run_for_owner)(
+                user=self.scope["user"], run_id=self.run.pk
+            )
+            if fresh is None:  # deleted (or handed over) while the page was open
+                await self.close(code=CLOSE_FORBIDDEN)
+                return
+            self.run = fresh
+            await self.send_json(
+                {"type": "status", "run": run_state(fresh), "progress": self._progress()}
+            )
+        elif kind == "samples":
+            fields = ("step", "split", "count", "reward_mean")
+            await self.send_json({"type": "samples", **{k: event.get(k) for k in fields}})
