@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from engine.config import config_from_yaml, config_to_dict
-from tests.webapp.fixtures import make_experiment
+from tests.webapp.fixtures import make_experiment, tiny_config
 from webapp.datasets.models import Dataset
 from webapp.experiments.models import Experiment
 from webapp.runs.models import MetricPoint, Run, RunStatus
@@ -72,9 +72,10 @@ def test_launch_cancel_resume_and_delete_from_the_pages(client_in, owner):
 
 
 def test_run_page_summarises_the_latest_metrics_and_the_diff_shows_changed_keys(client_in, owner):
+    lr = tiny_config().actor_rollout_ref.actor.optim.lr
     first = run_create(experiment=make_experiment(owner, name="a"))
     second = run_create(
-        experiment=make_experiment(owner, name="b", actor_rollout_ref__actor__optim__lr=1e-4)
+        experiment=make_experiment(owner, name="b", actor_rollout_ref__actor__optim__lr=lr * 2)
     )
     MetricPoint.objects.create(run=first, step=1, wall_time="2025-01-01T00:00Z", metrics={"x": 1.0})
     MetricPoint.objects.create(
@@ -94,7 +95,7 @@ def test_run_page_summarises_the_latest_metrics_and_the_diff_shows_changed_keys(
     )
     rows = client_in.get(response["Location"]).context["rows"]
     assert [(r.key, r.left, r.right) for r in rows] == [
-        ("actor_rollout_ref.actor.optim.lr", 5e-05, 1e-4)
+        ("actor_rollout_ref.actor.optim.lr", lr, lr * 2)
     ]
 
 
@@ -165,7 +166,7 @@ def test_dataset_upload_previews_rows_and_remaps_columns(client_in, owner):
 
 
 def test_a_chosen_dataset_feeds_the_config_with_its_key_map(client_in, owner):
-    from tests.webapp.fixtures import builder_data, tiny_config
+    from tests.webapp.fixtures import builder_data
     from webapp.datasets.services import dataset_create
 
     upload = SimpleUploadedFile("sums.jsonl", b'{"question": "2+3=", "answer": "5"}\n')

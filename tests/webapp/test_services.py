@@ -38,7 +38,10 @@ def test_experiment_create_stores_the_validated_config_and_clean_tags(owner):
     experiment = make_experiment(owner)
     assert experiment.tags == ["tiny", "grpo"]
     assert experiment.config["algorithm"]["adv_estimator"] == "grpo"
-    assert experiment.config["actor_rollout_ref"]["rollout"]["n"] == 4
+    preset = tiny_config()
+    assert (
+        experiment.config["actor_rollout_ref"]["rollout"]["n"] == preset.actor_rollout_ref.rollout.n
+    )
 
 
 def test_experiment_create_rejects_what_the_engine_rejects_and_creates_nothing(owner):

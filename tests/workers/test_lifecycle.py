@@ -31,8 +31,14 @@ from workers.tasks import database_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-# Short, quiet runs: no validation before training, no periodic checkpoints.
-FAST = {"trainer__val_before_train": None, "trainer__save_freq": "-1"}
+# Small, quiet runs whatever the preset says: 8 prompts x 4 samples a step, no validation before
+# training, no periodic checkpoints.
+SMALL = {
+    "data__train_batch_size": 8,
+    "actor_rollout_ref__actor__ppo_mini_batch_size": 8,
+    "actor_rollout_ref__rollout__n": 4,
+    "trainer__save_freq": -1,
+}
 
 
 @pytest.fixture
@@ -123,14 +129,13 @@ def wait_for(run: Run, done: Callable[[Run], bool], timeout: float, what: str) -
 
 def test_a_tiny_grpo_run_goes_from_the_web_form_to_succeeded(client, owner, start_worker):
     client.force_login(owner)
-    data = builder_data(
-        tiny_config(),
-        owner,
-        trainer__total_training_steps="3",
-        trainer__test_freq="3",
+    config = tiny_config(
+        **SMALL,
+        trainer__total_training_steps=3,
+        trainer__test_freq=3,
         trainer__controller="ray",  # the driver runs the engine's Ray worker groups
-        **FAST,
     )
+    data = builder_data(config, owner, trainer__val_before_train=None)
     response = client.post(reverse("experiments:new"), data)
     run = Run.objects.get()
     assert response.status_code == 302 and run.status == RunStatus.QUEUED
@@ -160,6 +165,7 @@ def test_cancel_stops_within_a_step_and_resume_continues_the_numbering(client, o
     client.force_login(owner)
     experiment = make_experiment(
         owner,
+        **SMALL,
         trainer__total_training_steps=500,
         trainer__val_before_train=False,
         trainer__test_freq=-1,
