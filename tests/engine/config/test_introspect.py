@@ -91,15 +91,15 @@ def test_basic_fields_are_the_usual_ones():
 
 def test_get_and_set_value_with_form_text():
     cfg = load_config("grpo_tiny")
-    assert get_value(cfg, "actor_rollout_ref.rollout.n") == 4
-    set_value(cfg, "actor_rollout_ref.rollout.n", "8")
+    assert get_value(cfg, "actor_rollout_ref.rollout.n") == 8
+    set_value(cfg, "actor_rollout_ref.rollout.n", "4")
     set_value(cfg, "actor_rollout_ref.actor.optim.lr", "1e-6")
     set_value(cfg, "actor_rollout_ref.actor.use_kl_loss", "false")
     set_value(cfg, "trainer.total_training_steps", "")
     set_value(cfg, "trainer.logger", "[console, jsonl]")
     set_value(cfg, "data.data_key_map.prompt", "question")
     set_value(cfg, "actor_rollout_ref.model.override_config.rope_theta", "10000.0")
-    assert cfg.actor_rollout_ref.rollout.n == 8
+    assert cfg.actor_rollout_ref.rollout.n == 4
     assert cfg.actor_rollout_ref.actor.optim.lr == 1e-6
     assert cfg.actor_rollout_ref.actor.use_kl_loss is False
     assert cfg.trainer.total_training_steps is None

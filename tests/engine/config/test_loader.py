@@ -180,7 +180,7 @@ def test_delete_resets_to_default():
     cfg = load_config("grpo_tiny", ["~data.train_batch_size", "~actor_rollout_ref.actor.optim"])
     assert cfg.data.train_batch_size == 1024
     assert cfg.actor_rollout_ref.actor.optim.lr == 1e-6
-    assert cfg.actor_rollout_ref.rollout.n == 4  # untouched keys keep the preset's values
+    assert cfg.actor_rollout_ref.rollout.n == 8  # untouched keys keep the preset's values
     cfg = load_config(overrides=["+data.data_key_map.prompt=q", "~data.data_key_map.prompt"])
     assert cfg.data.data_key_map == {}
     with pytest.raises(ConfigFieldError, match="no such entry"):
@@ -231,8 +231,8 @@ def test_parse_override_forms():
 def test_presets_load_and_inherit_defaults():
     grpo = load_config("grpo_tiny")
     assert grpo.algorithm.adv_estimator == "grpo"
-    assert grpo.actor_rollout_ref.rollout.n == 4
-    assert grpo.actor_rollout_ref.actor.optim.lr == 5e-5
+    assert grpo.actor_rollout_ref.rollout.n == 8
+    assert grpo.actor_rollout_ref.actor.optim.lr == 2e-4
     assert grpo.actor_rollout_ref.actor.clip_ratio == 0.2  # inherited from ppo_trainer
     ppo = load_config("ppo_tiny.yaml")
     assert (ppo.algorithm.adv_estimator, ppo.critic.optim.lr) == ("gae", 1e-3)
@@ -245,7 +245,7 @@ def test_user_preset_with_hydra_defaults_and_base(tmp_path):
         "defaults:\n  - grpo_tiny\n  - _self_\ndata:\n  train_batch_size: 16\n"
     )
     cfg = load_config(str(tmp_path / "mine.yaml"), ["trainer.test_freq=5"])
-    assert (cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n) == (16, 4)
+    assert (cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n) == (16, 8)
     assert cfg.trainer.test_freq == 5
     (tmp_path / "based.yaml").write_text("base: mine.yaml\ntrainer:\n  seed: 7\n")
     cfg = load_config(str(tmp_path / "based.yaml"))
@@ -254,7 +254,9 @@ def test_user_preset_with_hydra_defaults_and_base(tmp_path):
     (tmp_path / "first.yaml").write_text(
         "defaults: [_self_, grpo_tiny]\ndata:\n  train_batch_size: 16\n"
     )
-    assert load_config(str(tmp_path / "first.yaml")).data.train_batch_size == 8
+    preset_batch = load_config("grpo_tiny").data.train_batch_size
+    assert preset_batch != 16
+    assert load_config(str(tmp_path / "first.yaml")).data.train_batch_size == preset_batch
 
 
 def test_preset_errors(tmp_path):
