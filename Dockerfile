@@ -13,6 +13,7 @@ COPY engine engine
 COPY workers workers
 COPY webapp webapp
 COPY frontend frontend
+COPY rewards_contrib rewards_contrib
 COPY manage.py ./
 RUN pip install --no-cache-dir -c constraints.txt -e ".${EXTRAS:+[$EXTRAS]}"
 VOLUME /data
