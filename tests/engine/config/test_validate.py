@@ -22,7 +22,8 @@ SHAPE = {
         "data.train_batch_size=8",
         "actor_rollout_ref.actor.ppo_mini_batch_size=8",
         "actor_rollout_ref.rollout.n=4",
-    ]
+    ],
+    "ppo_tiny": ["data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8"],
 }
 
 
@@ -285,7 +286,7 @@ def test_warnings():
 
 
 def test_resolve_fills_derived_values_and_is_idempotent():
-    cfg = load_config("ppo_tiny", ["trainer.experiment_name=run1"])
+    cfg = load_config("ppo_tiny", [*SHAPE["ppo_tiny"], "trainer.experiment_name=run1"])
     resolve_config(cfg)
     assert cfg.trainer.default_local_dir == "checkpoints/posttrain/run1"
     assert cfg.critic.enable is True
