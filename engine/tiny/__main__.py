@@ -13,7 +13,9 @@ from engine.env import apply_cpu_process_env
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m engine.tiny", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m engine.tiny", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--force", action="store_true", help="rebuild even when cached")
     parser.add_argument(
         "--data-dir",

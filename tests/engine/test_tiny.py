@@ -24,7 +24,7 @@ from engine.tiny import (
     recipe_hash,
     resolve_tiny_path,
 )
-from engine.tiny.recipe import SftSettings, TinyRecipe
+from engine.tiny.recipe import SftSettings, TinyRecipe, greedy_responses
 from engine.tiny.task import split_of, split_pool
 from engine.tiny.tokenizer import byte_symbols
 
@@ -143,6 +143,15 @@ def test_greedy_recheck_on_val_split_matches_manifest(assets):
     questions = [row["prompt"][0]["content"] for row in rows]
     answers = [row["reward_model"]["ground_truth"] for row in rows]
     assert greedy_accuracy(model, tokenizer, questions, answers) == assets.manifest["val_accuracy"]
+
+
+def test_left_padded_batch_decodes_as_one_prompt_at_a_time(assets):
+    torch.set_num_threads(1)
+    model = AutoModelForCausalLM.from_pretrained(assets.model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(assets.model_dir)
+    questions = ["3+4=", "12+35=", "7+80=", "99+99="]  # prompts of 7 to 9 tokens
+    one_by_one = [greedy_responses(model, tokenizer, [question])[0] for question in questions]
+    assert greedy_responses(model, tokenizer, questions) == one_by_one
 
 
 def test_data_rows_have_verl_schema(assets):
