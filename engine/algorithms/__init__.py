@@ -48,6 +48,7 @@ from engine.algorithms.torch_functional import (
     clip_by_value,
     entropy_from_logits,
     logprobs_from_logits,
+    mask_span_end,
     masked_mean,
     masked_sum,
     masked_var,
@@ -56,6 +57,7 @@ from engine.algorithms.torch_functional import (
 from engine.algorithms.value import compute_entropy_loss, compute_value_loss
 
 __all__ = [
+    "mask_span_end",
     "ADV_ESTIMATOR_REGISTRY",
     "LOSS_AGG_MODES",
     "POLICY_LOSS_REGISTRY",

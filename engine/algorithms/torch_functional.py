@@ -79,6 +79,16 @@ def masked_whiten(
     return whitened
 
 
+def mask_span_end(mask: torch.Tensor) -> torch.Tensor:
+    """Return, per row of ``mask`` (bs, L), one past the last nonzero position (0 if none).
+
+    Equals ``mask.sum(-1)`` for a contiguous response mask; a multi-turn mask has gaps where the
+    interaction spoke, and the response then still ends at its last assistant token.
+    """
+    positions = torch.arange(1, mask.shape[-1] + 1, device=mask.device)  # (L,)
+    return (mask.bool() * positions).amax(dim=-1)
+
+
 def clip_by_value(
     x: torch.Tensor, tensor_min: torch.Tensor | float, tensor_max: torch.Tensor | float
 ) -> torch.Tensor:

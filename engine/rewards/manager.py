@@ -1,7 +1,7 @@
 """The reward manager: turn a rollout batch into token-level rewards, as verl's NaiveRewardManager.
 
 For each sample the response is decoded up to its last valid token, scored, and the score is
-placed on that token (``index = response_mask.sum() - 1``); every other position is 0. With
+placed on that token (the last nonzero position of ``response_mask``); every other position is 0. With
 ``return_dict=True`` the manager also returns ``reward_extra_info``, one list of ``bs`` entries
 per key: ``score`` (the total), ``reward_error`` (``"ExceptionType: message"`` for a failed
 sample, else None) and every key any sample's result dict had (None where a sample lacks it).
@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from engine.algorithms.torch_functional import mask_span_end
 from engine.rewards.batch import (
     RewardInput,
     RewardOutcome,
@@ -165,7 +166,8 @@ class RewardManager:
                 "the batch has neither 'response_mask' nor 'attention_mask'; the reward manager "
                 "needs one to find each response's last valid token"
             )
-        valid_lengths = response_mask.sum(dim=-1)  # (bs,)
+        # One past the last response token: a multi-turn mask has gaps (interaction turns).
+        valid_lengths = mask_span_end(response_mask)  # (bs,)
         samples = self._samples(data, valid_lengths)
         outcomes = self._score(samples, data)
 

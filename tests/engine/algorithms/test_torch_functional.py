@@ -123,3 +123,10 @@ def test_logprobs_rejects_mismatched_labels():
         ValueError, match=r"logits has shape \(2, 3, 5\) and labels has shape \(2, 4\)"
     ):
         F.logprobs_from_logits(torch.zeros(2, 3, 5), torch.zeros(2, 4, dtype=torch.long))
+
+
+def test_mask_span_end_is_one_past_the_last_valid_token():
+    from engine.algorithms import mask_span_end
+
+    mask = torch.tensor([[1, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 0], [1, 1, 1, 1]])
+    assert mask_span_end(mask).tolist() == [2, 3, 0, 4]

@@ -188,3 +188,13 @@ def test_configuration_errors_raise(char_tokenizer):
     rows = [{"data_source": "gsm8k", "response": "1", "ground_truth": "1"}]
     with pytest.raises(KeyError, match="reward_fn_key 'source'"):
         RewardManager(char_tokenizer, reward_fn_key="source")(make_batch(char_tokenizer, rows))
+
+
+def test_a_multi_turn_mask_with_gaps_scores_the_whole_response(char_tokenizer):
+    # Assistant "1", an interaction turn " x" (mask 0), then the assistant's final "2" + EOS.
+    rows = [{"data_source": "exact_match", "response": "1 x2", "ground_truth": "1 x2"}]
+    data = make_batch(char_tokenizer, rows)
+    data.batch["response_mask"][0, 1:3] = 0  # the interaction's tokens
+    out = RewardManager(char_tokenizer)(data, return_dict=True)
+    assert out["reward_extra_info"]["score"] == [1.0]  # decoded up to the last assistant token
+    assert out["reward_tensor"][0].nonzero().flatten().tolist() == [4]  # the EOS after "2"
