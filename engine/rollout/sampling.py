@@ -6,6 +6,16 @@ the *unfiltered* distribution at the rollout temperature (that is what the actor
 top_k=50 by default). Its generic per-step machinery also dominates the cost on small models.
 This loop does one prefill and then one single-token forward per step, samples with
 temperature / top-k / top-p, and stops as soon as every sequence has produced an EOS.
+
+Where the work goes, and what is saved:
+
+* Rows that share a prompt (the ``n`` samples of a GRPO group) are prefilled once; the KV cache
+  is then indexed out to every row (``shared_prompts``), so the prefill costs the number of
+  distinct prompts, not the batch size.
+* Columns that are padding in every row are dropped before the prefill (``trim_left_padding``).
+* Rows that finished are dropped from the batch (and from the cache) once a quarter of the rows
+  still computed are finished, so late decoding steps run only the sequences still writing. The
+  sampled distribution is unchanged; the random stream is drawn for fewer rows.
 """
 
 from __future__ import annotations
@@ -47,6 +57,43 @@ def filter_logits(logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0) -> 
     return logits
 
 
+def trim_left_padding(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Drop the leading columns (bs, L) -> (bs, L') that are padding in every row."""
+    has_token = attention_mask.any(0)  # (L,)
+    lead = int(has_token.long().argmax()) if bool(has_token.any()) else 0
+    if lead == 0:
+        return input_ids, attention_mask, position_ids
+    return input_ids[:, lead:], attention_mask[:, lead:], position_ids[:, lead:]
+
+
+def shared_prompts(
+    prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Return ``(first, inverse)`` for rows (bs, P) that repeat a prompt, else None.
+
+    ``first`` (u,) holds one row index per distinct prompt (ids and mask both equal) and
+    ``inverse`` (bs,) the position in ``first`` of each row's prompt, so ``x[first][inverse]``
+    rebuilds any per-row tensor ``x`` computed from the prompt alone.
+    """
+    bs = prompt_ids.shape[0]
+    key = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=-1)  # (bs, 2P)
+    unique, inverse = torch.unique(key, dim=0, return_inverse=True)
+    if unique.shape[0] == bs:
+        return None
+    rows = torch.arange(bs, device=key.device)
+    first = torch.full((unique.shape[0],), bs, dtype=torch.long, device=key.device)
+    first = first.scatter_reduce(0, inverse, rows, reduce="amin")  # (u,)
+    return first, inverse
+
+
+def new_kv_cache(model: torch.nn.Module) -> DynamicCache:
+    """Return an empty KV cache laid out for the model (sliding-window layers included)."""
+    config = getattr(model, "config", None)
+    return DynamicCache(config=config) if config is not None else DynamicCache()
+
+
 @torch.no_grad()
 def sample_sequences(
     model: torch.nn.Module,
@@ -74,35 +121,51 @@ def sample_sequences(
     eos = torch.tensor(eos_token_ids, device=device)
 
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (bs, P)
-    cache = DynamicCache()
+    input_ids, mask, position_ids = trim_left_padding(input_ids, attention_mask, position_ids)
+    cache = new_kv_cache(model)
+    groups = shared_prompts(input_ids, mask)
+    prefill = slice(None) if groups is None else groups[0]
     out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
+        input_ids=input_ids[prefill],
+        attention_mask=mask[prefill],
+        position_ids=position_ids[prefill],
         cache=cache,
         use_cache=True,
         logits_to_keep=1,
     )
-    next_pos = position_ids[:, -1:] + 1  # (bs, 1)
-    mask = attention_mask
-    finished = torch.zeros(bs, dtype=torch.bool, device=device)
-    tokens, logps = [], []
+    logits = out.logits[:, -1]  # (u, V)
+    if groups is not None:
+        cache.batch_select_indices(groups[1])
+        logits = logits[groups[1]]  # (bs, V)
+    next_pos = position_ids[:, -1:] + 1  # (a, 1) for the a rows still computed
+    rows = torch.arange(bs, device=device)  # (a,) batch row of each computed row
+    finished = torch.zeros(bs, dtype=torch.bool, device=device)  # (a,)
+    tokens = torch.full((bs, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
+    logps = torch.zeros(bs, max_new_tokens, device=device)
+    length = max_new_tokens
     for step in range(max_new_tokens):
-        logits = out.logits[:, -1].float() / scale  # (bs, V)
+        logits = logits.float() / scale  # (a, V)
         log_softmax = F.log_softmax(logits, dim=-1)
         if greedy:
             token = logits.argmax(-1)
         else:
             probs = filter_logits(logits, top_k, top_p).softmax(-1)
             token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-        logp = log_softmax.gather(-1, token[:, None]).squeeze(-1)  # (bs,)
+        logp = log_softmax.gather(-1, token[:, None]).squeeze(-1)  # (a,)
         token = token.masked_fill(finished, pad_token_id)
-        tokens.append(token)
-        logps.append(logp.masked_fill(finished, 0.0))
+        tokens[rows, step] = token
+        logps[rows, step] = logp.masked_fill(finished, 0.0)
         finished = finished | torch.isin(token, eos)
-        if bool(finished.all()) or step == max_new_tokens - 1:
+        done = int(finished.sum())
+        if done == finished.shape[0] or step == max_new_tokens - 1:
+            length = step + 1
             break
-        mask = torch.cat([mask, mask.new_ones(bs, 1)], dim=-1)
+        if 4 * done >= finished.shape[0]:  # drop finished rows from the batch and the cache
+            keep = (~finished).nonzero().squeeze(-1)
+            cache.batch_select_indices(keep)
+            rows, token, mask, next_pos = rows[keep], token[keep], mask[keep], next_pos[keep]
+            finished = finished[keep]
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=-1)
         out = model(
             input_ids=token[:, None],
             attention_mask=mask,
@@ -110,14 +173,15 @@ def sample_sequences(
             cache=cache,
             use_cache=True,
         )
+        logits = out.logits[:, -1]
         next_pos = next_pos + 1
 
-    responses = torch.stack(tokens, dim=1)  # (bs, T)
+    responses = tokens[:, :length]  # (bs, T)
     is_eos = torch.isin(responses, eos)
     # A token is part of the response up to and including the first EOS.
     eos_before = (is_eos.long().cumsum(-1) - is_eos.long()) > 0
     response_mask = (~eos_before).long()
-    log_probs = torch.stack(logps, dim=1) * response_mask
+    log_probs = logps[:, :length] * response_mask
     responses = responses.masked_fill(response_mask == 0, pad_token_id)
     truncated = ~is_eos.any(-1)
     return SampleOutput(responses, response_mask, log_probs, truncated)

@@ -8,6 +8,14 @@ micro-batches (gradient accumulation), for ``ppo_epochs`` passes.
 On-policy shortcut: with one epoch and one mini-batch, the policy that produced the rollout is
 exactly the policy being updated, so ``old_log_prob`` is the current ``log_prob`` detached (as
 verl does). The trainer then skips the separate old-log-prob forward pass entirely.
+
+Shared prompts: the ``n`` samples of a GRPO group repeat one prompt, and under causal attention
+the prompt's hidden states do not depend on what follows. ``response_logits`` therefore runs each
+distinct prompt through the model once, filling a KV cache (part of the autograd graph when
+training, so gradients still reach every prompt position), indexes that cache out to the rows,
+and runs only the responses on top of it. The logits equal one full forward over prompt +
+response up to float rounding; the prompt work falls by the group size. The last response token
+never predicts anything, so it is not fed to the model at all.
 """
 
 from __future__ import annotations
@@ -25,22 +33,141 @@ from engine.algorithms import (
     logprobs_from_logits,
 )
 from engine.data import DataProto
+from engine.rollout.sampling import new_kv_cache, shared_prompts, trim_left_padding
 
 
 def response_logits(
     model: torch.nn.Module, batch: dict[str, torch.Tensor], temperature: float = 1.0
 ) -> torch.Tensor:
-    """Return the logits (bs, R, V) that predict each response token, divided by temperature."""
-    response_length = batch["responses"].shape[-1]
-    out = model(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        position_ids=batch["position_ids"],
-        use_cache=False,
-        logits_to_keep=response_length + 1,
-    )
-    logits = out.logits[:, :-1].float()  # (bs, R, V): position t predicts response token t
+    """Return the logits (bs, R, V) that predict each response token, divided by temperature.
+
+    Rows are run in buckets of similar response length (``length_buckets``), each cut to its
+    longest response; positions past a bucket's longest response get zero logits (every loss
+    masks them).
+    """
+    responses = batch["responses"]  # (bs, R)
+    response_length = responses.shape[-1]
+    input_ids, attention_mask, position_ids = trim_left_padding(
+        batch["input_ids"], batch["attention_mask"], batch["position_ids"]
+    )  # (bs, P + R), P without the columns that are padding in every row
+    prompt_length = input_ids.shape[-1] - response_length
+    lengths = attention_mask[:, prompt_length:].sum(-1)  # (bs,) response lengths
+    groups = None
+    if not _checkpointing(model):  # checkpointed layers drop the KV cache the shared pass needs
+        groups = shared_prompts(input_ids[:, :prompt_length], attention_mask[:, :prompt_length])
+    prompt_logits = cache = None
+    if groups is not None:
+        cache = new_kv_cache(model)
+        first = groups[0]  # (u,) one row per distinct prompt
+        prompt_logits = model(
+            input_ids=input_ids[first, :prompt_length],
+            attention_mask=attention_mask[first, :prompt_length],
+            position_ids=position_ids[first, :prompt_length],
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits  # (u, 1, V): predicts response token 0
+    buckets = length_buckets(lengths, response_length)
+    pieces = []
+    for rows, length in buckets:
+        end = prompt_length + length - 1  # the last response token predicts nothing
+        if groups is None:
+            logits = model(
+                input_ids=input_ids[rows, :end],
+                attention_mask=attention_mask[rows, :end],
+                position_ids=position_ids[rows, :end],
+                use_cache=False,
+                logits_to_keep=length,
+            ).logits  # (b, length, V)
+        else:
+            prompt_rows = groups[1][rows]  # (b,) each row's distinct prompt
+            parts = [prompt_logits[prompt_rows]]
+            if length > 1:
+                parts.append(
+                    model(
+                        input_ids=responses[rows, : length - 1],
+                        attention_mask=attention_mask[rows, :end],
+                        position_ids=position_ids[rows, prompt_length:end],
+                        cache=select_cache(cache, prompt_rows, model, last=len(buckets) == 1),
+                        use_cache=True,
+                    ).logits  # (b, length - 1, V): predict response tokens 1 .. length - 1
+                )
+            logits = torch.cat(parts, dim=1)  # (b, length, V)
+        pieces.append(torch.nn.functional.pad(logits, (0, 0, 0, response_length - length)))
+    logits = pieces[0] if len(pieces) == 1 else torch.cat(pieces)  # (bs, R, V), bucket order
+    if len(buckets) > 1:
+        order = torch.cat([rows for rows, _ in buckets])
+        logits = logits[torch.argsort(order)]  # back to batch order
+    logits = logits.float()
     return logits / temperature if temperature and temperature != 1.0 else logits
+
+
+def length_buckets(
+    lengths: torch.Tensor, response_length: int, max_buckets: int = 4, min_saving: float = 0.05
+) -> list[tuple[torch.Tensor, int]]:
+    """Split rows by response length (bs,) into buckets; return ``(rows, longest)`` per bucket.
+
+    Buckets are contiguous runs of the rows sorted by length, chosen (dynamic programming over at
+    most 32 candidate cuts) to minimise the padded tokens ``sum(rows x longest)``. Every bucket
+    costs a forward call, so each one past the first must save at least ``min_saving`` of the
+    unsplit batch's tokens and four tokens a row: on a small model a call's fixed cost is worth
+    many tokens.
+    """
+    bs = lengths.shape[0]
+    longest = max(1, min(response_length, int(lengths.max())))
+    whole = [(torch.arange(bs, device=lengths.device), longest)]
+    sorted_lengths, order = torch.sort(lengths.clamp(min=1, max=longest))
+    values = sorted_lengths.tolist()
+    cuts = [j for j in range(1, bs) if values[j - 1] < values[j]]  # where the length changes
+    if not cuts:
+        return whole
+    if len(cuts) > 32:
+        cuts = [cuts[round(i * (len(cuts) - 1) / 31)] for i in range(32)]
+    points = [0, *cuts, bs]  # bucket boundaries to choose from
+    penalty = max(min_saving * bs * longest, 4.0 * bs)
+    inf = float("inf")
+    # best[k][b]: least cost of the rows before points[b] in k buckets; prev[k][b]: the last cut
+    best = [[inf] * len(points) for _ in range(max_buckets + 1)]
+    prev = [[0] * len(points) for _ in range(max_buckets + 1)]
+    best[0][0] = 0.0
+    for k in range(1, max_buckets + 1):
+        for b in range(1, len(points)):
+            for a in range(b):
+                if best[k - 1][a] == inf:
+                    continue
+                rows = points[b] - points[a]
+                cost = best[k - 1][a] + rows * values[points[b] - 1] + (penalty if k > 1 else 0)
+                if cost < best[k][b]:
+                    best[k][b], prev[k][b] = cost, a
+    end = len(points) - 1
+    k = min(range(1, max_buckets + 1), key=lambda n: best[n][end])
+    if k == 1:
+        return whole
+    buckets = []
+    while k > 0:
+        a = prev[k][end]
+        buckets.append((order[points[a] : points[end]], int(values[points[end] - 1])))
+        end, k = a, k - 1
+    return buckets[::-1]
+
+
+def select_cache(cache: Any, rows: torch.Tensor, model: torch.nn.Module, *, last: bool) -> Any:
+    """Return a KV cache holding ``rows`` of ``cache`` (in place when it is not needed again)."""
+    if last:
+        cache.batch_select_indices(rows)
+        return cache
+    selected = new_kv_cache(model)
+    for index, layer in enumerate(cache.layers):
+        selected.update(layer.keys[rows], layer.values[rows], index)
+    return selected
+
+
+def _checkpointing(model: torch.nn.Module) -> bool:
+    """Return True when the model recomputes activations (gradient checkpointing) in training."""
+    flag = getattr(model, "is_activation_checkpointing", None)
+    if flag is None:
+        flag = getattr(model, "is_gradient_checkpointing", False)
+    return bool(model.training and flag)
 
 
 def is_on_policy(actor_config: Any, batch_size: int, mini_batch_size: int) -> bool:

@@ -1,0 +1,140 @@
+"""The actor's response forward: shared prompts, length buckets and trimmed padding (CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from engine.rollout.sampling import sample_sequences, shared_prompts, trim_left_padding
+from engine.workers.actor import length_buckets, response_logits
+
+EOS, PAD = 2, 0
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=40,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+    )
+    return Qwen2ForCausalLM(config)
+
+
+def group_batch(model, n: int = 4, max_new_tokens: int = 12, cut: bool = False) -> dict:
+    """Return a rollout batch of 3 prompts x n samples (left padded) as the actor receives it.
+
+    With ``cut`` every other response ends after two tokens, so lengths differ enough for the
+    forward to run the rows in two buckets.
+    """
+    ids = torch.randint(5, 40, (3, 7), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    ids[0, :2], mask[0, :2] = PAD, 0
+    ids, mask = ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)
+    model.eval()
+    out = sample_sequences(
+        model,
+        ids,
+        mask,
+        max_new_tokens=max_new_tokens,
+        eos_token_ids=[EOS],
+        pad_token_id=PAD,
+        generator=torch.Generator().manual_seed(3),
+    )
+    responses, response_mask = out.responses, out.response_mask
+    if cut:
+        response_mask = response_mask.clone()
+        response_mask[::2, 2:] = 0
+        responses = responses.masked_fill(response_mask == 0, PAD)
+    attention_mask = torch.cat([mask, response_mask], dim=1)
+    return {
+        "input_ids": torch.cat([ids, responses], dim=1),
+        "attention_mask": attention_mask,
+        "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
+        "responses": responses,
+        "response_mask": response_mask,
+    }
+
+
+def full_forward_logits(model, batch) -> torch.Tensor:
+    """The reference: one forward over prompt + response, the response-predicting positions."""
+    response_length = batch["responses"].shape[1]
+    logits = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"],
+        use_cache=False,
+    ).logits
+    return logits[:, -response_length - 1 : -1].float()
+
+
+def test_shared_prompts_find_each_distinct_prompt_once():
+    ids = torch.tensor([[0, 5, 6], [0, 5, 6], [7, 8, 9], [0, 5, 6], [7, 8, 9]])
+    mask = (ids != 0).long()
+    first, inverse = shared_prompts(ids, mask)
+    assert sorted(first.tolist()) == [0, 2]
+    assert torch.equal(ids[first][inverse], ids)
+    assert shared_prompts(ids[1:3], mask[1:3]) is None  # all distinct: nothing to share
+
+
+def test_trim_left_padding_drops_only_columns_padded_in_every_row():
+    mask = torch.tensor([[0, 0, 1, 1], [0, 1, 1, 1]])
+    ids = torch.arange(8).view(2, 4)
+    trimmed, trimmed_mask, _ = trim_left_padding(ids, mask, ids)
+    assert trimmed.tolist() == [[1, 2, 3], [5, 6, 7]] and trimmed_mask.tolist() == [
+        [0, 1, 1],
+        [1, 1, 1],
+    ]
+
+
+def test_length_buckets_cover_every_row_once_and_never_cut_a_response():
+    lengths = torch.tensor([30] * 20 + [57] * 12)[torch.randperm(32)]
+    buckets = length_buckets(lengths, 60)
+    rows = torch.cat([r for r, _ in buckets])
+    assert sorted(rows.tolist()) == list(range(32))
+    assert all(int(lengths[r].max()) <= longest for r, longest in buckets)
+    assert sum(len(r) * longest for r, longest in buckets) == 20 * 30 + 12 * 57
+    # A token or two saved per row is not worth a second forward call.
+    ((rows, longest),) = length_buckets(torch.tensor([3, 4, 4, 3]), 4)
+    assert rows.tolist() == [0, 1, 2, 3] and longest == 4
+
+
+@pytest.mark.parametrize("n, cut", [(1, False), (4, False), (1, True), (4, True)])
+def test_response_logits_equal_one_full_forward_on_every_response_token(model, n, cut):
+    batch = group_batch(model, n=n, cut=cut)
+    lengths = batch["response_mask"].sum(-1)
+    assert len(length_buckets(lengths, batch["responses"].shape[1])) == (2 if cut else 1)
+    mask = batch["response_mask"].bool()
+    model.eval()
+    with torch.no_grad():
+        expected = full_forward_logits(model, batch)
+        got = response_logits(model, batch)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got[mask], expected[mask], atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(got).all()  # positions past a response are masked by every loss
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_response_logits_give_the_gradient_of_the_full_forward(model, cut):
+    batch = group_batch(model, n=4, cut=cut)
+    mask = batch["response_mask"]
+    model.train()
+
+    def grads(logits_fn) -> list[torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        logits = logits_fn()
+        log_probs = torch.log_softmax(logits, -1).gather(-1, batch["responses"][..., None])
+        (log_probs.squeeze(-1) * mask).sum().backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    expected = grads(lambda: full_forward_logits(model, batch))
+    got = grads(lambda: response_logits(model, batch))
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-4)
