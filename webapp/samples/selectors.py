@@ -262,6 +262,19 @@ def sample_group(
     return SampleGroup(run_id, split, step, prompt_index, members, mean, std)
 
 
+def sample_neighbour_prompts(
+    *, user: Any, run_id: int, split: str, step: int, prompt_index: int
+) -> tuple[int | None, int | None]:
+    """Return the prompt indices sampled at ``step`` just before and after ``prompt_index``."""
+    rows = owned_samples(user=user).filter(run_id=run_id, split=split, step=step)
+    before = rows.filter(prompt_index__lt=prompt_index).order_by("-prompt_index")
+    after = rows.filter(prompt_index__gt=prompt_index).order_by("prompt_index")
+    return (
+        before.values_list("prompt_index", flat=True).first(),
+        after.values_list("prompt_index", flat=True).first(),
+    )
+
+
 def _finite_list(values: Sequence[float] | None) -> list[float | None] | None:
     return None if values is None else [_finite(float(v)) for v in values]
 

@@ -13,6 +13,7 @@ from typing import Any
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
 from django.views.decorators.http import require_safe
 
 from webapp.runs.models import Run, SampleSplit
@@ -30,6 +31,7 @@ from webapp.samples.selectors import (
     sample_across_runs,
     sample_export_rows,
     sample_group,
+    sample_neighbour_prompts,
     sample_page,
     sample_prompt_history,
     sample_step_summary,
@@ -86,6 +88,11 @@ def sample_step_view(request: HttpRequest, run_id: int) -> HttpResponse:
         "asked_step": asked,
         "step_position": steps.index(step) if step is not None else 0,
         "per_page_choices": PER_PAGE_CHOICES,
+        # Each row links to three views: reverse them once, not three times a row.
+        "urls": {
+            name: reverse(f"samples:{name}", kwargs={"run_id": run.pk})
+            for name in ("group", "prompt", "compare")
+        },
         "page": None,
     }
     if step is not None:
@@ -134,8 +141,12 @@ def sample_group_view(request: HttpRequest, run_id: int) -> HttpResponse:
     if step is None:
         step = _nearest(sample_steps(user=request.user, run_id=run.pk, split=split), None)
     group = None
+    neighbours: tuple[int | None, int | None] = (None, None)
     if step is not None:
         group = sample_group(
+            user=request.user, run_id=run.pk, split=split, step=step, prompt_index=prompt
+        )
+        neighbours = sample_neighbour_prompts(
             user=request.user, run_id=run.pk, split=split, step=step, prompt_index=prompt
         )
     context = {
@@ -146,6 +157,8 @@ def sample_group_view(request: HttpRequest, run_id: int) -> HttpResponse:
         "step": step,
         "prompt": prompt,
         "group": group,
+        "previous_prompt": neighbours[0],
+        "next_prompt": neighbours[1],
         "selected": form.cleaned_data.get("sample"),
         "colour": form.cleaned_data.get("colour") or "logprob",
         "colours": COLOUR_CHOICES,

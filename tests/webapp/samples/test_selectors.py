@@ -14,6 +14,7 @@ from webapp.samples.selectors import (
     sample_across_runs,
     sample_export_rows,
     sample_group,
+    sample_neighbour_prompts,
     sample_page,
     sample_prompt_history,
     sample_step_summary,
@@ -157,6 +158,17 @@ def test_a_group_has_its_statistics_and_grpo_normalized_rewards(sampled_run, own
     assert (
         sample_group(user=owner, run_id=sampled_run.pk, split="val", step=1, prompt_index=0) is None
     )
+
+
+def test_neighbour_prompts_are_those_sampled_at_the_same_step(sampled_run, owner):
+    def neighbours(split, step, prompt):
+        return sample_neighbour_prompts(
+            user=owner, run_id=sampled_run.pk, split=split, step=step, prompt_index=prompt
+        )
+
+    assert neighbours("train", 1, 1) == (0, 2)
+    assert neighbours("train", 1, 0) == (None, 1)
+    assert neighbours("val", 3, 1) == (0, None)
 
 
 def test_token_rows_give_log_prob_minus_reference_and_drop_non_finite_values(sampled_run, owner):

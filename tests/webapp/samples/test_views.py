@@ -100,6 +100,7 @@ def test_the_group_view_shows_the_group_and_its_tokens(client_in, sampled_run):
     assert page.count('<article class="response-card') == 4
     assert 'class="group-mean">1.375<' in page and 'class="group-std">0.3227<' in page
     assert 'class="response-card selected" id="sample-2"' in page
+    assert 'prompt=1" rel="next">prompt 1 →' in page and 'rel="prev"' not in page
     tokens = json_script(page, "inspector-tokens")
     assert [row["sample_index"] for row in tokens] == [0, 1, 2, 3]
     assert tokens[0]["kl"] == [0.25, -0.5, 0.0]
