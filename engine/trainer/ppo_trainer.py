@@ -22,7 +22,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.algorithms import apply_kl_penalty, get_adv_estimator_fn, get_kl_controller
+from engine.algorithms import (
+    apply_kl_penalty,
+    get_adv_estimator_fn,
+    get_kl_controller,
+    mask_span_end,
+)
 from engine.data import DataProto
 from engine.data.dataset import RLHFDataset, collate_prompts
 from engine.data.loader import PromptDataLoader
@@ -284,10 +289,10 @@ class PPOTrainer:
     ) -> list[SampleRecord]:
         """Return one :class:`SampleRecord` per response in ``batch``."""
         b, nt = batch.batch, batch.non_tensor_batch
-        mask = b["response_mask"].bool()
         scores = b["token_level_scores"].sum(-1).tolist()
         has_adv = "advantages" in b
-        lengths = mask.sum(-1).tolist()
+        # Up to the last response token: a multi-turn mask has gaps where the interaction spoke.
+        lengths = mask_span_end(b["response_mask"]).tolist()
         records = []
         part_keys = [k for k in reward_info if k not in {"reward_error", "score"}]
         for i in range(len(batch)):
