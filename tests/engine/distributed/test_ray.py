@@ -195,7 +195,12 @@ def test_grpo_runs_end_to_end_on_two_ranks_and_resumes_from_its_shards(
 ):
     first = ListRecorder()
     config = ray_config(
-        assets, tmp_path, "grpo_tiny", "trainer.total_training_steps=2", "trainer.save_freq=2"
+        assets,
+        tmp_path,
+        "grpo_tiny",
+        "actor_rollout_ref.rollout.n=4",
+        "trainer.total_training_steps=2",
+        "trainer.save_freq=2",
     )
     assert run_training(config, first) == "succeeded"
     assert sorted(first.steps) == [0, 1, 2]  # validation before training, then two steps
@@ -210,7 +215,12 @@ def test_grpo_runs_end_to_end_on_two_ranks_and_resumes_from_its_shards(
 
     resumed = ListRecorder()
     config = ray_config(
-        assets, tmp_path, "grpo_tiny", "trainer.total_training_steps=3", "trainer.test_freq=-1"
+        assets,
+        tmp_path,
+        "grpo_tiny",
+        "actor_rollout_ref.rollout.n=4",
+        "trainer.total_training_steps=3",
+        "trainer.test_freq=-1",
     )
     assert run_training(config, resumed) == "succeeded"
     assert resumed.start_step == 2 and sorted(resumed.steps) == [3]
