@@ -61,7 +61,8 @@ class HFRollout:
         prompt_ids = prompts.batch["input_ids"]
         prompt_mask = prompts.batch["attention_mask"]
         was_training = self.model.training
-        self.model.eval()
+        if was_training:  # ``eval()`` walks every submodule; skip it when already in eval mode
+            self.model.eval()
         out = sample_sequences(
             self.model,
             prompt_ids,
@@ -72,7 +73,8 @@ class HFRollout:
             generator=generator,
             **sampling,
         )
-        self.model.train(was_training)
+        if was_training:
+            self.model.train()
         attention_mask = torch.cat([prompt_mask, out.response_mask], dim=-1)
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         tensors = {

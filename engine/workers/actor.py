@@ -170,6 +170,12 @@ def _checkpointing(model: torch.nn.Module) -> bool:
     return bool(model.training and flag)
 
 
+def set_training(model: torch.nn.Module, training: bool) -> None:
+    """Switch train/eval mode only when it changes: ``train()`` walks every submodule."""
+    if model.training != training:
+        model.train(training)
+
+
 def is_on_policy(actor_config: Any, batch_size: int, mini_batch_size: int) -> bool:
     """Return True when one update step sees the whole batch once (old policy == current)."""
     return actor_config.ppo_epochs == 1 and mini_batch_size >= batch_size
@@ -196,14 +202,14 @@ class PolicyActor:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Return ``(log_probs, entropy)`` each (bs, R); entropy is None unless asked for."""
         was_training = self.model.training
-        self.model.eval()
+        set_training(self.model, False)
         log_probs, entropies = [], []
         for micro in data.split(micro_batch_size):
             logits = response_logits(self.model, micro.batch, temperature)
             log_probs.append(logprobs_from_logits(logits, micro.batch["responses"]))
             if with_entropy:
                 entropies.append(entropy_from_logits(logits))
-        self.model.train(was_training)
+        set_training(self.model, was_training)
         entropy = torch.cat(entropies) if with_entropy else None
         return torch.cat(log_probs), entropy
 
@@ -248,7 +254,7 @@ class PolicyActor:
                 "old_log_probs are required unless ppo_epochs == 1 and the whole batch is one "
                 "mini-batch"
             )
-        self.model.train()
+        set_training(self.model, True)
         metrics: dict[str, list[float]] = defaultdict(list)
         for epoch in range(cfg.ppo_epochs):
             epoch_data = data
