@@ -387,14 +387,18 @@ def run_raw(args: Any, task: TaskData, reps: int = 5) -> dict[str, Any]:
     generator = torch.Generator().manual_seed(args.seed)
     torch.manual_seed(args.seed)
 
+    cpu_medians: dict[str, float] = {}
+
     def timeit(fn: Any, warm: int = 2) -> tuple[float, list[float]]:
         for _ in range(warm):
             fn()
-        times = []
+        times, cpu = [], []
         for _ in range(reps):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             fn()
             times.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - start_cpu)
+        cpu_medians[fn.__name__] = statistics.median(cpu)
         return statistics.median(times), times
 
     meter = CpuMeter()
@@ -463,6 +467,10 @@ def run_raw(args: Any, task: TaskData, reps: int = 5) -> dict[str, Any]:
         "fwd_bwd_runs_s": [round(t, 4) for t in fwd_bwd_runs],
         "adamw_fused_step_s": round(opt_s, 4),
         "raw_sum_s": round(gen_s + fwd_s + fwd_bwd_s + opt_s, 4),
+        "raw_sum_cpu_s": round(
+            sum(cpu_medians[k] for k in ("generate", "forward", "forward_backward")) + opt_s, 4
+        ),
+        "cpu_medians_s": {k: round(v, 4) for k, v in cpu_medians.items()},
         "fwd_runs_s": [round(t, 4) for t in fwd_runs],
         "peak_rss_mib": peak_rss_mib(),
         "cpu_during_bench": cpu,

@@ -244,8 +244,10 @@ def summarise(args: argparse.Namespace, prep: dict, repeats: list[dict]) -> dict
         for arm, result in row.items():
             if arm == "raw":
                 entry["raw_sum_s"] = result["raw_sum_s"]
+                entry["raw_sum_cpu_s"] = result["raw_sum_cpu_s"]
                 continue
             entry[f"{arm}_s_per_step"] = result["median_s_per_step"]
+            entry[f"{arm}_cpu_s_per_step"] = result["median_cpu_s_per_step"]
             cpu = result["cpu_during_train"]
             entry[f"{arm}_foreign_cpu_frac"] = cpu["foreign_cpu_frac"]
             entry[f"{arm}_calib_s"] = result["machine_calib_s"]
@@ -253,9 +255,15 @@ def summarise(args: argparse.Namespace, prep: dict, repeats: list[dict]) -> dict
             entry["trl_over_engine"] = round(
                 row["trl"]["median_s_per_step"] / row["engine"]["median_s_per_step"], 3
             )
+            entry["trl_over_engine_cpu"] = round(
+                row["trl"]["median_cpu_s_per_step"] / row["engine"]["median_cpu_s_per_step"], 3
+            )
         if "engine" in row and "raw" in row:
             entry["engine_over_raw_sum"] = round(
                 row["engine"]["median_s_per_step"] / row["raw"]["raw_sum_s"], 3
+            )
+            entry["engine_over_raw_sum_cpu"] = round(
+                row["engine"]["median_cpu_s_per_step"] / row["raw"]["raw_sum_cpu_s"], 3
             )
         if "engine" in row and "ray" in row:
             entry["ray_over_engine"] = round(
@@ -263,10 +271,9 @@ def summarise(args: argparse.Namespace, prep: dict, repeats: list[dict]) -> dict
             )
         per_repeat.append(entry)
     clean = [e["repeat"] for e in per_repeat if e["clean"]]
-    keys = [
-        k for k in per_repeat[0] if k.endswith(("_s_per_step", "_over_engine", "_over_raw_sum"))
-    ]
-    keys += ["raw_sum_s"] if "raw_sum_s" in per_repeat[0] else []
+    ratio_suffixes = ("_over_engine", "_over_raw_sum", "_over_engine_cpu", "_over_raw_sum_cpu")
+    keys = [k for k in per_repeat[0] if k.endswith(("_s_per_step", *ratio_suffixes))]
+    keys += [k for k in ("raw_sum_s", "raw_sum_cpu_s") if k in per_repeat[0]]
     medians = {
         "clean": {k: med([per_repeat[i][k] for i in clean]) for k in keys} if clean else None,
         "all": {k: med([e[k] for e in per_repeat]) for k in keys},
@@ -315,7 +322,7 @@ def markdown(summary: dict[str, Any]) -> str:
     for arm, info in summary["arms"].items():
         run = info["typical_repeat"]
         if arm == "raw":
-            parts = {k: run[k] for k in run if k.endswith("_s") and k != "raw_sum_s"}
+            parts = {k: run[k] for k in run if k.endswith("_s") and not k.startswith("raw_sum")}
             lines.append(f"| raw parts (sum {run['raw_sum_s']}) | | | | {run['peak_rss_mib']} | "
                          f"{fmt_parts(parts)} | |")  # fmt: skip
             continue
