@@ -128,7 +128,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        # redis-py 8 gives every read a 5 s socket timeout, as long as the layer's blocking receive
+        # waits: without a longer one an idle consumer dies every 5 s (channels_redis issue 422).
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}]},
     }
 }
 

@@ -4,161 +4,34 @@
 // The server sends each series already downsampled (min/max buckets, ~1,500 points); zooming
 // asks it for the visible step range at the same budget and merges the finer points in.
 // Smoothing is TensorBoard's debiased exponential moving average, drawn over the faint raw line;
-// hover always reads the raw values. Panels with many points switch to WebGL (scattergl) when the
-// browser has it. After a drop the socket reconnects with ?since=<last step> and gets exactly the
+// hover always reads the raw values. Panels with many points switch to WebGL (scattergl) when a
+// GPU draws it. After a drop the socket reconnects with ?since=<last step> and gets exactly the
 // steps it missed. compare.js reuses RunStream and ChartGrid to overlay several runs.
+
+import {RunStream, SeriesStore, emaNext, emaStart, emptySeries, mergeRange} from "./stream.js";
+
+export {RunStream, SeriesStore};
 
 const WEBGL_POINTS = 4000; // points in one panel above which WebGL draws faster than SVG
 const REFRESH_POINTS = 3000; // a live series this long is fetched again, downsampled
-const RECONNECT_MAX_MS = 10000;
+// Repaint live panels at most 5 times a second: a repaint costs tens of ms per panel, and steps
+// that land faster than that are drawn together instead of starving the socket of CPU.
+const MIN_REPAINT_MS = 200;
 const PALETTE = ["#d3542f", "#2f5bd3", "#1f8a4c", "#8e44ad", "#b7791f", "#0f8b8d", "#c2366b", "#5d6d7e", "#7a9a01", "#a0522d"];
-const REFUSED = {4401: "Sign in again to follow this run.", 4403: "This run is not yours."};
 
+// WebGL only where it is drawn by a GPU: a software rasteriser (SwiftShader, llvmpipe) runs it on
+// the CPU, slower than SVG.
 export const hasWebGL = (() => {
   try {
-    const canvas = document.createElement("canvas");
-    return Boolean(canvas.getContext("webgl2") || canvas.getContext("webgl"));
+    const gl = document.createElement("canvas").getContext("webgl");
+    if (!gl) return false;
+    const info = gl.getExtension("WEBGL_debug_renderer_info");
+    const renderer = String(gl.getParameter(info ? info.UNMASKED_RENDERER_WEBGL : gl.RENDERER));
+    return !/swiftshader|llvmpipe|softpipe|software/i.test(renderer);
   } catch (error) {
     return false;
   }
 })();
-
-// TensorBoard's smoothing: an EMA divided by (1 - weight^n) so the start is not pulled to zero.
-export function emaStart() {
-  return {acc: 0, n: 0};
-}
-
-export function emaNext(state, value, weight) {
-  state.acc = state.acc * weight + (1 - weight) * value;
-  state.n += 1;
-  if (weight === 0) return value;
-  // 12 digits: the debiasing leaves rounding noise that autoscaling would blow up on a flat line.
-  return Number((state.acc / (1 - Math.pow(weight, state.n))).toPrecision(12));
-}
-
-export function ema(values, weight) {
-  const state = emaStart();
-  return values.map((v) => emaNext(state, v, weight));
-}
-
-function finite(value) {
-  return typeof value === "number" && Number.isFinite(value);
-}
-
-function emptySeries() {
-  return {step: [], time: [], value: []};
-}
-
-// Points of `coarse` outside [lo, hi] and every point of `fine` (inside), in step order.
-export function mergeRange(coarse, fine, lo, hi) {
-  const out = emptySeries();
-  const push = (s, i) => {
-    out.step.push(s.step[i]);
-    out.time.push(s.time[i]);
-    out.value.push(s.value[i]);
-  };
-  let j = 0;
-  for (let i = 0; i < coarse.step.length; i++) {
-    const step = coarse.step[i];
-    if (step >= lo && step <= hi) continue;
-    while (step > hi && j < fine.step.length) push(fine, j++);
-    push(coarse, i);
-  }
-  while (j < fine.step.length) push(fine, j++);
-  return out;
-}
-
-// One run's series as the page knows them: {name: {step, time, value}} and the last step seen.
-export class SeriesStore {
-  constructor() {
-    this.series = new Map();
-    this.lastStep = null;
-  }
-
-  get(name) {
-    return this.series.get(name);
-  }
-
-  replace(seriesByName, lastStep) {
-    for (const [name, s] of Object.entries(seriesByName)) this.series.set(name, s);
-    if (lastStep !== null && lastStep !== undefined) this.lastStep = Math.max(this.lastStep ?? lastStep, lastStep);
-  }
-
-  // Append live points; return [{name, step, time, value}] for those after the last step seen.
-  append(points) {
-    const added = [];
-    for (const point of points) {
-      if (this.lastStep !== null && point.step <= this.lastStep) continue;
-      this.lastStep = point.step;
-      for (const [name, value] of Object.entries(point.metrics)) {
-        if (!finite(value)) continue;
-        if (!this.series.has(name)) this.series.set(name, emptySeries());
-        const s = this.series.get(name);
-        s.step.push(point.step);
-        s.time.push(point.time);
-        s.value.push(value);
-        added.push({name, step: point.step, time: point.time, value});
-      }
-    }
-    return added;
-  }
-}
-
-// A WebSocket to /ws/runs/<id>/ that reconnects with the last step it saw.
-export class RunStream {
-  constructor(runId, {onMessage, onState}) {
-    this.runId = runId;
-    this.onMessage = onMessage;
-    this.onState = onState || (() => {});
-    this.lastStep = null;
-    this.hasBacklog = false;
-    this.delay = 500;
-    this.closed = false;
-  }
-
-  url() {
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const since = this.hasBacklog && this.lastStep !== null ? `?since=${this.lastStep}` : "";
-    return `${scheme}://${location.host}/ws/runs/${this.runId}/${since}`;
-  }
-
-  open() {
-    this.onState(this.hasBacklog ? "reconnecting" : "connecting");
-    const socket = new WebSocket(this.url());
-    this.socket = socket;
-    socket.onopen = () => {
-      this.delay = 500;
-      this.onState("live");
-    };
-    socket.onmessage = (event) => {
-      const receivedAt = performance.timeOrigin + performance.now();
-      const message = JSON.parse(event.data);
-      if (message.type === "backlog") {
-        this.hasBacklog = true;
-        if (message.last_step !== null) this.lastStep = Math.max(this.lastStep ?? 0, message.last_step);
-      } else if (message.type === "metrics" && message.points.length) {
-        this.lastStep = Math.max(this.lastStep ?? 0, message.points[message.points.length - 1].step);
-      }
-      this.onMessage(message, receivedAt);
-    };
-    socket.onclose = (event) => {
-      if (this.closed) return;
-      if (REFUSED[event.code]) {
-        this.closed = true;
-        this.onState("refused", REFUSED[event.code]);
-        return;
-      }
-      this.onState("offline");
-      setTimeout(() => this.open(), this.delay);
-      this.delay = Math.min(this.delay * 2, RECONNECT_MAX_MS);
-    };
-  }
-
-  close() {
-    this.closed = true;
-    if (this.socket) this.socket.close();
-  }
-}
 
 function element(tag, attrs = {}, children = []) {
   const node = document.createElement(tag);
@@ -188,8 +61,25 @@ export class ChartGrid {
     this.panels = new Map();
     this.options = {smoothing: 0.6, x: "step", log: false};
     this.pending = new Set();
+    this.changed = new Set(); // panels with points not drawn yet
+    this.steps = new Set(); // the steps they came with (announced once drawn)
+    this.lastFlush = -Infinity;
     this.drawn = false;
+    // Panels off screen (with a margin) are not repainted per step; they redraw when they show.
+    this.observer = new IntersectionObserver((entries) => {
+      for (const entry of entries) {
+        const panel = [...this.panels.values()].find((p) => p.figure === entry.target);
+        if (!panel) continue;
+        panel.visible = entry.isIntersecting;
+        if (panel.visible && panel.dirty) this.draw(panel);
+      }
+    }, {rootMargin: "300px"});
     this.bindToolbar(root.querySelector(".chart-toolbar"));
+    if (!window.Plotly) {
+      window.addEventListener("DOMContentLoaded", () => {
+        for (const panel of this.panels.values()) if (panel.dirty) this.draw(panel);
+      });
+    }
   }
 
   source(id) {
@@ -226,12 +116,13 @@ export class ChartGrid {
           element("figcaption", {}, [element("span", {text: p.title}), png]),
           plot,
         ]);
-        panel = {key: p.key, title: p.title, order: p.order, names: [], figure, plot, traces: [], ema: new Map()};
+        panel = {key: p.key, title: p.title, order: p.order, names: [], figure, plot, traces: [], ema: new Map(), visible: false, dirty: true};
         png.addEventListener("click", () => this.downloadPng(panel));
         const after = [...this.panels.values()].filter((q) => q.order < p.order || (q.order === p.order && q.key < p.key));
         const before = [...this.grid.children].find((node) => !after.some((q) => q.figure === node));
         this.grid.insertBefore(figure, before || null);
         this.panels.set(p.key, panel);
+        this.observer.observe(figure);
       }
       for (const name of p.names) if (!panel.names.includes(name)) panel.names.push(name);
       panel.names.sort();
@@ -247,8 +138,7 @@ export class ChartGrid {
     const traces = [];
     const index = [];
     const smoothing = this.options.smoothing;
-    const total = this.sources.reduce((sum, src) => sum + panel.names.reduce((n, name) => n + (src.store.get(name)?.step.length || 0), 0), 0);
-    const type = hasWebGL && total > WEBGL_POINTS ? "scattergl" : "scatter";
+    const type = hasWebGL && this.panelPoints(panel) > WEBGL_POINTS ? "scattergl" : "scatter";
     panel.ema = new Map();
     for (const src of this.sources) {
       for (const [k, name] of panel.names.entries()) {
@@ -270,7 +160,7 @@ export class ChartGrid {
           raw.showlegend = false;
         }
         traces.push(raw);
-        index.push({source: src.id, name, smoothed: false});
+        index.push({source: src.id, name, smoothed: false, drawn: s.step.length});
         if (smoothing > 0) {
           const state = emaStart();
           const y = s.value.map((v) => emaNext(state, v, smoothing));
@@ -279,7 +169,7 @@ export class ChartGrid {
             type, mode: "lines", name: label, x: x.slice(), y, line,
             legendgroup: `${src.id}:${name}`, hoverinfo: "skip",
           });
-          index.push({source: src.id, name, smoothed: true});
+          index.push({source: src.id, name, smoothed: true, drawn: s.step.length});
         }
       }
     }
@@ -287,12 +177,13 @@ export class ChartGrid {
     return {traces, index};
   }
 
-  layout(panel) {
+  // One series needs no legend (the panel's title names it), and a legend costs half a repaint.
+  layout(panel, series) {
     const time = this.options.x === "time";
     return {
       margin: {l: 56, r: 12, t: 8, b: 36},
       height: 250,
-      showlegend: true,
+      showlegend: series > 1,
       legend: {orientation: "h", y: -0.22, font: {size: 11}},
       hovermode: "closest",
       xaxis: {type: time ? "date" : "linear", title: {text: time ? "wall time" : "step", standoff: 4}, automargin: true},
@@ -303,10 +194,16 @@ export class ChartGrid {
   }
 
   draw(panel) {
+    // Plotly loads after this script (deferred), so the socket opens while Plotly is parsed.
+    if (!panel.visible || !window.Plotly) {
+      panel.dirty = true;
+      return;
+    }
+    panel.dirty = false;
     const {traces, index} = this.buildTraces(panel);
     panel.traces = index;
     const config = {responsive: true, displaylogo: false, toImageButtonOptions: {format: "png", filename: `${this.pngName}-${panel.key}`}};
-    Plotly.react(panel.plot, traces, this.layout(panel), config);
+    Plotly.react(panel.plot, traces, this.layout(panel, index.filter((t) => !t.smoothed).length), config);
     if (!panel.listening) {
       panel.listening = true;
       panel.plot.on("plotly_relayout", (event) => this.refine(panel, event));
@@ -342,50 +239,84 @@ export class ChartGrid {
     for (const key of keys) this.draw(this.panels.get(key));
   }
 
-  // Append live points in place (extendTraces); panels that gain a series are redrawn.
+  // Take live points into the store now; draw them with the next repaint (see MIN_REPAINT_MS).
   appendPoints(sourceId, panels, points) {
     if (panels) this.addPanels(panels);
-    const src = this.source(sourceId);
-    const added = src.store.append(points);
-    const smoothing = this.options.smoothing;
-    const updates = new Map(); // panel key -> {x: [[]], y: [[]], indices: []}
-    const stale = new Set();
+    const added = this.source(sourceId).store.append(points);
     for (const point of added) {
       const panel = this.panelOf(point.name);
-      if (!panel || stale.has(panel.key)) continue;
-      const s = src.store.get(point.name);
-      const exists = panel.traces.findIndex((t) => t.source === sourceId && t.name === point.name && !t.smoothed);
-      if (exists < 0 || (panel.type === "scatter" && s.step.length > WEBGL_POINTS && hasWebGL)) {
-        stale.add(panel.key);
-        continue;
-      }
-      if (s.step.length > REFRESH_POINTS && !panel.refreshing) this.refresh(panel, sourceId);
-      const x = this.options.x === "time" ? point.time * 1000 : point.step;
-      const update = updates.get(panel.key) || {x: [], y: [], indices: []};
-      const push = (traceIndex, y) => {
-        let k = update.indices.indexOf(traceIndex);
-        if (k < 0) {
-          update.indices.push(traceIndex);
-          update.x.push([]);
-          update.y.push([]);
-          k = update.indices.length - 1;
-        }
-        update.x[k].push(x);
-        update.y[k].push(y);
-      };
-      push(exists, point.value);
-      if (smoothing > 0) {
-        const state = panel.ema.get(`${sourceId}:${point.name}`) || emaStart();
-        panel.ema.set(`${sourceId}:${point.name}`, state);
-        push(exists + 1, emaNext(state, point.value, smoothing));
-      }
-      updates.set(panel.key, update);
+      if (panel) this.changed.add(panel.key);
+      this.steps.add(point.step);
     }
-    for (const [key, update] of updates) {
-      if (stale.has(key)) continue;
-      Plotly.extendTraces(this.panels.get(key).plot, {x: update.x, y: update.y}, update.indices);
+    this.schedule();
+  }
+
+  schedule() {
+    if (this.flushing || this.painting || !this.changed.size) return;
+    this.flushing = true;
+    const wait = Math.max(0, this.lastFlush + MIN_REPAINT_MS - performance.now());
+    setTimeout(() => requestAnimationFrame(() => this.flush()), wait);
+  }
+
+  // Extend each changed, visible panel by the points its traces do not show yet, one panel per
+  // task so the socket is read between repaints; panels off screen redraw when they show.
+  flush() {
+    this.flushing = false;
+    this.painting = true;
+    this.lastFlush = performance.now();
+    const keys = [...this.changed];
+    const steps = [...this.steps];
+    this.changed.clear();
+    this.steps.clear();
+    const next = () => {
+      const key = keys.shift();
+      if (key === undefined) {
+        this.painting = false;
+        announce("run-live:drawn", {steps});
+        this.schedule();
+        return;
+      }
+      const panel = this.panels.get(key);
+      if (!panel.visible || !window.Plotly) panel.dirty = true;
+      else if (panel.dirty) this.draw(panel);
+      else this.extend(panel);
+      setTimeout(next, 0);
+    };
+    next();
+  }
+
+  extend(panel) {
+    const smoothing = this.options.smoothing;
+    const update = {x: [], y: [], indices: []};
+    for (const [i, trace] of panel.traces.entries()) {
+      const s = this.source(trace.source).store.get(trace.name);
+      const from = trace.drawn;
+      if (s.step.length <= from) continue;
+      const xs = this.options.x === "time" ? s.time.slice(from).map((t) => t * 1000) : s.step.slice(from);
+      let ys = s.value.slice(from);
+      if (trace.smoothed) {
+        const key = `${trace.source}:${trace.name}`;
+        if (!panel.ema.has(key)) panel.ema.set(key, emaStart());
+        const state = panel.ema.get(key);
+        ys = ys.map((v) => emaNext(state, v, smoothing));
+      }
+      trace.drawn = s.step.length;
+      update.indices.push(i);
+      update.x.push(xs);
+      update.y.push(ys);
     }
-    this.redraw(stale);
+    const names = new Set(panel.traces.map((t) => `${t.source}:${t.name}`));
+    const missing = this.sources.some((src) => panel.names.some((name) => src.store.get(name)?.step.length && !names.has(`${src.id}:${name}`)));
+    const long = hasWebGL && panel.type === "scatter" && this.panelPoints(panel) > WEBGL_POINTS;
+    if (missing || long) return this.draw(panel);
+    if (update.indices.length) Plotly.extendTraces(panel.plot, {x: update.x, y: update.y}, update.indices);
+    for (const src of this.sources) {
+      if (panel.names.some((name) => (src.store.get(name)?.step.length || 0) > REFRESH_POINTS) && !panel.refreshing) this.refresh(panel, src.id);
+    }
+  }
+
+  panelPoints(panel) {
+    return this.sources.reduce((sum, src) => sum + panel.names.reduce((n, name) => n + (src.store.get(name)?.step.length || 0), 0), 0);
   }
 
   async fetchSeries(sourceId, names, lo, hi) {
@@ -400,9 +331,8 @@ export class ChartGrid {
 
   // Zoom: fetch the visible step range of this panel's series and merge the finer points in.
   async refine(panel, event) {
-    if (panel.refining || event["xaxis.range[0]"] === undefined) return;
-    let lo = event["xaxis.range[0]"];
-    let hi = event["xaxis.range[1]"];
+    let [lo, hi] = event["xaxis.range"] || [event["xaxis.range[0]"], event["xaxis.range[1]"]];
+    if (panel.refining || lo === undefined || hi === undefined) return;
     if (this.options.x === "time") [lo, hi] = this.stepsForTimes(panel, Date.parse(lo) / 1000, Date.parse(hi) / 1000);
     if (lo === null) return;
     lo = Math.max(0, Math.floor(lo));
@@ -448,6 +378,7 @@ export class ChartGrid {
     const src = this.source(sourceId);
     try {
       const result = await this.fetchSeries(sourceId, panel.names, null, null);
+      if (result.last_step === null) return;
       for (const [name, s] of Object.entries(result.series)) {
         const current = src.store.get(name) || emptySeries();
         const newer = mergeRange(current, emptySeries(), -Infinity, result.last_step);
@@ -490,6 +421,12 @@ export function showConnection(root, state, detail) {
   badge.textContent = detail || state;
 }
 
+// Tell other scripts on the page (and tests) what arrived; drawnAt is after the charts took it.
+function announce(name, detail) {
+  const drawnAt = performance.timeOrigin + performance.now();
+  document.dispatchEvent(new CustomEvent(name, {detail: {...detail, drawnAt}}));
+}
+
 // Follow one run: feed its socket's messages to a grid; announce what arrived on `document`.
 export function followRun(grid, runId, {onStatus} = {}) {
   const stream = new RunStream(runId, {
@@ -498,10 +435,10 @@ export function followRun(grid, runId, {onStatus} = {}) {
       if (message.progress) showProgress(runId, message.progress);
       if (message.type === "backlog") {
         grid.setSeries(runId, message.panels, message.series, message.last_step);
+        announce("run-live:backlog", {runId, complete: message.complete, receivedAt});
       } else if (message.type === "metrics") {
         grid.appendPoints(runId, message.panels, message.points);
-        const steps = message.points.map((p) => p.step);
-        document.dispatchEvent(new CustomEvent("run-live:metrics", {detail: {runId, steps, receivedAt}}));
+        announce("run-live:metrics", {runId, steps: message.points.map((p) => p.step), receivedAt});
       } else if (message.type === "status") {
         if (onStatus) onStatus(message.run);
       } else if (message.type === "samples") {
@@ -510,7 +447,7 @@ export function followRun(grid, runId, {onStatus} = {}) {
           const mean = message.reward_mean === null ? "—" : message.reward_mean.toFixed(3);
           note.textContent = `new samples: step ${message.step} (${message.split}, ${message.count}, mean reward ${mean})`;
         }
-        document.dispatchEvent(new CustomEvent("run-live:samples", {detail: {runId, ...message}}));
+        announce("run-live:samples", {runId, ...message});
       }
     },
   });

@@ -17,13 +17,14 @@ from asgiref.sync import SyncToAsync
 from channels.layers import channel_layers
 from channels.testing import ChannelsLiveServerTestCase
 from daphne.testing import DaphneProcess
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
-from tests.webapp.live import private_channel_layers, record_steps, running_run, step_metrics
+from tests.webapp.live import T0, private_channel_layers, record_steps, running_run, step_metrics
 from workers.publish import RunEventPublisher
 from workers.recorder import RunRecorder
 
@@ -99,9 +100,7 @@ class LiveChartsTest(ChannelsLiveServerTestCase):
         # Playwright's sync API runs an event loop in this thread; the ORM calls here are sync.
         os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
         cls._layers = override_settings(
-            CHANNEL_LAYERS=private_channel_layers(
-                os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
-            )
+            CHANNEL_LAYERS=private_channel_layers(settings.CHANNEL_LAYERS)
         )
         cls._layers.enable()
         super().setUpClass()
@@ -167,11 +166,77 @@ class LiveChartsTest(ChannelsLiveServerTestCase):
         assert panels == ["score", "kl", "entropy", "response_length", "timing"]
         page.screenshot(path=str(artifacts_dir() / "live-charts.png"), full_page=True)
 
+        # The browser's own arithmetic: smoothing, zoom merging and the store's step order.
+        checks = page.evaluate(
+            """async () => {
+              const {ema, mergeRange, SeriesStore} = await import("/static/js/stream.js");
+              const store = new SeriesStore();
+              store.replace({a: {step: [1, 2], time: [10, 20], value: [0.5, 0.25]}}, 2);
+              const added = store.append([
+                {step: 2, time: 20, metrics: {a: 9}},
+                {step: 3, time: 30, metrics: {a: 1, b: null}},
+              ]);
+              const coarse = {step: [1, 5, 9], time: [1, 5, 9], value: [1, 5, 9]};
+              const fine = {step: [4, 5, 6], time: [4, 5, 6], value: [4, 5.5, 6]};
+              return {
+                flat: ema([1, 1, 1], 0.6),
+                ramp: ema([0, 1], 0.5),
+                merged: mergeRange(coarse, fine, 4, 6).value,
+                added: added.map((p) => [p.name, p.step, p.value]),
+              };
+            }"""
+        )
+        assert checks == {
+            "flat": [1, 1, 1],
+            "ramp": [0, 0.666666666667],  # (0.5 * 1) / (1 - 0.5 ** 2), to 12 digits
+            "merged": [1, 4, 5.5, 6, 9],
+            "added": [["a", 3, 1]],
+        }
+
         record_in_driver_thread(run.pk, range(13, 14), finish="succeeded")
         page.wait_for_function(
             "() => document.querySelector('#run-live .run-progress-text').textContent.endsWith('succeeded')",
             timeout=15000,
         )
+        assert self.errors == []
+
+    def test_zoom_refines_and_the_toolbar_redraws_the_panels(self):
+        run = running_run(self.owner, total_steps=4000)
+        record_steps(run, range(1, 3001))
+        page = self.page
+        page.goto(self.live_server_url + run.get_absolute_url())
+        page.wait_for_function(TRACE_POINTS, arg=["kl", "actor/kl_loss"], timeout=20000)
+        assert page.evaluate(TRACE_POINTS, ["kl", "actor/kl_loss"]) <= 1500  # downsampled
+
+        in_range = """() => {
+          const p = window.postTrainCharts.panels.get("kl");
+          const t = p.plot.data[p.traces.findIndex((t) => !t.smoothed)];
+          return t.x.filter((x) => x >= 100 && x <= 300).length;
+        }"""
+        page.evaluate(
+            "() => Plotly.relayout(window.postTrainCharts.panels.get('kl').plot, {'xaxis.range': [100, 300]})"
+        )
+        page.wait_for_function(f"() => ({in_range})() === 201", timeout=15000)
+
+        raw_traces = "() => window.postTrainCharts.panels.get('score').plot.data.length"
+        before = page.evaluate(raw_traces)
+        page.fill("[name=smoothing]", "0")
+        page.wait_for_function(f"() => ({raw_traces})() === {before // 2}")
+        page.check("[name=log]")
+        page.wait_for_function(
+            "() => window.postTrainCharts.panels.get('entropy').plot.layout.yaxis.type === 'log'"
+        )
+        page.select_option("[name=xaxis]", "time")
+        page.wait_for_function(
+            "() => window.postTrainCharts.panels.get('entropy').plot.layout.xaxis.type === 'date'"
+        )
+        first_x = page.evaluate(
+            "() => window.postTrainCharts.panels.get('entropy').plot.data[0].x[0]"
+        )
+        assert first_x == (T0 + timedelta(seconds=1)).timestamp() * 1000
+        with page.expect_download() as download:
+            page.click("[data-panel=entropy] .chart-png")
+        assert download.value.suggested_filename == f"run-{run.pk}-entropy.png"
         assert self.errors == []
 
     def test_the_comparison_overlays_two_runs_and_follows_the_live_one(self):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import uuid
@@ -14,19 +15,15 @@ from webapp.runs.models import MetricPoint, Run, RunStatus
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 
-def private_channel_layers(redis_url: str) -> dict[str, Any]:
-    """Return CHANNEL_LAYERS on the real Redis with a prefix no other test process shares.
+def private_channel_layers(layers: dict[str, Any]) -> dict[str, Any]:
+    """Return the studio's CHANNEL_LAYERS with a key prefix no other test process shares.
 
     Run ids restart at 1 in every test database, so two test sessions on one Redis would
     otherwise hear each other's ``run.<id>`` groups.
     """
-    prefix = f"test-live-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    return {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [redis_url], "prefix": prefix},
-        }
-    }
+    private = copy.deepcopy(layers)
+    private["default"]["CONFIG"]["prefix"] = f"test-live-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return private
 
 
 def running_run(

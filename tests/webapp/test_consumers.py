@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
 @pytest.fixture(autouse=True)
 def redis_layer(settings):
-    settings.CHANNEL_LAYERS = private_channel_layers(settings.REDIS_URL)
+    settings.CHANNEL_LAYERS = private_channel_layers(settings.CHANNEL_LAYERS)
 
 
 @pytest.fixture(autouse=True)
@@ -194,4 +194,16 @@ async def test_a_reconnecting_client_gets_exactly_the_missing_steps(run_with_ste
     await asyncio.to_thread(publish_steps, run.pk, [4001])
     live = await receive(communicator, "metrics")
     assert [p["step"] for p in live["points"]] == [4001]
+    await communicator.disconnect()
+
+
+async def test_an_idle_socket_outlives_the_redis_read_timeout(owner):
+    # redis-py 8 times reads out after 5 s by default while the layer blocks for 5 s per receive.
+    run = await database_sync_to_async(running_run)(owner)
+    communicator = await open_socket(f"/ws/runs/{run.pk}/", owner)
+    backlog = await receive(communicator, "backlog")
+    assert backlog["complete"] and backlog["series"] == {} and backlog["last_step"] is None
+    await asyncio.sleep(6.5)
+    await asyncio.to_thread(publish_steps, run.pk, [1])
+    assert [p["step"] for p in (await receive(communicator, "metrics"))["points"]] == [1]
     await communicator.disconnect()

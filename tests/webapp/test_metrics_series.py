@@ -14,6 +14,7 @@ from django.urls import reverse
 
 from tests.webapp.live import T0, record_steps, running_run, step_metrics
 from webapp.runs.metrics import (
+    chunk_series,
     downsample_minmax,
     metric_panel,
     metric_panels,
@@ -100,6 +101,19 @@ def test_series_are_downsampled_per_metric_and_refined_on_a_step_range(owner):
     assert zoom["last_step"] == 299
     with pytest.raises(ValueError, match="max_points=2 is out of range; ask for 4 to 20000"):
         run_metric_series(run_id=run.pk, max_points=2)
+
+
+@pytest.mark.django_db
+def test_values_that_are_not_numbers_are_left_out_of_the_charts(owner):
+    run = running_run(owner)
+    record_steps(run, range(1, 4))
+    MetricPoint.objects.filter(run=run, step=2).update(
+        metrics={"actor/kl_loss": "n/a", "actor/entropy": True, "extra/list": [1, 2]}
+    )
+    series = run_metric_series(run_id=run.pk)["series"]
+    assert series["actor/kl_loss"]["step"] == [1, 3]
+    assert series["actor/entropy"]["value"] == [step_metrics(s)["actor/entropy"] for s in (1, 3)]
+    assert "extra/list" not in series
 
 
 @pytest.mark.django_db
@@ -246,3 +260,23 @@ def test_run_page_list_and_comparison_show_progress_and_charts(client_in, owner,
 def test_plotly_is_served_from_the_installed_package():
     found = finders.find("plotly/plotly.min.js")
     assert found and found.replace("\\", "/").endswith("plotly/package_data/plotly.min.js")
+
+
+def test_series_are_chunked_in_panel_order_under_a_point_budget():
+    def series(points):
+        return {"step": list(range(points)), "time": [0.0] * points, "value": [0.0] * points}
+
+    chunks = chunk_series(
+        {
+            "timing_s/gen": series(3),
+            "actor/kl_loss": series(4),
+            "actor/entropy": series(2),
+            "critic/values/mean": series(9),
+        },
+        max_points=6,
+    )
+    assert [list(chunk) for chunk in chunks] == [
+        ["actor/kl_loss", "actor/entropy"],
+        ["timing_s/gen"],
+        ["critic/values/mean"],  # longer than the budget: alone
+    ]

@@ -3,15 +3,16 @@
 On connect the consumer checks who asks (anonymous: close 4401; not the owner: close 4403, the
 same answer for a run that does not exist), joins the group ``run.<id>`` and only then reads the
 backlog, so no step recorded in between is lost; a step that arrives twice is sent once, since
-the consumer forwards only steps after the last one it sent. The backlog comes in two messages:
-the score series first (one cheap query, so the first chart draws at once), then every other
-series up to the same step. A client that reconnects passes ``?since=<last step>`` (or sends
-``{"since_step": N}`` at any time) and gets exactly the steps after N, not the backlog again.
+the consumer forwards only steps after the last one it sent. The backlog comes as the score
+series first (one cheap query, so the first chart draws at once), then every other series up to
+the same step, in messages under Daphne's 1 MiB limit. A client that reconnects passes
+``?since=<last step>`` (or sends ``{"since_step": N}`` at any time) and gets exactly the steps
+after N, not the backlog again.
 
 Messages to the browser (JSON, ``type`` first):
 
 - ``backlog``: ``run`` (id, status, progress...), ``panels``, ``series`` (see
-  ``webapp.runs.metrics.run_metric_series``), ``last_step``, ``complete`` (false for the first)
+  ``webapp.runs.metrics.run_metric_series``), ``last_step``, ``complete`` (true on the last)
 - ``metrics``: ``points`` ``[{"step", "time", "metrics"}]``, ``progress``, and ``panels`` when
   a metric name appears for the first time
 - ``status``: ``run`` as in the backlog; ``samples``: ``step``, ``split``, ``count``,
@@ -30,6 +31,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from webapp.runs.metrics import (
     DEFAULT_MAX_POINTS,
     HEADLINE_METRICS,
+    chunk_series,
     epoch_seconds,
     metric_panels,
     run_metric_names,
@@ -42,6 +44,10 @@ from webapp.runs.selectors import run_list_for_user
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
+# Daphne refuses messages over 1 MiB: a backlog message carries at most this many points
+# (about 0.5 MB of JSON), a catch-up message at most this many steps of 50-odd metrics.
+BACKLOG_POINTS_PER_MESSAGE = 12_000
+SINCE_POINTS_PER_MESSAGE = 200
 
 
 def run_for_owner(*, user: Any, run_id: int) -> Run | None:
@@ -111,45 +117,49 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(run_group_name(self.run.pk), self.channel_name)
 
     async def send_backlog(self) -> None:
-        """Send the score series, then every other series up to the same step."""
+        """Send the score series at once, then every other series up to the same step, in chunks."""
         run_id = self.run.pk
         head = await database_sync_to_async(run_metric_series)(
             run_id=run_id, names=HEADLINE_METRICS, max_points=DEFAULT_MAX_POINTS
         )
         self.last_step = head["last_step"]
-        await self._send_series(head, complete=False)
         if self.last_step is None:
-            rest = {"series": {}}
-        else:
-            rest = await database_sync_to_async(run_metric_series)(
-                run_id=run_id, step_max=self.last_step, max_points=DEFAULT_MAX_POINTS
-            )
-        series = {k: v for k, v in rest["series"].items() if k not in self.known_names}
-        await self._send_series({**rest, "series": series}, complete=True)
+            await self._send_backlog(head["series"], downsampled=False, complete=True)
+            return
+        await self._send_backlog(head["series"], downsampled=head["downsampled"], complete=False)
+        rest = await database_sync_to_async(run_metric_series)(
+            run_id=run_id, step_max=self.last_step, max_points=DEFAULT_MAX_POINTS
+        )
+        others = {k: v for k, v in rest["series"].items() if k not in head["series"]}
+        chunks = chunk_series(others, BACKLOG_POINTS_PER_MESSAGE) or [{}]
+        for i, series in enumerate(chunks):
+            complete = i == len(chunks) - 1
+            await self._send_backlog(series, downsampled=rest["downsampled"], complete=complete)
 
-    async def _send_series(self, result: dict[str, Any], *, complete: bool) -> None:
-        self.known_names.update(result["series"])
+    async def _send_backlog(self, series: dict, *, downsampled: bool, complete: bool) -> None:
+        self.known_names.update(series)
         await self.send_json(
             {
                 "type": "backlog",
                 "run": run_state(self.run),
                 "progress": self._progress(),
-                "panels": metric_panels(result["series"]),
-                "series": result["series"],
+                "panels": metric_panels(series),
+                "series": series,
                 "last_step": self.last_step,
-                "downsampled": result.get("downsampled", False),
+                "downsampled": downsampled,
                 "complete": complete,
             }
         )
 
     async def send_since(self, since: int) -> None:
-        """Send every step after ``since`` (a reconnecting client's last step)."""
+        """Send every step after ``since`` (a reconnecting client's last step), in chunks."""
         points = await database_sync_to_async(run_metric_points_since)(
             run_id=self.run.pk, since_step=since
         )
         if points:
             self.last_step = max(self.last_step or 0, points[-1]["step"])
-        await self._send_points(points)
+        for start in range(0, max(len(points), 1), SINCE_POINTS_PER_MESSAGE):
+            await self._send_points(points[start : start + SINCE_POINTS_PER_MESSAGE])
 
     async def _send_points(self, points: list[dict[str, Any]]) -> None:
         message: dict[str, Any] = {"type": "metrics", "points": points}

@@ -17,15 +17,16 @@ share ``critic/values``), so a new metric shows without code.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+from django.db import DataError, connection, transaction
 from django.db.models import F, Func
-from django.db.models.fields.json import KeyTransform
 
 from webapp.runs.models import MetricPoint
 
@@ -88,6 +89,27 @@ def metric_panels(names: Iterable[str]) -> list[dict[str, Any]]:
     return sorted(panels.values(), key=lambda p: (p["order"], p["key"]))
 
 
+def chunk_series(series: dict[str, dict[str, list]], max_points: int) -> list[dict[str, dict]]:
+    """Split ``{name: series}`` into dicts of at most ``max_points`` points, in panel order.
+
+    A series longer than ``max_points`` travels alone. Daphne refuses WebSocket messages over
+    1 MiB, and a 20,000-step run's backlog is larger than that in one piece.
+    """
+    order = sorted(
+        series, key=lambda name: (metric_panel(name)["order"], metric_panel(name)["key"], name)
+    )
+    chunks: list[dict[str, dict]] = []
+    size = 0
+    for name in order:
+        points = len(series[name]["step"])
+        if not chunks or size + points > max_points:
+            chunks.append({})
+            size = 0
+        chunks[-1][name] = series[name]
+        size += points
+    return chunks
+
+
 def downsample_minmax(values: np.ndarray, max_points: int) -> np.ndarray:
     """Return the indices of ``values`` (n,) to draw: the first, the last and each bucket's extremes.
 
@@ -126,23 +148,61 @@ def epoch_seconds(moment: datetime) -> float:
     return round(moment.timestamp(), 3)
 
 
-def _points(
-    run_id: int, names: Sequence[str] | None, step_min: int | None, step_max: int | None
-) -> Iterator[tuple[int, datetime, dict[str, Any]]]:
-    """Yield ``(step, wall_time, metrics)`` in step order; only ``names`` when given."""
-    rows = MetricPoint.objects.filter(run_id=run_id).order_by("step")
+def _range_sql(run_id: int, step_min: int | None, step_max: int | None) -> tuple[str, list]:
+    where, params = ["run_id = %s"], [run_id]
     if step_min is not None:
-        rows = rows.filter(step__gte=step_min)
+        where.append("step >= %s")
+        params.append(step_min)
     if step_max is not None:
-        rows = rows.filter(step__lte=step_max)
-    if names is None:
-        yield from rows.values_list("step", "wall_time", "metrics").iterator(chunk_size=5000)
-        return
-    # Read only the keys asked for: PostgreSQL extracts them, Python decodes a few numbers a row.
-    aliases = {f"m{i}": KeyTransform(name, "metrics") for i, name in enumerate(names)}
-    rows = rows.annotate(**aliases).values_list("step", "wall_time", *aliases)
-    for step, wall_time, *values in rows.iterator(chunk_size=5000):
-        yield step, wall_time, dict(zip(names, values, strict=True))
+        where.append("step <= %s")
+        params.append(step_max)
+    return " AND ".join(where), params
+
+
+def _points(run_id: int) -> Iterator[tuple[int, float, dict[str, Any]]]:
+    """Yield every ``(step, unix_seconds, metrics)`` of a run in step order (for the exports)."""
+    sql = (
+        "SELECT step, extract(epoch FROM wall_time)::float8, metrics::text "
+        f"FROM {MetricPoint._meta.db_table} WHERE run_id = %s ORDER BY step"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [run_id])
+        while rows := cursor.fetchmany(5000):
+            for step, seconds, text in rows:
+                yield step, seconds, json.loads(text)
+
+
+def _table(
+    run_id: int, names: Sequence[str], step_min: int | None, step_max: int | None
+) -> np.ndarray:
+    """Return ``(steps, 2 + len(names))`` float64: step, Unix seconds, then each metric (nan: none).
+
+    PostgreSQL extracts the keys as float8, which on a 20,000-step run is several times faster
+    than decoding each row's JSON in Python. The recorder stores numbers or null only; a row
+    written otherwise (a string, a boolean) fails the cast, and the slower query that checks each
+    value's JSON type runs instead.
+    """
+    where, params = _range_sql(run_id, step_min, step_max)
+
+    def fetch(number: str, keys: list[str]) -> list[tuple]:
+        columns = "".join(f", {number}" for _ in names)
+        sql = (
+            f"SELECT step, extract(epoch FROM wall_time)::float8{columns} "
+            f"FROM {MetricPoint._meta.db_table} WHERE {where} ORDER BY step"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, keys + params)
+            return cursor.fetchall()
+
+    try:
+        with transaction.atomic():
+            rows = fetch("(metrics ->> %s)::float8", list(names))
+    except DataError:
+        checked = (
+            "CASE WHEN jsonb_typeof(metrics -> %s) = 'number' THEN (metrics ->> %s)::float8 END"
+        )
+        rows = fetch(checked, [key for name in names for key in (name, name)])
+    return np.array(rows, dtype=np.float64).reshape(len(rows), 2 + len(names))
 
 
 def run_metric_series(
@@ -163,31 +223,31 @@ def run_metric_series(
         raise ValueError(
             f"max_points={max_points} is out of range; ask for 4 to {MAX_POINTS_LIMIT} points"
         )
-    columns: dict[str, tuple[list[int], list[float], list[float]]] = {}
-    last_step, count = None, 0
-    for step, wall_time, metrics in _points(run_id, names, step_min, step_max):
-        last_step, count, time = step, count + 1, epoch_seconds(wall_time)
-        for name, raw in metrics.items():
-            value = _number(raw)
-            if value is None:
-                continue
-            if name not in columns:
-                columns[name] = ([], [], [])
-            steps, times, values = columns[name]
-            steps.append(step)
-            times.append(time)
-            values.append(value)
+    names = run_metric_names(run_id=run_id) if names is None else list(dict.fromkeys(names))
+    table = _table(run_id, names, step_min, step_max)
+    steps = table[:, 0].astype(np.int64)
+    times = np.array([round(t, 3) for t in table[:, 1].tolist()])  # as the exports round them
     series, downsampled = {}, False
-    for name in sorted(columns):
-        steps, times, values = columns[name]
-        if len(values) > max_points:
-            keep = downsample_minmax(np.asarray(values), max_points)
-            steps = np.asarray(steps)[keep].tolist()
-            times = np.asarray(times)[keep].tolist()
-            values = np.asarray(values)[keep].tolist()
+    for i in sorted(range(len(names)), key=names.__getitem__):
+        values = table[:, 2 + i]
+        keep = np.flatnonzero(np.isfinite(values))
+        if not keep.size:
+            continue
+        if keep.size > max_points:
+            keep = keep[downsample_minmax(values[keep], max_points)]
             downsampled = True
-        series[name] = {"step": steps, "time": times, "value": values}
-    return {"series": series, "last_step": last_step, "points": count, "downsampled": downsampled}
+        series[names[i]] = {
+            "step": steps[keep].tolist(),
+            "time": times[keep].tolist(),
+            "value": values[keep].tolist(),
+        }
+    last_step = int(steps[-1]) if len(steps) else None
+    return {
+        "series": series,
+        "last_step": last_step,
+        "points": len(steps),
+        "downsampled": downsampled,
+    }
 
 
 def run_metric_points_since(*, run_id: int, since_step: int) -> list[dict[str, Any]]:
@@ -224,8 +284,9 @@ def run_metrics_csv_rows(*, run_id: int) -> Iterator[list[str]]:
     """
     names = run_metric_names(run_id=run_id)
     yield ["step", "wall_time", "time", *names]
-    for step, wall_time, metrics in _points(run_id, None, None, None):
-        row = [str(step), wall_time.isoformat(), repr(epoch_seconds(wall_time))]
+    for step, seconds, metrics in _points(run_id):
+        wall_time = datetime.fromtimestamp(seconds, UTC).isoformat()
+        row = [str(step), wall_time, repr(round(seconds, 3))]
         yield row + [_csv_number(metrics.get(name)) for name in names]
 
 
@@ -238,9 +299,9 @@ def run_metrics_json(*, run_id: int) -> dict[str, Any]:
     steps: list[int] = []
     times: list[float] = []
     values: dict[str, list[float | None]] = {name: [] for name in names}
-    for step, wall_time, metrics in _points(run_id, None, None, None):
+    for step, seconds, metrics in _points(run_id):
         steps.append(step)
-        times.append(epoch_seconds(wall_time))
+        times.append(round(seconds, 3))
         for name in names:
             values[name].append(_number(metrics.get(name)))
     return {"run_id": run_id, "names": names, "step": steps, "time": times, "values": values}

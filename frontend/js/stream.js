@@ -1,0 +1,144 @@
+// The data side of the live charts: a run's socket that reconnects with the last step it saw,
+// the series a page holds for a run, and TensorBoard's smoothing. No drawing here (charts.js).
+
+const RECONNECT_MAX_MS = 10000;
+const REFUSED = {4401: "Sign in again to follow this run.", 4403: "This run is not yours."};
+
+// TensorBoard's smoothing: an EMA divided by (1 - weight^n) so the start is not pulled to zero.
+export function emaStart() {
+  return {acc: 0, n: 0};
+}
+
+export function emaNext(state, value, weight) {
+  state.acc = state.acc * weight + (1 - weight) * value;
+  state.n += 1;
+  if (weight === 0) return value;
+  // 12 digits: the debiasing leaves rounding noise that autoscaling would blow up on a flat line.
+  return Number((state.acc / (1 - Math.pow(weight, state.n))).toPrecision(12));
+}
+
+export function ema(values, weight) {
+  const state = emaStart();
+  return values.map((v) => emaNext(state, v, weight));
+}
+
+function finite(value) {
+  return typeof value === "number" && Number.isFinite(value);
+}
+
+export function emptySeries() {
+  return {step: [], time: [], value: []};
+}
+
+// Points of `coarse` outside [lo, hi] and every point of `fine` (inside), in step order.
+export function mergeRange(coarse, fine, lo, hi) {
+  const out = emptySeries();
+  const push = (s, i) => {
+    out.step.push(s.step[i]);
+    out.time.push(s.time[i]);
+    out.value.push(s.value[i]);
+  };
+  let j = 0;
+  for (let i = 0; i < coarse.step.length; i++) {
+    const step = coarse.step[i];
+    if (step >= lo && step <= hi) continue;
+    while (step > hi && j < fine.step.length) push(fine, j++);
+    push(coarse, i);
+  }
+  while (j < fine.step.length) push(fine, j++);
+  return out;
+}
+
+// One run's series as the page knows them: {name: {step, time, value}} and the last step seen.
+export class SeriesStore {
+  constructor() {
+    this.series = new Map();
+    this.lastStep = null;
+  }
+
+  get(name) {
+    return this.series.get(name);
+  }
+
+  replace(seriesByName, lastStep) {
+    for (const [name, s] of Object.entries(seriesByName)) this.series.set(name, s);
+    if (lastStep !== null && lastStep !== undefined) this.lastStep = Math.max(this.lastStep ?? lastStep, lastStep);
+  }
+
+  // Append live points; return [{name, step, time, value}] for those after the last step seen.
+  append(points) {
+    const added = [];
+    for (const point of points) {
+      if (this.lastStep !== null && point.step <= this.lastStep) continue;
+      this.lastStep = point.step;
+      for (const [name, value] of Object.entries(point.metrics)) {
+        if (!finite(value)) continue;
+        if (!this.series.has(name)) this.series.set(name, emptySeries());
+        const s = this.series.get(name);
+        s.step.push(point.step);
+        s.time.push(point.time);
+        s.value.push(value);
+        added.push({name, step: point.step, time: point.time, value});
+      }
+    }
+    return added;
+  }
+}
+
+// A WebSocket to /ws/runs/<id>/ that reconnects with the last step it saw.
+export class RunStream {
+  constructor(runId, {onMessage, onState}) {
+    this.runId = runId;
+    this.onMessage = onMessage;
+    this.onState = onState || (() => {});
+    this.lastStep = null;
+    this.hasBacklog = false;
+    this.delay = 500;
+    this.closed = false;
+  }
+
+  url() {
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const since = this.hasBacklog && this.lastStep !== null ? `?since=${this.lastStep}` : "";
+    return `${scheme}://${location.host}/ws/runs/${this.runId}/${since}`;
+  }
+
+  open() {
+    this.onState(this.hasBacklog ? "reconnecting" : "connecting");
+    const socket = new WebSocket(this.url());
+    this.socket = socket;
+    socket.onopen = () => {
+      performance.mark(`posttrain:socket-open:${this.runId}`);
+      this.delay = 500;
+      this.onState("live");
+    };
+    socket.onmessage = (event) => {
+      const receivedAt = performance.timeOrigin + performance.now();
+      const message = JSON.parse(event.data);
+      if (message.type === "backlog") {
+        if (!this.hasBacklog) performance.mark(`posttrain:first-backlog:${this.runId}`);
+        this.hasBacklog = true;
+        if (message.last_step !== null) this.lastStep = Math.max(this.lastStep ?? 0, message.last_step);
+      } else if (message.type === "metrics" && message.points.length) {
+        this.lastStep = Math.max(this.lastStep ?? 0, message.points[message.points.length - 1].step);
+      }
+      this.onMessage(message, receivedAt);
+    };
+    socket.onclose = (event) => {
+      if (this.closed) return;
+      if (REFUSED[event.code]) {
+        this.closed = true;
+        this.onState("refused", REFUSED[event.code]);
+        return;
+      }
+      this.onState("offline");
+      setTimeout(() => this.open(), this.delay);
+      this.delay = Math.min(this.delay * 2, RECONNECT_MAX_MS);
+    };
+  }
+
+  close() {
+    this.closed = true;
+    if (this.socket) this.socket.close();
+  }
+}
