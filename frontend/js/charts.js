@@ -465,7 +465,7 @@ function start() {
     pngName: `run-${runId}`,
   });
   window.postTrainCharts = grid;
-  followRun(grid, runId, {
+  window.postTrainStream = followRun(grid, runId, {
     onStatus: (run) => {
       root.dataset.status = run.status;
     },

@@ -193,7 +193,20 @@ class LiveChartsTest(ChannelsLiveServerTestCase):
             "added": [["a", 3, 1]],
         }
 
-        record_in_driver_thread(run.pk, range(13, 14), finish="succeeded")
+        # The connection drops; steps land meanwhile; the page catches up with ?since=12.
+        page.evaluate("window.postTrainStream.socket.close()")
+        record_in_driver_thread(run.pk, range(13, 16))
+        page.wait_for_function(
+            f"(args) => ({TRACE_POINTS})(args) === 15", arg=["score", "critic/score/mean"]
+        )
+        page.wait_for_selector(".connection[data-state=live]")
+        steps = page.evaluate(
+            "() => { const p = window.postTrainCharts.panels.get('kl'); return p.plot.data[p.traces.findIndex((t) => !t.smoothed)].x; }"
+        )
+        assert steps == list(range(1, 16))  # each step once, in order
+        assert page.evaluate("window.postTrainStream.socket.url").endswith("?since=12")
+
+        record_in_driver_thread(run.pk, range(16, 17), finish="succeeded")
         page.wait_for_function(
             "() => document.querySelector('#run-live .run-progress-text').textContent.endsWith('succeeded')",
             timeout=15000,
