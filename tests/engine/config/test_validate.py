@@ -14,7 +14,6 @@ from engine.config import (
 )
 from engine.config.schema import GROUP_ESTIMATORS
 
-
 # The batch shape the hand-computed numbers below assume (8 prompts x 4 samples, one mini-batch),
 # pinned so that tuning the preset does not change what these tests check.
 SHAPE = {
