@@ -33,12 +33,15 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-if [ -z "${RAY_ADDRESS:-}" ] && ! "$VENV/bin/ray" status >/dev/null 2>&1; then
+RAY_HEAD="${POSTTRAIN_RAY_HEAD:-127.0.0.1:6380}"
+if [ -z "${RAY_ADDRESS:-}" ] && ! "$VENV/bin/ray" status --address "$RAY_HEAD" >/dev/null 2>&1; then
   say "starting a local Ray head"
-  "$VENV/bin/ray" start --head --port=6380 --num-cpus="$(nproc)" --include-dashboard=false \
+  "$VENV/bin/ray" start --head --port="${RAY_HEAD##*:}" --num-cpus="$(nproc)" --include-dashboard=false \
     --disable-usage-stats >"$LOGS/ray.log" 2>&1 || die "Ray did not start; read $LOGS/ray.log."
   STARTED_RAY=1
 fi
+# Run drivers with trainer.controller=ray join this head instead of starting their own.
+if [ -z "${RAY_ADDRESS:-}" ]; then export POSTTRAIN_RAY_HEAD="$RAY_HEAD"; fi
 
 say "starting the Celery worker (logs: var/log/worker.log)"
 "$VENV/bin/celery" -A workers.celery_app worker --beat --pool=solo --concurrency=1 \

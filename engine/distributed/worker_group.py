@@ -54,23 +54,27 @@ class ResourcePool:
 
 
 def init_ray(ray_init: Any) -> None:
-    """Connect to Ray: ``ray_init.address`` or ``RAY_ADDRESS``, a running head, or a new one."""
+    """Connect to ``ray_init.address``, ``RAY_ADDRESS`` or ``POSTTRAIN_RAY_HEAD``, else start one."""
     import ray
 
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_AUTH_MODE", CPU_PROCESS_ENV["RAY_AUTH_MODE"])
-    address = getattr(ray_init, "address", None) or os.environ.get("RAY_ADDRESS")
+    address = (
+        getattr(ray_init, "address", None)
+        or os.environ.get("RAY_ADDRESS")
+        or os.environ.get("POSTTRAIN_RAY_HEAD")
+    )
     if address:
         ray.init(address=address)
         return
-    try:
-        ray.init(address="auto")
-    except ConnectionError:  # no head running on this machine: start a local one
-        ray.init(
-            num_cpus=getattr(ray_init, "num_cpus", None),
-            include_dashboard=bool(getattr(ray_init, "include_dashboard", False)),
-        )
+    # A private local cluster. Joining whatever head runs on this machine (address="auto") would
+    # tie the run to another process's cluster and die with it; scripts/dev.sh names its head in
+    # POSTTRAIN_RAY_HEAD instead.
+    ray.init(
+        num_cpus=getattr(ray_init, "num_cpus", None),
+        include_dashboard=bool(getattr(ray_init, "include_dashboard", False)),
+    )
 
 
 def resolve_worker_device(device: str) -> str:

@@ -88,7 +88,9 @@ def test_an_odd_batch_comes_back_in_order_without_padding(two_ranks):
     prompts = prompt_batch(config.actor_rollout_ref.model.tokenizer, QUESTIONS)
     per_rank, pad = arr.group.call_split(arr.role, "generate_sequences", prompts)
     widths = [out.batch["responses"].shape[1] for out in per_rank]
-    assert pad == 1 and widths[0] != widths[1]  # each rank stopped when its own rows ended
+    # Each rank stops sampling when its own rows end, so the widths may differ; whether they do
+    # depends on the samples (uneven widths are padded deterministically in test_dispatch).
+    assert pad == 1
     arr.load_state_dict(initial)  # the same sampling again, through the proxy
     gen = arr.generate_sequences(prompts)
     assert len(gen) == 5 and gen.batch["responses"].shape[1] == max(widths)
@@ -99,7 +101,7 @@ def test_an_odd_batch_comes_back_in_order_without_padding(two_ranks):
     ref = arr.compute_ref_log_prob(gen)
     expected_old = local.compute_log_prob(gen).batch["old_log_probs"]
     expected_ref = local.compute_ref_log_prob(gen).batch["ref_log_prob"]
-    assert old.batch["old_log_probs"].shape == expected_old.shape == (5, 6)
+    assert old.batch["old_log_probs"].shape == expected_old.shape == (5, max(widths))
     torch.testing.assert_close(old.batch["old_log_probs"], expected_old, atol=1e-5, rtol=0)
     torch.testing.assert_close(ref.batch["ref_log_prob"], expected_ref, atol=1e-5, rtol=0)
 
