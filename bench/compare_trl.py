@@ -205,17 +205,32 @@ def versions() -> dict[str, str]:
 
 
 # -- the comparison ------------------------------------------------------------------------------
-def compare_scale(args: argparse.Namespace) -> dict[str, Any]:
-    """Run ``prepare`` then the alternating repeats for one scale; return the summary."""
+def compare_scale(args: argparse.Namespace, path: Path) -> dict[str, Any]:
+    """Run ``prepare`` then the alternating repeats for one scale; return the summary.
+
+    The summary so far is written to ``path`` after every repeat, so an interrupted run keeps
+    its finished repeats. A failing Ray arm is logged and left out of its repeat; a failing
+    engine or TRL arm stops the run.
+    """
     prep = run_child("prepare", args)
-    repeats = []
+    repeats: list[dict[str, Any]] = []
+    summary: dict[str, Any] = {}
     for r in range(args.repeats):
         log(f"{args.scale}: repeat {r + 1}/{args.repeats}")
-        row = {arm: run_child(arm, args) for arm in args.arms}
+        row = {}
+        for arm in args.arms:
+            try:
+                row[arm] = run_child(arm, args)
+            except SystemExit as failure:
+                if arm != "ray":
+                    raise
+                log(f"left out of repeat {r}: {failure}")
         if not args.no_raw:
             row["raw"] = run_child("raw", args)
         repeats.append(row)
-    return summarise(args, prep, repeats)
+        summary = summarise(args, prep, repeats)
+        path.write_text(json.dumps(summary, indent=1))
+    return summary
 
 
 def is_clean(row: dict[str, Any], best_calib: float) -> bool:
@@ -272,15 +287,19 @@ def summarise(args: argparse.Namespace, prep: dict, repeats: list[dict]) -> dict
         per_repeat.append(entry)
     clean = [e["repeat"] for e in per_repeat if e["clean"]]
     ratio_suffixes = ("_over_engine", "_over_raw_sum", "_over_engine_cpu", "_over_raw_sum_cpu")
-    keys = [k for k in per_repeat[0] if k.endswith(("_s_per_step", *ratio_suffixes))]
+    keys = sorted(
+        {k for e in per_repeat for k in e if k.endswith(("_s_per_step", *ratio_suffixes))}
+    )
     keys += [k for k in ("raw_sum_s", "raw_sum_cpu_s") if k in per_repeat[0]]
     medians = {
-        "clean": {k: med([per_repeat[i][k] for i in clean]) for k in keys} if clean else None,
-        "all": {k: med([e[k] for e in per_repeat]) for k in keys},
+        "clean": {k: med([per_repeat[i].get(k) for i in clean]) for k in keys} if clean else None,
+        "all": {k: med([e.get(k) for e in per_repeat]) for k in keys},
     }
     arms: dict[str, Any] = {}
     for arm in [*args.arms, *([] if args.no_raw else ["raw"])]:
-        results = [row[arm] for row in repeats]
+        results = [row[arm] for row in repeats if arm in row]
+        if not results:
+            continue
         typical = sorted(results, key=lambda r: r.get("median_s_per_step", r.get("raw_sum_s")))
         arms[arm] = {"typical_repeat": typical[(len(typical) - 1) // 2]}
         if arm != "raw":
@@ -307,11 +326,11 @@ def summarise(args: argparse.Namespace, prep: dict, repeats: list[dict]) -> dict
 def markdown(summary: dict[str, Any]) -> str:
     """Return the summary as markdown tables: one row per repeat, then the medians and figures."""
     rows = summary["per_repeat"]
-    cols = [k for k in rows[0] if k not in {"repeat"}]
+    cols = list(dict.fromkeys(k for row in rows for k in row if k != "repeat"))
     lines = [f"### {summary['scale']}", "", "| repeat | " + " | ".join(cols) + " |"]
     lines.append("|" + " --- |" * (len(cols) + 1))
     for row in rows:
-        lines.append(f"| {row['repeat']} | " + " | ".join(fmt(row[c]) for c in cols) + " |")
+        lines.append(f"| {row['repeat']} | " + " | ".join(fmt(row.get(c, "")) for c in cols) + " |")
     for name, values in summary["medians"].items():
         if values:
             lines.append(
@@ -358,11 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     results_dir = Path(args.results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
     for scale in args.scale:
-        scale_args = fill_scale_defaults(args, scale)
-        summary = compare_scale(scale_args)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         path = results_dir / f"compare_{scale}_{stamp}.json"
-        path.write_text(json.dumps(summary, indent=1))
+        summary = compare_scale(fill_scale_defaults(args, scale), path)
         print(markdown(summary), flush=True)
         log(f"results written to {path}")
     return 0

@@ -80,6 +80,7 @@ def response_logits(
                 logits_to_keep=length,
             ).logits  # (b, length, V)
         else:
+            assert prompt_logits is not None and cache is not None
             prompt_rows = groups[1][rows]  # (b,) each row's distinct prompt
             parts = [prompt_logits[prompt_rows]]
             if length > 1:
