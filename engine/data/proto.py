@@ -136,6 +136,11 @@ class DataProto:
             )
         return first, size
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickle CPU tensors as numpy arrays (see ``_to_wire``), everything else as it is."""
+        batch = {key: _to_wire(tensor) for key, tensor in self.batch.items()}
+        return _from_wire, (batch, self.non_tensor_batch, self.meta_info)
+
     def __len__(self) -> int:
         for tensor in self.batch.values():
             return tensor.shape[0]
@@ -351,6 +356,30 @@ class DataProto:
         if not 0 <= pad_size <= len(self):
             raise ValueError(f"pad_size must be between 0 and {len(self)}, got {pad_size}")
         return self.slice(0, len(self) - pad_size) if pad_size else self
+
+
+def _to_wire(tensor: torch.Tensor) -> torch.Tensor | np.ndarray:
+    """Return a CPU tensor as a numpy view when numpy has its dtype, else the tensor.
+
+    Pickle protocol 5 and Ray ship a numpy array's buffer as it is, out of band; a torch tensor
+    goes through its storage's own reduction, which cost about 1.5 ms a tensor between Ray
+    processes: most of a small batch's round trip to a rank.
+    """
+    if tensor.device.type != "cpu" or tensor.requires_grad or tensor.dtype == torch.bfloat16:
+        return tensor
+    return tensor.numpy()
+
+
+def _from_wire(
+    batch: dict[str, torch.Tensor | np.ndarray], non_tensor_batch: dict, meta_info: dict
+) -> DataProto:
+    """Rebuild a pickled DataProto; arrays become tensors again (copied when read-only)."""
+    tensors = {}
+    for key, value in batch.items():
+        if isinstance(value, np.ndarray):
+            value = torch.from_numpy(value if value.flags.writeable else value.copy())
+        tensors[key] = value
+    return DataProto(tensors, non_tensor_batch, meta_info)
 
 
 def pad_dataproto_to_divisor(data: DataProto, size_divisor: int) -> tuple[DataProto, int]:

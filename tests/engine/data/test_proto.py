@@ -186,3 +186,25 @@ def test_pad_beyond_length_cycles_rows():
     assert names(padded.unpad(pad_size)) == ["r0", "r1"]
     with pytest.raises(ValueError, match="pad_size must be between 0 and 7"):
         padded.unpad(9)
+
+
+def test_pickle_round_trip_keeps_every_dtype_and_gives_writable_tensors():
+    import pickle
+
+    batch = {
+        "ids": torch.arange(12).reshape(3, 4),
+        "mask": torch.tensor([[True, False], [True, True], [False, False]]),
+        "logp": torch.randn(3, 4),
+        "half": torch.randn(3, 2).to(torch.bfloat16),  # numpy has no bfloat16: stays a tensor
+        "strided": torch.arange(24).reshape(3, 8)[:, ::2],  # a non-contiguous view
+    }
+    data = DataProto.from_dict(batch, {"uid": ["a", "b", "c"]}, {"temperature": 0.7})
+    copy = pickle.loads(pickle.dumps(data, protocol=5))
+    assert set(copy.batch) == set(batch)
+    for key, tensor in batch.items():
+        assert copy.batch[key].dtype == tensor.dtype, key
+        assert torch.equal(copy.batch[key], tensor), key
+    assert copy.non_tensor_batch["uid"].tolist() == ["a", "b", "c"]
+    assert copy.meta_info == {"temperature": 0.7}
+    copy.batch["ids"] += 1  # the copy owns writable memory, apart from the original
+    assert int(batch["ids"][0, 0]) == 0
