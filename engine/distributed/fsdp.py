@@ -76,6 +76,19 @@ def check_offload(fsdp_config: Any, device_type: str, section: str) -> None:
         )
 
 
+def shards_anything(fsdp_config: Any, device_type: str, world_size: int) -> bool:
+    """Return False when FSDP2 would change nothing: one rank, full precision, no offload.
+
+    A one-rank mesh holds every parameter whole, so wrapping would only add an all-gather copy
+    and hooks around every layer call; the rank then trains the plain module, as the
+    single-process trainer does. Mixed precision and offload still need FSDP2 on one rank.
+    """
+    if world_size > 1 or getattr(fsdp_config, "param_offload", False):
+        return True
+    setting = getattr(fsdp_config, "mixed_precision", "auto")
+    return mixed_precision_policy(setting, device_type).param_dtype is not None
+
+
 def apply_fsdp2(
     model: nn.Module, mesh: DeviceMesh, fsdp_config: Any, device_type: str, section: str
 ) -> nn.Module:

@@ -15,6 +15,11 @@ ended. On a GPU the copy leaves the device while the policy trains when
 ``rollout.free_cache_engine`` is set. The ``vllm`` rollout keeps its own weights: its
 ``load_weights`` receives the sharded module and gathers it in buckets on every rank.
 
+One rank in full precision without offload has nothing to shard: the policy and reference stay
+plain modules and the rollout samples from the policy itself, exactly the single-process
+worker's work inside a Ray actor (``fsdp.shards_anything``). Checkpoints keep the same
+``fsdp2_sharded`` format either way.
+
 ``RankWorker`` is the Ray actor: it joins the process group and hosts the roles colocated on its
 rank (actor/rollout/reference and, by default, the critic), as verl's fused worker does.
 """
@@ -38,6 +43,7 @@ from engine.distributed.fsdp import (
     load_sharded_state_dict,
     move_optimizer_state,
     sharded_state_dict,
+    shards_anything,
 )
 from engine.distributed.process_group import (
     backend_for,
@@ -89,17 +95,24 @@ class ShardedActorRolloutRef:
             config, device=device, total_steps=total_steps, need_ref=need_ref
         )
         self.worker = worker
-        # The hf rollout samples from an unsharded copy; vLLM holds its own copy of the weights
-        # and gathers the sharded parameters itself in load_weights.
-        self.rollout_model: Any = frozen_copy(worker.model) if arr.rollout.name == "hf" else None
-        if self.rollout_model is not None and device.type == "cuda":
-            # On a CPU the rollout keeps fp32, as the actor computes.
-            self.rollout_model.to(dtype=ROLLOUT_DTYPES[arr.rollout.dtype])
+        self.sharded = shards_anything(arr.actor.fsdp_config, device.type, world_size)
+        # A sharded hf rollout samples from an unsharded copy; an unsharded policy samples
+        # itself, as in the single-process trainer. vLLM holds its own copy of the weights and
+        # gathers the (possibly sharded) parameters itself in load_weights.
+        self.rollout_model: Any = None
+        if arr.rollout.name == "hf" and self.sharded:
+            self.rollout_model = frozen_copy(worker.model)
+            if device.type == "cuda":
+                # On a CPU the rollout keeps fp32, as the actor computes.
+                self.rollout_model.to(dtype=ROLLOUT_DTYPES[arr.rollout.dtype])
         mesh = build_device_mesh(device.type, world_size, arr.actor.fsdp_config.fsdp_size)
-        apply_fsdp2(
-            worker.model, mesh, arr.actor.fsdp_config, device.type, "actor_rollout_ref.actor"
-        )
-        if worker.ref_model is not None:
+        if self.sharded:
+            apply_fsdp2(
+                worker.model, mesh, arr.actor.fsdp_config, device.type, "actor_rollout_ref.actor"
+            )
+        if worker.ref_model is not None and shards_anything(
+            arr.ref.fsdp_config, device.type, world_size
+        ):
             apply_fsdp2(
                 worker.ref_model, mesh, arr.ref.fsdp_config, device.type, "actor_rollout_ref.ref"
             )
@@ -154,7 +167,7 @@ class ShardedActorRolloutRef:
 
     def generate_sequences(self, prompts: DataProto, *, validate: bool = False) -> DataProto:
         """Return this rank's rollout, generated with the current policy weights."""
-        if self.rollout_model is None:  # vLLM: load_weights gathers the shards on every rank
+        if self.rollout_model is None:  # vLLM gathers the shards itself, or nothing is sharded
             return self.worker.generate_sequences(prompts, validate=validate)
         sync_s = self.sync_rollout_weights()
         actor_model, self.worker.model = self.worker.model, self.rollout_model
@@ -248,7 +261,8 @@ class ShardedCritic:
         if critic.model.enable_gradient_checkpointing:
             worker.model.gradient_checkpointing_enable()
         mesh = build_device_mesh(device.type, world_size, fsdp_config.fsdp_size)
-        apply_fsdp2(worker.model, mesh, fsdp_config, device.type, "critic.model")
+        if shards_anything(fsdp_config, device.type, world_size):
+            apply_fsdp2(worker.model, mesh, fsdp_config, device.type, "critic.model")
         optimizer = build_optimizer(worker.model.parameters(), critic.optim)
         worker.critic.optimizer = optimizer
         worker.critic.lr_scheduler = build_lr_scheduler(optimizer, critic.optim, total_steps)

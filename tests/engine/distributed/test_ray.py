@@ -123,6 +123,43 @@ def test_after_an_update_the_rollout_samples_from_the_new_weights(two_ranks):
     assert (rollout - stale).abs().max() > 1e-2  # the pre-update policy would disagree
 
 
+def test_one_rank_does_the_single_process_work_exactly(ray_session, tmp_path):
+    # One fp32 rank has nothing to shard: the rank runs the single-process worker unwrapped, so
+    # samples, log-probs and the update are bit for bit the local ones, and a checkpoint still
+    # round-trips in the sharded format.
+    config = tiny_config(lr=1e-2, mini_batch=4)
+    group = RayWorkerGroup(ResourcePool("one_rank", (1,), "cpu", cpus_per_rank=0.5))
+    try:
+        arr = ActorRolloutRefGroup(group, config, total_steps=10, need_ref=True)
+        local = one_rank(config, arr.full_state_dict())
+        prompts = prompt_batch(config.actor_rollout_ref.model.tokenizer, QUESTIONS[:4])
+        gen = arr.generate_sequences(prompts)
+        expected = local.generate_sequences(prompts)
+        assert torch.equal(gen.batch["responses"], expected.batch["responses"])
+        assert torch.equal(gen.batch["rollout_log_probs"], expected.batch["rollout_log_probs"])
+        assert torch.equal(
+            arr.compute_ref_log_prob(gen).batch["ref_log_prob"],
+            local.compute_ref_log_prob(gen).batch["ref_log_prob"],
+        )
+        vocab = len(config.actor_rollout_ref.model.tokenizer)
+        batch = update_batch(4, 5, [3, 5, 5, 3], vocab)
+        assert arr.update_actor(batch) == local.update_actor(batch)
+        after = arr.full_state_dict()
+        assert max_diff(after, local.model.state_dict()) == 0.0
+        state = arr.state_dict()
+        assert state["format"] == "fsdp2_sharded" and len(state["ranks"]) == 1
+        arr.update_actor(batch)
+        arr.load_state_dict(state)
+        assert max_diff(arr.full_state_dict(), after) == 0.0
+        # The next samples come from the updated weights, as the local worker's do.
+        assert torch.equal(
+            arr.generate_sequences(prompts).batch["responses"],
+            local.generate_sequences(prompts).batch["responses"],
+        )
+    finally:
+        group.shutdown()
+
+
 def test_sharded_checkpoint_round_trip_and_hf_export(two_ranks, tmp_path):
     config, arr, initial, _ = two_ranks
     arr.load_state_dict(initial)
