@@ -319,12 +319,15 @@ class CpuMeter:
     """Wall time, own CPU time and other processes' CPU time over an interval (``/proc/stat``).
 
     ``foreign_cpu_frac`` is the machine's busy time minus this process tree's, divided by
-    cores x wall time: above about 0.05 the timings shared the cores with someone else.
+    cores x wall time: above about 0.05 the timings shared the cores with someone else. The tree
+    includes live descendants (a Ray arm's rank workers, raylet and GCS are the driver's
+    descendants), whose CPU time ``os.times`` counts only once they have exited and been reaped.
     """
 
     def __init__(self) -> None:
         self.hz = os.sysconf("SC_CLK_TCK")
         self.ncpu = os.cpu_count() or 1
+        self.descendants0 = self._descendants()
         self.wall0, self.busy0, self.own0 = time.perf_counter(), self._busy(), self._own()
 
     @staticmethod
@@ -338,11 +341,27 @@ class CpuMeter:
         t = os.times()
         return t.user + t.system + t.children_user + t.children_system
 
+    @staticmethod
+    def _descendants() -> dict[tuple[int, float], float]:
+        """Return the CPU seconds of each live descendant, keyed by (pid, start time)."""
+        import psutil
+
+        out = {}
+        for child in psutil.Process().children(recursive=True):
+            try:
+                t = child.cpu_times()
+                out[(child.pid, child.create_time())] = t.user + t.system
+            except psutil.Error:  # exited meanwhile: os.times counts it once reaped
+                continue
+        return out
+
     def stop(self) -> dict[str, Any]:
         """Return the interval's wall, own and foreign CPU time and the load average."""
         wall = time.perf_counter() - self.wall0
         busy = (self._busy() - self.busy0) / self.hz
+        descendants = self._descendants()
         own = self._own() - self.own0
+        own += sum(t - self.descendants0.get(key, 0.0) for key, t in descendants.items())
         foreign = max(0.0, busy - own)
         return {
             "wall_s": round(wall, 2),

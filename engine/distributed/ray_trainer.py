@@ -80,6 +80,11 @@ class RayPPOTrainer(PPOTrainer):
         self.worker_groups: dict[str, RayWorkerGroup] = {}
         super().__init__(config, recorder)
 
+    @property
+    def n_devices(self) -> int:
+        """Return the ranks of every pool: ``perf/throughput`` is per rank, as in verl."""
+        return sum(group.world_size for group in self.worker_groups.values()) or 1
+
     # -- construction: everything as PPOTrainer._build, but the workers ----------------------
     def _build_workers(self) -> None:
         """Start the resource pools' worker groups and the role proxies on them."""

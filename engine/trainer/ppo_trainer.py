@@ -110,6 +110,11 @@ class PPOTrainer:
         self._build()
 
     # -- construction ------------------------------------------------------------------------
+    @property
+    def n_devices(self) -> int:
+        """Return the devices sharing a step's work (one here; RayPPOTrainer counts its ranks)."""
+        return 1
+
     def _build(self) -> None:
         config = self.config
         self.use_critic = uses_critic(config)
@@ -235,7 +240,7 @@ class PPOTrainer:
             )
         )
         metrics.update(compute_timing_metrics(timing, num_tokens))
-        metrics.update(compute_throughput_metrics(num_tokens, step_seconds, n_devices=1))
+        metrics.update(compute_throughput_metrics(num_tokens, step_seconds, self.n_devices))
         metrics["training/global_step"] = float(self.global_step)
         failed = sum(1 for e in reward_info.get("reward_error", []) if e)
         if failed:

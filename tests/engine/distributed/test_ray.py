@@ -246,6 +246,9 @@ def test_grpo_runs_end_to_end_on_two_ranks_and_resumes_from_its_shards(
     for key in ("actor/pg_loss", "actor/kl_loss", "timing_s/update_weights", "timing_s/gen"):
         assert key in first.steps[2], key
     assert "val-core/tiny_arithmetic/reward/mean@1" in first.steps[2]
+    perf = first.steps[2]
+    per_rank = perf["perf/total_num_tokens"] / perf["perf/time_per_step"] / 2
+    assert perf["perf/throughput"] == pytest.approx(per_rank)  # tokens/s per rank, as verl's
     assert first.samples == 2 * 4 * 4 + 2 * 6  # two steps of 4 prompts x 4, two validations
     shard = torch.load(
         tmp_path / "ckpt" / "global_step_2" / "actor" / "state.pt", weights_only=False
