@@ -158,6 +158,15 @@ def pad_rollouts(outputs: list[DataProto], pad_token_id: int) -> list[DataProto]
     return padded
 
 
+def tensors_only(data: DataProto) -> DataProto:
+    """Return ``data`` without its per-row Python objects (prompts, reward specs, uids).
+
+    Log-prob, value and update calls read tensors only; pickling every row's dicts and strings
+    to the ranks and back cost more than the tensors themselves.
+    """
+    return data.select(non_tensor_batch_keys=[])
+
+
 def mean_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
     """Return each metric averaged over the ranks that report it."""
     keys = dict.fromkeys(k for metrics in per_rank for k in metrics)
@@ -310,15 +319,17 @@ class ActorRolloutRefGroup:
 
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """Return ``old_log_probs`` and ``entropys`` (bs, R)."""
-        return gather_batches(*self.group.call_split(self.role, "compute_log_prob", data))
+        outputs = self.group.call_split(self.role, "compute_log_prob", tensors_only(data))
+        return gather_batches(*outputs)
 
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """Return ``ref_log_prob`` (bs, R)."""
-        return gather_batches(*self.group.call_split(self.role, "compute_ref_log_prob", data))
+        outputs = self.group.call_split(self.role, "compute_ref_log_prob", tensors_only(data))
+        return gather_batches(*outputs)
 
     def update_actor(self, data: DataProto) -> dict[str, float]:
         """Update the sharded policy on the whole batch; return metrics averaged over ranks."""
-        outputs, _ = self.group.call_split(self.role, "update_actor", data, pad=False)
+        outputs, _ = self.group.call_split(self.role, "update_actor", tensors_only(data), pad=False)
         return mean_metrics(outputs)
 
     def state_dict(self) -> dict[str, Any]:
@@ -350,11 +361,14 @@ class CriticGroup:
 
     def compute_values(self, data: DataProto) -> DataProto:
         """Return ``values`` (bs, R)."""
-        return gather_batches(*self.group.call_split(self.role, "compute_values", data))
+        outputs = self.group.call_split(self.role, "compute_values", tensors_only(data))
+        return gather_batches(*outputs)
 
     def update_critic(self, data: DataProto) -> dict[str, float]:
         """Update the sharded value model; return metrics averaged over ranks."""
-        outputs, _ = self.group.call_split(self.role, "update_critic", data, pad=False)
+        outputs, _ = self.group.call_split(
+            self.role, "update_critic", tensors_only(data), pad=False
+        )
         return mean_metrics(outputs)
 
     def state_dict(self) -> dict[str, Any]:
