@@ -10,7 +10,8 @@ final norm and the LM head. The prefill keeps using the model's forward.
 
 Only models whose forward is exactly this computation are accepted (:meth:`LeanDecoder.build`
 returns None otherwise, and the caller decodes with the model's forward): a Qwen2 or Llama
-causal LM, SiLU MLP, no sliding window, no adapter wrapper. ``tests/engine/rollout`` holds the
+causal LM in eval mode, SiLU MLP, no sliding window, no adapter wrapper, and no forward hooks
+anywhere (a hook would expect to see every call; sharding wrappers and steering hooks are hooks). ``tests/engine/rollout`` holds the
 decoder to the model's forward within float rounding.
 """
 
@@ -33,6 +34,15 @@ def _rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
     return norm.weight * x.to(dtype)
 
 
+def _has_hooks(model: torch.nn.Module) -> bool:
+    """Return True when a forward hook (global or on any submodule) would see the model's calls."""
+    from torch.nn.modules import module as torch_module
+
+    if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
+        return True
+    return any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -53,7 +63,7 @@ class LeanDecoder:
     @classmethod
     def build(cls, model: Any) -> LeanDecoder | None:
         """Return a decoder for ``model``, or None when its forward is not the one mirrored here."""
-        if type(model).__name__ not in ARCHITECTURES or model.training:
+        if type(model).__name__ not in ARCHITECTURES or model.training or _has_hooks(model):
             return None
         config = model.config
         if getattr(config, "hidden_act", None) != "silu":

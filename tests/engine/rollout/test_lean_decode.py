@@ -98,3 +98,9 @@ def test_models_it_does_not_mirror_are_left_to_their_forward():
     model.config.use_sliding_window = False
     model.config.hidden_act = "gelu"
     assert LeanDecoder.build(model) is None
+    model.config.hidden_act = "silu"
+    assert LeanDecoder.build(model) is not None
+    handle = model.model.layers[1].mlp.register_forward_hook(lambda *_: None)
+    assert LeanDecoder.build(model) is None  # a hook expects to see every call
+    handle.remove()
+    assert LeanDecoder.build(model) is not None
