@@ -169,7 +169,8 @@ def run_engine(args: Any, task: TaskData, controller: str = "local") -> dict[str
     if controller == "ray":
         from engine.distributed.ray_trainer import RayPPOTrainer
 
-        trainer: Any = RayPPOTrainer(config, clock)
+        # The rank gets the in-process arm's threads (a CPU rank runs one per reserved CPU).
+        trainer: Any = RayPPOTrainer(config, clock, cpus_per_rank=float(max(1, args.threads)))
     else:
         trainer = PPOTrainer(config, clock)
     clock.trainer = trainer

@@ -34,7 +34,11 @@ PLACEMENT_TIMEOUT_S = 120
 
 @dataclass(frozen=True)
 class ResourcePool:
-    """Rank slots for one worker group: ``process_on_nodes[i]`` ranks on node ``i``."""
+    """Rank slots for one worker group: ``process_on_nodes[i]`` ranks on node ``i``.
+
+    Each slot reserves ``cpus_per_rank`` CPUs (and a GPU on ``cuda``); a CPU rank runs that many
+    torch threads (at least one).
+    """
 
     name: str
     process_on_nodes: tuple[int, ...]
@@ -205,6 +209,9 @@ class RayWorkerGroup:
                 "/ trainer.nnodes or add resources (ray_init.num_cpus on a CPU machine)"
             )
         env = dict(CPU_PROCESS_ENV if pool.device_type == "cpu" else {})
+        if pool.device_type == "cpu":  # as many torch threads as the CPUs the rank reserves
+            threads = str(max(1, int(pool.cpus_per_rank)))
+            env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
         env.pop("RAY_AUTH_MODE", None)
         env.update(env_vars or {})
         remote: Any = ray.remote(RankWorker)

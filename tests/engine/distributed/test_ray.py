@@ -160,6 +160,15 @@ def test_one_rank_does_the_single_process_work_exactly(ray_session, tmp_path):
         group.shutdown()
 
 
+def test_a_cpu_rank_runs_one_torch_thread_per_reserved_cpu(ray_session):
+    group = RayWorkerGroup(ResourcePool("two_cpus", (1,), "cpu", cpus_per_rank=2.0))
+    try:
+        threads = ray.get(group.workers[0].__ray_call__.remote(lambda _: torch.get_num_threads()))
+    finally:
+        group.shutdown()
+    assert threads == 2
+
+
 def test_sharded_checkpoint_round_trip_and_hf_export(two_ranks, tmp_path):
     config, arr, initial, _ = two_ranks
     arr.load_state_dict(initial)
