@@ -17,8 +17,8 @@ Where the work goes, and what is saved:
   still computed are finished, so late decoding steps run only the sequences still writing. The
   sampled distribution is unchanged; the random stream is drawn for fewer rows.
 * Decode steps of Qwen2 and Llama models skip the framework's per-call machinery
-  (``lean_decode.LeanDecoder``); on the 1M-parameter tiny model that machinery was more than
-  half of a step.
+  (``engine.lean.LeanModel.decode``); on the 1M-parameter tiny model that machinery was more
+  than half of a step.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from engine.rollout.lean_decode import LeanDecoder
+from engine.lean import LeanModel
 
 
 @dataclass
@@ -119,7 +119,7 @@ def sample_sequences(
 
     Log-probs are taken from ``log_softmax(logits / temperature)`` before top-k/top-p filtering
     (temperature 1 when greedy), matching the actor's recomputation. ``lean_decode=False``
-    decodes with the model's own forward even where :class:`LeanDecoder` supports the model.
+    decodes with the model's own forward even where :class:`LeanModel` supports the model.
     """
     bs = input_ids.shape[0]
     device = input_ids.device
@@ -130,7 +130,7 @@ def sample_sequences(
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (bs, P)
     input_ids, mask, position_ids = trim_left_padding(input_ids, attention_mask, position_ids)
     cache = new_kv_cache(model)
-    decode = LeanDecoder.build(model) if lean_decode else None
+    lean = LeanModel.build(model) if lean_decode else None
     groups = shared_prompts(input_ids, mask)
     prefill = slice(None) if groups is None else groups[0]
     out = model(
@@ -174,8 +174,8 @@ def sample_sequences(
             rows, token, mask, next_pos = rows[keep], token[keep], mask[keep], next_pos[keep]
             finished = finished[keep]
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=-1)
-        if decode is not None:
-            logits = decode(token[:, None], mask, next_pos, cache)
+        if lean is not None:
+            logits = lean.decode(token[:, None], mask, next_pos, cache)
         else:
             out = model(
                 input_ids=token[:, None],

@@ -16,6 +16,11 @@ training, so gradients still reach every prompt position), indexes that cache ou
 and runs only the responses on top of it. The logits equal one full forward over prompt +
 response up to float rounding; the prompt work falls by the group size. The last response token
 never predicts anything, so it is not fed to the model at all.
+
+Qwen2 and Llama policies run these passes through :class:`engine.lean.LeanModel` (the model's own
+parameters through functional ops, under autograd when training) rather than the module's
+forward: on the tiny model that cut the reference pass by 15% and the update by 12% (same
+process, alternating). Other models, and models with hooks (FSDP2, PEFT), use their forward.
 """
 
 from __future__ import annotations
@@ -33,17 +38,23 @@ from engine.algorithms import (
     logprobs_from_logits,
 )
 from engine.data import DataProto
+from engine.lean import LeanModel, causal_mask, checkpointing
 from engine.rollout.sampling import new_kv_cache, shared_prompts, trim_left_padding
 
 
 def response_logits(
-    model: torch.nn.Module, batch: dict[str, torch.Tensor], temperature: float = 1.0
+    model: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    temperature: float = 1.0,
+    *,
+    lean: bool = True,
 ) -> torch.Tensor:
     """Return the logits (bs, R, V) that predict each response token, divided by temperature.
 
     Rows are run in buckets of similar response length (``length_buckets``), each cut to its
     longest response; positions past a bucket's longest response get zero logits (every loss
-    masks them).
+    masks them). Models :class:`~engine.lean.LeanModel` supports run through it (``lean=False``
+    keeps the model's own forward); the logits are the same up to float rounding.
     """
     responses = batch["responses"]  # (bs, R)
     response_length = responses.shape[-1]
@@ -52,46 +63,49 @@ def response_logits(
     )  # (bs, P + R), P without the columns that are padding in every row
     prompt_length = input_ids.shape[-1] - response_length
     lengths = attention_mask[:, prompt_length:].sum(-1)  # (bs,) response lengths
+    runner = LeanModel.build(model) if lean else None
     groups = None
-    if not _checkpointing(model):  # checkpointed layers drop the KV cache the shared pass needs
+    if not checkpointing(model):  # checkpointed layers drop the KV cache the shared pass needs
         groups = shared_prompts(input_ids[:, :prompt_length], attention_mask[:, :prompt_length])
-    prompt_logits = cache = None
+    prompt_logits = prompt_state = None
     if groups is not None:
-        cache = new_kv_cache(model)
         first = groups[0]  # (u,) one row per distinct prompt
-        prompt_logits = model(
-            input_ids=input_ids[first, :prompt_length],
-            attention_mask=attention_mask[first, :prompt_length],
-            position_ids=position_ids[first, :prompt_length],
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        ).logits  # (u, 1, V): predicts response token 0
+        prompt_logits, prompt_state = _prompt_pass(
+            model,
+            runner,
+            input_ids[first, :prompt_length],
+            attention_mask[first, :prompt_length],
+            position_ids[first, :prompt_length],
+        )  # (u, 1, V): predicts response token 0
     buckets = length_buckets(lengths, response_length)
     pieces = []
     for rows, length in buckets:
         end = prompt_length + length - 1  # the last response token predicts nothing
         if groups is None:
-            logits = model(
-                input_ids=input_ids[rows, :end],
-                attention_mask=attention_mask[rows, :end],
-                position_ids=position_ids[rows, :end],
-                use_cache=False,
-                logits_to_keep=length,
-            ).logits  # (b, length, V)
+            logits = _full_pass(
+                model,
+                runner,
+                input_ids[rows, :end],
+                attention_mask[rows, :end],
+                position_ids[rows, :end],
+                keep=length,
+            )  # (b, length, V)
         else:
-            assert prompt_logits is not None and cache is not None
+            assert prompt_logits is not None
             prompt_rows = groups[1][rows]  # (b,) each row's distinct prompt
             parts = [prompt_logits[prompt_rows]]
             if length > 1:
                 parts.append(
-                    model(
-                        input_ids=responses[rows, : length - 1],
-                        attention_mask=attention_mask[rows, :end],
-                        position_ids=position_ids[rows, prompt_length:end],
-                        cache=select_cache(cache, prompt_rows, model, last=len(buckets) == 1),
-                        use_cache=True,
-                    ).logits  # (b, length - 1, V): predict response tokens 1 .. length - 1
+                    _response_pass(
+                        model,
+                        runner,
+                        responses[rows, : length - 1],
+                        attention_mask[rows, :end],
+                        position_ids[rows, prompt_length:end],
+                        prompt_state,
+                        prompt_rows,
+                        last=len(buckets) == 1,
+                    )  # (b, length - 1, V): predict response tokens 1 .. length - 1
                 )
             logits = torch.cat(parts, dim=1)  # (b, length, V)
         pieces.append(torch.nn.functional.pad(logits, (0, 0, 0, response_length - length)))
@@ -101,6 +115,88 @@ def response_logits(
         logits = logits[torch.argsort(order)]  # back to batch order
     logits = logits.float()
     return logits / temperature if temperature and temperature != 1.0 else logits
+
+
+def _prompt_pass(
+    model: torch.nn.Module,
+    runner: LeanModel | None,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+) -> tuple[torch.Tensor, Any]:
+    """Run the distinct prompts (u, P); return the logits at their last token (u, 1, V) and the
+    state the response passes attend to (a KV cache, or the lean per-layer keys and values)."""
+    if runner is None:
+        cache = new_kv_cache(model)
+        logits = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits
+        return logits, cache
+    hidden, keys_values = runner.forward(
+        input_ids, position_ids, causal_mask(attention_mask), keep_kv=True
+    )
+    return runner.logits(hidden[:, -1:]), keys_values
+
+
+def _response_pass(
+    model: torch.nn.Module,
+    runner: LeanModel | None,
+    response_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    prompt_state: Any,
+    prompt_rows: torch.Tensor,
+    *,
+    last: bool,
+) -> torch.Tensor:
+    """Run response tokens (b, T) on top of their prompts; return their logits (b, T, V).
+
+    ``attention_mask`` (b, P + T) covers prompt and responses, ``prompt_rows`` (b,) picks each
+    row's prompt out of ``prompt_state``; ``last`` lets the KV cache be cut down in place.
+    """
+    if runner is None:
+        return model(
+            input_ids=response_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=select_cache(prompt_state, prompt_rows, model, last=last),
+            use_cache=True,
+        ).logits
+    b, t = response_ids.shape
+    prompt_length = attention_mask.shape[-1] - t
+    sees_prompt = attention_mask[:, None, None, :prompt_length].bool().expand(b, 1, t, -1)
+    causal = torch.ones(t, t, dtype=torch.bool, device=response_ids.device).tril()
+    mask = torch.cat([sees_prompt, causal.expand(b, 1, t, t)], dim=-1)  # (b, 1, T, P + T)
+    past = [(keys[prompt_rows], values[prompt_rows]) for keys, values in prompt_state]
+    hidden, _ = runner.forward(response_ids, position_ids, mask, past=past)
+    return runner.logits(hidden)
+
+
+def _full_pass(
+    model: torch.nn.Module,
+    runner: LeanModel | None,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    *,
+    keep: int,
+) -> torch.Tensor:
+    """Run whole left-padded rows (b, L); return the logits of the last ``keep`` positions."""
+    if runner is None:
+        return model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+            logits_to_keep=keep,
+        ).logits
+    hidden, _ = runner.forward(input_ids, position_ids, causal_mask(attention_mask))
+    return runner.logits(hidden[:, -keep:])
 
 
 def length_buckets(
@@ -161,14 +257,6 @@ def select_cache(cache: Any, rows: torch.Tensor, model: torch.nn.Module, *, last
     for index, layer in enumerate(cache.layers):
         selected.update(layer.keys[rows], layer.values[rows], index)
     return selected
-
-
-def _checkpointing(model: torch.nn.Module) -> bool:
-    """Return True when the model recomputes activations (gradient checkpointing) in training."""
-    flag = getattr(model, "is_activation_checkpointing", None)
-    if flag is None:
-        flag = getattr(model, "is_gradient_checkpointing", False)
-    return bool(model.training and flag)
 
 
 def set_training(model: torch.nn.Module, training: bool) -> None:

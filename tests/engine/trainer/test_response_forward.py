@@ -106,8 +106,9 @@ def test_length_buckets_cover_every_row_once_and_never_cut_a_response():
     assert rows.tolist() == [0, 1, 2, 3] and longest == 4
 
 
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "module"])
 @pytest.mark.parametrize("n, cut", [(1, False), (4, False), (1, True), (4, True)])
-def test_response_logits_equal_one_full_forward_on_every_response_token(model, n, cut):
+def test_response_logits_equal_one_full_forward_on_every_response_token(model, n, cut, lean):
     batch = group_batch(model, n=n, cut=cut)
     lengths = batch["response_mask"].sum(-1)
     assert len(length_buckets(lengths, batch["responses"].shape[1])) == (2 if cut else 1)
@@ -115,15 +116,16 @@ def test_response_logits_equal_one_full_forward_on_every_response_token(model, n
     model.eval()
     with torch.no_grad():
         expected = full_forward_logits(model, batch)
-        got = response_logits(model, batch)
+        got = response_logits(model, batch, lean=lean)
     assert got.shape == expected.shape
     torch.testing.assert_close(got[mask], expected[mask], atol=1e-5, rtol=1e-5)
     assert torch.isfinite(got).all()  # positions past a response are masked by every loss
 
 
-@pytest.mark.parametrize("cut", [False, True])
-def test_response_logits_give_the_gradient_of_the_full_forward(model, cut):
-    batch = group_batch(model, n=4, cut=cut)
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "module"])
+@pytest.mark.parametrize("n, cut", [(1, True), (4, False), (4, True)])
+def test_response_logits_give_the_gradient_of_the_full_forward(model, n, cut, lean):
+    batch = group_batch(model, n=n, cut=cut)
     mask = batch["response_mask"]
     model.train()
 
@@ -135,6 +137,6 @@ def test_response_logits_give_the_gradient_of_the_full_forward(model, cut):
         return [p.grad.clone() for p in model.parameters()]
 
     expected = grads(lambda: full_forward_logits(model, batch))
-    got = grads(lambda: response_logits(model, batch))
+    got = grads(lambda: response_logits(model, batch, lean=lean))
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-4)

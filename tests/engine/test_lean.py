@@ -1,4 +1,4 @@
-"""The lean decode step against the model's own forward: same logits, same samples."""
+"""The lean runner against the model's own forward: logits, caches, samples and gradients."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from engine.rollout.lean_decode import LeanDecoder
+from engine.lean import LeanModel, causal_mask
 from engine.rollout.sampling import new_kv_cache, sample_sequences
 
 EOS, PAD, VOCAB = 2, 0, 48
@@ -45,8 +45,8 @@ def left_padded_prompts() -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("build", [qwen2, llama])
 def test_a_lean_step_gives_the_forward_logits_and_cache(build):
     model = build()
-    decoder = LeanDecoder.build(model)
-    assert decoder is not None
+    lean = LeanModel.build(model)
+    assert lean is not None
     ids, mask = left_padded_prompts()
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     caches = [new_kv_cache(model), new_kv_cache(model)]
@@ -59,8 +59,8 @@ def test_a_lean_step_gives_the_forward_logits_and_cache(build):
         expected = model(
             input_ids=token, attention_mask=step_mask, position_ids=step_pos, cache=caches[0]
         ).logits[:, -1]
-        lean = decoder(token, step_mask, step_pos, caches[1])
-    torch.testing.assert_close(lean, expected, atol=1e-5, rtol=1e-5)
+        got = lean.decode(token, step_mask, step_pos, caches[1])
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     for ours, theirs in zip(caches[1].layers, caches[0].layers, strict=True):
         torch.testing.assert_close(ours.keys, theirs.keys, atol=1e-6, rtol=1e-6)
         torch.testing.assert_close(ours.values, theirs.values, atol=1e-6, rtol=1e-6)
@@ -88,19 +88,62 @@ def test_sampling_with_lean_steps_matches_the_forward_path(build):
     torch.testing.assert_close(runs[0].log_probs, runs[1].log_probs, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("build", [qwen2, llama])
+def test_a_forward_on_a_shared_prompt_gives_the_full_forward_logits_and_gradients(build):
+    # A prompt pass whose keys and values a second pass (two rows per prompt) attends to,
+    # against one forward of the model over prompt + continuation, in training mode.
+    model = build().train()
+    lean = LeanModel.build(model)
+    assert lean is not None
+    ids, mask = left_padded_prompts()  # (5, 6), two rows left padded
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    rows = torch.tensor([0, 0, 1, 2, 3, 3, 4, 4])  # each continuation row's prompt
+    more = torch.randint(5, VOCAB, (8, 3), generator=torch.Generator().manual_seed(5))
+    full_ids = torch.cat([ids[rows], more], dim=-1)
+    full_mask = torch.cat([mask[rows], torch.ones_like(more)], dim=-1)
+    full_pos = (full_mask.cumsum(-1) - 1).clamp(min=0)
+    weights = torch.randn(8, 4, VOCAB, generator=torch.Generator().manual_seed(6))
+
+    def grads(logits: torch.Tensor) -> list[torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        (logits * weights).sum().backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    expected = model(
+        input_ids=full_ids, attention_mask=full_mask, position_ids=full_pos, use_cache=False
+    ).logits[:, -4:]  # (8, 4, V): the last prompt token and the continuation
+    expected_grads = grads(expected)
+
+    hidden, past = lean.forward(ids, positions, causal_mask(mask), keep_kv=True)
+    sees = torch.cat([mask[rows, None, None, :].bool().expand(8, 1, 3, 6),
+                      torch.ones(3, 3, dtype=torch.bool).tril().expand(8, 1, 3, 3)], dim=-1)  # fmt: skip
+    cont, _ = lean.forward(
+        more, full_pos[:, 6:], sees, past=[(k[rows], v[rows]) for k, v in past]
+    )
+    got = torch.cat([lean.logits(hidden[rows, -1:]), lean.logits(cont)], dim=1)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    for ours, theirs in zip(grads(got), expected_grads, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
+    assert torch.isfinite(hidden).all()  # padding positions see themselves, never nothing
+
+
 def test_models_it_does_not_mirror_are_left_to_their_forward():
     model = qwen2()
-    model.train()
-    assert LeanDecoder.build(model) is None  # dropout would differ
-    model.eval()
+    assert LeanModel.build(model.train()) is not None  # no dropout: training is the same sum
+    model.config.attention_dropout = 0.1
+    assert LeanModel.build(model) is None  # the module would draw dropout masks
+    assert LeanModel.build(model.eval()) is not None
+    model.config.attention_dropout = 0.0
     model.config.use_sliding_window = True
-    assert LeanDecoder.build(model) is None
+    assert LeanModel.build(model) is None
     model.config.use_sliding_window = False
     model.config.hidden_act = "gelu"
-    assert LeanDecoder.build(model) is None
+    assert LeanModel.build(model) is None
     model.config.hidden_act = "silu"
-    assert LeanDecoder.build(model) is not None
+    assert LeanModel.build(model) is not None
     handle = model.model.layers[1].mlp.register_forward_hook(lambda *_: None)
-    assert LeanDecoder.build(model) is None  # a hook expects to see every call
+    assert LeanModel.build(model) is None  # a hook expects to see every call
     handle.remove()
-    assert LeanDecoder.build(model) is not None
+    assert LeanModel.build(model) is not None
+    model.activation_checkpointing_enable()
+    assert LeanModel.build(model.train()) is None  # the caller asked for recomputation
