@@ -117,9 +117,7 @@ def test_a_forward_on_a_shared_prompt_gives_the_full_forward_logits_and_gradient
     hidden, past = lean.forward(ids, positions, causal_mask(mask), keep_kv=True)
     sees = torch.cat([mask[rows, None, None, :].bool().expand(8, 1, 3, 6),
                       torch.ones(3, 3, dtype=torch.bool).tril().expand(8, 1, 3, 3)], dim=-1)  # fmt: skip
-    cont, _ = lean.forward(
-        more, full_pos[:, 6:], sees, past=[(k[rows], v[rows]) for k, v in past]
-    )
+    cont, _ = lean.forward(more, full_pos[:, 6:], sees, past=[(k[rows], v[rows]) for k, v in past])
     got = torch.cat([lean.logits(hidden[rows, -1:]), lean.logits(cont)], dim=1)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     for ours, theirs in zip(grads(got), expected_grads, strict=True):
