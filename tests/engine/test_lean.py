@@ -145,3 +145,22 @@ def test_models_it_does_not_mirror_are_left_to_their_forward():
     assert LeanModel.build(model) is not None
     model.activation_checkpointing_enable()
     assert LeanModel.build(model.train()) is None  # the caller asked for recomputation
+
+
+@pytest.mark.parametrize("build", [qwen2, llama])
+def test_a_half_precision_model_keeps_the_modules_norm_arithmetic(build):
+    # bf16 takes the RMSNorm path that upcasts to fp32 and back, as the module does.
+    model = build().to(torch.bfloat16)
+    lean = LeanModel.build(model)
+    assert lean is not None
+    ids, mask = left_padded_prompts()
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        expected = model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False
+        ).logits
+        hidden, _ = lean.forward(ids, positions, causal_mask(mask))
+        got = lean.logits(hidden)
+    assert got.dtype == torch.bfloat16
+    real = mask.bool()  # what padding positions compute is nobody's business
+    torch.testing.assert_close(got[real].float(), expected[real].float(), atol=2e-2, rtol=2e-2)
