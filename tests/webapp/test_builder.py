@@ -16,7 +16,7 @@ from tests.webapp.fixtures import builder_data, tiny_config
 from webapp.experiments.configs import STUDIO_MANAGED_KEYS, list_presets
 from webapp.experiments.forms import ExperimentForm, field_name
 from webapp.experiments.models import Experiment
-from webapp.experiments.rewards import list_reward_functions
+from webapp.experiments.rewards import list_reward_functions, unreadable_reward_modules
 from webapp.runs.models import Run
 
 pytestmark = pytest.mark.django_db
@@ -127,6 +127,21 @@ def test_rewards_are_built_ins_with_weights_or_an_installed_function(owner, stud
     assert again["reward_weight__format"] == "0.25"
     bad = ExperimentForm({**data, "custom_reward": "../../etc/passwd:x"}, owner=owner)
     assert not bad.is_valid() and "custom_reward" in bad.errors
+
+
+def test_a_reward_module_that_does_not_parse_is_named_with_its_error_not_dropped(
+    client_in, studio_dirs
+):
+    rewards = studio_dirs / "rewards"
+    (rewards / "broken.py").write_text("def score(solution_str, ground_truth):\n    return (\n")
+    (rewards / "latin1.py").write_bytes(b"# caf\xe9\ndef score(s, g):\n    return 0.0\n")
+    assert [f.module for f in list_reward_functions()] == ["house_rewards.py"]
+    problems = {m.module: m.error for m in unreadable_reward_modules()}
+    assert problems.keys() == {"broken.py", "latin1.py"}
+    assert "line 2" in problems["broken.py"] and "UTF-8" in problems["latin1.py"]
+    page = client_in.get(reverse("experiments:new")).content.decode()
+    assert "broken.py is not offered:" in page and "latin1.py is not offered: not UTF-8" in page
+    assert "house_rewards.py:length_penalty" in page  # the good module is still offered
 
 
 def test_the_preview_endpoint_renders_yaml_and_the_validators_errors(client_in, owner):

@@ -29,7 +29,11 @@ from engine.config import (
 from engine.config.loader import yaml_load
 from webapp.datasets.selectors import dataset_list_for_user
 from webapp.experiments.configs import STUDIO_MANAGED_KEYS, config_check
-from webapp.experiments.rewards import list_reward_functions, reward_function_for_path
+from webapp.experiments.rewards import (
+    list_reward_functions,
+    reward_function_for_path,
+    unreadable_reward_modules,
+)
 
 CUSTOM_REWARD_KEYS = ("custom_reward_function.path", "custom_reward_function.name")
 COMPONENTS_KEY = "reward.components"
@@ -131,6 +135,7 @@ class ExperimentForm(forms.Form):
         self.fields["train_dataset"].queryset = datasets
         self.fields["val_dataset"].queryset = datasets
         self.reward_functions = {f.choice: f for f in list_reward_functions()}
+        self.unreadable_reward_modules = unreadable_reward_modules()
         self.fields["custom_reward"].choices = [("", "(none)")] + [
             (choice, f"{choice} — {f.doc}" if f.doc else choice)
             for choice, f in self.reward_functions.items()
