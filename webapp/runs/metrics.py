@@ -29,6 +29,7 @@ from django.db import DataError, connection, transaction
 from django.db.models import F, Func
 
 from webapp.runs.models import MetricPoint
+from webapp.spreadsheet import spreadsheet_text
 
 DEFAULT_MAX_POINTS = 1500
 MAX_POINTS_LIMIT = 20_000
@@ -280,10 +281,11 @@ def run_metrics_csv_rows(*, run_id: int) -> Iterator[list[str]]:
     """Yield the CSV table of a run's metrics: a header, then one row per step (empty = no value).
 
     Columns: ``step``, ``wall_time`` (ISO 8601, UTC), ``time`` (Unix seconds, the charts' wall-time
-    axis), then every metric name sorted. Numbers are written in full (``repr``) precision.
+    axis), then every metric name sorted. Numbers are written in full (``repr``) precision; a
+    name a spreadsheet would run as a formula gets a leading apostrophe (``webapp.spreadsheet``).
     """
     names = run_metric_names(run_id=run_id)
-    yield ["step", "wall_time", "time", *names]
+    yield ["step", "wall_time", "time", *map(spreadsheet_text, names)]
     for step, seconds, metrics in _points(run_id):
         wall_time = datetime.fromtimestamp(seconds, UTC).isoformat()
         row = [str(step), wall_time, repr(round(seconds, 3))]

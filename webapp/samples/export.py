@@ -7,7 +7,8 @@ gets an async iterator that pulls each chunk from the cursor in the request's ow
 
 JSONL carries every column and the per-token arrays (``tokens=0`` leaves them out); CSV carries
 the scalar columns, with ``reward_parts`` as a JSON string. Non-finite floats are written as
-``null`` (JSONL) or an empty cell (CSV), since JSON has no NaN.
+``null`` (JSONL) or an empty cell (CSV), since JSON has no NaN. CSV text cells that a
+spreadsheet would run as a formula start with an apostrophe (``webapp.spreadsheet``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, StreamingHttpResponse
 
 from webapp.samples.selectors import EXPORT_FIELDS, TOKEN_FIELDS
+from webapp.spreadsheet import spreadsheet_text
 
 EXPORT_CHUNK_ROWS = 1000
 FORMATS = {
@@ -58,6 +60,8 @@ def _csv_cell(value: Any) -> Any:
         return ""
     if isinstance(value, dict | list):
         return json.dumps(_json_safe(value), ensure_ascii=False, allow_nan=False)
+    if isinstance(value, str):
+        return spreadsheet_text(value)
     return "" if value is None else value
 
 

@@ -12,6 +12,8 @@ from django.db import connection, connections
 from django.test import AsyncClient
 from django.urls import reverse
 
+from tests.webapp.samples.conftest import finished_run, records
+from webapp.runs.services import samples_write
 from webapp.samples import export
 
 pytestmark = pytest.mark.django_db
@@ -112,3 +114,14 @@ async def test_under_asgi_the_body_is_an_async_stream(sampled_run, owner):
     finally:
         # The view ran in asgiref's thread; its connection would outlive the test database.
         await sync_to_async(connections.close_all)()
+
+
+def test_csv_text_a_spreadsheet_would_run_starts_with_an_apostrophe(client_in, owner):
+    run = finished_run(owner, name="formulas")
+    texts = ['=HYPERLINK("http://x.invalid")', "+1+cmd", "-2", "@SUM(A1)"]
+    samples_write(run_id=run.pk, samples=records(1, 0, [1.0] * 4, responses=texts))
+    rows = list(csv.DictReader(io.StringIO(body(client_in.get(export_url(run, "csv"))))))
+    assert [r["response_text"] for r in rows] == ["'" + text for text in texts]
+    assert {r["reward"] for r in rows} == {"1.0"}  # numbers are written as numbers
+    lines = body(client_in.get(export_url(run, "jsonl", tokens=0))).splitlines()
+    assert [json.loads(line)["response_text"] for line in lines] == texts  # JSONL: verbatim
