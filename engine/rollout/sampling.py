@@ -114,18 +114,21 @@ def sample_sequences(
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
     lean_decode: bool = True,
+    ignore_eos: bool = False,
 ) -> SampleOutput:
     """Generate up to ``max_new_tokens`` for a left-padded batch ``input_ids`` (bs, P).
 
     Log-probs are taken from ``log_softmax(logits / temperature)`` before top-k/top-p filtering
     (temperature 1 when greedy), matching the actor's recomputation. ``lean_decode=False``
     decodes with the model's own forward even where :class:`LeanModel` supports the model.
+    ``ignore_eos`` samples every row to ``max_new_tokens``: an end-of-sequence token is then an
+    ordinary token of the response (``rollout.ignore_eos``).
     """
     bs = input_ids.shape[0]
     device = input_ids.device
     greedy = not do_sample or temperature <= 0
     scale = 1.0 if greedy else float(temperature)
-    eos = torch.tensor(eos_token_ids, device=device)
+    eos = torch.tensor([] if ignore_eos else eos_token_ids, dtype=torch.long, device=device)
 
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (bs, P)
     input_ids, mask, position_ids = trim_left_padding(input_ids, attention_mask, position_ids)

@@ -53,8 +53,10 @@ def sampling_kwargs(sampling: dict[str, Any], max_tokens: int, eos_ids: list[int
     """Return vLLM ``SamplingParams`` keyword arguments for one rollout call.
 
     ``sampling`` is the worker's dict (``do_sample``, ``temperature``, ``top_k``, ``top_p``);
-    greedy decoding (``do_sample=False`` or temperature 0) becomes vLLM's ``temperature=0``.
+    greedy decoding (``do_sample=False`` or temperature 0) becomes vLLM's ``temperature=0``;
+    ``ignore_eos`` samples to ``max_tokens`` with no stop tokens.
     """
+    ignore_eos = bool(sampling.get("ignore_eos", False))
     greedy = not sampling.get("do_sample", True) or float(sampling.get("temperature", 1.0)) <= 0
     top_k = int(sampling.get("top_k", -1))
     return {
@@ -65,7 +67,8 @@ def sampling_kwargs(sampling: dict[str, Any], max_tokens: int, eos_ids: list[int
         "max_tokens": int(max_tokens),
         "logprobs": 0,
         "detokenize": False,
-        "stop_token_ids": list(eos_ids),
+        "stop_token_ids": [] if ignore_eos else list(eos_ids),
+        "ignore_eos": ignore_eos,
     }
 
 
@@ -316,7 +319,7 @@ class VLLMRollout:
         responses, response_mask, logp, truncated = assemble_responses(
             token_ids,
             log_probs,
-            eos_ids=self.eos_ids,
+            eos_ids=[] if sampling.get("ignore_eos") else self.eos_ids,
             pad_token_id=self.pad_id,
             device=prompt_ids.device,
         )

@@ -92,14 +92,14 @@ class ActorRolloutRefWorker:
     # -- rollout -----------------------------------------------------------------------------
     def sampling_params(self, validate: bool) -> dict[str, Any]:
         """Return the sampling keyword arguments for training or validation rollouts."""
-        source = self.config.actor_rollout_ref.rollout
-        if validate:
-            source = source.val_kwargs
+        rollout = self.config.actor_rollout_ref.rollout
+        source = rollout.val_kwargs if validate else rollout
         return {
             "do_sample": bool(source.do_sample) and source.temperature > 0,
             "temperature": float(source.temperature),
             "top_k": int(source.top_k),
             "top_p": float(source.top_p),
+            "ignore_eos": bool(rollout.ignore_eos),
         }
 
     def generate_sequences(self, prompts: DataProto, *, validate: bool = False) -> DataProto:

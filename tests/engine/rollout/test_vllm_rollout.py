@@ -100,11 +100,14 @@ def test_sampling_kwargs_map_training_and_greedy_validation():
         "logprobs": 0,
         "detokenize": False,
         "stop_token_ids": [2, 5],
+        "ignore_eos": False,
     }
     params = sampling_kwargs(greedy, 8, [2])
     assert params["temperature"] == 0.0 and params["top_k"] == -1 and params["max_tokens"] == 8
     # do_sample=False wins over a positive temperature.
     assert sampling_kwargs({**train, "do_sample": False}, 8, [2])["temperature"] == 0.0
+    through = sampling_kwargs({**train, "ignore_eos": True}, 8, [2])
+    assert through["ignore_eos"] is True and through["stop_token_ids"] == []
 
 
 def test_generate_sends_unpadded_token_ids_and_the_sampling_params(tmp_path):

@@ -91,6 +91,32 @@ def test_response_mask_stops_after_the_first_eos(model):
             assert out.truncated[row] and length == out.responses.shape[1]
 
 
+def test_ignore_eos_samples_every_row_to_the_limit_with_eos_as_a_plain_token(model):
+    ids, mask = left_padded_prompts()
+    # The same EOS bias as above: without ignore_eos most rows would stop early.
+    handle = model.lm_head.register_forward_hook(
+        lambda _m, _i, out: out + torch.nn.functional.one_hot(torch.tensor(EOS), 40) * 3.0
+    )
+    try:
+        out = sample_sequences(
+            model,
+            ids,
+            mask,
+            max_new_tokens=8,
+            eos_token_ids=[EOS],
+            pad_token_id=PAD,
+            generator=torch.Generator().manual_seed(0),
+            ignore_eos=True,
+        )
+        expected = full_forward_log_probs(model, ids, mask, out)
+    finally:
+        handle.remove()
+    assert out.responses.shape == (ids.shape[0], 8)
+    assert bool(out.response_mask.bool().all()) and bool(out.truncated.all())
+    assert int((out.responses == EOS).sum(-1).max()) > 1  # EOS sampled, kept and continued past
+    torch.testing.assert_close(out.log_probs, expected, atol=1e-5, rtol=1e-5)
+
+
 def test_greedy_is_deterministic_and_picks_the_argmax(model):
     ids, mask = left_padded_prompts()
     kwargs = dict(max_new_tokens=4, eos_token_ids=[EOS], pad_token_id=PAD, do_sample=False)

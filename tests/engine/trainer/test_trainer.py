@@ -95,6 +95,21 @@ def test_a_grpo_step_updates_the_policy_and_reports_verl_metrics(make_config):
     assert len({s.prompt_text for s in group}) == 1
 
 
+def test_rollout_ignore_eos_samples_every_response_to_the_limit(make_config):
+    config = make_config(
+        "grpo_tiny", "trainer.total_training_steps=1", "actor_rollout_ref.rollout.ignore_eos=True"
+    )
+    trainer = PPOTrainer(config)
+    recorder = ListRecorder()
+    trainer.recorder = recorder
+    assert trainer.fit() == "succeeded"
+    ((_, metrics),) = recorder.steps
+    limit = config.data.max_response_length
+    assert metrics["response_length/mean"] == limit
+    assert metrics["response_length/clip_ratio"] == 1.0
+    assert {s.response_length for s in recorder.samples} == {limit}
+
+
 def test_recomputed_old_log_probs_give_ratio_one(make_config):
     config = make_config("grpo_tiny", "actor_rollout_ref.actor.ppo_epochs=2")
     trainer = PPOTrainer(config)
