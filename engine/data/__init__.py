@@ -1,38 +1,43 @@
-"""Data for the engine: the ``DataProto`` batch, prompt datasets, the loader and file previews."""
+"""Data for the engine: the ``DataProto`` batch, prompt datasets, the loader and file previews.
 
-from engine.data.dataset import (
-    DatasetError,
-    RLHFDataset,
-    collate_prompts,
-    data_format,
-    iter_raw_rows,
-    normalise_row,
-    truncate_ids,
-)
-from engine.data.loader import PromptDataLoader
-from engine.data.preview import DatasetPreview, preview_dataset
-from engine.data.proto import (
-    DataProto,
-    DataProtoItem,
-    as_object_array,
-    pad_dataproto_to_divisor,
-    unpad_dataproto,
-)
+Names are imported on first use, so that ``engine.data.rows`` and ``engine.data.preview`` (what
+the web process uses to check and preview uploads) load without torch.
+"""
 
-__all__ = [
-    "DataProto",
-    "DataProtoItem",
-    "DatasetError",
-    "DatasetPreview",
-    "PromptDataLoader",
-    "RLHFDataset",
-    "as_object_array",
-    "collate_prompts",
-    "data_format",
-    "iter_raw_rows",
-    "normalise_row",
-    "pad_dataproto_to_divisor",
-    "preview_dataset",
-    "truncate_ids",
-    "unpad_dataproto",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_SOURCES = {
+    "DataProto": "proto",
+    "DataProtoItem": "proto",
+    "as_object_array": "proto",
+    "pad_dataproto_to_divisor": "proto",
+    "unpad_dataproto": "proto",
+    "RLHFDataset": "dataset",
+    "collate_prompts": "dataset",
+    "DatasetError": "rows",
+    "data_format": "rows",
+    "iter_raw_rows": "rows",
+    "normalise_row": "rows",
+    "truncate_ids": "rows",
+    "PromptDataLoader": "loader",
+    "DatasetPreview": "preview",
+    "preview_dataset": "preview",
+}
+
+__all__ = sorted(_SOURCES)
+
+
+def __getattr__(name: str) -> Any:
+    module = _SOURCES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'engine.data' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"engine.data.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_SOURCES))

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engine.data.dataset import (
+from engine.data.rows import (
     DatasetError,
     check_key_map,
     data_format,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
-from engine.data.dataset import MAP_TARGETS
+from engine.data.rows import MAP_TARGETS
 
 KEY_MAP_HELP = {
     "prompt": "Column with the prompt (text or chat messages). Empty: 'prompt'.",

@@ -8,8 +8,8 @@ from typing import Any
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 
-from engine.data.dataset import DatasetError, check_key_map, data_format
 from engine.data.preview import preview_dataset
+from engine.data.rows import DatasetError, check_key_map, data_format
 from webapp.datasets.models import Dataset
 
 PREVIEW_ROWS = 5

@@ -104,3 +104,26 @@ def test_preview_is_fast_on_100k_rows(tmp_path):
 def test_package_exports_the_public_api():
     assert set(engine.data.__all__) <= set(dir(engine.data))
     assert engine.data.preview_dataset is preview_dataset
+
+
+def test_the_web_process_previews_and_serves_urls_without_loading_torch(tmp_path):
+    # The upload page runs in the web process: torch there would cost seconds and hundreds of
+    # MiB per worker for nothing. A fresh interpreter, since this one has torch already.
+    import os
+    import subprocess
+    import sys
+
+    path = write_jsonl(tmp_path / "arith.jsonl", [{"prompt": "1+1=", "ground_truth": 2}] * 3)
+    code = (
+        "import sys, django; django.setup()\n"
+        "from django.urls import get_resolver; get_resolver().url_patterns\n"
+        "from engine.data.preview import preview_dataset\n"
+        f"assert preview_dataset({str(path)!r}, n=2).row_count == 3\n"
+        "print('torch' in sys.modules)\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "webapp.settings"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
