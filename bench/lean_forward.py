@@ -1,0 +1,147 @@
+"""The actor's passes with the lean forward against the module's forward, in one process.
+
+On a shared machine whose speed drifts by tens of percent within minutes, a change worth 10-20%
+shows only when both variants run in the same process, taking turns, on the same batch. This
+script trains ``--warmup`` steps of the tiny GRPO benchmark (``compare_trl.py``'s engine
+settings), keeps the last batch the update saw, then runs the reference log-prob pass and the
+policy update ``--rounds`` times for each variant in turn:
+
+* ``lean``: ``engine.lean.LeanModel`` (the default path);
+* ``module``: the model's own forward (``LeanModel.build`` answering None);
+* ``unshared`` (with ``--unshared``): the lean forward without the shared prompt pass, each row
+  running its own prompt.
+
+It prints one JSON line: the median milliseconds of each pass per variant, and the median of
+the per-round ratios against ``lean``. Example::
+
+    .venv/bin/python bench/lean_forward.py --threads 2 --rounds 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+WARMUP_ROUNDS = 5  # rounds left out of the medians
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=4, help="training steps before timing")
+    parser.add_argument("--unshared", action="store_true", help="also time unshared prompts")
+    return parser.parse_args(argv)
+
+
+def captured_batch(trainer: Any) -> Any:
+    """Train the trainer's configured steps; return the last batch its update received."""
+    seen: dict[str, Any] = {}
+    update = trainer.arr.update_actor
+
+    def keep(batch: Any) -> dict[str, float]:
+        seen["batch"] = batch
+        return update(batch)
+
+    trainer.arr.update_actor = keep
+    trainer.fit()
+    trainer.arr.update_actor = update
+    return seen["batch"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    root = Path(tempfile.mkdtemp(prefix="lean_forward_"))
+    try:
+        print(json.dumps(measure(args, root)))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """Train, capture a batch, and time each variant's passes in turn; return the summary."""
+    from compare_arms import engine_overrides
+    from compare_tasks import prepare_task
+
+    import engine.workers.actor as actor
+    from engine.config import load_config
+    from engine.lean import LeanModel
+    from engine.trainer.ppo_trainer import PPOTrainer
+    from engine.trainer.recorder import Recorder
+
+    settings = argparse.Namespace(
+        scale="tiny", beta=0.04, lr=5e-5, steps=args.warmup, seed=1234, threads=args.threads
+    )
+    task, _ = prepare_task("tiny", root, args.threads)
+    overrides = engine_overrides(settings, task, root / "out", "local")
+    trainer = PPOTrainer(load_config("grpo_tiny.yaml", overrides=overrides), Recorder())
+    batch = captured_batch(trainer)
+    worker = trainer.arr
+
+    build, shared = LeanModel.build, actor.shared_prompts
+    variants: dict[str, tuple[Any, Any]] = {
+        "lean": (build, shared),
+        "module": (lambda model: None, shared),
+    }
+    if args.unshared:
+        variants["unshared"] = (build, lambda *_: None)
+    times: dict[str, dict[str, list[float]]] = {v: {"ref": [], "update": []} for v in variants}
+    try:
+        for _ in range(args.rounds):
+            for name, (lean_build, share) in variants.items():
+                actor.LeanModel.build, actor.shared_prompts = lean_build, share  # type: ignore[method-assign]
+                start = time.perf_counter()
+                worker.compute_ref_log_prob(batch)
+                middle = time.perf_counter()
+                worker.update_actor(batch)
+                times[name]["ref"].append(middle - start)
+                times[name]["update"].append(time.perf_counter() - middle)
+    finally:
+        actor.LeanModel.build, actor.shared_prompts = build, shared  # type: ignore[method-assign]
+
+    def steady(values: list[float]) -> list[float]:
+        return values[WARMUP_ROUNDS:] or values
+
+    return {
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "rows": len(batch),
+        "median_ms": {
+            name: {part: round(statistics.median(steady(t)) * 1000, 2) for part, t in parts.items()}
+            for name, parts in times.items()
+        },
+        "ratio_to_lean": {
+            name: {
+                part: round(
+                    statistics.median(
+                        other / lean
+                        for other, lean in zip(
+                            steady(times[name][part]), steady(times["lean"][part]), strict=True
+                        )
+                    ),
+                    3,
+                )
+                for part in ("ref", "update")
+            }
+            for name in variants
+            if name != "lean"
+        },
+    }
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
