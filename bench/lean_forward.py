@@ -3,11 +3,12 @@
 On a shared machine whose speed drifts by tens of percent within minutes, a change worth 10-20%
 shows only when both variants run in the same process, taking turns, on the same batch. This
 script trains ``--warmup`` steps of the tiny GRPO benchmark (``compare_trl.py``'s engine
-settings), keeps the last batch the update saw, then runs the reference log-prob pass and the
-policy update ``--rounds`` times for each variant in turn:
+settings), keeps the last batch the update saw, then runs the rollout of its prompts, the
+reference log-prob pass and the policy update ``--rounds`` times for each variant in turn:
 
 * ``lean``: ``engine.lean.LeanModel`` (the default path);
-* ``module``: the model's own forward (``LeanModel.build`` answering None);
+* ``module``: the model's own forward everywhere, rollout included (``LeanModel.build``
+  answering None);
 * ``unshared`` (with ``--unshared``): the lean forward without the shared prompt pass, each row
   running its own prompt.
 
@@ -79,6 +80,7 @@ def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
     import engine.workers.actor as actor
     from engine.config import load_config
+    from engine.data import DataProto
     from engine.lean import LeanModel
     from engine.trainer.ppo_trainer import PPOTrainer
     from engine.trainer.recorder import Recorder
@@ -99,17 +101,28 @@ def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     }
     if args.unshared:
         variants["unshared"] = (build, lambda *_: None)
-    times: dict[str, dict[str, list[float]]] = {v: {"ref": [], "update": []} for v in variants}
+    prompt_length = batch.batch["prompts"].shape[-1]
+    prompts = DataProto.from_dict(
+        {
+            key: batch.batch[key][:, :prompt_length]
+            for key in ("input_ids", "attention_mask", "position_ids")
+        }
+    )  # the rollout's input: the prompts, repeated n times and left padded
+    parts = ("generate", "ref", "update")
+    times: dict[str, dict[str, list[float]]] = {v: {p: [] for p in parts} for v in variants}
     try:
         for _ in range(args.rounds):
             for name, (lean_build, share) in variants.items():
+                # One class serves the rollout and the actor: both switch together.
                 actor.LeanModel.build, actor.shared_prompts = lean_build, share  # type: ignore[method-assign]
-                start = time.perf_counter()
-                worker.compute_ref_log_prob(batch)
-                middle = time.perf_counter()
-                worker.update_actor(batch)
-                times[name]["ref"].append(middle - start)
-                times[name]["update"].append(time.perf_counter() - middle)
+                for part, call in (
+                    ("generate", lambda: worker.generate_sequences(prompts)),
+                    ("ref", lambda: worker.compute_ref_log_prob(batch)),
+                    ("update", lambda: worker.update_actor(batch)),
+                ):
+                    start = time.perf_counter()
+                    call()
+                    times[name][part].append(time.perf_counter() - start)
     finally:
         actor.LeanModel.build, actor.shared_prompts = build, shared  # type: ignore[method-assign]
 
@@ -135,7 +148,7 @@ def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                     ),
                     3,
                 )
-                for part in ("ref", "update")
+                for part in parts
             }
             for name in variants
             if name != "lean"

@@ -10,7 +10,8 @@ mask the caller builds, the gated SiLU MLP, the final norm and the LM head. It s
 callers:
 
 * :meth:`LeanModel.decode` takes one token per row against a transformers ``DynamicCache``
-  (the rollout's decode loop; the prefill keeps using the model's forward);
+  (the rollout's decode loop, whose prefill is a :meth:`LeanModel.forward` that keeps its keys
+  and values for the cache);
 * :meth:`LeanModel.forward` runs many tokens per row, optionally on top of per-layer keys and
   values computed earlier (a shared prompt), under autograd when the model trains (the actor's
   log-prob and update passes, ``engine.workers.actor.response_logits``).

@@ -16,9 +16,9 @@ Where the work goes, and what is saved:
 * Rows that finished are dropped from the batch (and from the cache) once a quarter of the rows
   still computed are finished, so late decoding steps run only the sequences still writing. The
   sampled distribution is unchanged; the random stream is drawn for fewer rows.
-* Decode steps of Qwen2 and Llama models skip the framework's per-call machinery
-  (``engine.lean.LeanModel.decode``); on the 1M-parameter tiny model that machinery was more
-  than half of a step.
+* The prefill and decode steps of Qwen2 and Llama models skip the framework's per-call machinery
+  (``engine.lean.LeanModel``); on the 1M-parameter tiny model that machinery was more than half
+  of a decode step.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from engine.lean import LeanModel
+from engine.lean import LeanModel, causal_mask
 
 
 @dataclass
@@ -113,14 +113,14 @@ def sample_sequences(
     top_k: int = -1,
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
-    lean_decode: bool = True,
+    lean: bool = True,
     ignore_eos: bool = False,
 ) -> SampleOutput:
     """Generate up to ``max_new_tokens`` for a left-padded batch ``input_ids`` (bs, P).
 
     Log-probs are taken from ``log_softmax(logits / temperature)`` before top-k/top-p filtering
-    (temperature 1 when greedy), matching the actor's recomputation. ``lean_decode=False``
-    decodes with the model's own forward even where :class:`LeanModel` supports the model.
+    (temperature 1 when greedy), matching the actor's recomputation. ``lean=False`` prefills
+    and decodes with the model's own forward even where :class:`LeanModel` supports the model.
     ``ignore_eos`` samples every row to ``max_new_tokens``: an end-of-sequence token is then an
     ordinary token of the response (``rollout.ignore_eos``).
     """
@@ -133,18 +133,25 @@ def sample_sequences(
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (bs, P)
     input_ids, mask, position_ids = trim_left_padding(input_ids, attention_mask, position_ids)
     cache = new_kv_cache(model)
-    lean = LeanModel.build(model) if lean_decode else None
+    runner = LeanModel.build(model) if lean else None
     groups = shared_prompts(input_ids, mask)
     prefill = slice(None) if groups is None else groups[0]
-    out = model(
-        input_ids=input_ids[prefill],
-        attention_mask=mask[prefill],
-        position_ids=position_ids[prefill],
-        cache=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    logits = out.logits[:, -1]  # (u, V)
+    if runner is not None:
+        hidden, keys_values = runner.forward(
+            input_ids[prefill], position_ids[prefill], causal_mask(mask[prefill]), keep_kv=True
+        )
+        for index, (keys, values) in enumerate(keys_values):
+            cache.update(keys, values, index)
+        logits = runner.logits(hidden[:, -1])  # (u, V)
+    else:
+        logits = model(
+            input_ids=input_ids[prefill],
+            attention_mask=mask[prefill],
+            position_ids=position_ids[prefill],
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1]  # (u, V)
     if groups is not None:
         cache.batch_select_indices(groups[1])
         logits = logits[groups[1]]  # (bs, V)
@@ -177,8 +184,8 @@ def sample_sequences(
             rows, token, mask, next_pos = rows[keep], token[keep], mask[keep], next_pos[keep]
             finished = finished[keep]
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=-1)
-        if lean is not None:
-            logits = lean.decode(token[:, None], mask, next_pos, cache)
+        if runner is not None:
+            logits = runner.decode(token[:, None], mask, next_pos, cache)
         else:
             out = model(
                 input_ids=token[:, None],

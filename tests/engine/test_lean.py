@@ -79,7 +79,7 @@ def test_sampling_with_lean_steps_matches_the_forward_path(build):
             eos_token_ids=[EOS],
             pad_token_id=PAD,
             generator=torch.Generator().manual_seed(4),
-            lean_decode=lean,
+            lean=lean,
         )  # fmt: skip
         for lean in (True, False)
     ]
@@ -164,3 +164,33 @@ def test_a_half_precision_model_keeps_the_modules_norm_arithmetic(build):
     assert got.dtype == torch.bfloat16
     real = mask.bool()  # what padding positions compute is nobody's business
     torch.testing.assert_close(got[real].float(), expected[real].float(), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("build", [qwen2, llama])
+def test_a_lean_prefill_fills_the_cache_the_decode_steps_read(build):
+    # The rollout prefills with LeanModel.forward and hands its keys and values to the cache.
+    model = build()
+    lean = LeanModel.build(model)
+    assert lean is not None
+    ids, mask = left_padded_prompts()
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    theirs, ours = new_kv_cache(model), new_kv_cache(model)
+    with torch.no_grad():
+        expected = model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, cache=theirs
+        ).logits[:, -1]
+        hidden, keys_values = lean.forward(ids, positions, causal_mask(mask), keep_kv=True)
+        for index, (keys, values) in enumerate(keys_values):
+            ours.update(keys, values, index)
+    torch.testing.assert_close(lean.logits(hidden[:, -1]), expected, atol=1e-5, rtol=1e-5)
+    real = mask.bool()  # (b, L): padding positions are masked out of every later query
+    for mine, module in zip(ours.layers, theirs.layers, strict=True):
+        torch.testing.assert_close(
+            mine.keys.transpose(1, 2)[real], module.keys.transpose(1, 2)[real], atol=1e-5, rtol=0
+        )
+        torch.testing.assert_close(
+            mine.values.transpose(1, 2)[real],
+            module.values.transpose(1, 2)[real],
+            atol=1e-5,
+            rtol=0,
+        )
