@@ -1,17 +1,10 @@
-"""Prompt datasets: read verl parquet, JSON Lines or CSV rows and turn them into prompt tensors.
+"""Prompt datasets: verl records (``engine.data.rows``) turned into prompt tensors.
 
-Every row becomes verl's record: ``prompt`` as chat messages, ``data_source``, ``ability``,
-``reward_model`` (with ``ground_truth``) and ``extra_info``. Files that do not use those names
-are mapped with ``data.data_key_map`` (target -> source column, e.g.
-``{"prompt": "question", "ground_truth": "answer"}``); without a mapping each target is read
-from the column of the same name. A plain-string prompt becomes one user message. A row without
-a ``data_source`` gets the file's stem (``gsm8k_train.jsonl`` -> ``gsm8k_train``), which is the
-name rewards are dispatched by. Columns that are none of these go into ``extra_info``.
-
-Malformed input fails at load time with ``DatasetError`` naming the file, the line (JSONL, CSV)
-or row (parquet), what is wrong and the setting that fixes it. Prompts longer than
-``data.max_prompt_length`` are checked at load time too, so a run never dies on its 500th batch:
-``filter_overlong_prompts`` drops them, ``truncation="error"`` refuses the dataset, and
+``RLHFDataset`` reads every file with ``engine.data.rows`` (verl parquet, JSON Lines or CSV,
+mapped by ``data.data_key_map``), so malformed input fails at load time with ``DatasetError``
+naming the file, the line or row, what is wrong and the setting that fixes it. Prompts longer
+than ``data.max_prompt_length`` are checked at load time too, so a run never dies on its 500th
+batch: ``filter_overlong_prompts`` drops them, ``truncation="error"`` refuses the dataset, and
 ``left``/``right``/``middle`` cut the tokens when an item is read (as verl's ``RLHFDataset``).
 """
 

@@ -34,6 +34,13 @@ def left_padded_prompts() -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
+def favour_eos(model):
+    """Bias the lm_head towards EOS so that most, but not all, rows end early; return the hook."""
+    return model.lm_head.register_forward_hook(
+        lambda _m, _i, out: out + torch.nn.functional.one_hot(torch.tensor(EOS), 40) * 3.0
+    )
+
+
 def full_forward_log_probs(model, ids, mask, out) -> torch.Tensor:
     full = torch.cat([ids, out.responses], dim=1)
     full_mask = torch.cat([mask, out.response_mask], dim=1)
@@ -63,10 +70,7 @@ def test_log_probs_match_a_full_forward_pass(model):
 
 def test_response_mask_stops_after_the_first_eos(model):
     ids, mask = left_padded_prompts()
-    # Bias the lm_head towards EOS so that most, but not all, rows end early.
-    handle = model.lm_head.register_forward_hook(
-        lambda _m, _i, out: out + torch.nn.functional.one_hot(torch.tensor(EOS), 40) * 3.0
-    )
+    handle = favour_eos(model)
     try:
         out = sample_sequences(
             model,
@@ -93,10 +97,7 @@ def test_response_mask_stops_after_the_first_eos(model):
 
 def test_ignore_eos_samples_every_row_to_the_limit_with_eos_as_a_plain_token(model):
     ids, mask = left_padded_prompts()
-    # The same EOS bias as above: without ignore_eos most rows would stop early.
-    handle = model.lm_head.register_forward_hook(
-        lambda _m, _i, out: out + torch.nn.functional.one_hot(torch.tensor(EOS), 40) * 3.0
-    )
+    handle = favour_eos(model)  # without ignore_eos most rows would stop early
     try:
         out = sample_sequences(
             model,
