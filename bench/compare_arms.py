@@ -8,7 +8,7 @@ peak RSS is per arm. Both training arms get the same settings (see ``engine_over
 | --- | --- | --- |
 | 8 prompts x 4 samples | ``data.train_batch_size=8``, ``rollout.n=4`` | 32 completions per device batch, ``num_generations=4`` |
 | one update per batch | ``ppo_mini_batch_size=8``, ``ppo_epochs=1`` | ``num_iterations=1``, ``steps_per_generation=1`` |
-| KL to the reference | ``use_kl_loss``, ``kl_loss_coef=beta``, ``low_var_kl`` (k3) | ``beta`` (k3) |
+| KL to the reference | ``use_kl_loss``, ``kl_loss_coef=beta``, ``low_var_kl`` (k3) | ``beta`` (k3), ``use_bias_correction_kl=False`` |
 | loss | ``token-mean`` over the batch, clip 0.2 | ``loss_type="dapo"``, ``epsilon=0.2`` |
 | advantages | ``grpo``, std-normalised per group | ``scale_rewards="group"`` |
 | optimizer | AdamW, constant lr, weight decay 0, clip 1.0 | ``adamw_torch_fused``, constant lr, clip 1.0 |
@@ -222,6 +222,10 @@ def trl_config(args: Any, out_dir: Path) -> dict[str, Any]:
         "learning_rate": args.lr,
         "lr_scheduler_type": "constant",
         "beta": args.beta,
+        # verl's k3 loss: the gradient of the k3 estimate itself. TRL's default multiplies the
+        # KL term by the (differentiable) importance ratio, which adds ``k3 * grad log p`` to the
+        # gradient (DeepSeek-V3.2's unbiased form); ``bench/replay_trl.py`` measures the gap.
+        "use_bias_correction_kl": False,
         "max_steps": args.steps,
         "logging_steps": 1,
         "bf16": False,
@@ -240,19 +244,12 @@ def trl_config(args: Any, out_dir: Path) -> dict[str, Any]:
     }
 
 
-def run_trl(args: Any, task: TaskData) -> dict[str, Any]:
-    """Train with TRL's GRPOTrainer on the same model, prompts and settings; return its figures."""
-    import torch
-    import trl
-    import trl.extras.profiling as trl_profiling
+def trl_inputs(args: Any, task: TaskData) -> tuple[Any, Any, Any]:
+    """Return TRL's tokenizer, its dataset of the run's prompts (in step order) and the reward."""
     from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import AutoTokenizer
 
-    torch.manual_seed(args.seed)
-    rss_after_imports = rss_now_mib()
     reward = reward_for(args.scale)
-    eval_steps = set(args.eval_steps)
     tokenizer = AutoTokenizer.from_pretrained(task.model_dir)
     rows = task.train[: args.steps * PROMPTS_PER_STEP]
     dataset = Dataset.from_dict(
@@ -265,6 +262,31 @@ def run_trl(args: Any, task: TaskData) -> dict[str, Any]:
     def reward_fn(completions: list, answer: list, **_: Any) -> list[float]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         return [reward(t, a) for t, a in zip(texts, answer, strict=True)]
+
+    return tokenizer, dataset, reward_fn
+
+
+def check_trl_prompt_ids(trainer: Any, tokenizer: Any, task: TaskData) -> None:
+    """Raise unless TRL renders the first prompt to the token ids the engine trains on."""
+    question = task.train[0][0]
+    prompt_ids = trainer._tokenize_prompts([[{"role": "user", "content": question}]])[0][0]
+    engine_ids = tokenizer(chat_text(tokenizer, question), add_special_tokens=False)["input_ids"]
+    if list(prompt_ids) != list(engine_ids):
+        raise RuntimeError(f"TRL's prompt ids {prompt_ids} differ from the engine's {engine_ids}")
+
+
+def run_trl(args: Any, task: TaskData) -> dict[str, Any]:
+    """Train with TRL's GRPOTrainer on the same model, prompts and settings; return its figures."""
+    import torch
+    import trl
+    import trl.extras.profiling as trl_profiling
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.manual_seed(args.seed)
+    rss_after_imports = rss_now_mib()
+    eval_steps = set(args.eval_steps)
+    tokenizer, dataset, reward_fn = trl_inputs(args, task)
 
     profile: dict[str, float] = {}
     original = trl_profiling.ProfilingContext._log_metrics
@@ -317,10 +339,7 @@ def run_trl(args: Any, task: TaskData) -> dict[str, Any]:
         processing_class=tokenizer,
         callbacks=[clock],
     )
-    prompt_ids = trainer._tokenize_prompts([[{"role": "user", "content": rows[0][0]}]])[0][0]
-    engine_ids = tokenizer(chat_text(tokenizer, rows[0][0]), add_special_tokens=False)["input_ids"]
-    if list(prompt_ids) != list(engine_ids):
-        raise RuntimeError(f"TRL's prompt ids {prompt_ids} differ from the engine's {engine_ids}")
+    check_trl_prompt_ids(trainer, tokenizer, task)
     calib_before = machine_calib_s()
     meter = CpuMeter()
     trainer.train()
