@@ -173,7 +173,7 @@ def run_trl(
     """
     import torch
     from compare_arms import check_trl_prompt_ids, trl_config, trl_inputs
-    from transformers import TrainerCallback
+    from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     tokenizer, dataset, reward_fn = trl_inputs(args, task)
@@ -208,6 +208,7 @@ def run_trl(
         processing_class=tokenizer,
         callbacks=[Keep()],
     )
+    trainer.remove_callback(PrinterCallback)  # the comparison prints what matters
     check_trl_prompt_ids(trainer, tokenizer, task)
     initial = snapshot(trainer.model)
     if nudge:
