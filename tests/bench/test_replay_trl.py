@@ -34,9 +34,7 @@ def test_trl_replaying_the_engines_rollouts_lands_on_the_engines_weights(tmp_pat
     )
     comparisons = replay_trl.replay(args)
 
-    engine, control, default_kl = (
-        comparisons[k] for k in ("engine", "control", "trl_default_kl")
-    )
+    engine, control, default_kl = (comparisons[k] for k in ("engine", "control", "trl_default_kl"))
     assert [r["step"] for r in engine] == list(range(1, STEPS + 1))
     for row in engine:
         assert row["update_cosine"] > 0.99999, row
