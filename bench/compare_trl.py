@@ -23,8 +23,8 @@ Usage (from the repository root)::
     python bench/compare_trl.py all --scale tiny --repeats 1 --steps 200 --eval-steps 60 200
     python bench/compare_trl.py all --scale tiny --arms engine ray --no-raw   # Ray, one rank
 
-Results: ``<results-dir>/compare_<scale>_<time>.json`` (every repeat, every step) and a markdown
-table on stdout.
+Results: ``<results-dir>/compare_<scale>_<time>_seed<seed>.json`` (every repeat, every step;
+the seed keeps runs started in the same second apart) and a markdown table on stdout.
 """
 
 from __future__ import annotations
@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     results_dir.mkdir(parents=True, exist_ok=True)
     for scale in args.scale:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        path = results_dir / f"compare_{scale}_{stamp}.json"
+        path = results_dir / f"compare_{scale}_{stamp}_seed{args.seed}.json"
         summary = compare_scale(fill_scale_defaults(args, scale), path)
         print(markdown(summary), flush=True)
         log(f"results written to {path}")
