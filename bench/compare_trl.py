@@ -43,6 +43,14 @@ HERE = Path(__file__).resolve().parent
 ARMS = ("engine", "trl", "ray")
 CLEAN_FOREIGN_FRAC = 0.05
 CLEAN_CALIB_SLACK = 1.25
+# Offline (the model and data are the project's own), no telemetry, no tokenizer threads.
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 
 
 def log(*parts: Any) -> None:
@@ -135,15 +143,7 @@ def child_env(threads: int) -> dict[str, str]:
     env = dict(os.environ)
     for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[key] = str(threads)
-    env.update(
-        TOKENIZERS_PARALLELISM="false",
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        HF_HUB_DISABLE_TELEMETRY="1",
-        CUDA_VISIBLE_DEVICES="",
-        RAY_AUTH_MODE="disabled",
-    )
+    env.update(OFFLINE_ENV, CUDA_VISIBLE_DEVICES="", RAY_AUTH_MODE="disabled")
     return env
 
 

@@ -41,17 +41,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-for _key, _value in {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "HF_HUB_DISABLE_TELEMETRY": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}.items():
-    os.environ.setdefault(_key, _value)
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+
+from compare_trl import OFFLINE_ENV  # noqa: E402 (after the path to the bench scripts)
+
+for _key, _value in OFFLINE_ENV.items():
+    os.environ.setdefault(_key, _value)
 
 Weights = dict[str, Any]  # parameter name -> tensor
 
