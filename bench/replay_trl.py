@@ -103,11 +103,20 @@ def run_engine(args: argparse.Namespace, task: Any) -> dict[str, Any]:
     from engine.trainer.ppo_trainer import PPOTrainer
     from engine.trainer.recorder import Recorder
 
-    steps: list[dict[str, Any]] = []
+    rollouts: list[dict[str, Any]] = []
+    weights: list[Weights] = []
+    logged: list[dict[str, Any]] = []
 
     class Keep(Recorder):
         def on_step(self, step: int, metrics: dict[str, float]) -> None:
-            steps[-1].update(weights=snapshot(trainer.arr.model), metrics=dict(metrics))
+            weights.append(snapshot(trainer.arr.model))
+            logged.append(
+                run_metrics(
+                    metrics["critic/score/mean"],
+                    metrics.get("actor/kl_loss"),
+                    metrics.get("actor/grad_norm"),
+                )
+            )
 
     out_dir = Path(args.root) / "replay" / "engine"
     config = load_config("grpo_tiny.yaml", overrides=engine_overrides(args, task, out_dir, "local"))
@@ -120,7 +129,7 @@ def run_engine(args: argparse.Namespace, task: Any) -> dict[str, Any]:
         prompts, mask = gen.batch["prompts"], gen.batch["attention_mask"]
         width = prompts.shape[1]
         responses, response_mask = gen.batch["responses"], gen.batch["response_mask"]
-        steps.append(
+        rollouts.append(
             {
                 "prompt_ids": [
                     p[m[:width].bool()].tolist() for p, m in zip(prompts, mask, strict=True)
@@ -134,21 +143,9 @@ def run_engine(args: argparse.Namespace, task: Any) -> dict[str, Any]:
 
     trainer.arr.generate_sequences = keep_rollout  # type: ignore[method-assign]
     status = trainer.fit()
-    if status != "succeeded" or len(steps) != args.steps:
-        raise RuntimeError(f"the engine's run ended {status} after {len(steps)} steps")
-    return {
-        "initial": initial,
-        "rollouts": steps,
-        "weights": [step["weights"] for step in steps],
-        "metrics": [
-            run_metrics(
-                step["metrics"]["critic/score/mean"],
-                step["metrics"].get("actor/kl_loss"),
-                step["metrics"].get("actor/grad_norm"),
-            )
-            for step in steps
-        ],
-    }
+    if status != "succeeded" or len(weights) != args.steps:
+        raise RuntimeError(f"the engine's run ended {status} after {len(weights)} steps")
+    return {"initial": initial, "rollouts": rollouts, "weights": weights, "metrics": logged}
 
 
 def run_trl(
@@ -223,6 +220,7 @@ def run_trl(
 
 
 def run_metrics(reward: float, kl: float | None, grad_norm: float | None) -> dict[str, Any]:
+    """Return the metrics both frameworks log for a step, under one set of names."""
     return {"reward": reward, "kl": kl, "grad_norm": grad_norm}
 
 
