@@ -3,8 +3,11 @@
 ``kl_penalty`` implements verl's per-token estimators of KL(pi || pi_ref) from log-probs of
 sampled tokens (J. Schulman, "Approximating KL divergence", http://joschu.net/blog/kl-approx.html):
 k1 ``logp - ref`` (unbiased, high variance, can be negative), k2 ``0.5 (logp - ref)^2``, k3
-``exp(ref - logp) - (ref - logp) - 1`` (unbiased and never negative), and ``abs``. A ``+`` suffix
-(``k3+``) keeps the estimator's value but takes k2's gradient, the unbiased gradient of KL.
+``exp(ref - logp) - (ref - logp) - 1`` (unbiased and never negative), and ``abs``. verl's k3
+(``low_var_kl``) is clamped at 10, so a token whose probability rose far above the reference's
+gets no KL gradient; ``k3_unclamped`` is k3 as written, the KL term of DeepSeekMath's GRPO and of
+TRL's ``GRPOTrainer``. A ``+`` suffix (``k3+``) keeps the estimator's value but takes k2's
+gradient, the unbiased gradient of KL.
 
 The controllers share verl's interface, ``.value`` and ``.update(current_kl, n_steps)``:
 fixed, adaptive (Ziegler et al., arXiv 1909.08593) and a PID controller that drives the measured
@@ -21,7 +24,7 @@ import torch
 
 from engine.algorithms.torch_functional import check_same_shape, masked_mean
 
-KL_PENALTY_NAMES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+KL_PENALTY_NAMES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "k3_unclamped")
 KL_CONTROLLER_TYPES = ("fixed", "adaptive", "pid")
 
 
@@ -30,7 +33,8 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str
 
     ``kl``/``k1``: ``logp - ref``; ``abs``: ``|logp - ref|``; ``mse``/``k2``:
     ``0.5 (logp - ref)^2``; ``low_var_kl``/``k3``: with ``x = clamp(ref - logp, -20, 20)``,
-    ``clamp(exp(x) - x - 1, -10, 10)``. Append ``+`` for k2's gradient with the named value.
+    ``clamp(exp(x) - x - 1, -10, 10)``; ``k3_unclamped``: ``exp(x) - x - 1`` with
+    ``x = ref - logp``. Append ``+`` for k2's gradient with the named value.
     Shapes: logprob, ref_logprob ``(bs, L)`` -> ``(bs, L)``.
     """
     check_same_shape(logprob=logprob, ref_logprob=ref_logprob)
@@ -45,6 +49,9 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str
     elif name in ("low_var_kl", "k3"):
         x = torch.clamp(ref_logprob - logprob, min=-20, max=20)
         forward = torch.clamp(torch.exp(x) - x - 1, min=-10, max=10)
+    elif name == "k3_unclamped":
+        x = ref_logprob - logprob
+        forward = torch.exp(x) - x - 1
     else:
         raise ValueError(
             f"Unknown kl_penalty {kl_penalty!r}; valid names are: {', '.join(KL_PENALTY_NAMES)} "

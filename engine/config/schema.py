@@ -30,7 +30,9 @@ ADV_ESTIMATORS = (
 )
 # Estimators whose baseline comes from the other samples of the same prompt.
 GROUP_ESTIMATORS = ("grpo", "rloo", "grpo_passk", "opo", "reinforce_plus_plus_baseline", "gpg")
-KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+# Per-token KL estimators (engine.algorithms.kl.kl_penalty); "+" takes k2's gradient instead.
+KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "k3_unclamped")
+KL_TYPES = (*KL_ESTIMATORS, *(f"{name}+" for name in KL_ESTIMATORS))
 LOSS_AGG_MODES = (
     "token-mean",
     "seq-mean-token-sum",

@@ -28,7 +28,7 @@ REF = torch.tensor([[-1.5, -1.0]])
         (("abs",), [0.5, 1.0]),
         (("mse", "k2"), [0.125, 0.5]),
         # x = ref - logp = -0.5, 1: exp(x) - x - 1
-        (("low_var_kl", "k3"), [math.exp(-0.5) - 0.5, math.exp(1) - 2]),
+        (("low_var_kl", "k3", "k3_unclamped"), [math.exp(-0.5) - 0.5, math.exp(1) - 2]),
     ],
 )
 def test_kl_penalty_estimators(names, expected):
@@ -42,6 +42,29 @@ def test_k3_is_non_negative_and_clamped():
     assert torch.all(kl_penalty(logp, ref, "k3") >= 0)
     far = kl_penalty(torch.tensor([[-40.0]]), torch.tensor([[0.0]]), "low_var_kl")
     assert far.item() == 10.0  # exp(20) - 21 clamped to 10
+
+
+def test_k3_unclamped_keeps_value_and_gradient_past_the_clamp():
+    # The policy put log-prob -1 on a token the reference gives -14: k3 = exp(-13) + 12 > 10.
+    logp, ref = torch.tensor([[-1.0]], requires_grad=True), torch.tensor([[-14.0]])
+    clamped = kl_penalty(logp, ref, "low_var_kl")
+    assert clamped.item() == 10.0
+    clamped.sum().backward()
+    assert logp.grad.item() == 0.0  # verl's clamp: no KL gradient on this token
+    logp.grad = None
+    value = kl_penalty(logp, ref, "k3_unclamped")
+    torch.testing.assert_close(value, torch.tensor([[math.exp(-13) + 12]]))
+    value.sum().backward()
+    torch.testing.assert_close(logp.grad, torch.tensor([[1 - math.exp(-13)]]))  # d/dlogp k3
+
+
+def test_config_accepts_every_estimator_the_loss_computes():
+    from engine.algorithms.kl import KL_PENALTY_NAMES
+    from engine.config.schema import KL_ESTIMATORS, KL_TYPES
+
+    assert KL_ESTIMATORS == KL_PENALTY_NAMES
+    for name in KL_TYPES:
+        kl_penalty(LOGP, REF, name)  # no ValueError
 
 
 def test_plus_suffix_keeps_value_and_takes_k2_gradient():

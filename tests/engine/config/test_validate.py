@@ -60,6 +60,14 @@ def test_unknown_choices_list_valid_values():
     assert "fsdp, fsdp2" in problems(["critic.strategy=megatron"])["critic.strategy"]
 
 
+def test_kl_estimators_validate_with_and_without_the_k2_gradient_suffix():
+    for name in ("k3_unclamped", "low_var_kl+", "k3_unclamped+"):
+        assert problems([f"actor_rollout_ref.actor.kl_loss_type={name}"]) == {}
+        assert problems(["algorithm.use_kl_in_reward=True", f"algorithm.kl_penalty={name}"]) == {}
+    found = problems(["actor_rollout_ref.actor.kl_loss_type=k3++"])
+    assert "must be one of kl, k1" in found["actor_rollout_ref.actor.kl_loss_type"]
+
+
 @pytest.mark.parametrize("estimator", GROUP_ESTIMATORS)
 def test_group_estimators_need_groups(estimator):
     found = problems([f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.rollout.n=1"])
