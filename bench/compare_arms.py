@@ -8,7 +8,7 @@ peak RSS is per arm. Both training arms get the same settings (see ``engine_over
 | --- | --- | --- |
 | 8 prompts x 4 samples | ``data.train_batch_size=8``, ``rollout.n=4`` | 32 completions per device batch, ``num_generations=4`` |
 | one update per batch | ``ppo_mini_batch_size=8``, ``ppo_epochs=1`` | ``num_iterations=1``, ``steps_per_generation=1`` |
-| KL to the reference | ``use_kl_loss``, ``kl_loss_coef=beta``, ``low_var_kl`` (k3) | ``beta`` (k3), ``use_bias_correction_kl=False`` |
+| KL to the reference | ``use_kl_loss``, ``kl_loss_coef=beta``, ``low_var_kl`` (k3 clamped at 10; ``--engine-kl k3_unclamped``: TRL's k3) | ``beta`` (k3), ``use_bias_correction_kl=False`` |
 | loss | ``token-mean`` over the batch, clip 0.2 | ``loss_type="dapo"``, ``epsilon=0.2`` |
 | advantages | ``grpo``, std-normalised per group | ``scale_rewards="group"`` |
 | optimizer | AdamW, constant lr, weight decay 0, clip 1.0 | ``adamw_torch_fused``, constant lr, clip 1.0 |
@@ -90,7 +90,7 @@ def engine_overrides(args: Any, task: TaskData, out_dir: Path, controller: str) 
         "actor_rollout_ref.actor.ppo_epochs=1",
         "actor_rollout_ref.actor.use_kl_loss=True",
         f"actor_rollout_ref.actor.kl_loss_coef={args.beta}",
-        "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+        f"actor_rollout_ref.actor.kl_loss_type={args.engine_kl}",
         "actor_rollout_ref.actor.loss_agg_mode=token-mean",
         "actor_rollout_ref.actor.clip_ratio=0.2",
         "actor_rollout_ref.actor.grad_clip=1.0",

@@ -70,6 +70,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=None, help="tiny 60, medium 30")
     parser.add_argument("--lr", type=float, default=None, help="tiny 5e-5, medium 2e-5")
     parser.add_argument("--beta", type=float, default=0.04, help="KL coefficient (k3)")
+    parser.add_argument(
+        "--engine-kl",
+        default="low_var_kl",
+        choices=["low_var_kl", "k3_unclamped"],
+        help="the engine's k3 loss: verl's (clamped at 10) or TRL's (unclamped)",
+    )
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument(
         "--eval-steps", type=int, nargs="*", default=None, help="greedy evals (default: last step)"
@@ -113,6 +119,7 @@ def child_argv(args: argparse.Namespace) -> list[str]:
         f"--steps={args.steps}",
         f"--lr={args.lr}",
         f"--beta={args.beta}",
+        f"--engine-kl={args.engine_kl}",
         f"--seed={args.seed}",
         f"--threads={args.threads}",
         f"--root={args.root}",

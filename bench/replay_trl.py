@@ -62,6 +62,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--lr", type=float, default=SCALES["tiny"].lr)
     parser.add_argument("--beta", type=float, default=0.04, help="KL coefficient (k3)")
+    parser.add_argument(
+        "--engine-kl",
+        default="low_var_kl",
+        choices=["low_var_kl", "k3_unclamped"],
+        help="the engine's k3 loss: verl's (clamped at 10) or TRL's (unclamped)",
+    )
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 1)))
     parser.add_argument("--root", default=None, help="default <POSTTRAIN_DATA_DIR>/compare_trl")
