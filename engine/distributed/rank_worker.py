@@ -165,8 +165,23 @@ class ShardedActorRolloutRef:
         tokenizer = self.worker.tokenizer
         return int(tokenizer.pad_token_id) if tokenizer.pad_token_id is not None else 0
 
-    def generate_sequences(self, prompts: DataProto, *, validate: bool = False) -> DataProto:
-        """Return this rank's rollout, generated with the current policy weights."""
+    def generate_sequences(
+        self, prompts: DataProto, *, validate: bool = False, with_ref: bool = False
+    ) -> DataProto:
+        """Return this rank's rollout, generated with the current policy weights.
+
+        With ``with_ref`` the rollout also carries ``ref_log_prob`` (bs, R), the reference pass
+        over the sequences just sampled, and ``timing_s/ref_in_rollout``, its seconds: the
+        controller then needs no separate call for it.
+        """
+        out = self._generate(prompts, validate=validate)
+        if with_ref:
+            start = time.perf_counter()
+            out = out.union(self.compute_ref_log_prob(out))
+            out.meta_info["timing_s/ref_in_rollout"] = time.perf_counter() - start
+        return out
+
+    def _generate(self, prompts: DataProto, *, validate: bool) -> DataProto:
         if self.rollout_model is None:  # vLLM gathers the shards itself, or nothing is sharded
             return self.worker.generate_sequences(prompts, validate=validate)
         sync_s = self.sync_rollout_weights()

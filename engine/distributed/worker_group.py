@@ -14,6 +14,10 @@ method names, so the single-process loop drives them unchanged. Two dispatch mod
   concatenated in rank order and the padding dropped. Updates refuse padding instead (a
   repeated row would count twice in the gradient) and need a batch that divides evenly.
 - all (``ONE_TO_ALL``): the same call on every rank (state dicts, export).
+
+A training rollout call also runs the reference pass on each rank over the sequences it just
+sampled, and the proxy's ``compute_ref_log_prob`` hands that result out instead of calling the
+ranks again: a GRPO step is two calls (rollout, update), not three.
 """
 
 from __future__ import annotations
@@ -126,7 +130,12 @@ def gather_batches(outputs: list[DataProto], pad_size: int) -> DataProto:
 
 # Rollout columns whose width is the response length T (or P + T), and their padding values;
 # position ids are recomputed from the padded attention mask, as the rollout computes them.
-RESPONSE_PADDING = {"responses": None, "response_mask": 0, "rollout_log_probs": 0.0}
+RESPONSE_PADDING = {
+    "responses": None,
+    "response_mask": 0,
+    "rollout_log_probs": 0.0,
+    "ref_log_prob": 0.0,
+}
 SEQUENCE_PADDING = {"input_ids": None, "attention_mask": 0}
 
 
@@ -304,17 +313,30 @@ class ActorRolloutRefGroup:
         self.group = group
         self.config = config
         self.tokenizer = None
+        self.need_ref = need_ref
+        # The reference pass over the last training rollout, computed in the rollout call.
+        self.pending_ref: tuple[torch.Tensor, DataProto] | None = None
         group.execute_all(
             "build_role", self.role, config, total_steps=total_steps, need_ref=need_ref
         )
         self.pad_token_id: int = group.call_all(self.role, "pad_token_id")[0]
 
     def generate_sequences(self, prompts: DataProto, *, validate: bool = False) -> DataProto:
-        """Return the rollout for prompts already repeated ``n`` times, generated on every rank."""
+        """Return the rollout for prompts already repeated ``n`` times, generated on every rank.
+
+        A training rollout also runs the reference pass on each rank, in the same call (nothing
+        on the controller needs it before then, and every call to the ranks costs milliseconds
+        of dispatch and wake-up); :meth:`compute_ref_log_prob` hands that result out.
+        """
+        with_ref = self.need_ref and not validate
         outputs, pad = self.group.call_split(
-            self.role, "generate_sequences", prompts, validate=validate
+            self.role, "generate_sequences", prompts, validate=validate, with_ref=with_ref
         )
-        return gather_batches(pad_rollouts(outputs, self.pad_token_id), pad)
+        out = gather_batches(pad_rollouts(outputs, self.pad_token_id), pad)
+        if with_ref:
+            ref = out.pop(batch_keys=["ref_log_prob"], meta_info_keys=["timing_s/ref_in_rollout"])
+            self.pending_ref = (out.batch["input_ids"], ref)
+        return out
 
     def needs_old_log_prob(self, batch_size: int) -> bool:
         """Return False when the update is on-policy (decided on the whole batch, as locally)."""
@@ -330,7 +352,11 @@ class ActorRolloutRefGroup:
         return gather_batches(*outputs)
 
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
-        """Return ``ref_log_prob`` (bs, R)."""
+        """Return ``ref_log_prob`` (bs, R): the one the rollout call computed for these
+        sequences (its meta_info carries ``timing_s/ref_in_rollout``), else a call to the ranks."""
+        pending, self.pending_ref = self.pending_ref, None
+        if pending is not None and torch.equal(pending[0], data.batch["input_ids"]):
+            return pending[1]
         outputs = self.group.call_split(self.role, "compute_ref_log_prob", tensors_only(data))
         return gather_batches(*outputs)
 

@@ -202,7 +202,12 @@ class PPOTrainer:
             batch = batch.union(old)
         if self.need_ref:
             with timer("ref", timing):
-                batch = batch.union(self.arr.compute_ref_log_prob(batch))
+                ref = self.arr.compute_ref_log_prob(batch)
+            # A Ray group runs the reference pass inside the rollout call: book it under ref.
+            fused = ref.meta_info.pop("timing_s/ref_in_rollout", 0.0)
+            timing["gen"] -= fused
+            timing["ref"] += fused
+            batch = batch.union(ref)
         if self.critic is not None:
             with timer("values", timing):
                 batch = batch.union(self.critic.compute_values(batch))

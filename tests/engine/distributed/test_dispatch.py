@@ -94,7 +94,8 @@ def test_a_sharded_checkpoint_only_fits_a_group_of_its_size():
 
 
 def rollout(responses: list[list[int]], prompt_len: int = 2) -> DataProto:
-    """Return a rank's rollout: every response token is real (mask 1), log-prob -0.5."""
+    """Return a rank's rollout: every response token is real (mask 1), log-prob -0.5, with the
+    reference pass (log-prob -0.7) the rollout call computes for training."""
     resp = torch.tensor(responses)
     prompts = torch.full((len(responses), prompt_len), 9)
     response_mask = torch.ones_like(resp)
@@ -108,6 +109,7 @@ def rollout(responses: list[list[int]], prompt_len: int = 2) -> DataProto:
             "attention_mask": attention_mask,
             "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
             "rollout_log_probs": torch.full(resp.shape, -0.5),
+            "ref_log_prob": torch.full(resp.shape, -0.7),
         }
     )
 
@@ -118,6 +120,7 @@ def test_rollouts_of_different_lengths_are_padded_like_one_rollout():
     assert short.batch["responses"].tolist() == [[5, 0, 0]]
     assert short.batch["response_mask"].tolist() == [[1, 0, 0]]
     assert short.batch["rollout_log_probs"].tolist() == [[-0.5, 0.0, 0.0]]
+    torch.testing.assert_close(short.batch["ref_log_prob"], torch.tensor([[-0.7, 0.0, 0.0]]))
     assert short.batch["input_ids"].tolist() == [[9, 9, 5, 0, 0]]
     assert short.batch["attention_mask"].tolist() == [[1, 1, 1, 0, 0]]
     assert short.batch["position_ids"].tolist() == [[0, 1, 2, 2, 2]]

@@ -98,12 +98,72 @@ def test_an_odd_batch_comes_back_in_order_without_padding(two_ranks):
     lengths = [int(n) for out in per_rank for n in out.batch["response_mask"].sum(-1)]
     assert gen.batch["response_mask"].sum(-1).tolist() == lengths[:5]
     old = arr.compute_log_prob(gen)
-    ref = arr.compute_ref_log_prob(gen)
+    ref = arr.compute_ref_log_prob(gen)  # computed by the ranks in the rollout call
     expected_old = local.compute_log_prob(gen).batch["old_log_probs"]
     expected_ref = local.compute_ref_log_prob(gen).batch["ref_log_prob"]
     assert old.batch["old_log_probs"].shape == expected_old.shape == (5, max(widths))
+    assert ref.batch["ref_log_prob"].shape == expected_ref.shape
     torch.testing.assert_close(old.batch["old_log_probs"], expected_old, atol=1e-5, rtol=0)
-    torch.testing.assert_close(ref.batch["ref_log_prob"], expected_ref, atol=1e-5, rtol=0)
+    # Each rank scored its own rows at its own width, so only response tokens are comparable.
+    mask = gen.batch["response_mask"].bool()
+    torch.testing.assert_close(
+        ref.batch["ref_log_prob"][mask], expected_ref[mask], atol=1e-5, rtol=0
+    )
+
+
+class CallLog:
+    """Record the methods a worker group is asked to run, then run them."""
+
+    def __init__(self, group: RayWorkerGroup) -> None:
+        self.group, self.methods = group, []
+        self.call_split = group.call_split
+        group.call_split = self.record
+
+    def record(self, role, method, *args, **kwargs):
+        self.methods.append(method)
+        return self.call_split(role, method, *args, **kwargs)
+
+    def restore(self) -> None:
+        self.group.call_split = self.call_split
+
+
+def test_the_reference_pass_rides_in_the_training_rollout_call(two_ranks):
+    config, arr, initial, initial_full = two_ranks
+    arr.load_state_dict(initial)
+    prompts = prompt_batch(config.actor_rollout_ref.model.tokenizer, QUESTIONS[:4]).repeat(2)
+    calls = CallLog(arr.group)
+    try:
+        gen = arr.generate_sequences(prompts)
+        assert "ref_log_prob" not in gen.batch  # held for compute_ref_log_prob
+        ref = arr.compute_ref_log_prob(gen)
+        assert calls.methods == ["generate_sequences"]
+        assert ref.meta_info["timing_s/ref_in_rollout"] > 0
+        again = arr.compute_ref_log_prob(gen)  # nothing pending now: the ranks are asked
+        assert calls.methods == ["generate_sequences", "compute_ref_log_prob"]
+        mask = gen.batch["response_mask"].bool()
+        torch.testing.assert_close(
+            ref.batch["ref_log_prob"][mask], again.batch["ref_log_prob"][mask], atol=1e-5, rtol=0
+        )
+        expected = one_rank(config, initial_full).compute_ref_log_prob(gen)
+        torch.testing.assert_close(
+            ref.batch["ref_log_prob"][mask],
+            expected.batch["ref_log_prob"][mask],
+            atol=1e-5,
+            rtol=0,
+        )
+        # A validation rollout carries no reference pass and leaves a pending one alone...
+        train = arr.generate_sequences(prompts)
+        other = prompt_batch(config.actor_rollout_ref.model.tokenizer, QUESTIONS[1:5])
+        val = arr.generate_sequences(other, validate=True)
+        assert "ref_log_prob" not in val.batch
+        arr.compute_ref_log_prob(train)
+        assert calls.methods[-1] == "generate_sequences"
+        # ...and a pending pass is never handed out for other sequences.
+        arr.generate_sequences(prompts)
+        arr.compute_ref_log_prob(val)
+        assert calls.methods[-1] == "compute_ref_log_prob"
+    finally:
+        calls.restore()
 
 
 def test_after_an_update_the_rollout_samples_from_the_new_weights(two_ranks):
@@ -256,6 +316,8 @@ def test_grpo_runs_end_to_end_on_two_ranks_and_resumes_from_its_shards(
         assert key in first.steps[2], key
     assert "val-core/tiny_arithmetic/reward/mean@1" in first.steps[2]
     perf = first.steps[2]
+    # The reference pass ran inside the rollout call; its time is booked under ref, not gen.
+    assert perf["timing_s/ref"] > 0 and perf["timing_s/gen"] > 0
     per_rank = perf["perf/total_num_tokens"] / perf["perf/time_per_step"] / 2
     assert perf["perf/throughput"] == pytest.approx(per_rank)  # tokens/s per rank, as verl's
     assert first.samples == 2 * 4 * 4 + 2 * 6  # two steps of 4 prompts x 4, two validations
