@@ -23,6 +23,7 @@ ranks again: a GRPO step is two calls (rollout, update), not three.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,8 @@ from engine.data import DataProto
 from engine.env import CPU_PROCESS_ENV
 
 PLACEMENT_TIMEOUT_S = 120
+# Placement group names must be unique in the cluster: two groups of one process differ here.
+GROUP_IDS = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -204,7 +207,7 @@ class RayWorkerGroup:
             group = placement_group(
                 [pool.bundle() for _ in range(count)],
                 strategy="STRICT_PACK",
-                name=f"{pool.name}_node{node}_{os.getpid()}",
+                name=f"{pool.name}_node{node}_{os.getpid()}_{next(GROUP_IDS)}",
             )
             self.placement_groups.append(group)
         ready = [group.ready() for group in self.placement_groups]

@@ -220,6 +220,20 @@ def test_one_rank_does_the_single_process_work_exactly(ray_session, tmp_path):
         group.shutdown()
 
 
+def test_two_groups_of_one_pool_name_live_side_by_side_in_one_process(ray_session):
+    # Two trainers in one driver (an A/B benchmark, say) each reserve a pool called
+    # global_pool; Ray refuses a placement group name that is already taken.
+    first = RayWorkerGroup(ResourcePool("same_name", (1,), "cpu", cpus_per_rank=0.5))
+    try:
+        second = RayWorkerGroup(ResourcePool("same_name", (1,), "cpu", cpus_per_rank=0.5))
+        try:
+            assert first.pids != second.pids
+        finally:
+            second.shutdown()
+    finally:
+        first.shutdown()
+
+
 def test_a_cpu_rank_runs_one_torch_thread_per_reserved_cpu(ray_session):
     group = RayWorkerGroup(ResourcePool("two_cpus", (1,), "cpu", cpus_per_rank=2.0))
     try:
