@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""What does the Ray controller cost over the in-process one? Both trainers, step by step, in one driver.
+
+``compare_trl.py`` runs each arm in its own process, minutes apart. On a shared host whose speed
+drifts up to 2x within minutes its Ray/in-process ratio moves by more than the effect being
+measured (0.95-1.71x between repeats of one run). This script pairs the steps instead: one driver
+builds the in-process ``PPOTrainer`` and a ``RayPPOTrainer`` with one rank on the same task and
+settings (``compare_arms.engine_overrides``, the tiny scale, one torch thread each) and alternates
+their steps, so the two steps of a pair run within a fraction of a second of each other. It
+reports each arm's median step and step parts, and the median over the pairs of Ray's step time
+over the in-process one.
+
+``--three-calls`` adds a third trainer whose controller asks the rank for the reference pass in a
+call of its own, as every step did before the pass rode in the rollout call, to show what that
+saves.
+
+The in-process trainer here is not the one ``compare_trl.py`` times: its thread waits while the
+other trainers step, so its caches start cold at each step as the rank's do. The ratio is the
+cost of the controller's calls and of the work crossing processes, not of a second process
+going idle between calls.
+
+Usage (from the repository root)::
+
+    .venv/bin/python bench/ray_overhead.py --steps 60 --three-calls
+
+The results JSON goes to ``--results-dir`` (``bench/results``), the table to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from compare_trl import OFFLINE_ENV  # noqa: E402 (after the path to the bench scripts)
+
+for _key, _value in {
+    **OFFLINE_ENV,
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "CUDA_VISIBLE_DEVICES": "",
+    "RAY_AUTH_MODE": "disabled",
+}.items():
+    os.environ.setdefault(_key, _value)
+
+PARTS = ("gen", "ref", "update_actor", "step")
+# Logged with the timings: one Ray rank does the in-process work bit for bit, so these must agree.
+SAME_WORK = ("actor/pg_loss", "actor/kl_loss", "critic/score/mean")
+WARMUP_STEPS = 5  # left out of the medians: first calls, allocator growth
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Return the command-line arguments."""
+    from compare_tasks import SCALES
+
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--three-calls", action="store_true", help="add the three-call layout")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--root", default=None, help="default <POSTTRAIN_DATA_DIR>/compare_trl")
+    parser.add_argument("--results-dir", default=str(HERE / "results"))
+    args = parser.parse_args(argv)
+    # The settings compare_arms.engine_overrides reads, as compare_trl.py sets them for tiny.
+    args.scale, args.threads, args.beta, args.engine_kl = "tiny", 1, 0.04, "low_var_kl"
+    args.lr = SCALES["tiny"].lr
+    if args.root is None:
+        from engine.env import data_dir
+
+        args.root = str(data_dir() / "compare_trl")
+    if args.steps <= WARMUP_STEPS:
+        parser.error(f"--steps must be more than the {WARMUP_STEPS} warm-up steps")
+    return args
+
+
+def build_trainers(args: argparse.Namespace) -> dict[str, Any]:
+    """Return the trainers by arm name: ``local``, ``ray`` and, if asked, ``ray_three_calls``."""
+    from compare_arms import engine_overrides
+    from compare_tasks import prepare_task
+
+    from engine.config import load_config
+    from engine.distributed.ray_trainer import RayPPOTrainer
+    from engine.trainer.ppo_trainer import PPOTrainer
+
+    task, _ = prepare_task(args.scale, Path(args.root), args.threads)
+    arms = ["local", "ray", *(["ray_three_calls"] if args.three_calls else [])]
+
+    def config(arm: str) -> Any:
+        controller = "local" if arm == "local" else "ray"
+        out_dir = Path(args.root) / "ray_overhead" / arm
+        cfg = load_config("grpo_tiny.yaml", engine_overrides(args, task, out_dir, controller))
+        cfg.ray_init.num_cpus = len(arms) - 1  # one CPU for each Ray trainer's rank
+        return cfg
+
+    trainers: dict[str, Any] = {"local": PPOTrainer(config("local"))}
+    try:
+        for arm in arms[1:]:
+            trainers[arm] = RayPPOTrainer(config(arm), cpus_per_rank=1.0)
+        if args.three_calls:
+            # Without a reference pass to run in the rollout call, the controller asks for it.
+            trainers["ray_three_calls"].arr.need_ref = False
+    except BaseException:
+        shutdown(trainers)
+        raise
+    return trainers
+
+
+def shutdown(trainers: dict[str, Any]) -> None:
+    """Release the Ray trainers' ranks."""
+    for trainer in trainers.values():
+        if hasattr(trainer, "shutdown"):
+            trainer.shutdown()
+
+
+def alternate(trainers: dict[str, Any], steps: int) -> dict[str, list[dict[str, float]]]:
+    """Run ``steps`` steps of every trainer, one step of each in turn; return each arm's timings."""
+    batches = {arm: iter(trainer.train_loader) for arm, trainer in trainers.items()}
+    timings: dict[str, list[dict[str, float]]] = {arm: [] for arm in trainers}
+    for _ in range(steps):
+        for arm, trainer in trainers.items():
+            trainer.global_step += 1
+            metrics, _, _ = trainer.train_step(next(batches[arm]))
+            timings[arm].append(
+                {part: metrics[f"timing_s/{part}"] for part in PARTS}
+                | {key: metrics[key] for key in SAME_WORK}
+            )
+    return timings
+
+
+def summarise(timings: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
+    """Return each arm's median parts (ms) and, for the Ray arms, the per-pair step ratios.
+
+    Raise RuntimeError unless every arm logged the in-process arm's losses and rewards.
+    """
+    kept = {arm: rows[WARMUP_STEPS:] for arm, rows in timings.items()}
+    summary: dict[str, Any] = {}
+    for arm, rows in timings.items():
+        differs = [
+            (step, key)
+            for step, (r, base) in enumerate(zip(rows, timings["local"], strict=True), 1)
+            for key in SAME_WORK
+            if r[key] != base[key]
+        ]
+        if differs:
+            raise RuntimeError(
+                f"{arm} did other work than the in-process trainer (step, metric): {differs[:5]}"
+            )
+    for arm, rows in kept.items():
+        entry: dict[str, Any] = {
+            f"{part}_ms": round(statistics.median(r[part] for r in rows) * 1000, 2)
+            for part in PARTS
+        }
+        if arm != "local":
+            ratios = sorted(
+                r["step"] / base["step"] for r, base in zip(rows, kept["local"], strict=True)
+            )
+            quartiles = statistics.quantiles(ratios, n=4)
+            entry["step_over_local"] = round(statistics.median(ratios), 3)
+            entry["step_over_local_iqr"] = [round(quartiles[0], 3), round(quartiles[2], 3)]
+        summary[arm] = entry
+    return summary
+
+
+def markdown(summary: dict[str, Any], steps: int) -> str:
+    """Return the summary as a table."""
+    lines = [
+        f"Median over steps {WARMUP_STEPS + 1}-{steps} (ms); Ray / in-process: median of the "
+        "per-pair ratios (interquartile range)",
+        "",
+        "| arm | step | generate | reference | update | Ray / in-process |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for arm, e in summary.items():
+        ratio = (
+            f"{e['step_over_local']} ({e['step_over_local_iqr'][0]}-{e['step_over_local_iqr'][1]})"
+            if "step_over_local" in e
+            else ""
+        )
+        lines.append(
+            f"| {arm} | {e['step_ms']} | {e['gen_ms']} | {e['ref_ms']} | {e['update_actor_ms']} "
+            f"| {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)
+    trainers = build_trainers(args)
+    try:
+        timings = alternate(trainers, args.steps)
+    finally:
+        shutdown(trainers)
+    summary = summarise(timings)
+    print(markdown(summary, args.steps))
+    results = Path(args.results_dir)
+    results.mkdir(parents=True, exist_ok=True)
+    path = results / f"ray_overhead_{time.strftime('%Y%m%d_%H%M%S')}.json"
+    path.write_text(json.dumps({"args": vars(args), "summary": summary, "steps": timings}))
+    print(f"results: {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
