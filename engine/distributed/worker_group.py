@@ -332,8 +332,14 @@ class ActorRolloutRefGroup:
         of dispatch and wake-up); :meth:`compute_ref_log_prob` hands that result out.
         """
         with_ref = self.need_ref and not validate
+        # A single-turn rollout reads the prompt tensors only; multi-turn reads the messages too.
+        multi_turn = self.config.actor_rollout_ref.rollout.multi_turn.enable
         outputs, pad = self.group.call_split(
-            self.role, "generate_sequences", prompts, validate=validate, with_ref=with_ref
+            self.role,
+            "generate_sequences",
+            prompts if multi_turn else tensors_only(prompts),
+            validate=validate,
+            with_ref=with_ref,
         )
         out = gather_batches(pad_rollouts(outputs, self.pad_token_id), pad)
         if with_ref:

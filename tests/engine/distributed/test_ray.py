@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -218,6 +219,40 @@ def test_one_rank_does_the_single_process_work_exactly(ray_session, tmp_path):
         )
     finally:
         group.shutdown()
+
+
+def test_a_multi_turn_rollout_gets_its_messages_on_the_rank(ray_session, tmp_path):
+    # Single-turn rollouts ship the prompt tensors only; a multi-turn one needs each row's
+    # messages and extra info on the rank, where its interaction runs.
+    interaction = tmp_path / "interaction.py"
+    interaction.write_text(
+        "def reply(messages, extra_info):\n"
+        "    if len(messages) < 3:\n"
+        "        return {'role': 'user', 'content': str(extra_info['index'])}\n"
+    )
+    config = tiny_config(lr=1e-2, mini_batch=4)
+    config.data.max_response_length = 24
+    multi_turn = config.actor_rollout_ref.rollout.multi_turn
+    multi_turn.enable, multi_turn.interaction_path = True, str(interaction)
+    multi_turn.interaction_name = "reply"
+    tokenizer = config.actor_rollout_ref.model.tokenizer
+    prompts = prompt_batch(tokenizer, QUESTIONS[:4])
+    messages = np.empty(4, dtype=object)  # one list of messages per row
+    messages[:] = [[{"role": "user", "content": q}] for q in QUESTIONS[:4]]
+    prompts.non_tensor_batch["raw_prompt"] = messages
+    prompts.non_tensor_batch["extra_info"] = np.array([{"index": i} for i in range(4)])
+    group = RayWorkerGroup(ResourcePool("multi_turn", (1,), "cpu", cpus_per_rank=0.5))
+    try:
+        arr = ActorRolloutRefGroup(group, config, total_steps=10, need_ref=True)
+        local = one_rank(config, arr.full_state_dict())
+        gen = arr.generate_sequences(prompts)
+        expected = local.generate_sequences(prompts)
+    finally:
+        group.shutdown()
+    assert torch.equal(gen.batch["responses"], expected.batch["responses"])
+    turns = gen.non_tensor_batch["num_turns"].tolist()
+    assert turns == expected.non_tensor_batch["num_turns"].tolist()
+    assert max(turns) > 1  # the interaction answered on the rank
 
 
 def test_two_groups_of_one_pool_name_live_side_by_side_in_one_process(ray_session):
