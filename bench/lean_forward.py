@@ -86,7 +86,13 @@ def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     from engine.trainer.recorder import Recorder
 
     settings = argparse.Namespace(
-        scale="tiny", beta=0.04, lr=5e-5, steps=args.warmup, seed=1234, threads=args.threads
+        scale="tiny",
+        beta=0.04,
+        engine_kl="low_var_kl",
+        lr=5e-5,
+        steps=args.warmup,
+        seed=1234,
+        threads=args.threads,
     )
     task, _ = prepare_task("tiny", root, args.threads)
     overrides = engine_overrides(settings, task, root / "out", "local")
