@@ -70,12 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=None, help="tiny 60, medium 30")
     parser.add_argument("--lr", type=float, default=None, help="tiny 5e-5, medium 2e-5")
     parser.add_argument("--beta", type=float, default=0.04, help="KL coefficient (k3)")
-    parser.add_argument(
-        "--engine-kl",
-        default="low_var_kl",
-        choices=["low_var_kl", "k3_unclamped"],
-        help="the engine's k3 loss: verl's (clamped at 10) or TRL's (unclamped)",
-    )
+    add_engine_kl_argument(parser)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument(
         "--eval-steps", type=int, nargs="*", default=None, help="greedy evals (default: last step)"
@@ -96,6 +91,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
         args.root = str(data_dir() / "compare_trl")
     return args
+
+
+def add_engine_kl_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--engine-kl``: the engine's k3 loss, verl's (the default) or TRL's."""
+    parser.add_argument(
+        "--engine-kl",
+        default="low_var_kl",
+        choices=["low_var_kl", "k3_unclamped"],
+        help="the engine's k3 loss: verl's (clamped at 10) or TRL's (unclamped)",
+    )
 
 
 def fill_scale_defaults(args: argparse.Namespace, scale: str) -> argparse.Namespace:

@@ -77,6 +77,8 @@ def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """Train, capture a batch, and time each variant's passes in turn; return the summary."""
     from compare_arms import engine_overrides
     from compare_tasks import prepare_task
+    from compare_trl import fill_scale_defaults
+    from compare_trl import parse_args as compare_trl_args
 
     import engine.workers.actor as actor
     from engine.config import load_config
@@ -85,15 +87,9 @@ def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     from engine.trainer.ppo_trainer import PPOTrainer
     from engine.trainer.recorder import Recorder
 
-    settings = argparse.Namespace(
-        scale="tiny",
-        beta=0.04,
-        engine_kl="low_var_kl",
-        lr=5e-5,
-        steps=args.warmup,
-        seed=1234,
-        threads=args.threads,
-    )
+    # compare_trl.py's tiny settings, trained for the warm-up steps.
+    shared = [f"--steps={args.warmup}", f"--threads={args.threads}"]
+    settings = fill_scale_defaults(compare_trl_args(shared), "tiny")
     task, _ = prepare_task("tiny", root, args.threads)
     overrides = engine_overrides(settings, task, root / "out", "local")
     trainer = PPOTrainer(load_config("grpo_tiny.yaml", overrides=overrides), Recorder())

@@ -58,8 +58,9 @@ WARMUP_STEPS = 5  # left out of the medians: first calls, allocator growth
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Return the command-line arguments."""
-    from compare_tasks import SCALES
+    """Return the command-line arguments, with ``compare_trl.py``'s tiny settings added."""
+    from compare_trl import fill_scale_defaults
+    from compare_trl import parse_args as compare_trl_args
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -70,16 +71,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--root", default=None, help="default <POSTTRAIN_DATA_DIR>/compare_trl")
     parser.add_argument("--results-dir", default=str(HERE / "results"))
     args = parser.parse_args(argv)
-    # The settings compare_arms.engine_overrides reads, as compare_trl.py sets them for tiny.
-    args.scale, args.threads, args.beta, args.engine_kl = "tiny", 1, 0.04, "low_var_kl"
-    args.lr = SCALES["tiny"].lr
-    if args.root is None:
-        from engine.env import data_dir
-
-        args.root = str(data_dir() / "compare_trl")
     if args.steps <= WARMUP_STEPS:
         parser.error(f"--steps must be more than the {WARMUP_STEPS} warm-up steps")
-    return args
+    # The settings compare_arms.engine_overrides reads, as compare_trl.py sets them for tiny.
+    shared = ["--threads=1", f"--steps={args.steps}", f"--seed={args.seed}"]
+    shared += [f"--root={args.root}"] if args.root else []
+    settings = fill_scale_defaults(compare_trl_args(shared), "tiny")
+    return argparse.Namespace(**{**vars(settings), **vars(args), "root": settings.root})
 
 
 def build_trainers(args: argparse.Namespace) -> dict[str, Any]:

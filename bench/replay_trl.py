@@ -44,7 +44,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from compare_trl import OFFLINE_ENV  # noqa: E402 (after the path to the bench scripts)
+from compare_trl import OFFLINE_ENV, add_engine_kl_argument  # noqa: E402 (after the bench path)
 
 for _key, _value in OFFLINE_ENV.items():
     os.environ.setdefault(_key, _value)
@@ -62,12 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--lr", type=float, default=SCALES["tiny"].lr)
     parser.add_argument("--beta", type=float, default=0.04, help="KL coefficient (k3)")
-    parser.add_argument(
-        "--engine-kl",
-        default="low_var_kl",
-        choices=["low_var_kl", "k3_unclamped"],
-        help="the engine's k3 loss: verl's (clamped at 10) or TRL's (unclamped)",
-    )
+    add_engine_kl_argument(parser)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 1)))
     parser.add_argument("--root", default=None, help="default <POSTTRAIN_DATA_DIR>/compare_trl")
