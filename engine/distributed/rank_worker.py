@@ -27,6 +27,7 @@ rank (actor/rollout/reference and, by default, the critic), as verl's fused work
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from engine.data import DataProto
+from engine.distributed.channel import ChannelServer, reply_for, unpack
 from engine.distributed.fsdp import (
     apply_fsdp2,
     check_offload,
@@ -338,6 +340,9 @@ class RankWorker:
             apply_cpu_process_env()
             self.device = torch.device("cpu")
         self.roles: dict[str, Any] = {}
+        # Ray's calls and the direct channel's run on different threads, one at a time.
+        self.lock = threading.Lock()
+        self.channel: ChannelServer | None = None
 
     def free_address(self) -> tuple[str, int]:
         """Return this node's address and a free port for the group's TCPStore."""
@@ -370,12 +375,33 @@ class RankWorker:
         """Run ``method`` of a hosted role; batches travel to the device and back to the CPU."""
         if role not in self.roles:
             raise RuntimeError(f"role {role!r} is not built on rank {self.rank}")
-        args = tuple(_to(a, self.device) for a in args)
-        result = getattr(self.roles[role], method)(*args, **kwargs)
-        return _to(result, "cpu")
+        with self.lock:
+            if self.device.type == "cuda":  # the channel's thread starts on the default device
+                torch.cuda.set_device(self.device)
+            args = tuple(_to(a, self.device) for a in args)
+            result = getattr(self.roles[role], method)(*args, **kwargs)
+            return _to(result, "cpu")
+
+    def call_packed(self, request: bytes) -> bytes:
+        """Answer a packed ``(role, method, args, kwargs)`` request with a packed reply
+        (``engine.distributed.channel.reply_for``): the step's calls, over the direct channel or
+        through Ray."""
+
+        def run() -> Any:
+            role, method, args, kwargs = unpack(request)
+            return self.call(role, method, *args, **kwargs)
+
+        return reply_for(run)
+
+    def open_channel(self) -> tuple[str, int, bytes]:
+        """Start serving the controller's direct connection; return its address and token."""
+        self.channel = ChannelServer(self.call_packed, host=node_address())
+        return (*self.channel.address, self.channel.token)
 
     def shutdown(self) -> None:
         """Leave the process group (before the actor is killed)."""
+        if self.channel is not None:
+            self.channel.close()
         self.roles.clear()
         if dist.is_initialized():
             dist.destroy_process_group()

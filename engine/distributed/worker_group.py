@@ -32,6 +32,8 @@ from typing import Any
 import torch
 
 from engine.data import DataProto
+from engine.distributed import channel
+from engine.distributed.channel import RankChannels, pack, result_of
 from engine.env import CPU_PROCESS_ENV
 
 PLACEMENT_TIMEOUT_S = 120
@@ -243,6 +245,10 @@ class RayWorkerGroup:
                 )
         host, port = ray.get(self.workers[0].free_address.remote())
         self.pids = ray.get([w.init_process_group.remote(host, port) for w in self.workers])
+        self.channels: RankChannels | None = None
+        if channel.enabled():
+            endpoints = ray.get([w.open_channel.remote() for w in self.workers])
+            self.channels = RankChannels(endpoints, self.pids)
 
     @property
     def world_size(self) -> int:
@@ -280,17 +286,25 @@ class RayWorkerGroup:
         import ray
 
         chunks, pad_size = split_batch(data, self.world_size, pad=pad)
-        futures = [
-            w.call.remote(role, method, chunk, **kwargs)
-            for w, chunk in zip(self.workers, chunks, strict=True)
-        ]
-        return ray.get(futures), pad_size
+        requests = [pack((role, method, (chunk,), kwargs)) for chunk in chunks]
+        if self.channels is not None:
+            return self.channels.call(requests), pad_size
+        futures = [w.call_packed.remote(r) for w, r in zip(self.workers, requests, strict=True)]
+        replies = ray.get(futures)
+        return [
+            result_of(reply, rank, pid)
+            for rank, (reply, pid) in enumerate(zip(replies, self.pids, strict=True))
+        ], pad_size
 
     def shutdown(self) -> None:
         """Leave the process group, kill the actors and free the placement groups."""
         import ray
         from ray.util.placement_group import remove_placement_group
 
+        channels = getattr(self, "channels", None)
+        if channels is not None:
+            channels.close()
+            self.channels = None
         workers = getattr(self, "workers", [])
         if workers:
             # A dead rank must not keep the others alive.

@@ -8,6 +8,8 @@ starting point restore the group's initial sharded state first.
 from __future__ import annotations
 
 import copy
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -15,6 +17,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from engine.config import load_config
+from engine.data import DataProto
+from engine.distributed.channel import ENV_SWITCH, RankChannelError
 from engine.distributed.ray_trainer import RayPPOTrainer
 from engine.distributed.worker_group import ActorRolloutRefGroup, RayWorkerGroup, ResourcePool
 from engine.tiny.task import make_problems, write_split
@@ -184,13 +188,17 @@ def test_after_an_update_the_rollout_samples_from_the_new_weights(two_ranks):
     assert (rollout - stale).abs().max() > 1e-2  # the pre-update policy would disagree
 
 
-def test_one_rank_does_the_single_process_work_exactly(ray_session, tmp_path):
+@pytest.mark.parametrize("route", ["channel", "ray"])
+def test_one_rank_does_the_single_process_work_exactly(ray_session, monkeypatch, route):
     # One fp32 rank has nothing to shard: the rank runs the single-process worker unwrapped, so
     # samples, log-probs and the update are bit for bit the local ones, and a checkpoint still
-    # round-trips in the sharded format.
+    # round-trips in the sharded format; whether the step's calls go over the direct channel or
+    # through Ray (POSTTRAIN_RANK_CHANNEL=0).
+    monkeypatch.setenv(ENV_SWITCH, "1" if route == "channel" else "0")
     config = tiny_config(lr=1e-2, mini_batch=4)
     group = RayWorkerGroup(ResourcePool("one_rank", (1,), "cpu", cpus_per_rank=0.5))
     try:
+        assert (group.channels is not None) == (route == "channel")
         arr = ActorRolloutRefGroup(group, config, total_steps=10, need_ref=True)
         local = one_rank(config, arr.full_state_dict())
         prompts = prompt_batch(config.actor_rollout_ref.model.tokenizer, QUESTIONS[:4])
@@ -217,6 +225,48 @@ def test_one_rank_does_the_single_process_work_exactly(ray_session, tmp_path):
             arr.generate_sequences(prompts).batch["responses"],
             local.generate_sequences(prompts).batch["responses"],
         )
+    finally:
+        group.shutdown()
+
+
+@pytest.mark.parametrize("route", ["channel", "ray"])
+def test_a_rank_error_in_a_step_call_is_raised_with_the_rank_traceback(
+    ray_session, monkeypatch, route
+):
+    monkeypatch.setenv(ENV_SWITCH, "1" if route == "channel" else "0")
+    group = RayWorkerGroup(ResourcePool(f"errors_{route}", (1,), "cpu", cpus_per_rank=0.5))
+    try:
+        data = DataProto.from_dict({"input_ids": torch.ones(2, 3, dtype=torch.long)})
+        with pytest.raises(RuntimeError, match="role 'critic' is not built on rank 0") as info:
+            group.call_split("critic", "compute_values", data)
+        notes = "\n".join(info.value.__notes__)
+        assert f"raised on rank 0 (pid {group.pids[0]})" in notes and "rank_worker.py" in notes
+    finally:
+        group.shutdown()
+
+
+def test_after_a_rank_error_the_next_call_gets_its_own_replies(two_ranks):
+    # Both ranks fail; the controller raises rank 0's error at once, so rank 1's reply is still
+    # in its connection when the next call starts and must not be taken for that call's answer.
+    config, arr, initial, _ = two_ranks
+    arr.load_state_dict(initial)
+    prompts = prompt_batch(config.actor_rollout_ref.model.tokenizer, QUESTIONS[:4])
+    gen = arr.generate_sequences(prompts, validate=True)
+    before = arr.compute_ref_log_prob(gen)
+    with pytest.raises(RuntimeError, match="not built on rank 0"):
+        arr.group.call_split("critic", "compute_values", gen)
+    after = arr.compute_ref_log_prob(gen)
+    assert torch.equal(before.batch["ref_log_prob"], after.batch["ref_log_prob"])
+
+
+def test_a_rank_that_dies_is_named_by_the_next_step_call(ray_session):
+    group = RayWorkerGroup(ResourcePool("dies", (1,), "cpu", cpus_per_rank=0.5))
+    try:
+        pid = group.pids[0]
+        os.kill(pid, signal.SIGKILL)
+        data = DataProto.from_dict({"input_ids": torch.ones(2, 3, dtype=torch.long)})
+        with pytest.raises(RankChannelError, match=rf"rank 0 \(pid {pid}\) .* process died"):
+            group.call_split("actor_rollout_ref", "compute_ref_log_prob", data)
     finally:
         group.shutdown()
 
