@@ -10,18 +10,25 @@ their steps, so the two steps of a pair run within a fraction of a second of eac
 reports each arm's median step and step parts, and the median over the pairs of Ray's step time
 over the in-process one.
 
-``--three-calls`` adds a third trainer whose controller asks the rank for the reference pass in a
-call of its own, as every step did before the pass rode in the rollout call, to show what that
-saves.
+``--ray-calls`` adds a Ray trainer whose step calls go through Ray actor calls instead of the
+direct channel to the rank (``POSTTRAIN_RANK_CHANNEL=0``, see ``engine.distributed.channel``);
+``--three-calls`` adds one whose controller also asks the rank for the reference pass in a call
+of its own, as every step did before the pass rode in the rollout call. Each shows what its
+change saves.
 
-The in-process trainer here is not the one ``compare_trl.py`` times: its thread waits while the
-other trainers step, so its caches start cold at each step as the rank's do. The ratio is the
-cost of the controller's calls and of the work crossing processes, not of a second process
-going idle between calls.
+With ``--block 1`` (the default) the in-process trainer is not the one ``compare_trl.py``
+times: its thread waits while the other trainers step, so its caches start cold at each step as
+the rank's do, and the ratio is the cost of the controller's calls and of the work crossing
+processes only. ``--block N`` lets each arm run ``N`` steps in a row before the next takes over:
+the in-process trainer then runs hot as it does on its own, a Ray step still waits on the
+controller between its calls, and the ratio of the two arms' block times (a block of 10 tiny
+steps takes about a second, short against the host's drift) is the whole cost a user of the Ray
+path pays.
 
 Usage (from the repository root)::
 
-    .venv/bin/python bench/ray_overhead.py --steps 60 --three-calls
+    .venv/bin/python bench/ray_overhead.py --steps 200 --block 10 --ray-calls
+    .venv/bin/python bench/ray_overhead.py --steps 200 --ray-calls --three-calls
 
 The results JSON goes to ``--results-dir`` (``bench/results``), the table to stdout.
 """
@@ -66,13 +73,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--ray-calls", action="store_true", help="add step calls through Ray")
     parser.add_argument("--three-calls", action="store_true", help="add the three-call layout")
+    parser.add_argument(
+        "--block", type=int, default=1, help="steps each arm runs before the next takes over"
+    )
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--root", default=None, help="default <POSTTRAIN_DATA_DIR>/compare_trl")
     parser.add_argument("--results-dir", default=str(HERE / "results"))
     args = parser.parse_args(argv)
     if args.steps <= WARMUP_STEPS:
         parser.error(f"--steps must be more than the {WARMUP_STEPS} warm-up steps")
+    if args.block < 1:
+        parser.error("--block must be at least 1")
     # The settings compare_arms.engine_overrides reads, as compare_trl.py sets them for tiny.
     shared = ["--threads=1", f"--steps={args.steps}", f"--seed={args.seed}"]
     shared += [f"--root={args.root}"] if args.root else []
@@ -81,16 +94,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def build_trainers(args: argparse.Namespace) -> dict[str, Any]:
-    """Return the trainers by arm name: ``local``, ``ray`` and, if asked, ``ray_three_calls``."""
+    """Return the trainers by arm name: ``local``, ``ray`` and, if asked, ``ray_calls`` and
+    ``ray_three_calls``."""
     from compare_arms import engine_overrides
     from compare_tasks import prepare_task
 
     from engine.config import load_config
+    from engine.distributed import channel
     from engine.distributed.ray_trainer import RayPPOTrainer
     from engine.trainer.ppo_trainer import PPOTrainer
 
     task, _ = prepare_task(args.scale, Path(args.root), args.threads)
-    arms = ["local", "ray", *(["ray_three_calls"] if args.three_calls else [])]
+    arms = ["local", "ray"]
+    arms += ["ray_calls"] * args.ray_calls + ["ray_three_calls"] * args.three_calls
 
     def config(arm: str) -> Any:
         controller = "local" if arm == "local" else "ray"
@@ -99,10 +115,17 @@ def build_trainers(args: argparse.Namespace) -> dict[str, Any]:
         cfg.ray_init.num_cpus = len(arms) - 1  # one CPU for each Ray trainer's rank
         return cfg
 
+    channel_setting = os.environ.get(channel.ENV_SWITCH, "1")
     trainers: dict[str, Any] = {"local": PPOTrainer(config("local"))}
     try:
         for arm in arms[1:]:
-            trainers[arm] = RayPPOTrainer(config(arm), cpus_per_rank=1.0)
+            # Only ray_calls sends its step calls through Ray; the three-call arm differs from
+            # the two-call one in the reference call alone.
+            os.environ[channel.ENV_SWITCH] = "0" if arm == "ray_calls" else channel_setting
+            try:
+                trainers[arm] = RayPPOTrainer(config(arm), cpus_per_rank=1.0)
+            finally:
+                os.environ[channel.ENV_SWITCH] = channel_setting
         if args.three_calls:
             # Without a reference pass to run in the rollout call, the controller asks for it.
             trainers["ray_three_calls"].arr.need_ref = False
@@ -119,23 +142,42 @@ def shutdown(trainers: dict[str, Any]) -> None:
             trainer.shutdown()
 
 
-def alternate(trainers: dict[str, Any], steps: int) -> dict[str, list[dict[str, float]]]:
-    """Run ``steps`` steps of every trainer, one step of each in turn; return each arm's timings."""
+def alternate(
+    trainers: dict[str, Any], steps: int, block: int = 1
+) -> dict[str, list[dict[str, float]]]:
+    """Run ``steps`` steps of every trainer, ``block`` steps of each in turn; return each arm's
+    timings."""
     batches = {arm: iter(trainer.train_loader) for arm, trainer in trainers.items()}
     timings: dict[str, list[dict[str, float]]] = {arm: [] for arm in trainers}
-    for _ in range(steps):
+    for start in range(0, steps, block):
         for arm, trainer in trainers.items():
-            trainer.global_step += 1
-            metrics, _, _ = trainer.train_step(next(batches[arm]))
-            timings[arm].append(
-                {part: metrics[f"timing_s/{part}"] for part in PARTS}
-                | {key: metrics[key] for key in SAME_WORK}
-            )
+            for _ in range(min(block, steps - start)):
+                trainer.global_step += 1
+                metrics, _, _ = trainer.train_step(next(batches[arm]))
+                timings[arm].append(
+                    {part: metrics[f"timing_s/{part}"] for part in PARTS}
+                    | {key: metrics[key] for key in SAME_WORK}
+                )
     return timings
 
 
-def summarise(timings: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
-    """Return each arm's median parts (ms) and, for the Ray arms, the per-pair step ratios.
+def block_ratios(rows: list[float], base: list[float], block: int) -> list[float]:
+    """Return, for each block of ``block`` consecutive steps, the ratio of the two arms' times.
+
+    ``rows`` and ``base`` are step times from step ``WARMUP_STEPS + 1`` on; blocks are counted
+    from step 1, as :func:`alternate` runs them, so the first one may be cut by the warm-up.
+    """
+    ratios = []
+    for end in range(block - WARMUP_STEPS % block, len(rows) + block, block):
+        start = max(0, end - block)
+        if start < min(end, len(rows)):
+            ratios.append(sum(rows[start:end]) / sum(base[start:end]))
+    return sorted(ratios)
+
+
+def summarise(timings: dict[str, list[dict[str, float]]], block: int = 1) -> dict[str, Any]:
+    """Return each arm's median parts (ms) and, for the Ray arms, the ratios of their time over
+    the in-process arm's, per pair of blocks.
 
     Raise RuntimeError unless every arm logged the in-process arm's losses and rewards.
     """
@@ -158,8 +200,8 @@ def summarise(timings: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
             for part in PARTS
         }
         if arm != "local":
-            ratios = sorted(
-                r["step"] / base["step"] for r, base in zip(rows, kept["local"], strict=True)
+            ratios = block_ratios(
+                [r["step"] for r in rows], [r["step"] for r in kept["local"]], block
             )
             quartiles = statistics.quantiles(ratios, n=4)
             entry["step_over_local"] = round(statistics.median(ratios), 3)
@@ -168,11 +210,12 @@ def summarise(timings: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
     return summary
 
 
-def markdown(summary: dict[str, Any], steps: int) -> str:
+def markdown(summary: dict[str, Any], steps: int, block: int = 1) -> str:
     """Return the summary as a table."""
+    pairs = "per-pair" if block == 1 else f"per-pair ({block}-step blocks)"
     lines = [
         f"Median over steps {WARMUP_STEPS + 1}-{steps} (ms); Ray / in-process: median of the "
-        "per-pair ratios (interquartile range)",
+        f"{pairs} ratios (interquartile range)",
         "",
         "| arm | step | generate | reference | update | Ray / in-process |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -197,11 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     trainers = build_trainers(args)
     try:
-        timings = alternate(trainers, args.steps)
+        timings = alternate(trainers, args.steps, args.block)
     finally:
         shutdown(trainers)
-    summary = summarise(timings)
-    print(markdown(summary, args.steps))
+    summary = summarise(timings, args.block)
+    print(markdown(summary, args.steps, args.block))
     results = Path(args.results_dir)
     results.mkdir(parents=True, exist_ok=True)
     path = results / f"ray_overhead_{time.strftime('%Y%m%d_%H%M%S')}.json"
