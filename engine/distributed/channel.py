@@ -10,8 +10,8 @@ compiled graphs, which also cut that latency, an idle rank sleeps in ``recv`` in
 spinning on a core.
 
 The wire is a length-prefixed frame holding a pickled ``(role, method, args, kwargs)`` request or
-an ``(ok, value)`` reply (:func:`pack`). The rank serves its connection on a thread of its own;
-``RankWorker`` runs that thread's calls and Ray's one at a time. A rank that raises sends the
+an ``(ok, value)`` reply (:func:`pack`). The rank serves its connection on a thread of its own
+and hands each call to ``RankWorker``'s role thread, where Ray's calls run too, one at a time. A rank that raises sends the
 exception back and the controller raises it with the rank's traceback as a note. A rank process
 that dies closes its socket, and the controller raises :class:`RankChannelError` naming it; a
 node that vanishes without closing is noticed by TCP keepalive within about a minute.
@@ -62,7 +62,7 @@ def pack(value: Any) -> bytes:
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def unpack(payload: bytes) -> Any:
+def unpack(payload: bytes | bytearray) -> Any:
     """Return what :func:`pack` pickled."""
     return pickle.loads(payload)
 
@@ -77,13 +77,13 @@ def send_frame(sock: socket.socket, payload: bytes) -> None:
         sock.sendall(payload)
 
 
-def recv_frame(sock: socket.socket) -> bytes:
+def recv_frame(sock: socket.socket) -> bytearray:
     """Read one length-prefixed frame; ConnectionError if the peer closed the connection."""
     (size,) = HEADER.unpack(_recv_exact(sock, HEADER.size))
     return _recv_exact(sock, size)
 
 
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
+def _recv_exact(sock: socket.socket, size: int) -> bytearray:
     buffer = bytearray(size)
     view = memoryview(buffer)
     received = 0
@@ -92,7 +92,7 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes:
         if count == 0:
             raise ConnectionError("the peer closed the connection")
         received += count
-    return bytes(buffer)
+    return buffer
 
 
 def _tune(sock: socket.socket) -> None:
@@ -116,7 +116,7 @@ def reply_for(call: Callable[[], Any]) -> bytes:
             return pack((False, (RuntimeError(f"{type(exc).__name__}: {exc}"), trace)))
 
 
-def result_of(reply: bytes, rank: int, pid: int) -> Any:
+def result_of(reply: bytes | bytearray, rank: int, pid: int) -> Any:
     """Return the result in a :func:`reply_for` reply, or raise the rank's exception with its
     traceback as a note."""
     ok, value = unpack(reply)
@@ -133,7 +133,7 @@ class ChannelServer:
     ``handler`` turns a request frame into a reply frame (see :func:`reply_for`).
     """
 
-    def __init__(self, handler: Callable[[bytes], bytes], host: str) -> None:
+    def __init__(self, handler: Callable[[bytearray], bytes], host: str) -> None:
         self.handler = handler
         self.token = os.urandom(TOKEN_BYTES)
         self.listener = socket.create_server((host, 0))
@@ -222,7 +222,7 @@ class RankChannels:
             for rank in range(len(self.sockets))
         ]
 
-    def _receive(self, rank: int) -> bytes:
+    def _receive(self, rank: int) -> bytearray:
         try:
             reply = recv_frame(self.sockets[rank])
         except (ConnectionError, OSError) as exc:

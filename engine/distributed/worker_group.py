@@ -18,6 +18,10 @@ method names, so the single-process loop drives them unchanged. Two dispatch mod
 A training rollout call also runs the reference pass on each rank over the sequences it just
 sampled, and the proxy's ``compute_ref_log_prob`` hands that result out instead of calling the
 ranks again: a GRPO step is two calls (rollout, update), not three.
+
+Split calls (every step's) travel over the group's direct connection to each rank
+(:mod:`engine.distributed.channel`); the others, rare and possibly large (state dicts, exports),
+are Ray actor calls.
 """
 
 from __future__ import annotations
