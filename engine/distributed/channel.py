@@ -25,6 +25,7 @@ from __future__ import annotations
 import hmac
 import os
 import pickle
+import selectors
 import socket
 import struct
 import threading
@@ -184,6 +185,8 @@ class RankChannels:
         self.sockets: list[socket.socket] = []
         # Replies a rank still owes: a call that raised on one rank leaves the others' unread.
         self.owed = [0] * len(endpoints)
+        # Set once a rank's connection was lost: the others may wait on it in a collective.
+        self.broken = False
         try:
             for rank, (host, port, token) in enumerate(endpoints):
                 try:
@@ -205,8 +208,9 @@ class RankChannels:
     def call(self, requests: Sequence[bytes]) -> list[Any]:
         """Send ``requests[i]`` to rank ``i``; return the replies in rank order.
 
-        A rank's exception is raised with its traceback as a note; RankChannelError if a rank's
-        connection closed.
+        Replies are read as they come, so a rank's exception, or the loss of its connection
+        (RankChannelError), is raised as soon as it arrives, even while other ranks wait for
+        that rank in a collective. A rank's exception carries its traceback as a note.
         """
         for rank in range(len(self.sockets)):
             while self.owed[rank]:
@@ -217,10 +221,16 @@ class RankChannels:
             except OSError as exc:
                 raise self._lost(rank, exc) from exc
             self.owed[rank] += 1
-        return [
-            result_of(self._receive(rank), rank, self.pids[rank])
-            for rank in range(len(self.sockets))
-        ]
+        results: dict[int, Any] = {}
+        with selectors.DefaultSelector() as waiting:
+            for rank, sock in enumerate(self.sockets):
+                waiting.register(sock, selectors.EVENT_READ, rank)
+            while len(results) < len(self.sockets):
+                for key, _ in waiting.select():
+                    waiting.unregister(key.fileobj)
+                    rank = key.data
+                    results[rank] = result_of(self._receive(rank), rank, self.pids[rank])
+        return [results[rank] for rank in range(len(self.sockets))]
 
     def _receive(self, rank: int) -> bytearray:
         try:
@@ -232,6 +242,7 @@ class RankChannels:
 
     def _lost(self, rank: int, exc: BaseException) -> RankChannelError:
         self.owed[rank] = 0
+        self.broken = True
         return RankChannelError(
             f"rank {rank} (pid {self.pids[rank]}) closed its connection during a call ({exc}): "
             "the rank process died (killed, out of memory or crashed; its output is in the Ray "

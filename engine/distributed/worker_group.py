@@ -251,8 +251,12 @@ class RayWorkerGroup:
         self.pids = ray.get([w.init_process_group.remote(host, port) for w in self.workers])
         self.channels: RankChannels | None = None
         if channel.enabled():
-            endpoints = ray.get([w.open_channel.remote() for w in self.workers])
-            self.channels = RankChannels(endpoints, self.pids)
+            try:
+                endpoints = ray.get([w.open_channel.remote() for w in self.workers])
+                self.channels = RankChannels(endpoints, self.pids)
+            except BaseException:
+                self.shutdown()
+                raise
 
     @property
     def world_size(self) -> int:
@@ -306,11 +310,13 @@ class RayWorkerGroup:
         from ray.util.placement_group import remove_placement_group
 
         channels = getattr(self, "channels", None)
+        # After a rank died the others may sit in a collective waiting for it: kill them.
+        graceful = channels is None or not channels.broken
         if channels is not None:
             channels.close()
             self.channels = None
         workers = getattr(self, "workers", [])
-        if workers:
+        if workers and graceful:
             # A dead rank must not keep the others alive.
             with contextlib.suppress(Exception):
                 ray.get([w.shutdown.remote() for w in workers], timeout=30)

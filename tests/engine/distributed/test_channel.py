@@ -57,12 +57,39 @@ def test_a_rank_error_is_raised_with_its_type_and_the_rank_traceback_and_the_cha
     channels = RankChannels([endpoint for _, endpoint in servers], pids=[21, 22])
     try:
         with pytest.raises(ValueError, match="max_prompt_length") as info:
-            channels.call([pack("bad"), pack("bad")])
+            channels.call([pack("bad"), pack("fine")])
         notes = "\n".join(info.value.__notes__)
         assert "raised on rank 0 (pid 21)" in notes and "in handler" in notes
-        # Rank 1's reply to the failed call is still owed: it must not answer the next call.
+        # Rank 1's reply to the failed call may still be unread: it must not answer the next.
         assert channels.call([pack("a"), pack("b")]) == ["a", "b"]
     finally:
+        channels.close()
+
+
+def test_a_rank_error_is_raised_while_another_rank_is_still_busy():
+    # On a real group the busy rank would be waiting for the failed one in a collective.
+    release = threading.Event()
+
+    def busy(x):
+        release.wait(30)
+        return x
+
+    def failing(x):
+        if x == "b":
+            raise RuntimeError("out of memory on rank 1")
+        return x
+
+    servers = [serve(busy), serve(failing)]
+    channels = RankChannels([endpoint for _, endpoint in servers], pids=[1, 2])
+    try:
+        with pytest.raises(RuntimeError, match="out of memory on rank 1") as info:
+            channels.call([pack("a"), pack("b")])
+        assert not release.is_set()  # raised before rank 0 answered
+        assert "raised on rank 1 (pid 2)" in "\n".join(info.value.__notes__)
+        release.set()  # rank 0 answers the failed call late; the next call skips that answer
+        assert channels.call([pack("c"), pack("d")]) == ["c", "d"]
+    finally:
+        release.set()
         channels.close()
 
 

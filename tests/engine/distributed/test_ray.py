@@ -246,14 +246,15 @@ def test_a_rank_error_in_a_step_call_is_raised_with_the_rank_traceback(
 
 
 def test_after_a_rank_error_the_next_call_gets_its_own_replies(two_ranks):
-    # Both ranks fail; the controller raises rank 0's error at once, so rank 1's reply is still
-    # in its connection when the next call starts and must not be taken for that call's answer.
+    # Both ranks fail; the controller raises the first error that arrives, so the other rank's
+    # reply may still be in its connection when the next call starts, and must not be taken for
+    # that call's answer.
     config, arr, initial, _ = two_ranks
     arr.load_state_dict(initial)
     prompts = prompt_batch(config.actor_rollout_ref.model.tokenizer, QUESTIONS[:4])
     gen = arr.generate_sequences(prompts, validate=True)
     before = arr.compute_ref_log_prob(gen)
-    with pytest.raises(RuntimeError, match="not built on rank 0"):
+    with pytest.raises(RuntimeError, match="'critic' is not built on rank [01]"):
         arr.group.call_split("critic", "compute_values", gen)
     after = arr.compute_ref_log_prob(gen)
     assert torch.equal(before.batch["ref_log_prob"], after.batch["ref_log_prob"])
@@ -269,6 +270,23 @@ def test_a_rank_that_dies_is_named_by_the_next_step_call(ray_session):
             group.call_split("actor_rollout_ref", "compute_ref_log_prob", data)
     finally:
         group.shutdown()
+
+
+def test_a_rank_that_dies_while_the_other_waits_for_it_in_a_collective_is_named(ray_session):
+    # Rank 0 starts the update and blocks in FSDP's first all-gather, which rank 1 never joins;
+    # the controller names rank 1 at once instead of waiting out the process group's timeout.
+    config = tiny_config(lr=1e-2, mini_batch=4)
+    group = RayWorkerGroup(ResourcePool("dies_in_collective", (2,), "cpu", cpus_per_rank=0.5))
+    try:
+        arr = ActorRolloutRefGroup(group, config, total_steps=10, need_ref=True)
+        pid = group.pids[1]
+        os.kill(pid, signal.SIGKILL)
+        vocab = len(config.actor_rollout_ref.model.tokenizer)
+        with pytest.raises(RankChannelError, match=rf"rank 1 \(pid {pid}\)"):
+            arr.update_actor(update_batch(4, 5, [3, 5, 5, 3], vocab))
+        assert group.channels.broken
+    finally:
+        group.shutdown()  # kills rank 0 without waiting for its collective
 
 
 def test_a_multi_turn_rollout_gets_its_messages_on_the_rank(ray_session, tmp_path):
