@@ -1,23 +1,25 @@
-"""A direct connection from the controller to each rank for the calls every training step makes.
+"""A direct connection from the controller to each rank for the calls to the rank's roles.
 
-Ray starts, places and watches the ranks, and carries the rare calls: building the roles, state
-dicts, checkpoints, exports. The calls of every step (rollout, log-probs, values, updates) go
-over a TCP connection of their own between the controller and each rank instead: a Ray actor
-call and its reply cross four threads and two gRPC hops on each side, which cost 2.2 ms for a
-15 KB batch when both sides had been idle for 20 ms (every call of a step starts that way)
-against 0.1 ms over a socket, on a CPU step of about 55 ms with two such calls. Unlike Ray's
-compiled graphs, which also cut that latency, an idle rank sleeps in ``recv`` instead of
-spinning on a core.
+Ray starts and places the ranks, joins them in the process group and kills them. The calls to
+the roles (building them, and every step's rollout, log-probs, values and updates, state dicts,
+exports) go over a TCP connection of their own between the controller and each rank. On the
+2-core machine of ``docs/benchmarks.md`` a Ray actor call and its reply took 2.2 ms for 15 KB
+when both sides had been idle for 20 ms, as every call of a training step starts, and 0.1 ms
+over a socket; a tiny CPU step of about 55 ms makes two such calls. Ray's compiled graphs cut
+that latency too, but an idle actor of a compiled graph spins on a core; an idle rank here
+sleeps in ``recv``.
 
-The wire is a length-prefixed frame holding a pickled ``(role, method, args, kwargs)`` request or
-an ``(ok, value)`` reply (:func:`pack`). The rank serves its connection on a thread of its own
-and hands each call to ``RankWorker``'s role thread, where Ray's calls run too, one at a time. A rank that raises sends the
-exception back and the controller raises it with the rank's traceback as a note. A rank process
-that dies closes its socket, and the controller raises :class:`RankChannelError` naming it; a
-node that vanishes without closing is noticed by TCP keepalive within about a minute.
+The wire is a length-prefixed frame holding a pickled ``(method, args, kwargs)`` request or an
+``(ok, value)`` reply (:func:`pack`). The rank serves its connection on a thread of its own, and
+every role call of the run arrives there, so the roles (vLLM, CUDA streams, thread-local torch
+state) always see that one thread. A rank that raises sends the exception back and the
+controller raises it with the rank's traceback as a note. A rank process that dies closes its
+socket, and the controller raises :class:`RankChannelError` naming it, without waiting for the
+other ranks (which may be waiting for it in a collective); a node that vanishes without closing
+is noticed by TCP keepalive within about a minute.
 
-Set ``POSTTRAIN_RANK_CHANNEL=0`` to send these calls through Ray as well, for a cluster whose
-nodes cannot open connections to each other's free ports.
+Set ``POSTTRAIN_RANK_CHANNEL=0`` to send these calls as Ray actor calls instead, for a cluster
+whose nodes cannot open connections to each other's free ports.
 """
 
 from __future__ import annotations

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -320,6 +319,10 @@ class ShardedCritic:
         self.worker.critic.lr_scheduler.load_state_dict(state["lr_scheduler"])
 
 
+# The RankWorker methods a packed request may name.
+PACKED_METHODS = ("build_role", "call")
+
+
 def _to(value: Any, device: torch.device | str) -> Any:
     return value.to(device) if isinstance(value, DataProto) else value
 
@@ -340,20 +343,7 @@ class RankWorker:
             apply_cpu_process_env()
             self.device = torch.device("cpu")
         self.roles: dict[str, Any] = {}
-        # Ray's calls and the direct channel's arrive on different threads; the roles are built
-        # and run on this one thread, one call at a time, so they (vLLM, CUDA streams,
-        # thread-local torch state) always see the same thread, as under plain Ray calls.
-        self.role_thread = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="rank-roles", initializer=self._enter_device
-        )
         self.channel: ChannelServer | None = None
-
-    def _enter_device(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-
-    def _on_role_thread(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        return self.role_thread.submit(fn, *args, **kwargs).result()
 
     def free_address(self) -> tuple[str, int]:
         """Return this node's address and a free port for the group's TCPStore."""
@@ -372,10 +362,10 @@ class RankWorker:
 
     def build_role(self, role: str, config: Any, **kwargs: Any) -> None:
         """Build ``actor_rollout_ref`` or ``critic`` on this rank from the run's config."""
-        self._on_role_thread(self._build_role, role, config, **kwargs)
-
-    def _build_role(self, role: str, config: Any, **kwargs: Any) -> None:
         from engine.trainer.ppo_trainer import seed_everything
+
+        if self.device.type == "cuda":  # the channel's thread starts on the default device
+            torch.cuda.set_device(self.device)
 
         classes = {"actor_rollout_ref": ShardedActorRolloutRef, "critic": ShardedCritic}
         if role not in classes:
@@ -387,9 +377,6 @@ class RankWorker:
 
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """Run ``method`` of a hosted role; batches travel to the device and back to the CPU."""
-        return self._on_role_thread(self._call, role, method, args, kwargs)
-
-    def _call(self, role: str, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
         if role not in self.roles:
             raise RuntimeError(f"role {role!r} is not built on rank {self.rank}")
         args = tuple(_to(a, self.device) for a in args)
@@ -397,13 +384,18 @@ class RankWorker:
         return _to(result, "cpu")
 
     def call_packed(self, request: bytes | bytearray) -> bytes:
-        """Answer a packed ``(role, method, args, kwargs)`` request with a packed reply
-        (``engine.distributed.channel.reply_for``): the step's calls, over the direct channel or
-        through Ray."""
+        """Answer a packed ``(method, args, kwargs)`` request for :meth:`build_role` or
+        :meth:`call` with a packed reply (``engine.distributed.channel.reply_for``).
+
+        Every such request of a group takes one route, so a rank's roles always run on one
+        thread: the direct channel's, or Ray's when the channel is off.
+        """
 
         def run() -> Any:
-            role, method, args, kwargs = unpack(request)
-            return self.call(role, method, *args, **kwargs)
+            name, args, kwargs = unpack(request)
+            if name not in PACKED_METHODS:
+                raise ValueError(f"{name!r} is not one of {PACKED_METHODS}")
+            return getattr(self, name)(*args, **kwargs)
 
         return reply_for(run)
 
@@ -416,6 +408,6 @@ class RankWorker:
         """Leave the process group (before the actor is killed)."""
         if self.channel is not None:
             self.channel.close()
-        self._on_role_thread(self.roles.clear)
+        self.roles.clear()
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -19,9 +19,9 @@ A training rollout call also runs the reference pass on each rank over the seque
 sampled, and the proxy's ``compute_ref_log_prob`` hands that result out instead of calling the
 ranks again: a GRPO step is two calls (rollout, update), not three.
 
-Split calls (every step's) travel over the group's direct connection to each rank
-(:mod:`engine.distributed.channel`); the others, rare and possibly large (state dicts, exports),
-are Ray actor calls.
+Calls to the roles travel over the group's direct connection to each rank
+(:mod:`engine.distributed.channel`), or as Ray actor calls with ``POSTTRAIN_RANK_CHANNEL=0``; Ray
+starts the ranks, joins them in the process group and kills them.
 """
 
 from __future__ import annotations
@@ -264,10 +264,9 @@ class RayWorkerGroup:
         return len(self.workers)
 
     def execute_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        """Call ``RankWorker.method`` on every rank with the same arguments; return each result."""
-        import ray
-
-        return ray.get([getattr(w, method).remote(*args, **kwargs) for w in self.workers])
+        """Call ``RankWorker.method`` (``build_role`` or ``call``) on every rank with the same
+        arguments; return each rank's result."""
+        return self.dispatch([pack((method, args, kwargs))] * self.world_size)
 
     def call_all(self, role: str, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Call ``role.method`` on every rank with the same arguments (ONE_TO_ALL)."""
@@ -275,34 +274,32 @@ class RayWorkerGroup:
 
     def call_each(self, role: str, method: str, per_rank_args: list[tuple]) -> list[Any]:
         """Call ``role.method`` on rank ``i`` with ``per_rank_args[i]``."""
-        import ray
-
         if len(per_rank_args) != self.world_size:
             raise ValueError(
                 f"expected {self.world_size} argument tuples, got {len(per_rank_args)}"
             )
-        futures = [
-            w.call.remote(role, method, *args)
-            for w, args in zip(self.workers, per_rank_args, strict=True)
-        ]
-        return ray.get(futures)
+        return self.dispatch([pack(("call", (role, method, *args), {})) for args in per_rank_args])
 
     def call_split(
         self, role: str, method: str, data: DataProto, *, pad: bool = True, **kwargs: Any
     ) -> tuple[list[Any], int]:
         """Give each rank its chunk of ``data`` (DP_COMPUTE_PROTO); return results and padding."""
+        chunks, pad_size = split_batch(data, self.world_size, pad=pad)
+        requests = [pack(("call", (role, method, chunk), kwargs)) for chunk in chunks]
+        return self.dispatch(requests), pad_size
+
+    def dispatch(self, requests: list[bytes]) -> list[Any]:
+        """Send packed request ``i`` to rank ``i`` over the direct channel (or through Ray when it
+        is off); return the results in rank order, raising a rank's error with its traceback."""
+        if self.channels is not None:
+            return self.channels.call(requests)
         import ray
 
-        chunks, pad_size = split_batch(data, self.world_size, pad=pad)
-        requests = [pack((role, method, (chunk,), kwargs)) for chunk in chunks]
-        if self.channels is not None:
-            return self.channels.call(requests), pad_size
         futures = [w.call_packed.remote(r) for w, r in zip(self.workers, requests, strict=True)]
-        replies = ray.get(futures)
         return [
             result_of(reply, rank, pid)
-            for rank, (reply, pid) in enumerate(zip(replies, self.pids, strict=True))
-        ], pad_size
+            for rank, (reply, pid) in enumerate(zip(ray.get(futures), self.pids, strict=True))
+        ]
 
     def shutdown(self) -> None:
         """Leave the process group, kill the actors and free the placement groups."""
