@@ -3,7 +3,7 @@
 The single-process trainer's loop and worker classes are reused as they are. ``rank_worker``
 wraps ``ActorRolloutRefWorker`` / ``CriticWorker`` on each rank with FSDP2 (``fsdp``) inside a
 process group (``process_group``); ``worker_group`` gives the controller proxies with the same
-method names that split batches across ranks, and sends the calls of every step over a direct
+method names that split batches across ranks, and calls the ranks' roles over a direct
 connection to each rank (``channel``); ``ray_trainer.RayPPOTrainer`` only builds those proxies
 instead of local workers. Importing this package does not import Ray.
 """

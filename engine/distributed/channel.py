@@ -44,7 +44,8 @@ ENV_SWITCH = "POSTTRAIN_RANK_CHANNEL"
 
 
 def enabled() -> bool:
-    """Return whether the step's calls go over the direct channel (``POSTTRAIN_RANK_CHANNEL``)."""
+    """Return whether calls to the ranks' roles go over the direct channel
+    (``POSTTRAIN_RANK_CHANNEL``)."""
     value = os.environ.get(ENV_SWITCH, "1").strip().lower()
     if value not in ("0", "1", "false", "true", "no", "yes", "off", "on"):
         raise ValueError(f"{ENV_SWITCH}={value!r}: use 1 (the default) or 0")
@@ -59,8 +60,8 @@ def pack(value: Any) -> bytes:
     """Pickle a request or reply into one bytes object, the arrays' buffers in band.
 
     Ray ships each numpy array of a pickled ``DataProto`` as a buffer of its own; for a batch of
-    a dozen columns that costs more than the same batch as one bytes object, so the step's calls
-    travel packed over Ray too when the channel is off.
+    a dozen columns that costs more than the same batch as one bytes object, so calls travel
+    packed through Ray too when the channel is off.
     """
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -114,8 +115,10 @@ def reply_for(call: Callable[[], Any]) -> bytes:
     except Exception as exc:  # noqa: BLE001 (any error goes back to the controller)
         trace = traceback.format_exc()
         try:
-            return pack((False, (exc, trace)))
-        except Exception:  # noqa: BLE001 (an exception that does not pickle)
+            reply = pack((False, (exc, trace)))
+            unpack(reply)  # an exception class whose __init__ takes other arguments fails here
+            return reply
+        except Exception:  # noqa: BLE001 (an exception that does not pickle and unpickle)
             return pack((False, (RuntimeError(f"{type(exc).__name__}: {exc}"), trace)))
 
 

@@ -93,19 +93,35 @@ def test_a_rank_error_is_raised_while_another_rank_is_still_busy():
         channels.close()
 
 
-def test_an_error_that_does_not_pickle_comes_back_as_a_runtime_error_naming_it():
-    class Unpicklable(Exception):
-        def __reduce__(self):
-            raise TypeError("no")
+class Unpicklable(Exception):
+    def __reduce__(self):
+        raise TypeError("no")
 
+
+class NeedsTwoArguments(Exception):
+    """Pickles, but unpickling calls __init__ with the message alone and fails."""
+
+    def __init__(self, key, value):
+        super().__init__(f"{key} cannot be {value}")
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (Unpicklable("lock held"), "Unpicklable: lock held"),
+        (NeedsTwoArguments("lr", -1), "NeedsTwoArguments: lr cannot be -1"),
+    ],
+)
+def test_an_error_that_does_not_travel_comes_back_as_a_runtime_error_naming_it(error, message):
     def handler(_):
-        raise Unpicklable("lock held")
+        raise error
 
     server, endpoint = serve(handler)
     channels = RankChannels([endpoint], pids=[5])
     try:
-        with pytest.raises(RuntimeError, match="Unpicklable: lock held"):
+        with pytest.raises(RuntimeError, match=message) as info:
             channels.call([pack(None)])
+        assert "in handler" in "\n".join(info.value.__notes__)
     finally:
         channels.close()
 
