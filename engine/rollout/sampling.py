@@ -23,6 +23,8 @@ Where the work goes, and what is saved:
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -93,6 +95,25 @@ def shared_prompts(
     return first, inverse
 
 
+@functools.cache
+def cache_keyword() -> str:
+    """Return the name a causal LM's forward takes its KV cache under, in this transformers.
+
+    transformers 5.2x calls it ``cache``; earlier 5.x releases (5.17 on the GPU image) call it
+    ``past_key_values``, and a ``cache=`` there vanishes into ``**kwargs`` unread, so every
+    forward on top of a cache would silently recompute without it.
+    """
+    from transformers import LlamaForCausalLM
+
+    parameters = inspect.signature(LlamaForCausalLM.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def with_cache(cache: DynamicCache) -> dict[str, DynamicCache]:
+    """Return the forward keyword arguments that hand ``cache`` to the model."""
+    return {cache_keyword(): cache}
+
+
 def new_kv_cache(model: torch.nn.Module) -> DynamicCache:
     """Return an empty KV cache laid out for the model (sliding-window layers included)."""
     config = getattr(model, "config", None)
@@ -148,7 +169,7 @@ def sample_sequences(
             input_ids=input_ids[prefill],
             attention_mask=mask[prefill],
             position_ids=position_ids[prefill],
-            cache=cache,
+            **with_cache(cache),
             use_cache=True,
             logits_to_keep=1,
         ).logits[:, -1]  # (u, V)
@@ -191,7 +212,7 @@ def sample_sequences(
                 input_ids=token[:, None],
                 attention_mask=mask,
                 position_ids=next_pos,
-                cache=cache,
+                **with_cache(cache),
                 use_cache=True,
             )
             logits = out.logits[:, -1]

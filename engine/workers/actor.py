@@ -40,7 +40,7 @@ from engine.algorithms import (
 )
 from engine.data import DataProto
 from engine.lean import LeanModel, causal_mask, checkpointing
-from engine.rollout.sampling import new_kv_cache, shared_prompts, trim_left_padding
+from engine.rollout.sampling import new_kv_cache, shared_prompts, trim_left_padding, with_cache
 
 
 def response_logits(
@@ -133,7 +133,7 @@ def _prompt_pass(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            cache=cache,
+            **with_cache(cache),
             use_cache=True,
             logits_to_keep=1,
         ).logits
@@ -165,7 +165,7 @@ def _response_pass(
             input_ids=response_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            cache=select_cache(prompt_state, prompt_rows, model, last=last),
+            **with_cache(select_cache(prompt_state, prompt_rows, model, last=last)),
             use_cache=True,
         ).logits
     b, t = response_ids.shape

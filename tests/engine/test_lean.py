@@ -7,7 +7,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from engine.lean import LeanModel, causal_mask
-from engine.rollout.sampling import new_kv_cache, sample_sequences
+from engine.rollout.sampling import new_kv_cache, sample_sequences, with_cache
 
 EOS, PAD, VOCAB = 2, 0, 48
 
@@ -52,12 +52,15 @@ def test_a_lean_step_gives_the_forward_logits_and_cache(build):
     caches = [new_kv_cache(model), new_kv_cache(model)]
     with torch.no_grad():
         for cache in caches:
-            model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache)
+            model(input_ids=ids, attention_mask=mask, position_ids=positions, **with_cache(cache))
         token = torch.randint(5, VOCAB, (5, 1), generator=torch.Generator().manual_seed(3))
         step_mask = torch.cat([mask, torch.ones(5, 1, dtype=mask.dtype)], dim=-1)
         step_pos = positions[:, -1:] + 1
         expected = model(
-            input_ids=token, attention_mask=step_mask, position_ids=step_pos, cache=caches[0]
+            input_ids=token,
+            attention_mask=step_mask,
+            position_ids=step_pos,
+            **with_cache(caches[0]),
         ).logits[:, -1]
         got = lean.decode(token, step_mask, step_pos, caches[1])
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
@@ -177,7 +180,7 @@ def test_a_lean_prefill_fills_the_cache_the_decode_steps_read(build):
     theirs, ours = new_kv_cache(model), new_kv_cache(model)
     with torch.no_grad():
         expected = model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, cache=theirs
+            input_ids=ids, attention_mask=mask, position_ids=positions, **with_cache(theirs)
         ).logits[:, -1]
         hidden, keys_values = lean.forward(ids, positions, causal_mask(mask), keep_kv=True)
         for index, (keys, values) in enumerate(keys_values):
