@@ -31,7 +31,7 @@ import itertools
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -197,6 +197,23 @@ def mean_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
     }
 
 
+class WorkerGroup(Protocol):
+    """What the role proxies need of a group of ranks: a Ray group, or one rank in process."""
+
+    @property
+    def world_size(self) -> int: ...
+
+    def execute_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]: ...
+
+    def call_all(self, role: str, method: str, *args: Any, **kwargs: Any) -> list[Any]: ...
+
+    def call_each(self, role: str, method: str, per_rank_args: list[tuple]) -> list[Any]: ...
+
+    def call_split(
+        self, role: str, method: str, data: DataProto, *, pad: bool = True, **kwargs: Any
+    ) -> tuple[list[Any], int]: ...
+
+
 class RayWorkerGroup:
     """One Ray actor per rank of a resource pool, joined in one process group."""
 
@@ -332,7 +349,7 @@ class ActorRolloutRefGroup:
     role = "actor_rollout_ref"
 
     def __init__(
-        self, group: RayWorkerGroup, config: Any, *, total_steps: int, need_ref: bool
+        self, group: WorkerGroup, config: Any, *, total_steps: int, need_ref: bool
     ) -> None:
         self.group = group
         self.config = config
@@ -418,7 +435,7 @@ class CriticGroup:
 
     role = "critic"
 
-    def __init__(self, group: RayWorkerGroup, config: Any, *, total_steps: int) -> None:
+    def __init__(self, group: WorkerGroup, config: Any, *, total_steps: int) -> None:
         self.group = group
         group.execute_all("build_role", self.role, config, total_steps=total_steps)
 
@@ -444,7 +461,7 @@ class CriticGroup:
         self.group.call_each(self.role, "load_state_dict", check_sharded(state, self.group))
 
 
-def check_sharded(state: dict[str, Any], group: RayWorkerGroup) -> list[tuple]:
+def check_sharded(state: dict[str, Any], group: WorkerGroup) -> list[tuple]:
     """Return per-rank arguments for a sharded state; ValueError if it does not fit the group."""
     if state.get("format") != "fsdp2_sharded":
         raise ValueError(

@@ -157,14 +157,36 @@ class PPOTrainer:
         self._build_workers()
 
     def _build_workers(self) -> None:
-        """Create the actor-rollout-reference worker and, when used, the critic worker."""
+        """Create the actor-rollout-reference worker and, when used, the critic worker.
+
+        On a CUDA device they are FSDP2 ranks of a one-rank NCCL group in this process, as in a
+        one-GPU verl run (``engine.distributed.local_group``): bf16 compute with fp32 master
+        weights, the rollout sampling from a bf16 copy. On a CPU they are the plain workers.
+        """
         config = self.config
+        if self.device.type == "cuda":
+            self._build_local_rank()
+            return
         self.arr = ActorRolloutRefWorker(
             config, device=self.device, total_steps=self.total_steps, need_ref=self.need_ref
         )
         self.arr.tokenizer = self.tokenizer
         self.critic = (
             CriticWorker(config, device=self.device, total_steps=self.total_steps)
+            if self.use_critic
+            else None
+        )
+
+    def _build_local_rank(self) -> None:
+        from engine.distributed.local_group import LocalWorkerGroup
+        from engine.distributed.worker_group import ActorRolloutRefGroup, CriticGroup
+
+        self.rank_group = LocalWorkerGroup(self.device.type)
+        self.arr = ActorRolloutRefGroup(  # type: ignore[assignment]
+            self.rank_group, self.config, total_steps=self.total_steps, need_ref=self.need_ref
+        )
+        self.critic = (
+            CriticGroup(self.rank_group, self.config, total_steps=self.total_steps)  # type: ignore[assignment]
             if self.use_critic
             else None
         )

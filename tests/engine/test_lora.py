@@ -191,3 +191,56 @@ def test_the_worker_reference_is_the_adapter_disabled_policy_with_no_copy():
     torch.testing.assert_close(ref, expected, atol=1e-5, rtol=1e-5)
     policy = worker.compute_log_prob(batch).batch["old_log_probs"]
     assert not torch.allclose(policy, expected)  # the adapter is back on for the policy
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_lora_policy_trains_its_adapter_on_a_cuda_rank():
+    # The CUDA trainer's path: a PEFT-wrapped policy on a one-rank NCCL group (FSDP2, bf16
+    # compute), its reference the adapter-disabled policy; an update moves the adapter only.
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    from engine.distributed.local_group import LocalWorkerGroup
+    from engine.distributed.worker_group import ActorRolloutRefGroup
+
+    cfg = PPOConfig()
+    arr = cfg.actor_rollout_ref
+    arr.model.hf_model, arr.model.tokenizer = base_model(), build_tokenizer()
+    arr.model.lora_rank, arr.model.lora_alpha = 4, 8
+    arr.model.enable_gradient_checkpointing = False
+    arr.actor.ppo_mini_batch_size = 3
+    try:
+        group = LocalWorkerGroup("cuda")
+        proxy = ActorRolloutRefGroup(group, cfg, total_steps=2, need_ref=True)
+        model = group.worker.roles["actor_rollout_ref"].worker.model
+        assert is_lora(model)
+
+        def full(state):
+            return {
+                k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().float().cpu().clone()
+                for k, v in state.items()
+            }
+
+        before = full(model.state_dict())
+        responses = IDS[:, 5:]
+        mask = torch.ones_like(IDS)
+        batch = DataProto.from_dict(
+            {
+                "input_ids": IDS,
+                "attention_mask": mask,
+                "position_ids": mask.cumsum(-1) - 1,
+                "responses": responses,
+                "response_mask": torch.ones_like(responses),
+                "advantages": torch.tensor([[1.0], [-1.0], [0.5]]).expand(3, 4).contiguous(),
+                "ref_log_prob": torch.zeros(3, 4),
+            }
+        )
+        batch.batch["ref_log_prob"] = proxy.compute_ref_log_prob(batch).batch["ref_log_prob"]
+        proxy.update_actor(batch)
+        after = full(model.state_dict())
+        changed = {k for k in before if (before[k] - after[k]).abs().max() > 0}
+        assert changed and all("lora_" in k for k in changed)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

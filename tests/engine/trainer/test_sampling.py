@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -137,3 +139,18 @@ def test_filter_logits_keeps_top_k_and_nucleus():
     nucleus = filter_logits(logits, top_p=0.7)  # 0.5 + 0.3 covers 0.7
     assert torch.isfinite(nucleus).tolist() == [[True, True, False, False]]
     assert torch.isfinite(filter_logits(logits, top_p=0.4)).sum() == 1  # always keeps one
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_bf16_sampling_on_a_gpu_matches_a_full_forward_pass(model):
+    # The rollout's loop on CUDA in bf16 (as the trainer's rollout copy runs): the sampled
+    # tokens' log-probs agree with one full forward pass of the same bf16 model.
+    gpu_model = copy.deepcopy(model).to("cuda", torch.bfloat16)  # the fixture is shared
+    ids, mask = (t.cuda() for t in left_padded_prompts())
+    out = sample_sequences(
+        gpu_model, ids, mask, max_new_tokens=6, eos_token_ids=[EOS], pad_token_id=PAD
+    )
+    assert out.responses.device.type == "cuda"
+    expected = full_forward_log_probs(gpu_model, ids, mask, out)
+    assert (out.log_probs - expected).abs().max() < 0.05  # bf16 rounding of two kernel orders
