@@ -389,7 +389,12 @@ def summarise_engine(result: dict[str, Any], prep: dict[str, Any], facts: dict) 
     prompt = statistics.mean(s["prompt_length"] or prep["prompt_tokens_mean"] for s in steps)
     response = statistics.mean(s["response_length"] for s in steps)
     tokens = token_counts(prompt, response, rows)
-    step_s = median_after_warmup([s["wall_s"] for s in steps])
+    # A run stopped at its time budget is a cancelled run, and the trainer saves a checkpoint
+    # on cancel (7 s at 0.5B): that is no part of a training step, nor of TRL's (which saves
+    # nothing here), so it comes off the step that paid it.
+    step_s = median_after_warmup(
+        [s["wall_s"] - s.get("timing_s/save_checkpoint", 0.0) for s in steps]
+    )
     breakdown = {
         key: median_after_warmup([s.get(f"timing_s/{key}") for s in steps])
         for key in ("gen", "update_weights", "reward", "old_log_prob", "ref", "adv", "update_actor")

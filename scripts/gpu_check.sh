@@ -44,8 +44,9 @@ OUT_DIR="${OUT:-$ROOT/gpu-check-out}"
 mkdir -p "$OUT_DIR"
 WORK="$(mktemp -d /tmp/gpu-check.XXXXXX)"
 # The carried wheels go into a folder of their own, first on the path (the device image's own
-# packages stay as they are). GPU_CHECK_PYTHON with --cpu rehearses that here: point it at a
-# Python laid out like the GPU image's.
+# packages stay as they are). With --cpu, GPU_CHECK_PYTHON picks the Python to run (default: the
+# project's venv) and GPU_CHECK_WHEEL_DIR, if set too, installs wheels for it as on the device:
+# a rehearsal here with a Python laid out like the GPU image's.
 install_wheels() {
   if ! compgen -G "$WHEEL_DIR/*.whl" >/dev/null; then
     say "no wheels in $WHEEL_DIR: using the installed packages (trl and datasets for the TRL arm)"
@@ -65,7 +66,7 @@ else
   SIZE=tiny STEPS=3 ENGINE_BUDGET=60 TRL_BUDGET=60 DEADLINE=400
   if [ -n "${GPU_CHECK_PYTHON:-}" ]; then
     PY="$GPU_CHECK_PYTHON"
-    install_wheels
+    if [ -n "${GPU_CHECK_WHEEL_DIR:-}" ]; then install_wheels; fi
   else
     ensure_venv test,bench
     PY="$VENV/bin/python"

@@ -195,6 +195,12 @@ def test_the_worker_reference_is_the_adapter_disabled_policy_with_no_copy():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.xfail(
+    strict=True,
+    raises=RuntimeError,
+    reason="seen on an H200 (torch 2.11, peft 0.21): FSDP2's gradient reduction hands a frozen "
+    "group a bf16 gradient ('grad_dtype Float'); docs/gpu.md, 'What failed'",
+)
 def test_a_lora_policy_trains_its_adapter_on_a_cuda_rank():
     # The CUDA trainer's path: a PEFT-wrapped policy on a one-rank NCCL group (FSDP2, bf16
     # compute), its reference the adapter-disabled policy; an update moves the adapter only.

@@ -130,3 +130,39 @@ def test_mask_span_end_is_one_past_the_last_valid_token():
 
     mask = torch.tensor([[1, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 0], [1, 1, 1, 1]])
     assert mask_span_end(mask).tolist() == [2, 3, 0, 4]
+
+
+def _backward_nodes(output: torch.Tensor, source: torch.Tensor) -> set[str]:
+    """Return the names of the autograd nodes between ``output`` and ``source``."""
+    seen, stack, names = set(), [output.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen or node is source.grad_fn:
+            continue
+        seen.add(node)
+        names.add(type(node).__name__)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return names
+
+
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_chunked_log_probs_and_their_gradient_equal_the_whole_computation(monkeypatch, contiguous):
+    # A 151k-token vocabulary is cut into ~110-row chunks. Each chunk must be a split/unbind
+    # view: an indexed slice's backward fills and adds a gradient the size of all the logits,
+    # once per chunk (quadratic; half of a 0.5B model's update on an H200).
+    monkeypatch.setattr(F, "_CHUNK_ELEMENTS", 1 << 11)  # 4 rows of 500 per chunk
+    leaf = torch.randn(3, 12, 500, dtype=torch.float64, requires_grad=True)
+    logits = leaf if contiguous else leaf[:, 1:-1]  # the actor's shifted view is not contiguous
+    labels = torch.randint(0, 500, logits.shape[:-1], generator=torch.Generator().manual_seed(0))
+    weights = torch.rand(labels.shape, dtype=torch.float64)
+    got = F.logprobs_from_logits(logits, labels)
+    names = _backward_nodes(got, logits)
+    assert not {"SliceBackward0", "SelectBackward0"} & names, names
+    expected = torch.log_softmax(logits, -1).gather(-1, labels[..., None]).squeeze(-1)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+    (grad_got,) = torch.autograd.grad((got * weights).sum(), leaf)
+    (grad_expected,) = torch.autograd.grad((expected * weights).sum(), leaf)
+    torch.testing.assert_close(grad_got, grad_expected, rtol=0, atol=1e-12)
+    entropy = F.entropy_from_logits(logits)
+    probs = torch.softmax(logits, -1)
+    torch.testing.assert_close(entropy, -(probs * probs.log()).sum(-1), rtol=0, atol=1e-12)
