@@ -18,14 +18,25 @@ from workers.tasks import database_url, driver_env, mark_lost_runs, start_run
 
 
 @pytest.mark.django_db
-def test_the_driver_gets_the_database_of_this_process_and_single_threaded_torch():
+def test_the_driver_gets_the_database_of_this_process_and_single_threaded_torch(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
     env = driver_env()
     assert env["DATABASE_URL"] == database_url()
     assert database_url().endswith("/" + connection.settings_dict["NAME"])
     assert connection.settings_dict["NAME"].startswith("test_")
     assert env["RAY_AUTH_MODE"] == "disabled"
-    assert env["OMP_NUM_THREADS"] == os.environ.get("OMP_NUM_THREADS", "1")
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "1"
     assert env["DJANGO_SETTINGS_MODULE"] == "webapp.settings"
+
+
+@pytest.mark.django_db
+def test_a_thread_count_set_for_the_worker_carries_over_to_the_driver(monkeypatch):
+    # Counts this test process does not run with, so only a carried-over value can match.
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setenv("MKL_NUM_THREADS", "5")
+    env = driver_env()
+    assert (env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"]) == ("3", "5")
 
 
 @pytest.mark.django_db
