@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import re
 from pathlib import Path
 from urllib.parse import urlparse
@@ -87,7 +88,50 @@ def test_commands_name_importable_entry_points():
     assert hasattr(importlib.import_module(app_module), "app")
 
 
+def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
+    """Return the Dockerfile's ``(INSTRUCTION, arguments)``, continuation lines joined."""
+    instructions, pending = [], ""
+    for line in text.splitlines():
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + " "
+            continue
+        keyword, _, arguments = (pending + line).strip().partition(" ")
+        instructions.append((keyword.upper(), arguments.strip()))
+        pending = ""
+    return instructions
+
+
+def copied_sources(text: str) -> set[str]:
+    """Return every source path of the Dockerfile's ``COPY`` instructions."""
+    sources = set()
+    for keyword, arguments in dockerfile_instructions(text):
+        if keyword != "COPY":
+            continue
+        if arguments.startswith("["):
+            paths = json.loads(arguments)
+        else:
+            paths = [word for word in arguments.split() if not word.startswith("--")]
+        sources.update(path.rstrip("/") for path in paths[:-1])  # the last one is the target
+    return sources
+
+
 def test_dockerfile_copies_every_package():
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    for package in ("engine", "workers", "webapp", "frontend", "manage.py", "constraints.txt"):
-        assert f"COPY {package}" in dockerfile or f" {package} " in dockerfile
+    sources = copied_sources((ROOT / "Dockerfile").read_text())
+    for package in (
+        "engine",
+        "workers",
+        "webapp",
+        "frontend",
+        "rewards_contrib",
+        "manage.py",
+        "pyproject.toml",
+        "constraints.txt",
+    ):
+        assert package in sources, f"the Dockerfile does not COPY {package}"
+
+
+def test_a_run_line_naming_a_package_is_not_a_copy():
+    text = "FROM python:3.11-slim\nCOPY engine engine\nRUN ls webapp && \\\n    echo workers done\n"
+    assert copied_sources(text) == {"engine"}
