@@ -131,11 +131,36 @@ def test_recomputed_old_log_probs_give_ratio_one(make_config):
     torch.testing.assert_close(gen.batch["rollout_log_probs"][mask], old[mask], atol=1e-4, rtol=0)
 
 
+def end_every_other_response_early(gen, pad_token_id: int) -> None:
+    """Cut every other response of ``gen`` to half its length, as a sampled end-of-sequence would.
+
+    The rollout's tensors are rewritten the way it writes a response that ended there: pad tokens
+    after it, out of the response mask and the attention mask, and position ids to match.
+    """
+    tensors = gen.batch
+    responses = tensors["responses"]  # (bs, T)
+    bs, length = responses.shape
+    rows = torch.arange(bs) % 2 == 0  # (bs,)
+    tail = torch.arange(length) >= length // 2  # (T,)
+    ended = rows[:, None] & tail[None, :]  # (bs, T)
+    prompt_mask = tensors["attention_mask"][:, : tensors["prompts"].shape[-1]]
+    tensors["responses"] = responses.masked_fill(ended, pad_token_id)
+    tensors["response_mask"] = tensors["response_mask"].masked_fill(ended, 0)
+    tensors["rollout_log_probs"] = tensors["rollout_log_probs"].masked_fill(ended, 0.0)
+    tensors["input_ids"] = torch.cat([tensors["prompts"], tensors["responses"]], dim=-1)
+    tensors["attention_mask"] = torch.cat([prompt_mask, tensors["response_mask"]], dim=-1)
+    tensors["position_ids"] = (tensors["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+
+
 def test_masked_response_tokens_never_change_the_loss(make_config):
-    trainer = PPOTrainer(make_config("grpo_tiny"))
+    # Every row samples to the full length; then half of them are cut short, so the batch has
+    # masked tokens whatever the model samples, and responses of two lengths.
+    trainer = PPOTrainer(make_config("grpo_tiny", "actor_rollout_ref.rollout.ignore_eos=True"))
     prompts = next(iter(trainer.train_loader))
     batch = prompts.repeat(trainer.config.actor_rollout_ref.rollout.n)
     gen = trainer.arr.generate_sequences(batch)
+    assert bool(gen.batch["response_mask"].all()) and gen.batch["responses"].shape[-1] >= 2
+    end_every_other_response_early(gen, trainer.arr.rollout.pad_id)
     batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
     batch = batch.union(gen)
     batch.batch["advantages"] = torch.randn(batch.batch["responses"].shape)
@@ -158,8 +183,7 @@ def test_masked_response_tokens_never_change_the_loss(make_config):
     loss_a, grads_a = grads(batch)
     # Scramble everything outside the mask: advantages there and the pad tokens' attention.
     outside = batch.batch["response_mask"] == 0
-    if not outside.any():
-        pytest.skip("every sampled response filled the whole length")
+    assert outside.any() and not outside.all()
     batch.batch["advantages"][outside] = 1e3
     loss_b, grads_b = grads(batch)
     torch.testing.assert_close(loss_a, loss_b)
