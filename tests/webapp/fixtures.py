@@ -80,3 +80,8 @@ def make_experiment(owner: Any, name: str = "tiny grpo", **values: Any) -> Any:
     return experiment_create(
         owner=owner, name=name, config=tiny_config(**values), tags="Tiny, GRPO"
     )
+
+
+def errors_by_key(exc: Any) -> dict[str, str]:
+    """Return a ``ConfigValidationError``'s messages by config key."""
+    return {e.key: e.message for e in exc.errors}

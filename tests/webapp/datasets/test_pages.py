@@ -1,0 +1,53 @@
+"""The dataset pages a user clicks through, each checked for what it shows or changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from webapp.datasets.models import Dataset
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def client_in(client, owner):
+    client.force_login(owner)
+    return client
+
+
+def test_dataset_upload_previews_rows_and_remaps_columns(client_in, owner):
+    text = b'{"question": "2+3=", "answer": "5"}\n{"question": "7+1=", "answer": "8"}\n'
+    response = client_in.post(
+        reverse("datasets:upload"),
+        {"name": "", "file": SimpleUploadedFile("sums.jsonl", text), "map_prompt": "question"},
+    )
+    dataset = Dataset.objects.get()
+    assert response["Location"] == dataset.get_absolute_url()
+    assert (dataset.name, dataset.format, dataset.row_count) == ("sums", "jsonl", 2)
+    assert dataset.key_map == {"prompt": "question"}
+    assert dataset.preview["columns"] == ["question", "answer"]
+    assert dataset.preview["mapped"][0] == {
+        "prompt": "2+3=",
+        "ground_truth": None,
+        "data_source": "sums",
+    }
+    client_in.post(
+        dataset.get_absolute_url(), {"map_prompt": "question", "map_ground_truth": "answer"}
+    )
+    dataset.refresh_from_db()
+    assert dataset.preview["errors"] == []
+    assert dataset.preview["mapped"][0]["prompt"] == "2+3="
+    assert dataset.preview["mapped"][0]["ground_truth"] == "5"
+    page = client_in.get(dataset.get_absolute_url()).content.decode()
+    assert "7+1=" in page
+    download = client_in.get(reverse("datasets:download", kwargs={"dataset_id": dataset.pk}))
+    assert b"".join(download.streaming_content) == text
+    bad = client_in.post(reverse("datasets:upload"), {"file": SimpleUploadedFile("x.txt", b"hi")})
+    assert "unsupported file type &#x27;.txt&#x27;" in bad.content.decode()
+    path = Path(dataset.path)
+    client_in.post(reverse("datasets:delete", kwargs={"dataset_id": dataset.pk}))
+    assert not Dataset.objects.exists() and not path.exists()
