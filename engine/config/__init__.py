@@ -4,6 +4,7 @@ The CLI (``python -m engine.main_ppo key=value ...``), the YAML presets in ``eng
 the web form all load, check and describe a run through this package.
 """
 
+from engine.config.aliases import install_section_aliases
 from engine.config.introspect import FieldSpec, get_value, iter_field_specs, set_value
 from engine.config.loader import (
     apply_overrides,
@@ -31,6 +32,8 @@ from engine.config.schema import (
     TrainerConfig,
 )
 from engine.config.validate import resolve_config, validate_config
+
+install_section_aliases()
 
 __all__ = [
     "ActorConfig",

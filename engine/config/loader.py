@@ -33,6 +33,8 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
+from engine.config.aliases import apply_aliases, is_alias_key
+from engine.config.aliases import translate as translate_alias
 from engine.config.schema import ConfigError, ConfigFieldError, PPOConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -379,7 +381,7 @@ def config_from_dict(data: dict[str, Any]) -> PPOConfig:
     """Build a PPOConfig from plain data; unknown keys and wrong types raise ConfigFieldError."""
     if not isinstance(data, dict):
         raise ConfigError(f"a config is a mapping of sections, got {type(data).__name__}")
-    return _from_dict(PPOConfig, _resolve_typed_references(data), "")
+    return _from_dict(PPOConfig, _resolve_typed_references(apply_aliases(data)), "")
 
 
 def config_to_yaml(cfg: PPOConfig) -> str:
@@ -425,9 +427,9 @@ def _read_tree(path: Path, chain: tuple[Path, ...]) -> dict:
 
 def _expand_defaults(data: dict, search: list[Path], chain: tuple[Path, ...]) -> dict:
     """Merge the configs a file names in ``defaults:`` (hydra) or ``base:`` under its own keys."""
-    data = dict(data)
-    data.pop("hydra", None)  # hydra's own settings (searchpath, run dir) mean nothing here
     source = str(chain[-1]) if chain else "config"
+    data = apply_aliases(data, source)  # a tutorial's spellings, checked within this file
+    data.pop("hydra", None)  # hydra's own settings (searchpath, run dir) mean nothing here
     entries: list[Any] = []
     if "base" in data:
         entries.append(data.pop("base"))
@@ -518,6 +520,13 @@ def _put(tree: dict, parts: list[str], value: Any) -> None:
 
 def _apply_override(tree: dict, override: Override) -> None:
     key, parts = override.key, override.key.split(".")
+    if is_alias_key(key) and override.op != "delete":
+        if key.startswith("reward_model."):  # read with its pair by apply_aliases afterwards
+            _put(tree, parts, override.value)
+            return
+        for target, value in translate_alias(key, override.value).items():
+            _put(tree, target.split("."), value)
+        return
     try:
         path = resolve_key(key)
     except ConfigFieldError:
@@ -565,7 +574,7 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
     tree = copy.deepcopy(tree)
     for text in overrides:
         _apply_override(tree, parse_override(text))
-    return tree
+    return apply_aliases(tree, "overrides", check=False)
 
 
 def load_config(

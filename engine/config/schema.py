@@ -14,6 +14,7 @@ allow_single_sample_groups``, ``trainer.device``, ``trainer.controller`` and ``t
 """
 
 import copy
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +81,33 @@ class ConfigValidationError(ConfigError):
         super().__init__(f"{len(self.errors)} configuration error(s):\n{lines}")
 
 
+# Hints for attributes a section does not have, by (section class, name): the tutorial spellings
+# that engine.config.aliases could not turn into a property of that section.
+ATTRIBUTE_HINTS: dict[tuple[type, str], str] = {}
+
+
+class _Section:
+    """A config section: setting an attribute that is not one of its keys is an error.
+
+    A dataclass would keep ``config.trainer.total_step = 5`` as a new attribute that nothing
+    reads; a run would then ignore it without a word.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        cls = type(self)
+        if name not in cls.__dataclass_fields__ and not isinstance(  # type: ignore[attr-defined]
+            getattr(cls, name, None), property
+        ):
+            hint = ATTRIBUTE_HINTS.get((cls, name))
+            if hint is None:
+                keys = list(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+                close = difflib.get_close_matches(name, keys, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                hint += f"its keys: {', '.join(keys)}"
+            raise AttributeError(f"{cls.__name__} has no key {name!r}; {hint}")
+        object.__setattr__(self, name, value)
+
+
 def _f(
     default: Any, help: str, *, choices: tuple[str, ...] | None = None, basic: bool = False
 ) -> Any:
@@ -101,7 +129,7 @@ def _runtime(help: str) -> Any:
 
 
 @dataclass
-class DataConfig:
+class DataConfig(_Section):
     tokenizer: str | None = _f(None, "Tokenizer folder for the data; null uses the actor's.")
     train_files: str | list[str] | None = _f(
         None, "Training data: a parquet/JSONL/CSV file or a list of them.", basic=True
@@ -135,7 +163,7 @@ class DataConfig:
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(_Section):
     path: str | None = _f(
         None, "Hugging Face model folder (or tiny://model, the embedded model).", basic=True
     )
@@ -154,7 +182,7 @@ class ModelConfig:
 
 
 @dataclass
-class PolicyLossConfig:
+class PolicyLossConfig(_Section):
     loss_mode: str = _f("vanilla", "Policy loss.", choices=POLICY_LOSS_MODES)
     clip_cov_ratio: float = _f(0.0002, "clip_cov: fraction of tokens clipped.")
     clip_cov_lb: float = _f(1.0, "clip_cov: lower covariance bound.")
@@ -164,7 +192,7 @@ class PolicyLossConfig:
 
 
 @dataclass
-class OptimConfig:
+class OptimConfig(_Section):
     lr: float = _f(1e-6, "Learning rate.", basic=True)
     lr_warmup_steps: int = _f(-1, "Warm-up steps; -1: use lr_warmup_steps_ratio.")
     lr_warmup_steps_ratio: float = _f(0.0, "Warm-up as a fraction of the total steps.")
@@ -177,7 +205,7 @@ class OptimConfig:
 
 
 @dataclass
-class FSDPConfig:
+class FSDPConfig(_Section):
     param_offload: bool = _f(False, "Keep parameters on the CPU between uses.")
     optimizer_offload: bool = _f(False, "Keep optimizer state on the CPU.")
     reshard_after_forward: bool = _f(True, "Free gathered parameters after forward.")
@@ -190,7 +218,7 @@ class FSDPConfig:
 
 
 @dataclass
-class CheckpointConfig:
+class CheckpointConfig(_Section):
     save_contents: list[str] = _f(
         ["model", "optimizer", "extra"], "What a checkpoint saves.", choices=CHECKPOINT_CONTENTS
     )
@@ -200,7 +228,7 @@ class CheckpointConfig:
 
 
 @dataclass
-class ActorConfig:
+class ActorConfig(_Section):
     strategy: str = _f("fsdp2", "Training backend.", choices=STRATEGIES)
     ppo_mini_batch_size: int = _f(256, "Prompts per optimizer step.", basic=True)
     ppo_micro_batch_size_per_gpu: int | None = _f(
@@ -227,7 +255,7 @@ class ActorConfig:
 
 
 @dataclass
-class RefConfig:
+class RefConfig(_Section):
     log_prob_micro_batch_size_per_gpu: int | None = _f(
         None, "Samples per reference forward per GPU; null: the whole per-GPU batch."
     )
@@ -237,7 +265,7 @@ class RefConfig:
 
 
 @dataclass
-class ValKwargsConfig:
+class ValKwargsConfig(_Section):
     top_k: int = _f(-1, "Validation top-k; -1: off.")
     top_p: float = _f(1.0, "Validation nucleus sampling p.")
     temperature: float = _f(0.0, "Validation temperature.")
@@ -246,7 +274,7 @@ class ValKwargsConfig:
 
 
 @dataclass
-class MultiTurnConfig:
+class MultiTurnConfig(_Section):
     enable: bool = _f(False, "Run multi-turn conversations.")
     max_assistant_turns: int | None = _f(None, "Most assistant turns; null: no limit.")
     max_user_turns: int | None = _f(None, "Most user turns; null: no limit.")
@@ -255,7 +283,7 @@ class MultiTurnConfig:
 
 
 @dataclass
-class RolloutConfig:
+class RolloutConfig(_Section):
     name: str = _f("hf", "Generation backend.", choices=("hf", "vllm"), basic=True)
     mode: str = _f("sync", "Rollout mode.", choices=("sync", "async"))
     temperature: float = _f(1.0, "Sampling temperature.")
@@ -288,7 +316,7 @@ class RolloutConfig:
 
 
 @dataclass
-class ActorRolloutRefConfig:
+class ActorRolloutRefConfig(_Section):
     hybrid_engine: bool = _f(True, "Actor, rollout and reference share devices.")
     model: ModelConfig = _section(ModelConfig, "The policy model.")
     actor: ActorConfig = _section(ActorConfig, "Policy training.")
@@ -297,7 +325,7 @@ class ActorRolloutRefConfig:
 
 
 @dataclass
-class CriticModelConfig:
+class CriticModelConfig(_Section):
     path: str | None = _f(None, "Critic model folder; null: the actor's model path.")
     tokenizer_path: str | None = _f(None, "Null: the actor's tokenizer.")
     override_config: dict[str, Any] = _f({}, "Overrides of the critic's config.json values.")
@@ -309,7 +337,7 @@ class CriticModelConfig:
 
 
 @dataclass
-class CriticConfig:
+class CriticConfig(_Section):
     enable: bool | None = _f(None, "Train a value model; null: on for gae, off otherwise.")
     strategy: str | None = _f(None, "Null: actor.strategy.", choices=STRATEGIES)
     optim: OptimConfig = _section(lambda: OptimConfig(lr=1e-5), "Critic optimizer.")
@@ -327,14 +355,14 @@ class CriticConfig:
 
 
 @dataclass
-class RewardModelModelConfig:
+class RewardModelModelConfig(_Section):
     path: str | None = _f(None, "Sequence-classification reward model folder.")
     input_tokenizer: str | None = _f(None, "Tokenizer of the policy; null: the actor's model.")
     trust_remote_code: bool = _f(False, "Allow custom model code from the model folder.")
 
 
 @dataclass
-class RewardModelConfig:
+class RewardModelConfig(_Section):
     enable: bool = _f(False, "Score responses with a reward model.")
     model: RewardModelModelConfig = _section(RewardModelModelConfig, "The reward model.")
     micro_batch_size_per_gpu: int | None = _f(None, "Samples per forward per GPU.")
@@ -346,21 +374,21 @@ class RewardModelConfig:
 
 
 @dataclass
-class CustomRewardFunctionConfig:
+class CustomRewardFunctionConfig(_Section):
     path: str | None = _f(None, "Python file with a reward function.")
     name: str = _f("compute_score", "Function name in that file.")
     reward_kwargs: dict[str, Any] = _f({}, "Extra keyword arguments for the function.")
 
 
 @dataclass
-class RewardComponent:
+class RewardComponent(_Section):
     name: str = _f("", "Registered reward function.", choices=REWARD_COMPONENTS)
     weight: float = _f(1.0, "Weight in the sum.")
     kwargs: dict[str, Any] = _f({}, "Keyword arguments for the function.")
 
 
 @dataclass
-class RewardConfig:
+class RewardConfig(_Section):
     num_workers: int = _f(1, "Processes scoring responses in parallel.")
     components: list[RewardComponent] = _f(
         [], "Weighted sum of rewards; empty: dispatch by data_source (or the custom function)."
@@ -368,7 +396,7 @@ class RewardConfig:
 
 
 @dataclass
-class KLControlConfig:
+class KLControlConfig(_Section):
     type: str = _f("fixed", "KL coefficient controller.", choices=("fixed", "adaptive", "pid"))
     kl_coef: float = _f(0.001, "(Initial) coefficient of KL in the reward.", basic=True)
     horizon: int = _f(10000, "adaptive: steps over which the coefficient adapts.")
@@ -379,7 +407,7 @@ class KLControlConfig:
 
 
 @dataclass
-class AlgorithmConfig:
+class AlgorithmConfig(_Section):
     gamma: float = _f(1.0, "Discount factor.")
     lam: float = _f(1.0, "GAE lambda.")
     adv_estimator: str = _f("gae", "Advantage estimator.", choices=ADV_ESTIMATORS, basic=True)
@@ -391,13 +419,14 @@ class AlgorithmConfig:
 
 
 @dataclass
-class TrainerConfig:
+class TrainerConfig(_Section):
     total_epochs: int = _f(30, "Passes over the training data.", basic=True)
     total_training_steps: int | None = _f(None, "Stop after this many steps.", basic=True)
     project_name: str = _f("posttrain", "Project the run belongs to.", basic=True)
     experiment_name: str = _f("default", "Name of the run.", basic=True)
     logger: list[str] = _f(["console"], "Metric sinks.", choices=("console", "jsonl"))
     log_val_generations: int = _f(0, "Validation samples logged per validation.")
+    log_freq: int = _f(1, "The console logger prints every N steps (metrics record every step).")
     nnodes: int = _f(1, "Machines.")
     n_gpus_per_node: int = _f(8, "Worker processes per machine (GPUs, or CPU ranks).", basic=True)
     device: str = _f(
@@ -423,14 +452,14 @@ class TrainerConfig:
 
 
 @dataclass
-class RayInitConfig:
+class RayInitConfig(_Section):
     num_cpus: int | None = _f(None, "CPUs Ray may use; null: all.")
     address: str | None = _f(None, "Ray cluster address; null: RAY_ADDRESS or a local head.")
     include_dashboard: bool = _f(False, "Start Ray's dashboard.")
 
 
 @dataclass
-class PPOConfig:
+class PPOConfig(_Section):
     data: DataConfig = _section(DataConfig, "Training and validation data.")
     actor_rollout_ref: ActorRolloutRefConfig = _section(
         ActorRolloutRefConfig, "Policy, rollout and reference."

@@ -115,8 +115,11 @@ class ConsoleRecorder(Recorder):
         ("timing_s/step", "s/step"),
     )
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, *, every: int = 1) -> None:
+        if every < 1:
+            raise ValueError(f"trainer.log_freq={every} must be at least 1 (every step)")
         self.stream = stream or sys.stdout
+        self.every = every  # print every Nth step (trainer.log_freq), and always the last
         self.total_steps = 0
         self.started = time.monotonic()
 
@@ -125,6 +128,8 @@ class ConsoleRecorder(Recorder):
         self.started = time.monotonic()
 
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        if step % self.every and step != self.total_steps:
+            return
         width = 20
         done = int(width * step / max(self.total_steps, 1))
         bar = "#" * done + "." * (width - done)
