@@ -64,6 +64,7 @@ _POSITIVE = _keys("""
     actor_rollout_ref.rollout.max_model_len actor_rollout_ref.rollout.multi_turn.max_assistant_turns
     actor_rollout_ref.rollout.multi_turn.max_user_turns reward_model.micro_batch_size_per_gpu
     reward_model.max_length reward.num_workers trainer.total_epochs trainer.total_training_steps
+    trainer.log_freq
     trainer.nnodes trainer.n_gpus_per_node trainer.max_actor_ckpt_to_keep
     trainer.max_critic_ckpt_to_keep ray_init.num_cpus
 """)
@@ -396,14 +397,18 @@ def _check_inputs(report: _Report, original: PPOConfig, check_files: bool) -> No
             "data.train_files",
             "set it to a parquet, JSONL or CSV file (tiny://train.parquet: the embedded task)",
         )
-    if not _files(data.val_files) and (trainer.test_freq > 0 or trainer.val_before_train):
-        reason = "trainer.val_before_train=True" if trainer.val_before_train else ""
-        if trainer.test_freq > 0:
-            reason = " and ".join(filter(None, [reason, f"trainer.test_freq={trainer.test_freq}"]))
+    if not _files(data.val_files) and trainer.test_freq > 0:
         report.error(
             "data.val_files",
-            f"validation is on ({reason}); set data.val_files, or turn validation off with "
-            "trainer.test_freq=-1 trainer.val_before_train=False",
+            f"validation is on (trainer.test_freq={trainer.test_freq}); set data.val_files, or "
+            "turn validation off with trainer.test_freq=-1",
+        )
+    elif not _files(data.val_files) and trainer.val_before_train:
+        # verl's default is on; a run given no validation data (a tutorial's) still trains.
+        report.warnings.append(
+            "data.val_files is not set: the validation before training "
+            "(trainer.val_before_train=True, verl's default) is skipped; set data.val_files to "
+            "validate, or trainer.val_before_train=False to silence this"
         )
     for target, column in data.data_key_map.items():
         if target not in DATA_KEY_MAP_TARGETS or not column:

@@ -9,6 +9,7 @@ after a training step resumes with the batch that would have come next.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -31,10 +32,17 @@ class PromptDataLoader:
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         size = len(dataset)
-        if size == 0 or (drop_last and size < batch_size):
-            raise ValueError(
-                f"the dataset has {size} prompts, fewer than one batch of {batch_size}; lower "
-                f"data.train_batch_size to at most {size} or add prompts"
+        if size == 0:
+            raise ValueError("the dataset has no prompts; add rows to data.train_files")
+        if size < batch_size:
+            # A five-line tutorial file with train_batch_size=8 still trains: each epoch is one
+            # batch holding every prompt, some twice (each repeat samples its own group).
+            warnings.warn(
+                f"the dataset has {size} prompts, fewer than one batch of {batch_size}: every "
+                f"batch repeats prompts (an epoch is one batch); lower data.train_batch_size to "
+                f"at most {size} to see each prompt once per step",
+                UserWarning,
+                stacklevel=2,
             )
         self.dataset = dataset
         self.batch_size = batch_size
@@ -46,7 +54,9 @@ class PromptDataLoader:
         self.position = 0  # batches already handed out in self.epoch
 
     def __len__(self) -> int:
-        """Return the number of batches per epoch."""
+        """Return the number of batches per epoch (one when the dataset is smaller than a batch)."""
+        if len(self.dataset) < self.batch_size:
+            return 1
         full, rest = divmod(len(self.dataset), self.batch_size)
         return full + (1 if rest and not self.drop_last else 0)
 
@@ -61,6 +71,8 @@ class PromptDataLoader:
         """Yield the remaining batches of the current epoch, then advance to the next epoch."""
         epoch, num_batches = self.epoch, len(self)
         order = self.epoch_order(epoch)
+        if len(order) < self.batch_size:  # one batch: the permutation, repeated to fill it
+            order = (order * -(-self.batch_size // len(order)))[: self.batch_size]
         for step in range(self.position, num_batches):
             indices = order[step * self.batch_size : (step + 1) * self.batch_size]
             batch = self.collate_fn([self.dataset[i] for i in indices])
@@ -90,3 +102,7 @@ class PromptDataLoader:
             int(state["position"]),
             int(state["seed"]),
         )
+
+
+# The name verl tutorials import (``from engine.data import RLDataLoader``).
+RLDataLoader = PromptDataLoader

@@ -98,8 +98,14 @@ class PPOTrainer:
         for warning in validate_config(config, check_files=True):
             print(f"warning: {warning}")
         self.recorder = recorder or Recorder()
+        # trainer.logger's sinks (console, jsonl) hear everything the caller's recorder does,
+        # however the trainer was started: PPOTrainer(config).train() prints its progress too.
+        self.log_sinks = default_recorders(config)
         trainer_cfg = config.trainer
         self.device = resolve_device(trainer_cfg.device)
+        from engine.device_info import get_device_info, summary_line
+
+        print(summary_line(get_device_info()))
         if self.device.type == "cpu":
             from engine.env import apply_cpu_process_env
 
@@ -110,6 +116,13 @@ class PPOTrainer:
         self._build()
 
     # -- construction ------------------------------------------------------------------------
+    @property
+    def report(self) -> Recorder:
+        """Return where the loop reports: the caller's recorder and trainer.logger's sinks."""
+        return (
+            CompositeRecorder([*self.log_sinks, self.recorder]) if self.log_sinks else self.recorder
+        )
+
     @property
     def n_devices(self) -> int:
         """Return the devices sharing a step's work (one here; RayPPOTrainer counts its ranks)."""
@@ -380,7 +393,7 @@ class PPOTrainer:
         tmp.rename(target)
         (self.local_dir / LATEST_FILE).write_text(str(self.global_step))
         self.prune_checkpoints()
-        self.recorder.on_checkpoint(self.global_step, str(target))
+        self.report.on_checkpoint(self.global_step, str(target))
         return target
 
     def prune_checkpoints(self) -> None:
@@ -452,19 +465,19 @@ class PPOTrainer:
         config = self.config
         trainer_cfg = config.trainer
         self.load_checkpoint()
-        self.recorder.on_start(
+        self.report.on_start(
             config=config_to_dict(config), total_steps=self.total_steps, start_step=self.global_step
         )
         if self.val_dataset is not None and trainer_cfg.val_before_train and self.global_step == 0:
             val_metrics, records = self.validate()
-            self.recorder.on_samples(0, records)
-            self.recorder.on_step(0, val_metrics)
+            self.report.on_samples(0, records)
+            self.report.on_step(0, val_metrics)
         status = "succeeded"
         while self.global_step < self.total_steps and status == "succeeded":
             for prompts in self.train_loader:
                 self.global_step += 1
                 metrics, batch, reward_info = self.train_step(prompts)
-                self.recorder.on_samples(
+                self.report.on_samples(
                     self.global_step,
                     self.sample_records(
                         batch, reward_info, split="train", n=config.actor_rollout_ref.rollout.n
@@ -482,21 +495,21 @@ class PPOTrainer:
                         val_metrics, records = self.validate()
                     metrics.update(val_metrics)
                     metrics["timing_s/testing"] = timing["testing"]
-                    self.recorder.on_samples(self.global_step, records)
-                stop = self.recorder.should_stop()
+                    self.report.on_samples(self.global_step, records)
+                stop = self.report.should_stop()
                 save_freq = trainer_cfg.save_freq
                 if stop or (save_freq > 0 and (self.global_step % save_freq == 0 or last)):
                     timing = {}
                     with timer("save_checkpoint", timing):
                         self.save_checkpoint()
                     metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
-                self.recorder.on_step(self.global_step, metrics)
+                self.report.on_step(self.global_step, metrics)
                 if stop:
                     status = "cancelled"
                     break
                 if last:
                     break
-        self.recorder.on_finish(status=status)
+        self.report.on_finish(status=status)
         return status
 
     train = fit
@@ -558,7 +571,7 @@ def default_recorders(config: Any) -> list[Recorder]:
     loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
     recorders: list[Recorder] = []
     if "console" in loggers:
-        recorders.append(ConsoleRecorder())
+        recorders.append(ConsoleRecorder(every=config.trainer.log_freq))
     if "jsonl" in loggers:
         recorders.append(
             JsonlRecorder(Path(resolve_path(config.trainer.default_local_dir)) / "logs")
@@ -573,14 +586,19 @@ def run_training(config: Any, recorder: Recorder | None = None) -> str:
     (``engine.distributed``). A failure calls ``recorder.on_finish(status="failed",
     error=<traceback>)`` and re-raises.
     """
-    recorder = CompositeRecorder([*default_recorders(config), *([recorder] if recorder else [])])
+    trainer: PPOTrainer | None = None
     try:
         trainer_cls: type[PPOTrainer] = PPOTrainer
         if config.trainer.controller == "ray":
             from engine.distributed.ray_trainer import RayPPOTrainer
 
             trainer_cls = RayPPOTrainer
-        return trainer_cls(config, recorder).fit()
+        trainer = trainer_cls(config, recorder)
+        return trainer.fit()
     except BaseException:
-        recorder.on_finish(status="failed", error=traceback.format_exc())
+        # The trainer's recorder is the caller's plus trainer.logger's sinks; before it exists,
+        # only the caller's can be told.
+        told = trainer.report if trainer is not None else recorder
+        if told is not None:
+            told.on_finish(status="failed", error=traceback.format_exc())
         raise

@@ -50,6 +50,15 @@ def get_rollout(
         raise ValueError(f"unknown actor_rollout_ref.rollout.name={name!r}; valid names: hf, vllm")
     multi_turn = getattr(rollout_config, "multi_turn", None)
     if multi_turn is not None and multi_turn.enable:
+        if not multi_turn.interaction_path and not multi_turn.interaction_name:
+            # verl's agent loop with no tools and no interaction ends after the first assistant
+            # turn; so does this, and says so rather than failing a tutorial's config.
+            print(
+                "note: actor_rollout_ref.rollout.multi_turn.enable=True names no interaction "
+                "(multi_turn.interaction_path / interaction_name): every conversation is the "
+                "prompt and one assistant turn"
+            )
+            return rollout
         rollout = MultiTurnRollout(rollout, tokenizer, multi_turn)
     return rollout
 

@@ -225,9 +225,15 @@ def test_data_files_required():
         ["data.val_files=null", "trainer.val_before_train=False", "trainer.test_freq=5"]
     )
     assert "trainer.test_freq=5" in found["data.val_files"]
-    assert "trainer.test_freq=-1 trainer.val_before_train=False" in found["data.val_files"]
+    assert "turn validation off with trainer.test_freq=-1" in found["data.val_files"]
     off = ["data.val_files=null", "trainer.val_before_train=False", "trainer.test_freq=-1"]
     assert problems(off) == {}
+    # verl's default validation before training, with no validation data: trained, and said.
+    before = ["data.val_files=null", "trainer.val_before_train=True", "trainer.test_freq=-1"]
+    assert problems(before) == {}
+    config = load_config("grpo_tiny.yaml", overrides=before)
+    warnings = validate_config(config, check_files=False)
+    assert any("validation before training" in w and "skipped" in w for w in warnings)
 
 
 def test_vllm_needs_a_gpu():

@@ -73,10 +73,19 @@ def test_bad_state_is_rejected():
         loader().load_state_dict({"epoch": 0, "position": 5, "seed": 1})
 
 
-def test_dataset_smaller_than_one_batch():
-    with pytest.raises(ValueError, match=r"has 3 prompts, fewer than one batch of 8.*at most 3"):
-        loader(n=3, batch_size=8)
-    assert len(loader(n=3, batch_size=8, drop_last=False)) == 1
+def test_a_dataset_smaller_than_one_batch_fills_each_batch_by_repeating_its_prompts():
+    # A tutorial's five-line file with train_batch_size=8 trains, with a warning: each epoch is
+    # one batch holding every prompt, the permutation repeated (prompts 3 and 4 twice here).
+    with pytest.warns(UserWarning, match=r"has 5 prompts, fewer than one batch of 8.*at most 5"):
+        data_loader = loader(n=5, batch_size=8, shuffle=False)
+    assert len(data_loader) == 1
+    assert take(data_loader, 2) == [[0, 1, 2, 3, 4, 0, 1, 2]] * 2
+    assert data_loader.state_dict() == {"epoch": 2, "position": 0, "seed": 1}
+    with pytest.warns(UserWarning):
+        shuffled = take(loader(n=5, batch_size=8), 1)[0]
+    assert len(shuffled) == 8 and set(shuffled) == set(range(5))
+    with pytest.raises(ValueError, match="the dataset has no prompts"):
+        loader(n=0)
     with pytest.raises(ValueError, match="batch_size must be positive"):
         loader(batch_size=0)
 
