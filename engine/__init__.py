@@ -9,7 +9,20 @@ rollout, workers and trainer. It imports nothing from Django, Celery or Channels
 
 from typing import Any
 
-__all__ = ["PPOTrainer", "load_config", "run_training"]
+__all__ = ["PPOTrainer", "__version__", "load_config", "run_training"]
+
+
+def _version() -> str:
+    """Return the installed package's version (``posttrain-studio``'s metadata)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("posttrain-studio")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
+
+
+__version__ = _version()
 
 
 def __getattr__(name: str) -> Any:

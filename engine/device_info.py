@@ -91,6 +91,32 @@ def device_info(with_memory: bool = True, check_vllm: bool = True) -> dict[str, 
     }
 
 
+def get_device_info(check_vllm: bool = False) -> dict[str, Any]:
+    """Return :func:`device_info` plus the keys verl tutorials read.
+
+    ``num_gpus`` (visible CUDA devices), ``max_memory_mb`` (the largest GPU's memory in MiB, 0
+    without one) and ``nccl_available``. vLLM is imported only with ``check_vllm`` (it takes
+    seconds on a GPU machine).
+    """
+    info = device_info(check_vllm=check_vllm)
+    info["num_gpus"] = info["gpu_count"]
+    info["max_memory_mb"] = max(
+        (round(g["total_memory_gib"] * 1024) for g in info["gpus"]), default=0
+    )
+    return info
+
+
+def summary_line(info: dict[str, Any]) -> str:
+    """Return one line for the start of a run: GPUs, memory, NCCL, CPUs and versions."""
+    gpus = ", ".join(f"{g['name']} {g['total_memory_gib']} GiB" for g in info["gpus"]) or "none"
+    return (
+        f"device: {info['num_gpus']} GPU(s) ({gpus}), max memory {info['max_memory_mb']} MB, "
+        f"NCCL {'available' if info['nccl_available'] else 'unavailable'}, "
+        f"{info['cpu_usable']} usable CPU(s); torch {info['torch_version']}, "
+        f"transformers {info['transformers_version']}"
+    )
+
+
 def run_device(config: Any, info: dict[str, Any]) -> str:
     """Return ``cuda`` or ``cpu``: what ``trainer.device`` resolves to on this machine."""
     device = config.trainer.device

@@ -23,6 +23,7 @@ _SOURCES = {
     "normalise_row": "rows",
     "truncate_ids": "rows",
     "PromptDataLoader": "loader",
+    "RLDataLoader": "loader",
     "DatasetPreview": "preview",
     "preview_dataset": "preview",
 }

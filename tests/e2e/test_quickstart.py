@@ -1,0 +1,89 @@
+"""The quick start in Debian's Chromium: a verl tutorial's YAML, imported into the builder.
+
+``docs/quickstart.md`` walks through this page; the screenshot it shows is the one this test
+takes (``$POSTTRAIN_TEST_ARTIFACTS/quickstart-import.png``, copied to ``docs/images/``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from channels.testing import ChannelsLiveServerTestCase
+from django.contrib.auth import get_user_model
+
+from tests.engine.test_quickstart import YAML_SNIPPET
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def artifacts() -> Path:
+    folder = Path(os.environ.get("POSTTRAIN_TEST_ARTIFACTS") or "test-artifacts")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
+class QuickstartInTheBrowser(ChannelsLiveServerTestCase):
+    serve_static = True
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        # Playwright's sync API runs an event loop in this thread; the ORM calls stay synchronous.
+        cls._async_unsafe = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        super().tearDownClass()
+        if cls._async_unsafe is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = cls._async_unsafe
+
+    def test_the_tutorial_yaml_opens_in_the_builder_with_verls_keys(self) -> None:
+        from playwright.sync_api import expect, sync_playwright
+
+        user = get_user_model().objects.create_user("alice", password="alice-pass")
+        self.client.force_login(user)
+        session = self.client.cookies["sessionid"].value
+        tutorial = YAML_SNIPPET.replace('name: "sglang"', 'name: "hf"').replace(
+            'model: {path: ""', 'model: {path: "tiny://model"'
+        )
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+            context.add_cookies(
+                [{"name": "sessionid", "value": session, "url": self.live_server_url}]
+            )
+            page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+            page.goto(f"{self.live_server_url}/experiments/new/")
+            page.click("details.import summary")
+            page.fill("textarea[name=yaml_text]", tutorial)
+            page.click("details.import button[type=submit]")
+            # The tutorial's spellings arrive as verl's keys.
+            expect(page.locator("[name=algorithm__adv_estimator]")).to_have_value("gae")
+            expect(page.locator("[name=trainer__total_training_steps]")).to_have_value("1000")
+            expect(page.locator("[name=trainer__save_freq]")).to_have_value("100")
+            expect(page.locator("[name=actor_rollout_ref__actor__clip_ratio]")).to_have_value("0.2")
+            expect(page.locator("[name=actor_rollout_ref__model__path]")).to_have_value(
+                "tiny://model"
+            )
+            page.screenshot(path=str(artifacts() / "quickstart-import.png"), full_page=False)
+            browser.close()
+        assert errors == []
