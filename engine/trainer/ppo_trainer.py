@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import inspect
 import random
-import shutil
 import time
-import traceback
 import uuid
 from contextlib import contextmanager
 from functools import partial
@@ -31,6 +29,8 @@ from engine.algorithms import (
 from engine.data import DataProto
 from engine.data.dataset import RLHFDataset, collate_prompts
 from engine.data.loader import PromptDataLoader
+from engine.env import seed_everything
+from engine.trainer import checkpoint
 from engine.trainer.metrics import (
     compute_data_metrics,
     compute_throughput_metrics,
@@ -39,16 +39,13 @@ from engine.trainer.metrics import (
 )
 from engine.trainer.recorder import (
     CompositeRecorder,
-    ConsoleRecorder,
-    JsonlRecorder,
     Recorder,
     SampleRecord,
+    default_recorders,
 )
 from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
 from engine.workers.critic import CriticWorker
 from engine.workers.models import resolve_device, resolve_path
-
-LATEST_FILE = "latest_checkpointed_iteration.txt"
 
 
 @contextmanager
@@ -375,35 +372,21 @@ class PPOTrainer:
             )
         return records
 
-    # -- checkpoints -------------------------------------------------------------------------
+    # -- checkpoints (the folder layout: engine.trainer.checkpoint) --------------------------
     def save_checkpoint(self) -> Path:
         """Write ``global_step_<N>/`` (actor, critic, trainer state) and mark it the latest."""
-        target = self.local_dir / f"global_step_{self.global_step}"
-        tmp = self.local_dir / f".tmp_global_step_{self.global_step}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        (tmp / "actor").mkdir(parents=True)
-        torch.save(self.arr.state_dict(), tmp / "actor" / "state.pt")
+        parts: dict[str, Any] = {
+            "actor/state.pt": partial(checkpoint.save_state, self.arr.state_dict())
+        }
         if "hf_model" in self.config.actor_rollout_ref.actor.checkpoint.save_contents:
-            self.arr.export_hf(tmp / "actor" / "huggingface")
+            parts["actor/huggingface"] = self.arr.export_hf
         if self.critic is not None:
-            (tmp / "critic").mkdir()
-            torch.save(self.critic.state_dict(), tmp / "critic" / "state.pt")
-        torch.save(self.trainer_state(), tmp / "trainer_state.pt")
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
-        (self.local_dir / LATEST_FILE).write_text(str(self.global_step))
-        self.prune_checkpoints()
+            parts["critic/state.pt"] = partial(checkpoint.save_state, self.critic.state_dict())
+        parts[checkpoint.STATE_FILE] = partial(checkpoint.save_state, self.trainer_state())
+        target = checkpoint.write_checkpoint(self.local_dir, self.global_step, parts)
+        checkpoint.prune(self.local_dir, self.config.trainer.max_actor_ckpt_to_keep)
         self.report.on_checkpoint(self.global_step, str(target))
         return target
-
-    def prune_checkpoints(self) -> None:
-        """Keep only the newest ``trainer.max_actor_ckpt_to_keep`` checkpoints (if set)."""
-        keep = self.config.trainer.max_actor_ckpt_to_keep
-        if not keep:
-            return
-        steps = sorted(int(p.name.rsplit("_", 1)[1]) for p in self.local_dir.glob("global_step_*"))
-        for step in steps[:-keep]:
-            shutil.rmtree(self.local_dir / f"global_step_{step}", ignore_errors=True)
 
     def trainer_state(self) -> dict[str, Any]:
         """Return the controller's state: step, data position, KL coefficient and RNG."""
@@ -426,28 +409,23 @@ class PPOTrainer:
             return None
         if mode == "resume_path":
             path = Path(resolve_path(self.config.trainer.resume_from_path) or "")
-            if not (path / "trainer_state.pt").exists():
+            if not checkpoint.is_complete(path):
                 raise FileNotFoundError(
                     f"trainer.resume_from_path={str(path)!r} is not a checkpoint folder "
-                    "(no trainer_state.pt); point it at .../global_step_<N>"
+                    f"(no {checkpoint.STATE_FILE}); point it at .../global_step_<N>"
                 )
             return path
-        latest = self.local_dir / LATEST_FILE
-        if not latest.exists():
-            return None
-        return self.local_dir / f"global_step_{int(latest.read_text().strip())}"
+        return checkpoint.latest_checkpoint(self.local_dir)
 
     def load_checkpoint(self) -> None:
         """Restore workers and controller from :meth:`resume_dir`, if there is one."""
         path = self.resume_dir()
         if path is None:
             return
-        self.arr.load_state_dict(torch.load(path / "actor" / "state.pt", weights_only=False))
+        self.arr.load_state_dict(checkpoint.load_state(path / "actor" / "state.pt"))
         if self.critic is not None:
-            self.critic.load_state_dict(
-                torch.load(path / "critic" / "state.pt", weights_only=False)
-            )
-        state = torch.load(path / "trainer_state.pt", weights_only=False)
+            self.critic.load_state_dict(checkpoint.load_state(path / "critic" / "state.pt"))
+        state = checkpoint.load_state(path / checkpoint.STATE_FILE)
         self.global_step = state["global_step"]
         self.train_loader.load_state_dict(state["dataloader"])
         if self.kl_ctrl is not None and state.get("kl_ctrl"):
@@ -512,14 +490,9 @@ class PPOTrainer:
         self.report.on_finish(status=status)
         return status
 
-    train = fit
-
-
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch."""
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    torch.manual_seed(seed)
+    def train(self) -> str:
+        """Train: :meth:`fit` under the name Python tutorials call (subclasses override fit)."""
+        return self.fit()
 
 
 def resolve_files(files: str | list[str]) -> list[str]:
@@ -563,42 +536,3 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.tolist()
     return value
-
-
-def default_recorders(config: Any) -> list[Recorder]:
-    """Return the built-in recorders that ``trainer.logger`` names (console, jsonl)."""
-    loggers = config.trainer.logger
-    loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
-    recorders: list[Recorder] = []
-    if "console" in loggers:
-        recorders.append(ConsoleRecorder(every=config.trainer.log_freq))
-    if "jsonl" in loggers:
-        recorders.append(
-            JsonlRecorder(Path(resolve_path(config.trainer.default_local_dir)) / "logs")
-        )
-    return recorders
-
-
-def run_training(config: Any, recorder: Recorder | None = None) -> str:
-    """Train with ``config``; report to ``recorder``; return the final status.
-
-    ``trainer.controller=ray`` runs the same loop over Ray worker groups of FSDP2 ranks
-    (``engine.distributed``). A failure calls ``recorder.on_finish(status="failed",
-    error=<traceback>)`` and re-raises.
-    """
-    trainer: PPOTrainer | None = None
-    try:
-        trainer_cls: type[PPOTrainer] = PPOTrainer
-        if config.trainer.controller == "ray":
-            from engine.distributed.ray_trainer import RayPPOTrainer
-
-            trainer_cls = RayPPOTrainer
-        trainer = trainer_cls(config, recorder)
-        return trainer.fit()
-    except BaseException:
-        # The trainer's recorder is the caller's plus trainer.logger's sinks; before it exists,
-        # only the caller's can be told.
-        told = trainer.report if trainer is not None else recorder
-        if told is not None:
-            told.on_finish(status="failed", error=traceback.format_exc())
-        raise

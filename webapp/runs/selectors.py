@@ -8,9 +8,8 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from engine.trainer.checkpoint import latest_checkpoint
 from webapp.runs.models import MetricPoint, Run
-
-LATEST_FILE = "latest_checkpointed_iteration.txt"
 
 # The metrics the run page summarises first, in verl's names.
 SUMMARY_METRICS = (
@@ -42,20 +41,7 @@ def run_list_for_user(
 
 def run_latest_checkpoint(*, run: Run) -> Path | None:
     """Return the run's newest complete ``global_step_<N>`` folder, or None if it saved none."""
-    if not run.checkpoint_dir:
-        return None
-    folder = Path(run.checkpoint_dir)
-    latest = folder / LATEST_FILE
-    if latest.is_file():
-        candidate = folder / f"global_step_{latest.read_text().strip()}"
-        if (candidate / "trainer_state.pt").is_file():
-            return candidate
-    steps = []
-    for path in folder.glob("global_step_*"):
-        suffix = path.name.rsplit("_", 1)[1]
-        if suffix.isdigit() and (path / "trainer_state.pt").is_file():
-            steps.append((int(suffix), path))
-    return max(steps)[1] if steps else None
+    return latest_checkpoint(run.checkpoint_dir)
 
 
 def run_latest_metrics(*, run: Run) -> tuple[int | None, list[tuple[str, float | None]]]:

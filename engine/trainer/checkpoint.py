@@ -1,0 +1,109 @@
+"""Checkpoint folders on disk, verl's layout: ``<default_local_dir>/global_step_<N>/``.
+
+Each checkpoint holds ``actor/state.pt`` (weights, optimizer, schedule and sampling RNG; a
+sharded run keeps each rank's shards), ``critic/state.pt`` when a critic trains, optionally
+``actor/huggingface/`` (``checkpoint.save_contents`` with ``hf_model``) and ``trainer_state.pt``
+(step, data position, KL controller, RNG). ``latest_checkpointed_iteration.txt`` names the newest
+complete one. A checkpoint is written under a temporary name and renamed into place, so a crash
+mid-save never leaves a half-written folder that looks complete.
+
+This module imports no torch at import time: the web app asks it for a run's latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+LATEST_FILE = "latest_checkpointed_iteration.txt"
+STATE_FILE = "trainer_state.pt"
+
+
+def step_dir(folder: str | Path, step: int) -> Path:
+    """Return the folder of the checkpoint at ``step``."""
+    return Path(folder) / f"global_step_{step}"
+
+
+def is_complete(path: Path) -> bool:
+    """Return True when ``path`` is a finished checkpoint folder (its trainer state written)."""
+    return (path / STATE_FILE).is_file()
+
+
+def saved_steps(folder: str | Path) -> list[int]:
+    """Return the steps of the complete checkpoints in ``folder``, in order."""
+    steps = []
+    for path in Path(folder).glob("global_step_*"):
+        suffix = path.name.rsplit("_", 1)[1]
+        if suffix.isdigit() and is_complete(path):
+            steps.append(int(suffix))
+    return sorted(steps)
+
+
+def latest_checkpoint(folder: str | Path | None) -> Path | None:
+    """Return the newest complete ``global_step_<N>`` folder in ``folder``, or None.
+
+    The step ``latest_checkpointed_iteration.txt`` names wins when that checkpoint is complete;
+    otherwise (a missing or stale file) the highest complete step does.
+    """
+    if not folder:
+        return None
+    folder = Path(folder)
+    latest = folder / LATEST_FILE
+    if latest.is_file():
+        text = latest.read_text().strip()
+        if text.isdigit() and is_complete(step_dir(folder, int(text))):
+            return step_dir(folder, int(text))
+    steps = saved_steps(folder)
+    return step_dir(folder, steps[-1]) if steps else None
+
+
+def write_checkpoint(
+    folder: str | Path, step: int, parts: dict[str, Callable[[Path], None]]
+) -> Path:
+    """Write checkpoint ``step`` atomically and mark it the latest; return its folder.
+
+    ``parts`` maps a relative path (``actor/state.pt``) to a function that writes it; the
+    trainer state (``trainer_state.pt``) must be among them, since it marks the folder complete.
+    """
+    if STATE_FILE not in parts:
+        raise ValueError(f"a checkpoint needs {STATE_FILE}; it marks the folder complete")
+    target = step_dir(folder, step)
+    tmp = Path(folder) / f".tmp_global_step_{step}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    for relative, write in parts.items():
+        path = tmp / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(path)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    (Path(folder) / LATEST_FILE).write_text(str(step))
+    return target
+
+
+def prune(folder: str | Path, keep: int | None) -> None:
+    """Keep only the newest ``keep`` checkpoints in ``folder`` (all when ``keep`` is falsy)."""
+    if not keep:
+        return
+    for step in saved_steps(folder)[:-keep]:
+        shutil.rmtree(step_dir(folder, step), ignore_errors=True)
+
+
+def save_state(state: Any, path: Path) -> None:
+    """Write one state file (``torch.save``)."""
+    import torch
+
+    torch.save(state, path)
+
+
+def load_state(path: Path) -> Any:
+    """Read one state file written by :func:`save_state`.
+
+    The files hold the trainer's own objects (the RNG states, the data position, optimizer
+    state), so they are read with ``weights_only=False``: load only checkpoints this trainer
+    wrote, never one from elsewhere.
+    """
+    import torch
+
+    return torch.load(path, weights_only=False)
