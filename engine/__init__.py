@@ -31,8 +31,12 @@ def __getattr__(name: str) -> Any:
         from engine.config import load_config
 
         return load_config
-    if name in {"PPOTrainer", "run_training"}:
-        from engine.trainer import ppo_trainer
+    if name == "PPOTrainer":
+        from engine.trainer.ppo_trainer import PPOTrainer
 
-        return getattr(ppo_trainer, name)
+        return PPOTrainer
+    if name == "run_training":
+        from engine.trainer.run import run_training
+
+        return run_training
     raise AttributeError(f"module 'engine' has no attribute {name!r}")

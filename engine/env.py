@@ -40,3 +40,15 @@ def apply_cpu_process_env(num_threads: int | None = None) -> None:
     threads = num_threads or int(os.environ["OMP_NUM_THREADS"])
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and torch's random generators (every rank starts identical)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)

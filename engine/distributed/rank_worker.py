@@ -362,7 +362,7 @@ class RankWorker:
 
     def build_role(self, role: str, config: Any, **kwargs: Any) -> None:
         """Build ``actor_rollout_ref`` or ``critic`` on this rank from the run's config."""
-        from engine.trainer.ppo_trainer import seed_everything
+        from engine.env import seed_everything
 
         if self.device.type == "cuda":  # the channel's thread starts on the default device
             torch.cuda.set_device(self.device)

@@ -141,8 +141,6 @@ class RayPPOTrainer(PPOTrainer):
         finally:
             self.shutdown()
 
-    train = fit
-
     def shutdown(self) -> None:
         """Kill the worker groups' actors and free their resources."""
         for group in self.worker_groups.values():

@@ -26,8 +26,12 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in {"PPOTrainer", "run_training"}:
-        from engine.trainer import ppo_trainer
+    if name == "PPOTrainer":
+        from engine.trainer.ppo_trainer import PPOTrainer
 
-        return getattr(ppo_trainer, name)
+        return PPOTrainer
+    if name == "run_training":
+        from engine.trainer.run import run_training
+
+        return run_training
     raise AttributeError(f"module 'engine.trainer' has no attribute {name!r}")

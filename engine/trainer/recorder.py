@@ -164,3 +164,16 @@ class JsonlRecorder(Recorder):
 
     def on_samples(self, step: int, samples: list[SampleRecord]) -> None:
         self._append("samples.jsonl", [s.to_dict() for s in samples])
+
+
+def default_recorders(config: Any) -> list[Recorder]:
+    """Return the built-in recorders that ``trainer.logger`` names (console, jsonl)."""
+    loggers = config.trainer.logger
+    loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
+    recorders: list[Recorder] = []
+    if "console" in loggers:
+        recorders.append(ConsoleRecorder(every=config.trainer.log_freq))
+    if "jsonl" in loggers:
+        folder = Path(config.trainer.default_local_dir).expanduser()
+        recorders.append(JsonlRecorder(folder / "logs"))
+    return recorders

@@ -24,7 +24,7 @@ from engine.distributed.worker_group import ActorRolloutRefGroup, RayWorkerGroup
 from engine.tiny.task import make_problems, write_split
 from engine.tiny.tokenizer import build_tokenizer
 from engine.trainer import Recorder
-from engine.trainer.ppo_trainer import run_training
+from engine.trainer.run import run_training
 from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
 from tests.engine.distributed.helpers import prompt_batch, tiny_config, tiny_policy, update_batch
 

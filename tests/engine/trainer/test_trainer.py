@@ -11,7 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from engine.trainer import PPOTrainer, Recorder
-from engine.trainer.ppo_trainer import run_training
+from engine.trainer.run import run_training
 from engine.workers.actor import response_logits
 
 VERL_METRICS = [

@@ -1,0 +1,39 @@
+"""``run_training``: the one call that trains a config, on the controller it names.
+
+``trainer.controller=local`` trains in this process (``PPOTrainer``; on a CUDA device its
+workers are FSDP2 ranks of a one-rank group), ``ray`` over Ray worker groups of FSDP2 ranks
+(``RayPPOTrainer``). This module knows both; the trainers know nothing of each other's choice.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+from engine.trainer.ppo_trainer import PPOTrainer
+from engine.trainer.recorder import Recorder
+
+
+def run_training(config: Any, recorder: Recorder | None = None) -> str:
+    """Train with ``config``; report to ``recorder``; return the final status.
+
+    ``trainer.controller=ray`` runs the same loop over Ray worker groups of FSDP2 ranks
+    (``engine.distributed``). A failure calls ``recorder.on_finish(status="failed",
+    error=<traceback>)`` and re-raises.
+    """
+    trainer: PPOTrainer | None = None
+    try:
+        trainer_cls: type[PPOTrainer] = PPOTrainer
+        if config.trainer.controller == "ray":
+            from engine.distributed.ray_trainer import RayPPOTrainer
+
+            trainer_cls = RayPPOTrainer
+        trainer = trainer_cls(config, recorder)
+        return trainer.fit()
+    except BaseException:
+        # The trainer's recorder is the caller's plus trainer.logger's sinks; before it exists,
+        # only the caller's can be told.
+        told = trainer.report if trainer is not None else recorder
+        if told is not None:
+            told.on_finish(status="failed", error=traceback.format_exc())
+        raise
