@@ -8,6 +8,8 @@
 // GPU draws it. After a drop the socket reconnects with ?since=<last step> and gets exactly the
 // steps it missed. compare.js reuses RunStream and ChartGrid to overlay several runs.
 
+import {element} from "./dom.js";
+import {colourAt} from "./palette.js";
 import {RunStream, SeriesStore, emaNext, emaStart, emptySeries, mergeRange} from "./stream.js";
 
 export {RunStream, SeriesStore};
@@ -17,7 +19,6 @@ const REFRESH_POINTS = 3000; // a live series this long is fetched again, downsa
 // Repaint live panels at most 5 times a second: a repaint costs tens of ms per panel, and steps
 // that land faster than that are drawn together instead of starving the socket of CPU.
 const MIN_REPAINT_MS = 200;
-const PALETTE = ["#d3542f", "#2f5bd3", "#1f8a4c", "#8e44ad", "#b7791f", "#0f8b8d", "#c2366b", "#5d6d7e", "#7a9a01", "#a0522d"];
 
 // WebGL only where it is drawn by a GPU: a software rasteriser (SwiftShader, llvmpipe) runs it on
 // the CPU, slower than SVG.
@@ -32,16 +33,6 @@ export const hasWebGL = (() => {
     return false;
   }
 })();
-
-function element(tag, attrs = {}, children = []) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (key === "text") node.textContent = value;
-    else node.setAttribute(key, value);
-  }
-  node.append(...children);
-  return node;
-}
 
 function shortName(name, panelNames) {
   if (panelNames.length === 1) return name;
@@ -147,7 +138,7 @@ export class ChartGrid {
         const x = this.options.x === "time" ? s.time.map((t) => t * 1000) : s.step.slice();
         const label = (this.sources.length > 1 ? `${src.label} · ` : "") + shortName(name, panel.names);
         const extreme = /\/(max|min)$/.test(name);
-        const color = src.color || PALETTE[k % PALETTE.length];
+        const color = src.color || colourAt(k);
         const line = {width: extreme ? 1 : 1.6, dash: extreme ? "dot" : "solid", color};
         const raw = {
           type, mode: "lines", name: label, x, y: s.value.slice(), line: {...line},

@@ -1,8 +1,7 @@
 // Run comparison: the same metric panels with one colour per run, each run on its own socket,
 // so the live ones keep moving. Panels are the union of every run's metric names.
 import {ChartGrid, SeriesStore, followRun} from "./charts.js";
-
-const COLOURS = ["#2f5bd3", "#d3542f", "#1f8a4c", "#8e44ad", "#b7791f", "#0f8b8d", "#c2366b", "#5d6d7e"];
+import {colourAt} from "./palette.js";
 
 function start() {
   const root = document.getElementById("compare-live");
@@ -10,7 +9,7 @@ function start() {
   const runs = [...root.querySelectorAll("[data-compare-run]")].map((node, i) => ({
     id: Number(node.dataset.compareRun),
     label: node.dataset.label,
-    color: COLOURS[i % COLOURS.length],
+    color: colourAt(i),
     store: new SeriesStore(),
     node,
   }));
