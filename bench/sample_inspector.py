@@ -45,7 +45,7 @@ from django.urls import reverse  # noqa: E402
 from engine.trainer.recorder import SampleRecord  # noqa: E402
 from webapp.experiments.models import Experiment  # noqa: E402
 from webapp.runs.models import Run, RunStatus, Sample  # noqa: E402
-from webapp.runs.services import samples_write  # noqa: E402
+from webapp.runs.recording import samples_write  # noqa: E402
 
 WORDS = ["Ġthe", "Ġanswer", "Ġis", "Ġ4", "2", "Ġso", "Ġwe", "Ġadd", "Ġcarry", "Ġ1", ".", "Ċ"]
 

@@ -32,7 +32,7 @@ class HeartbeatThread(threading.Thread):
     def run(self) -> None:
         from django.db import connection
 
-        from webapp.runs.services import run_heartbeat
+        from webapp.runs.recording import run_heartbeat
 
         try:
             while not self.stopped.wait(self.interval_s):
@@ -54,7 +54,7 @@ def drive(run_id: int, publish: bool = True) -> str:
 
     from engine.config import config_from_dict, set_value
     from engine.trainer import run_training
-    from webapp.runs.services import run_mark_running
+    from webapp.runs.recording import run_mark_running
     from workers.publish import RunEventPublisher
     from workers.recorder import RunRecorder
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.trainer.recorder import Recorder, SampleRecord
 from webapp.runs.events import run_event
-from webapp.runs.services import (
+from webapp.runs.recording import (
     metric_point_upsert,
     run_finish,
     run_heartbeat,

@@ -21,13 +21,8 @@ from django.conf import settings
 from django.db import connections
 
 from engine.env import CPU_PROCESS_ENV
-from webapp.runs.services import (
-    run_claim_for_start,
-    run_dir,
-    run_finish,
-    run_set_driver,
-    runs_mark_lost,
-)
+from webapp.runs.recording import run_claim_for_start, run_finish, run_set_driver, runs_mark_lost
+from webapp.runs.services import run_dir
 from workers.celery_app import app
 
 logger = logging.getLogger(__name__)

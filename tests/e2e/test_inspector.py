@@ -28,7 +28,8 @@ from django.test import override_settings
 from engine.trainer.recorder import SampleRecord
 from tests.webapp.fixtures import make_experiment
 from webapp.runs.models import Run, RunStatus, Sample
-from webapp.runs.services import run_create, samples_write
+from webapp.runs.recording import samples_write
+from webapp.runs.services import run_create
 from workers.celery_app import app
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

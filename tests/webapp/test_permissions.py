@@ -23,7 +23,8 @@ from webapp.datasets.models import Dataset
 from webapp.datasets.services import dataset_create
 from webapp.experiments.models import Experiment
 from webapp.runs.models import Run, RunStatus
-from webapp.runs.services import run_create, samples_write
+from webapp.runs.recording import samples_write
+from webapp.runs.services import run_create
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,8 @@ import pytest
 
 from tests.webapp.fixtures import make_experiment
 from webapp.runs.models import Run, RunStatus
-from webapp.runs.services import run_claim_for_start, run_create
+from webapp.runs.recording import run_claim_for_start
+from webapp.runs.services import run_create
 from workers.driver import drive
 
 pytestmark = pytest.mark.django_db

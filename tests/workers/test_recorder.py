@@ -13,13 +13,13 @@ from channels_redis.core import RedisChannelLayer
 from engine.trainer.recorder import SampleRecord
 from tests.webapp.fixtures import make_experiment
 from webapp.runs.models import MetricPoint, Run, RunStatus, Sample
-from webapp.runs.services import (
+from webapp.runs.recording import (
     metric_point_upsert,
     run_claim_for_start,
-    run_create,
     run_mark_running,
     samples_write,
 )
+from webapp.runs.services import run_create
 from workers.publish import RunEventPublisher
 from workers.recorder import RunRecorder
 

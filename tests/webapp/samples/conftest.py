@@ -10,7 +10,8 @@ import pytest
 from engine.trainer.recorder import SampleRecord
 from tests.webapp.fixtures import make_experiment
 from webapp.runs.models import Run, RunStatus
-from webapp.runs.services import run_create, samples_write
+from webapp.runs.recording import samples_write
+from webapp.runs.services import run_create
 
 
 def records(

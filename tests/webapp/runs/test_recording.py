@@ -1,0 +1,57 @@
+"""The status table every lifecycle function moves a run through, against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.trainer.recorder import RunStatus as EngineStatus
+from tests.webapp.fixtures import make_experiment
+from webapp.runs.models import Run, RunStatus
+from webapp.runs.recording import ALLOWED_TRANSITIONS, transition
+
+pytestmark = pytest.mark.django_db
+
+ENDED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+def test_every_status_has_its_row_and_an_ended_run_moves_nowhere():
+    assert set(ALLOWED_TRANSITIONS) == set(RunStatus.values)
+    for status in ENDED:
+        assert ALLOWED_TRANSITIONS[status] == frozenset()
+    assert RunStatus.QUEUED not in set().union(*ALLOWED_TRANSITIONS.values())  # never back
+
+
+def test_the_engine_ends_a_run_in_statuses_the_studio_stores():
+    assert {s.value for s in EngineStatus} == {s.value for s in ENDED}
+
+
+def test_a_change_the_table_does_not_list_is_refused(owner):
+    run = Run.objects.create(
+        experiment=make_experiment(owner),
+        owner=owner,
+        number=1,
+        status=RunStatus.SUCCEEDED,
+        config={},
+    )
+    with pytest.raises(ValueError, match="does not move from succeeded to running"):
+        transition(run.pk, [RunStatus.SUCCEEDED], RunStatus.RUNNING)
+    with pytest.raises(ValueError, match="does not move from queued to lost"):
+        transition(run.pk, [RunStatus.QUEUED], RunStatus.LOST)
+
+
+def test_a_run_moves_only_from_the_statuses_named(owner):
+    run = Run.objects.create(
+        experiment=make_experiment(owner),
+        owner=owner,
+        number=1,
+        status=RunStatus.RUNNING,
+        config={},
+    )
+    assert not transition(run.pk, [RunStatus.QUEUED], RunStatus.CANCELLED)
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING
+    assert transition(run.pk, [RunStatus.RUNNING], RunStatus.LOST, error="no heartbeat")
+    assert transition(run.pk, [RunStatus.LOST], RunStatus.SUCCEEDED, error="")  # a slow driver
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    assert not transition(run.pk, [RunStatus.RUNNING], RunStatus.FAILED)
