@@ -25,7 +25,7 @@ from engine.distributed.worker_group import (
 from engine.trainer.ppo_trainer import (
     PPOTrainer,
 )
-from engine.trainer.recorder import Recorder
+from engine.trainer.recorder import Recorder, RunStatus
 
 GLOBAL_POOL = "global_pool"
 ROLES = ("actor_rollout_ref", "critic")
@@ -134,7 +134,7 @@ class RayPPOTrainer(PPOTrainer):
             self.shutdown()
             raise
 
-    def fit(self) -> str:
+    def fit(self) -> RunStatus:
         """Train as ``PPOTrainer.fit`` does, then release the Ray actors."""
         try:
             return super().fit()

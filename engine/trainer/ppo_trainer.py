@@ -40,6 +40,7 @@ from engine.trainer.metrics import (
 from engine.trainer.recorder import (
     CompositeRecorder,
     Recorder,
+    RunStatus,
     SampleRecord,
     default_recorders,
 )
@@ -436,7 +437,7 @@ class PPOTrainer:
         print(f"resumed from {path} at step {self.global_step}")
 
     # -- the loop ----------------------------------------------------------------------------
-    def fit(self) -> str:
+    def fit(self) -> RunStatus:
         """Train until ``total_steps`` or a stop request; return succeeded or cancelled."""
         from engine.config import config_to_dict
 
@@ -450,8 +451,8 @@ class PPOTrainer:
             val_metrics, records = self.validate()
             self.report.on_samples(0, records)
             self.report.on_step(0, val_metrics)
-        status = "succeeded"
-        while self.global_step < self.total_steps and status == "succeeded":
+        status = RunStatus.SUCCEEDED
+        while self.global_step < self.total_steps and status == RunStatus.SUCCEEDED:
             for prompts in self.train_loader:
                 self.global_step += 1
                 metrics, batch, reward_info = self.train_step(prompts)
@@ -483,14 +484,14 @@ class PPOTrainer:
                     metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
                 self.report.on_step(self.global_step, metrics)
                 if stop:
-                    status = "cancelled"
+                    status = RunStatus.CANCELLED
                     break
                 if last:
                     break
         self.report.on_finish(status=status)
         return status
 
-    def train(self) -> str:
+    def train(self) -> RunStatus:
         """Train: :meth:`fit` under the name Python tutorials call (subclasses override fit)."""
         return self.fit()
 

@@ -13,8 +13,21 @@ import json
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, TextIO
+
+
+class RunStatus(StrEnum):
+    """How a training run ended, as ``fit`` returns it and ``Recorder.on_finish`` receives it.
+
+    The values are the strings the studio stores (``webapp.runs.models.RunStatus`` has the same
+    three among its own), so comparing with a plain string still works.
+    """
+
+    SUCCEEDED = "succeeded"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
 
 
 @dataclass

@@ -11,10 +11,10 @@ import traceback
 from typing import Any
 
 from engine.trainer.ppo_trainer import PPOTrainer
-from engine.trainer.recorder import Recorder
+from engine.trainer.recorder import Recorder, RunStatus
 
 
-def run_training(config: Any, recorder: Recorder | None = None) -> str:
+def run_training(config: Any, recorder: Recorder | None = None) -> RunStatus:
     """Train with ``config``; report to ``recorder``; return the final status.
 
     ``trainer.controller=ray`` runs the same loop over Ray worker groups of FSDP2 ranks
@@ -35,5 +35,5 @@ def run_training(config: Any, recorder: Recorder | None = None) -> str:
         # only the caller's can be told.
         told = trainer.report if trainer is not None else recorder
         if told is not None:
-            told.on_finish(status="failed", error=traceback.format_exc())
+            told.on_finish(status=RunStatus.FAILED, error=traceback.format_exc())
         raise
