@@ -1,7 +1,8 @@
 // Experiment builder: keep the YAML preview and the validator's errors in step with the form.
 // The server renders the YAML through the engine (one validator); this only posts the form.
-(function () {
-  "use strict";
+import {element, listItems} from "./dom.js";
+
+function start() {
   const form = document.getElementById("builder-form");
   const preview = document.getElementById("yaml-preview");
   const warnings = document.getElementById("yaml-warnings");
@@ -10,50 +11,46 @@
   let pending = null;
 
   function showErrors(errors) {
-    form.querySelectorAll("[data-errors-for]").forEach(function (list) {
+    for (const list of form.querySelectorAll("[data-errors-for]")) {
       const messages = errors[list.dataset.errorsFor] || [];
-      list.replaceChildren.apply(list, messages.map(function (text) {
-        const item = document.createElement("li");
-        item.textContent = text;
-        return item;
-      }));
+      list.replaceChildren(...listItems(messages));
       const field = list.closest("[data-field]");
       if (field) field.classList.toggle("has-error", messages.length > 0);
-    });
+    }
   }
 
-  function refresh() {
+  async function refresh() {
     if (pending) pending.abort();
     pending = new AbortController();
-    fetch(form.dataset.previewUrl, {
-      method: "POST", body: new FormData(form), signal: pending.signal,
-      headers: {"X-Requested-With": "fetch"}, credentials: "same-origin",
-    })
-      .then(function (response) { return response.json(); })
-      .then(function (data) {
-        preview.textContent = data.yaml || "";
-        warnings.replaceChildren.apply(warnings, (data.warnings || []).map(function (text) {
-          const item = document.createElement("li");
-          item.textContent = text;
-          return item;
-        }));
-        showErrors(data.errors || {});
-      })
-      .catch(function (error) { if (error.name !== "AbortError") preview.textContent = String(error); });
+    try {
+      const response = await fetch(form.dataset.previewUrl, {
+        method: "POST", body: new FormData(form), signal: pending.signal,
+        headers: {"X-Requested-With": "fetch"}, credentials: "same-origin",
+      });
+      const data = await response.json();
+      preview.textContent = data.yaml || "";
+      warnings.replaceChildren(...listItems(data.warnings || []));
+      showErrors(data.errors || {});
+    } catch (error) {
+      if (error.name !== "AbortError") preview.textContent = String(error);
+    }
   }
 
-  function schedule() { clearTimeout(timer); timer = setTimeout(refresh, 300); }
+  function schedule() {
+    clearTimeout(timer);
+    timer = setTimeout(refresh, 300);
+  }
   form.addEventListener("input", schedule);
   form.addEventListener("change", schedule);
 
-  document.getElementById("yaml-download").addEventListener("click", function () {
+  document.getElementById("yaml-download").addEventListener("click", () => {
     const blob = new Blob([preview.textContent], {type: "application/yaml"});
-    const link = document.createElement("a");
     const name = (form.elements.name.value || "experiment").replace(/[^\w.-]+/g, "_");
-    link.href = URL.createObjectURL(blob);
-    link.download = name + ".yaml";
+    const link = element("a", {href: URL.createObjectURL(blob), download: `${name}.yaml`});
     link.click();
     URL.revokeObjectURL(link.href);
   });
   refresh();
-})();
+}
+
+start();

@@ -85,5 +85,9 @@ class QuickstartInTheBrowser(ChannelsLiveServerTestCase):
                 "tiny://model"
             )
             page.screenshot(path=str(artifacts() / "quickstart-import.png"), full_page=False)
+            # The builder's script (an ES module) previews the YAML as a field changes.
+            expect(page.locator("#yaml-preview")).to_contain_text("total_training_steps: 1000")
+            page.fill("[name=trainer__total_training_steps]", "7")
+            expect(page.locator("#yaml-preview")).to_contain_text("total_training_steps: 7")
             browser.close()
         assert errors == []
