@@ -15,6 +15,7 @@ from enum import Enum, StrEnum
 
 import torch
 
+from engine.algorithms.names import ADV_ESTIMATORS
 from engine.algorithms.torch_functional import check_same_shape, masked_whiten
 
 AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -40,8 +41,16 @@ ADV_ESTIMATOR_REGISTRY: dict[str, AdvantageFn] = {}
 def register_adv_est(
     name_or_enum: str | AdvantageEstimator,
 ) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Return a decorator that registers an advantage estimator under ``name_or_enum``."""
+    """Return a decorator that registers an advantage estimator under ``name_or_enum``.
+
+    The name must be listed in ``engine.algorithms.names.ADV_ESTIMATORS``, the config's choices.
+    """
     name = name_or_enum.value if isinstance(name_or_enum, Enum) else name_or_enum
+    if name not in ADV_ESTIMATORS:
+        raise ValueError(
+            f"Advantage estimator {name!r} is not listed; add it to "
+            "engine.algorithms.names.ADV_ESTIMATORS so the config accepts it."
+        )
 
     def decorator(fn: AdvantageFn) -> AdvantageFn:
         if ADV_ESTIMATOR_REGISTRY.get(name, fn) is not fn:

@@ -22,10 +22,10 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from engine.algorithms.names import KL_CONTROLLER_TYPES, KL_ESTIMATORS
 from engine.algorithms.torch_functional import check_same_shape, masked_mean
 
-KL_PENALTY_NAMES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "k3_unclamped")
-KL_CONTROLLER_TYPES = ("fixed", "adaptive", "pid")
+KL_PENALTY_NAMES = KL_ESTIMATORS  # the names kl_penalty computes, listed in names.py
 
 
 def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str) -> torch.Tensor:

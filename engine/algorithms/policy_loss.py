@@ -15,21 +15,24 @@ from collections.abc import Callable
 
 import torch
 
+from engine.algorithms.names import LOSS_AGG_MODES, POLICY_LOSS_MODES
 from engine.algorithms.torch_functional import check_same_shape, masked_mean, masked_sum
 
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
-LOSS_AGG_MODES = (
-    "token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
 
 POLICY_LOSS_REGISTRY: dict[str, PolicyLossFn] = {}
 
 
 def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    """Return a decorator that registers a policy loss under ``name`` (a ``loss_mode``)."""
+    """Return a decorator that registers a policy loss under ``name`` (a ``loss_mode``).
+
+    The name must be listed in ``engine.algorithms.names.POLICY_LOSS_MODES``, the config's choices.
+    """
+    if name not in POLICY_LOSS_MODES:
+        raise ValueError(
+            f"Policy loss {name!r} is not listed; add it to "
+            "engine.algorithms.names.POLICY_LOSS_MODES so the config accepts it."
+        )
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
         if POLICY_LOSS_REGISTRY.get(name, fn) is not fn:

@@ -18,45 +18,22 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-ADV_ESTIMATORS = (
-    "gae",
-    "grpo",
-    "rloo",
-    "reinforce_plus_plus",
-    "reinforce_plus_plus_baseline",
-    "remax",
-    "grpo_passk",
-    "opo",
-    "gpg",
+# The choices of the algorithm and reward keys are the registries' own lists (torch-free);
+# GROUP_ESTIMATORS, KL_ESTIMATORS and REWARD_FN_NAMES are re-exported for the validator and tests.
+from engine.algorithms.names import (
+    ADV_ESTIMATORS,
+    GROUP_ESTIMATORS,  # noqa: F401
+    KL_CONTROLLER_TYPES,
+    KL_ESTIMATORS,  # noqa: F401
+    KL_TYPES,
+    LOSS_AGG_MODES,
+    POLICY_LOSS_MODES,
 )
-# Estimators whose baseline comes from the other samples of the same prompt.
-GROUP_ESTIMATORS = ("grpo", "rloo", "grpo_passk", "opo", "reinforce_plus_plus_baseline", "gpg")
-# Per-token KL estimators (engine.algorithms.kl.kl_penalty); "+" takes k2's gradient instead.
-KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "k3_unclamped")
-KL_TYPES = (*KL_ESTIMATORS, *(f"{name}+" for name in KL_ESTIMATORS))
-LOSS_AGG_MODES = (
-    "token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
-POLICY_LOSS_MODES = ("vanilla", "gspo", "cispo", "clip_cov", "kl_cov")
+from engine.rewards.names import REWARD_COMPONENTS, REWARD_FN_NAMES  # noqa: F401
+from engine.rollout import ROLLOUT_NAMES
+
 STRATEGIES = ("fsdp", "fsdp2")
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
-# Names in engine.rewards' registry, plus the reward model and the custom function.
-REWARD_COMPONENTS = (
-    "default",
-    "tiny_arithmetic",
-    "gsm8k",
-    "math",
-    "exact_match",
-    "keyword",
-    "format",
-    "sql_safety",
-    "code_exec",
-    "reward_model",
-    "custom",
-)
 DATA_KEY_MAP_TARGETS = ("prompt", "ground_truth", "data_source", "ability")
 
 
@@ -284,7 +261,7 @@ class MultiTurnConfig(_Section):
 
 @dataclass
 class RolloutConfig(_Section):
-    name: str = _f("hf", "Generation backend.", choices=("hf", "vllm"), basic=True)
+    name: str = _f("hf", "Generation backend.", choices=ROLLOUT_NAMES, basic=True)
     mode: str = _f("sync", "Rollout mode.", choices=("sync", "async"))
     temperature: float = _f(1.0, "Sampling temperature.")
     top_k: int = _f(-1, "Top-k sampling; -1: off.")
@@ -397,7 +374,7 @@ class RewardConfig(_Section):
 
 @dataclass
 class KLControlConfig(_Section):
-    type: str = _f("fixed", "KL coefficient controller.", choices=("fixed", "adaptive", "pid"))
+    type: str = _f("fixed", "KL coefficient controller.", choices=KL_CONTROLLER_TYPES)
     kl_coef: float = _f(0.001, "(Initial) coefficient of KL in the reward.", basic=True)
     horizon: int = _f(10000, "adaptive: steps over which the coefficient adapts.")
     target_kl: float = _f(0.1, "adaptive/pid: KL the controller aims for.")

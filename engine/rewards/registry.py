@@ -14,6 +14,7 @@ from typing import Any
 from engine.rewards import arithmetic, code_exec, exact_match, gsm8k, keyword, math, sql_safety
 from engine.rewards import format as format_reward
 from engine.rewards.default import default_compute_score
+from engine.rewards.names import REWARD_FN_NAMES
 
 RewardFn = Callable[..., float | dict[str, Any]]
 Extra = dict[str, Any] | None
@@ -22,7 +23,12 @@ _REWARD_FNS: dict[str, RewardFn] = {}
 
 
 def register_reward_fn(name: str) -> Callable[[RewardFn], RewardFn]:
-    """Register the decorated function under ``name``."""
+    """Register the decorated function under ``name``, one of ``names.REWARD_FN_NAMES``."""
+    if name not in REWARD_FN_NAMES:
+        raise ValueError(
+            f"reward function {name!r} is not listed; add it to "
+            "engine.rewards.names.REWARD_FN_NAMES so the config accepts it"
+        )
 
     def decorator(fn: RewardFn) -> RewardFn:
         if name in _REWARD_FNS and _REWARD_FNS[name] is not fn:

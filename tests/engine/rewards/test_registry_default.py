@@ -116,3 +116,16 @@ def test_package_import_stays_light_and_exports_the_manager_lazily():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "engine.rewards.manager"]
+
+
+def test_every_registered_reward_is_listed_and_every_listed_one_registered():
+    from engine.rewards.names import REWARD_COMPONENTS, REWARD_FN_NAMES
+
+    assert sorted(list_reward_fns()) == sorted(REWARD_FN_NAMES)
+    assert (*REWARD_FN_NAMES, "reward_model", "custom") == REWARD_COMPONENTS
+
+
+def test_registering_an_unlisted_reward_fails_and_names_the_list():
+    with pytest.raises(ValueError, match=r"'bleu' is not listed; add it to .*\.REWARD_FN_NAMES"):
+        register_reward_fn("bleu")(lambda *args, **kwargs: 0.0)
+    assert "bleu" not in list_reward_fns()

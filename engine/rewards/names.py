@@ -1,0 +1,21 @@
+"""The names of the reward registry, in one place the config schema imports without the scorers.
+
+``register_reward_fn`` refuses a name not listed in ``REWARD_FN_NAMES``, and the tests check that
+every listed name is registered, so ``reward.components[*].name`` accepts exactly the registered
+rewards. To add a reward, list its name here and register it in ``engine.rewards.registry``.
+"""
+
+# Names in engine.rewards.registry, in the order the config lists them.
+REWARD_FN_NAMES = (
+    "default",
+    "tiny_arithmetic",
+    "gsm8k",
+    "math",
+    "exact_match",
+    "keyword",
+    "format",
+    "sql_safety",
+    "code_exec",
+)
+# reward.components[*].name: the registry's names, the reward model and the custom function.
+REWARD_COMPONENTS = (*REWARD_FN_NAMES, "reward_model", "custom")
