@@ -7,8 +7,9 @@ ${actor_rollout_ref.actor.ppo_mini_batch_size}``), the field here defaults to ``
 ``${dotted.key}`` references, resolved the same way (``trainer.default_local_dir``).
 
 Field metadata carries everything the CLI, the validator and the web form need:
-``help`` (every field), ``choices`` (valid string values), ``basic`` (shown outside the form's
-advanced section) and ``runtime`` (Python-only objects, never serialised or shown in the form).
+``help`` (every field), ``choices`` (valid string values), ``gt``/``ge``/``lt``/``le`` (bounds of
+a number), ``basic`` (shown outside the form's advanced section) and ``runtime`` (Python-only
+objects, never serialised or shown in the form).
 PostTrain extensions to verl's schema: the ``reward`` section, ``algorithm.
 allow_single_sample_groups``, ``trainer.device``, ``trainer.controller`` and ``trainer.seed``.
 """
@@ -86,18 +87,43 @@ class _Section:
 
 
 def _f(
-    default: Any, help: str, *, choices: tuple[str, ...] | None = None, basic: bool = False
+    default: Any,
+    help: str,
+    *,
+    choices: tuple[str, ...] | None = None,
+    basic: bool = False,
+    gt: float | None = None,
+    ge: float | None = None,
+    lt: float | None = None,
+    le: float | None = None,
 ) -> Any:
-    """Return a field with help text; mutable defaults are copied per instance."""
-    metadata = {"help": help, "choices": choices, "basic": basic}
+    """Return a field with help text; mutable defaults are copied per instance.
+
+    ``gt``, ``ge``, ``lt`` and ``le`` bound a number (``> gt``, ``>= ge``, ...; None passes):
+    the validator checks them and the form gives its input ``min`` and ``max``.
+    """
+    metadata = {
+        "help": help,
+        "choices": choices,
+        "basic": basic,
+        "gt": gt,
+        "ge": ge,
+        "lt": lt,
+        "le": le,
+    }
     if isinstance(default, list | dict):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
     return field(default=default, metadata=metadata)
 
 
-def _section(factory: Any, help: str) -> Any:
-    """Return a field holding a nested section."""
-    return field(default_factory=factory, metadata={"help": help})
+def _section(factory: Any, help: str, *, bounds_when: str | None = None) -> Any:
+    """Return a field holding a nested section.
+
+    ``bounds_when`` names a key (``critic.enable``): the section's ``gt``/``ge``/``lt``/``le``
+    bounds are checked only when its resolved value is true.
+    """
+    metadata = {"help": help, "bounds_when": bounds_when} if bounds_when else {"help": help}
+    return field(default_factory=factory, metadata=metadata)
 
 
 def _runtime(help: str) -> Any:
@@ -116,17 +142,19 @@ class DataConfig(_Section):
     )
     prompt_key: str = _f("prompt", "Column holding the prompt (chat messages or text).")
     reward_fn_key: str = _f("data_source", "Column that selects the reward function.")
-    max_prompt_length: int = _f(512, "Longest prompt in tokens.", basic=True)
-    max_response_length: int = _f(512, "Most tokens generated per response.", basic=True)
-    train_batch_size: int = _f(1024, "Prompts per training step.", basic=True)
-    val_batch_size: int | None = _f(None, "Prompts per validation batch; null: whole set.")
+    max_prompt_length: int = _f(512, "Longest prompt in tokens.", basic=True, gt=0)
+    max_response_length: int = _f(512, "Most tokens generated per response.", basic=True, gt=0)
+    train_batch_size: int = _f(1024, "Prompts per training step.", basic=True, gt=0)
+    val_batch_size: int | None = _f(None, "Prompts per validation batch; null: whole set.", gt=0)
     return_raw_input_ids: bool = _f(False, "Also return unpadded prompt ids.")
     return_raw_chat: bool = _f(False, "Also return the prompt as chat messages.")
     return_full_prompt: bool = _f(False, "Also return the prompt with the chat template applied.")
     shuffle: bool = _f(True, "Shuffle the training data each epoch.")
     validation_shuffle: bool = _f(False, "Shuffle the validation data.")
     seed: int = _f(1, "Seed of the training data shuffle.")
-    dataloader_num_workers: int = _f(8, "Data loader worker processes (0: load in the driver).")
+    dataloader_num_workers: int = _f(
+        8, "Data loader worker processes (0: load in the driver).", ge=0
+    )
     truncation: str = _f(
         "error",
         "What to do with a prompt over max_prompt_length.",
@@ -151,7 +179,7 @@ class ModelConfig(_Section):
     trust_remote_code: bool = _f(False, "Allow custom model code from the model folder.")
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations to save memory.")
     use_remove_padding: bool = _f(False, "Pack sequences without padding (rmpad).")
-    lora_rank: int = _f(0, "LoRA rank; 0 trains all weights.")
+    lora_rank: int = _f(0, "LoRA rank; 0 trains all weights.", ge=0)
     lora_alpha: int = _f(16, "LoRA scaling alpha.")
     target_modules: str | list[str] = _f("all-linear", "Modules LoRA adapts.")
     hf_model: Any = _runtime("An already loaded model (or PEFT model) to train instead of path.")
@@ -170,13 +198,13 @@ class PolicyLossConfig(_Section):
 
 @dataclass
 class OptimConfig(_Section):
-    lr: float = _f(1e-6, "Learning rate.", basic=True)
+    lr: float = _f(1e-6, "Learning rate.", basic=True, gt=0)
     lr_warmup_steps: int = _f(-1, "Warm-up steps; -1: use lr_warmup_steps_ratio.")
-    lr_warmup_steps_ratio: float = _f(0.0, "Warm-up as a fraction of the total steps.")
-    min_lr_ratio: float = _f(0.0, "Cosine schedule floor as a fraction of lr.")
+    lr_warmup_steps_ratio: float = _f(0.0, "Warm-up as a fraction of the total steps.", ge=0, le=1)
+    min_lr_ratio: float = _f(0.0, "Cosine schedule floor as a fraction of lr.", ge=0, le=1)
     num_cycles: float = _f(0.5, "Cosine schedule cycles.")
     warmup_style: str = _f("constant", "Schedule after warm-up.", choices=("constant", "cosine"))
-    weight_decay: float = _f(0.01, "AdamW weight decay.")
+    weight_decay: float = _f(0.01, "AdamW weight decay.", ge=0)
     betas: list[float] = _f([0.9, 0.999], "AdamW betas.")
     total_training_steps: int = _f(-1, "Set by the trainer from the data; -1: not known yet.")
 
@@ -207,23 +235,28 @@ class CheckpointConfig(_Section):
 @dataclass
 class ActorConfig(_Section):
     strategy: str = _f("fsdp2", "Training backend.", choices=STRATEGIES)
-    ppo_mini_batch_size: int = _f(256, "Prompts per optimizer step.", basic=True)
+    ppo_mini_batch_size: int = _f(256, "Prompts per optimizer step.", basic=True, gt=0)
     ppo_micro_batch_size_per_gpu: int | None = _f(
-        None, "Samples per forward pass per GPU; null: the whole per-GPU mini-batch.", basic=True
+        None,
+        "Samples per forward pass per GPU; null: the whole per-GPU mini-batch.",
+        basic=True,
+        gt=0,
     )
     use_dynamic_bsz: bool = _f(False, "Pack micro-batches by token count.")
-    ppo_max_token_len_per_gpu: int = _f(16384, "Token budget per micro-batch (use_dynamic_bsz).")
-    grad_clip: float = _f(1.0, "Gradient norm clip.")
-    clip_ratio: float = _f(0.2, "PPO clip range epsilon.")
-    clip_ratio_low: float | None = _f(None, "Lower clip range; null: clip_ratio.")
-    clip_ratio_high: float | None = _f(None, "Upper clip range; null: clip_ratio.")
+    ppo_max_token_len_per_gpu: int = _f(
+        16384, "Token budget per micro-batch (use_dynamic_bsz).", gt=0
+    )
+    grad_clip: float = _f(1.0, "Gradient norm clip.", gt=0)
+    clip_ratio: float = _f(0.2, "PPO clip range epsilon.", gt=0)
+    clip_ratio_low: float | None = _f(None, "Lower clip range; null: clip_ratio.", gt=0)
+    clip_ratio_high: float | None = _f(None, "Upper clip range; null: clip_ratio.", gt=0)
     clip_ratio_c: float = _f(3.0, "Dual-clip constant c (> 1) for negative advantages.")
     loss_agg_mode: str = _f("token-mean", "How token losses are averaged.", choices=LOSS_AGG_MODES)
     entropy_coeff: float = _f(0.0, "Entropy bonus coefficient.", basic=True)
     use_kl_loss: bool = _f(False, "Add a KL-to-reference loss (GRPO).", basic=True)
-    kl_loss_coef: float = _f(0.001, "Coefficient of the KL loss.", basic=True)
+    kl_loss_coef: float = _f(0.001, "Coefficient of the KL loss.", basic=True, ge=0)
     kl_loss_type: str = _f("low_var_kl", "KL estimator of the loss.", choices=KL_TYPES, basic=True)
-    ppo_epochs: int = _f(1, "Passes over each batch.")
+    ppo_epochs: int = _f(1, "Passes over each batch.", gt=0)
     shuffle: bool = _f(False, "Shuffle samples between PPO epochs.")
     policy_loss: PolicyLossConfig = _section(PolicyLossConfig, "Policy loss variant.")
     optim: OptimConfig = _section(OptimConfig, "Actor optimizer.")
@@ -234,7 +267,7 @@ class ActorConfig(_Section):
 @dataclass
 class RefConfig(_Section):
     log_prob_micro_batch_size_per_gpu: int | None = _f(
-        None, "Samples per reference forward per GPU; null: the whole per-GPU batch."
+        None, "Samples per reference forward per GPU; null: the whole per-GPU batch.", gt=0
     )
     log_prob_use_dynamic_bsz: bool | None = _f(None, "Null: actor.use_dynamic_bsz.")
     log_prob_max_token_len_per_gpu: int | None = _f(None, "Null: actor.ppo_max_token_len_per_gpu.")
@@ -244,17 +277,17 @@ class RefConfig(_Section):
 @dataclass
 class ValKwargsConfig(_Section):
     top_k: int = _f(-1, "Validation top-k; -1: off.")
-    top_p: float = _f(1.0, "Validation nucleus sampling p.")
-    temperature: float = _f(0.0, "Validation temperature.")
-    n: int = _f(1, "Validation samples per prompt.")
+    top_p: float = _f(1.0, "Validation nucleus sampling p.", gt=0, le=1)
+    temperature: float = _f(0.0, "Validation temperature.", ge=0)
+    n: int = _f(1, "Validation samples per prompt.", gt=0)
     do_sample: bool = _f(False, "Sample in validation (False: greedy).")
 
 
 @dataclass
 class MultiTurnConfig(_Section):
     enable: bool = _f(False, "Run multi-turn conversations.")
-    max_assistant_turns: int | None = _f(None, "Most assistant turns; null: no limit.")
-    max_user_turns: int | None = _f(None, "Most user turns; null: no limit.")
+    max_assistant_turns: int | None = _f(None, "Most assistant turns; null: no limit.", gt=0)
+    max_user_turns: int | None = _f(None, "Most user turns; null: no limit.", gt=0)
     interaction_path: str | None = _f(None, "Python file defining the interaction.")
     interaction_name: str | None = _f(None, "Interaction class or function name.")
 
@@ -263,27 +296,27 @@ class MultiTurnConfig(_Section):
 class RolloutConfig(_Section):
     name: str = _f("hf", "Generation backend.", choices=ROLLOUT_NAMES, basic=True)
     mode: str = _f("sync", "Rollout mode.", choices=("sync", "async"))
-    temperature: float = _f(1.0, "Sampling temperature.")
+    temperature: float = _f(1.0, "Sampling temperature.", ge=0)
     top_k: int = _f(-1, "Top-k sampling; -1: off.")
-    top_p: float = _f(1.0, "Nucleus sampling p.")
+    top_p: float = _f(1.0, "Nucleus sampling p.", gt=0, le=1)
     do_sample: bool = _f(True, "Sample (False: greedy).")
-    n: int = _f(1, "Responses per prompt (GRPO group size).", basic=True)
+    n: int = _f(1, "Responses per prompt (GRPO group size).", basic=True, gt=0)
     prompt_length: int | None = _f(None, "Null: data.max_prompt_length.")
     response_length: int | None = _f(None, "Null: data.max_response_length.")
     dtype: str = _f(
         "bfloat16", "Rollout weights dtype.", choices=("bfloat16", "float16", "float32")
     )
-    gpu_memory_utilization: float = _f(0.5, "vLLM: fraction of GPU memory it may use.")
+    gpu_memory_utilization: float = _f(0.5, "vLLM: fraction of GPU memory it may use.", gt=0, le=1)
     ignore_eos: bool = _f(False, "Keep generating after end-of-sequence.")
     enforce_eager: bool = _f(True, "vLLM: disable CUDA graphs.")
     free_cache_engine: bool = _f(True, "Free the KV cache while training.")
     enable_sleep_mode: bool = _f(True, "vLLM: sleep between rollouts to free memory.")
-    tensor_model_parallel_size: int = _f(1, "vLLM tensor parallel size.")
-    max_num_batched_tokens: int = _f(8192, "vLLM: tokens per scheduler step.")
-    max_model_len: int | None = _f(None, "vLLM context length; null: prompt + response.")
-    max_num_seqs: int = _f(1024, "vLLM: sequences per scheduler step.")
+    tensor_model_parallel_size: int = _f(1, "vLLM tensor parallel size.", gt=0)
+    max_num_batched_tokens: int = _f(8192, "vLLM: tokens per scheduler step.", gt=0)
+    max_model_len: int | None = _f(None, "vLLM context length; null: prompt + response.", gt=0)
+    max_num_seqs: int = _f(1024, "vLLM: sequences per scheduler step.", gt=0)
     log_prob_micro_batch_size_per_gpu: int | None = _f(
-        None, "Samples per old-log-prob forward per GPU; null: the whole per-GPU batch."
+        None, "Samples per old-log-prob forward per GPU; null: the whole per-GPU batch.", gt=0
     )
     log_prob_use_dynamic_bsz: bool | None = _f(None, "Null: actor.use_dynamic_bsz.")
     log_prob_max_token_len_per_gpu: int | None = _f(None, "Null: actor.ppo_max_token_len_per_gpu.")
@@ -319,14 +352,16 @@ class CriticConfig(_Section):
     strategy: str | None = _f(None, "Null: actor.strategy.", choices=STRATEGIES)
     optim: OptimConfig = _section(lambda: OptimConfig(lr=1e-5), "Critic optimizer.")
     model: CriticModelConfig = _section(CriticModelConfig, "The value model.")
-    ppo_mini_batch_size: int | None = _f(None, "Prompts per critic step; null: actor's.")
-    ppo_micro_batch_size_per_gpu: int | None = _f(None, "Null: the whole per-GPU mini-batch.")
+    ppo_mini_batch_size: int | None = _f(None, "Prompts per critic step; null: actor's.", gt=0)
+    ppo_micro_batch_size_per_gpu: int | None = _f(None, "Null: the whole per-GPU mini-batch.", gt=0)
     use_dynamic_bsz: bool | None = _f(None, "Null: actor.use_dynamic_bsz.")
-    ppo_max_token_len_per_gpu: int = _f(32768, "Token budget per micro-batch (use_dynamic_bsz).")
-    ppo_epochs: int | None = _f(None, "Passes over each batch; null: actor's.")
+    ppo_max_token_len_per_gpu: int = _f(
+        32768, "Token budget per micro-batch (use_dynamic_bsz).", gt=0
+    )
+    ppo_epochs: int | None = _f(None, "Passes over each batch; null: actor's.", gt=0)
     shuffle: bool | None = _f(None, "Null: actor.shuffle.")
-    grad_clip: float = _f(1.0, "Gradient norm clip.")
-    cliprange_value: float = _f(0.5, "Value clip range.")
+    grad_clip: float = _f(1.0, "Gradient norm clip.", gt=0)
+    cliprange_value: float = _f(0.5, "Value clip range.", gt=0)
     loss_agg_mode: str = _f("token-mean", "How token losses are averaged.", choices=LOSS_AGG_MODES)
     checkpoint: CheckpointConfig = _section(CheckpointConfig, "Critic checkpoint contents.")
 
@@ -342,8 +377,8 @@ class RewardModelModelConfig(_Section):
 class RewardModelConfig(_Section):
     enable: bool = _f(False, "Score responses with a reward model.")
     model: RewardModelModelConfig = _section(RewardModelModelConfig, "The reward model.")
-    micro_batch_size_per_gpu: int | None = _f(None, "Samples per forward per GPU.")
-    max_length: int | None = _f(None, "Longest scored sequence; null: prompt + response.")
+    micro_batch_size_per_gpu: int | None = _f(None, "Samples per forward per GPU.", gt=0)
+    max_length: int | None = _f(None, "Longest scored sequence; null: prompt + response.", gt=0)
     reward_manager: str = _f(
         "naive", "How rule rewards are computed.", choices=("naive", "batch", "parallel")
     )
@@ -366,7 +401,7 @@ class RewardComponent(_Section):
 
 @dataclass
 class RewardConfig(_Section):
-    num_workers: int = _f(1, "Processes scoring responses in parallel.")
+    num_workers: int = _f(1, "Processes scoring responses in parallel.", gt=0)
     components: list[RewardComponent] = _f(
         [], "Weighted sum of rewards; empty: dispatch by data_source (or the custom function)."
     )
@@ -375,7 +410,7 @@ class RewardConfig(_Section):
 @dataclass
 class KLControlConfig(_Section):
     type: str = _f("fixed", "KL coefficient controller.", choices=KL_CONTROLLER_TYPES)
-    kl_coef: float = _f(0.001, "(Initial) coefficient of KL in the reward.", basic=True)
+    kl_coef: float = _f(0.001, "(Initial) coefficient of KL in the reward.", basic=True, ge=0)
     horizon: int = _f(10000, "adaptive: steps over which the coefficient adapts.")
     target_kl: float = _f(0.1, "adaptive/pid: KL the controller aims for.")
     kp: float = _f(0.1, "pid: proportional gain on (kl - target_kl).")
@@ -385,8 +420,8 @@ class KLControlConfig(_Section):
 
 @dataclass
 class AlgorithmConfig(_Section):
-    gamma: float = _f(1.0, "Discount factor.")
-    lam: float = _f(1.0, "GAE lambda.")
+    gamma: float = _f(1.0, "Discount factor.", ge=0, le=1)
+    lam: float = _f(1.0, "GAE lambda.", ge=0, le=1)
     adv_estimator: str = _f("gae", "Advantage estimator.", choices=ADV_ESTIMATORS, basic=True)
     norm_adv_by_std_in_grpo: bool = _f(True, "Divide GRPO advantages by the group std.")
     use_kl_in_reward: bool = _f(False, "Subtract a KL penalty from the reward (PPO).", basic=True)
@@ -397,15 +432,19 @@ class AlgorithmConfig(_Section):
 
 @dataclass
 class TrainerConfig(_Section):
-    total_epochs: int = _f(30, "Passes over the training data.", basic=True)
-    total_training_steps: int | None = _f(None, "Stop after this many steps.", basic=True)
+    total_epochs: int = _f(30, "Passes over the training data.", basic=True, gt=0)
+    total_training_steps: int | None = _f(None, "Stop after this many steps.", basic=True, gt=0)
     project_name: str = _f("posttrain", "Project the run belongs to.", basic=True)
     experiment_name: str = _f("default", "Name of the run.", basic=True)
     logger: list[str] = _f(["console"], "Metric sinks.", choices=("console", "jsonl"))
-    log_val_generations: int = _f(0, "Validation samples logged per validation.")
-    log_freq: int = _f(1, "The console logger prints every N steps (metrics record every step).")
-    nnodes: int = _f(1, "Machines.")
-    n_gpus_per_node: int = _f(8, "Worker processes per machine (GPUs, or CPU ranks).", basic=True)
+    log_val_generations: int = _f(0, "Validation samples logged per validation.", ge=0)
+    log_freq: int = _f(
+        1, "The console logger prints every N steps (metrics record every step).", gt=0
+    )
+    nnodes: int = _f(1, "Machines.", gt=0)
+    n_gpus_per_node: int = _f(
+        8, "Worker processes per machine (GPUs, or CPU ranks).", basic=True, gt=0
+    )
     device: str = _f(
         "auto", "auto: cuda when visible.", choices=("auto", "cpu", "cuda"), basic=True
     )
@@ -419,18 +458,18 @@ class TrainerConfig(_Section):
     test_freq: int = _f(-1, "Validate every N steps; -1: never.", basic=True)
     val_before_train: bool = _f(True, "Validate before the first step.")
     val_only: bool = _f(False, "Validate and stop.")
-    critic_warmup: int = _f(0, "Steps training only the critic.")
+    critic_warmup: int = _f(0, "Steps training only the critic.", ge=0)
     default_local_dir: str = _f(
         "checkpoints/${trainer.project_name}/${trainer.experiment_name}", "Checkpoint folder."
     )
-    max_actor_ckpt_to_keep: int | None = _f(None, "Actor checkpoints kept; null: all.")
-    max_critic_ckpt_to_keep: int | None = _f(None, "Critic checkpoints kept; null: all.")
+    max_actor_ckpt_to_keep: int | None = _f(None, "Actor checkpoints kept; null: all.", gt=0)
+    max_critic_ckpt_to_keep: int | None = _f(None, "Critic checkpoints kept; null: all.", gt=0)
     seed: int = _f(1, "Seed of sampling and initialisation.")
 
 
 @dataclass
 class RayInitConfig(_Section):
-    num_cpus: int | None = _f(None, "CPUs Ray may use; null: all.")
+    num_cpus: int | None = _f(None, "CPUs Ray may use; null: all.", gt=0)
     address: str | None = _f(None, "Ray cluster address; null: RAY_ADDRESS or a local head.")
     include_dashboard: bool = _f(False, "Start Ray's dashboard.")
 
@@ -441,7 +480,7 @@ class PPOConfig(_Section):
     actor_rollout_ref: ActorRolloutRefConfig = _section(
         ActorRolloutRefConfig, "Policy, rollout and reference."
     )
-    critic: CriticConfig = _section(CriticConfig, "Value model (gae).")
+    critic: CriticConfig = _section(CriticConfig, "Value model (gae).", bounds_when="critic.enable")
     reward_model: RewardModelConfig = _section(RewardModelConfig, "Model-based reward.")
     custom_reward_function: CustomRewardFunctionConfig = _section(
         CustomRewardFunctionConfig, "User reward function."

@@ -45,59 +45,6 @@ _REMOTE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 _ARR = "actor_rollout_ref"
 
 
-def _keys(text: str) -> list[str]:
-    return text.split()
-
-
-# Keys that must be > 0 (None passes where the field is optional).
-_POSITIVE = _keys("""
-    data.max_prompt_length data.max_response_length data.train_batch_size data.val_batch_size
-    actor_rollout_ref.actor.ppo_mini_batch_size actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu
-    actor_rollout_ref.actor.ppo_max_token_len_per_gpu actor_rollout_ref.actor.ppo_epochs
-    actor_rollout_ref.actor.optim.lr actor_rollout_ref.actor.grad_clip
-    actor_rollout_ref.actor.clip_ratio actor_rollout_ref.actor.clip_ratio_low
-    actor_rollout_ref.actor.clip_ratio_high actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu
-    actor_rollout_ref.rollout.n actor_rollout_ref.rollout.val_kwargs.n
-    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu
-    actor_rollout_ref.rollout.tensor_model_parallel_size
-    actor_rollout_ref.rollout.max_num_batched_tokens actor_rollout_ref.rollout.max_num_seqs
-    actor_rollout_ref.rollout.max_model_len actor_rollout_ref.rollout.multi_turn.max_assistant_turns
-    actor_rollout_ref.rollout.multi_turn.max_user_turns reward_model.micro_batch_size_per_gpu
-    reward_model.max_length reward.num_workers trainer.total_epochs trainer.total_training_steps
-    trainer.log_freq
-    trainer.nnodes trainer.n_gpus_per_node trainer.max_actor_ckpt_to_keep
-    trainer.max_critic_ckpt_to_keep ray_init.num_cpus
-""")
-
-# The same, checked only when the critic runs.
-_CRITIC_POSITIVE = _keys("""
-    critic.optim.lr critic.ppo_mini_batch_size critic.ppo_micro_batch_size_per_gpu
-    critic.ppo_max_token_len_per_gpu critic.ppo_epochs critic.grad_clip critic.cliprange_value
-""")
-
-# Keys that must be >= 0.
-_NON_NEGATIVE = _keys("""
-    data.dataloader_num_workers actor_rollout_ref.model.lora_rank
-    actor_rollout_ref.actor.kl_loss_coef actor_rollout_ref.actor.optim.weight_decay
-    actor_rollout_ref.rollout.temperature actor_rollout_ref.rollout.val_kwargs.temperature
-    algorithm.kl_ctrl.kl_coef critic.optim.weight_decay trainer.log_val_generations
-    trainer.critic_warmup
-""")
-
-# Keys in [0, 1].
-_UNIT_INTERVAL = _keys("""
-    algorithm.gamma algorithm.lam actor_rollout_ref.actor.optim.lr_warmup_steps_ratio
-    actor_rollout_ref.actor.optim.min_lr_ratio critic.optim.lr_warmup_steps_ratio
-    critic.optim.min_lr_ratio
-""")
-
-# Keys in (0, 1].
-_OPEN_UNIT_INTERVAL = _keys("""
-    actor_rollout_ref.rollout.top_p actor_rollout_ref.rollout.val_kwargs.top_p
-    actor_rollout_ref.rollout.gpu_memory_utilization
-""")
-
-
 class _Report:
     """Errors and warnings collected by the checks."""
 
@@ -228,17 +175,59 @@ def _check_choices(report: _Report) -> None:
                 report.error(key, f"must be one of {', '.join(choices)}{hint}", value)
 
 
-def _check_ranges(report: _Report, critic_on: bool) -> None:
-    def check(keys: list[str] | tuple[str, ...], ok: Any, rule: str) -> None:
+def bounds_rule(metadata: Any) -> str | None:
+    """Return the rule of a field's ``gt``/``ge``/``lt``/``le`` bounds (``> 0``), None if none."""
+    gt, ge, lt, le = (metadata.get(name) for name in ("gt", "ge", "lt", "le"))
+    if ge is not None and le is not None:
+        return f"between {ge} and {le}"
+    low = f"({gt}" if gt is not None else f"[{ge}" if ge is not None else None
+    high = f"{lt})" if lt is not None else f"{le}]" if le is not None else None
+    if low and high:
+        return f"in {low}, {high}"
+    for name, sign in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
+        if metadata.get(name) is not None:
+            return f"{sign} {metadata[name]}"
+    return None
+
+
+def _within(value: Any, metadata: Any) -> bool:
+    gt, ge, lt, le = (metadata.get(name) for name in ("gt", "ge", "lt", "le"))
+    return (
+        (gt is None or value > gt)
+        and (ge is None or value >= ge)
+        and (lt is None or value < lt)
+        and (le is None or value <= le)
+    )
+
+
+def _check_bounds(report: _Report) -> None:
+    """Check every field's ``gt``/``ge``/``lt``/``le`` bounds, as ``_check_choices`` its choices.
+
+    A section whose field has ``bounds_when`` (the critic's: ``critic.enable``) is skipped while
+    that key's value is false.
+    """
+    skipped = tuple(
+        f"{f.name}."
+        for f in dataclasses.fields(report.cfg)
+        if f.metadata.get("bounds_when") and not get_value(report.cfg, f.metadata["bounds_when"])
+    )
+    for _, f, key, _, value in _leaves(report.cfg):
+        rule = bounds_rule(f.metadata)
+        if rule is None or value is None or key.startswith(skipped):
+            continue
+        if not _within(value, f.metadata):
+            report.error(key, f"must be {rule}", value)
+
+
+def _check_ranges(report: _Report) -> None:
+    def check(keys: tuple[str, ...], ok: Any, rule: str) -> None:
         for key in keys:
             value = get_value(report.cfg, key)
             if value is not None and not ok(value):
                 report.error(key, f"must be {rule}")
 
-    check(_POSITIVE + (_CRITIC_POSITIVE if critic_on else []), lambda v: v > 0, "> 0")
-    check(_NON_NEGATIVE, lambda v: v >= 0, ">= 0")
-    check(_UNIT_INTERVAL, lambda v: 0 <= v <= 1, "between 0 and 1")
-    check(_OPEN_UNIT_INTERVAL, lambda v: 0 < v <= 1, "in (0, 1]")
+    _check_bounds(report)
+    # Rules a bound cannot say: -1 for off, a pair of betas, the dual-clip constant's own words.
     off = "-1 (off) or a positive number of steps"
     check(("trainer.save_freq", "trainer.test_freq"), lambda v: v == -1 or v > 0, off)
     check(
@@ -539,7 +528,7 @@ def validate_config(cfg: PPOConfig, *, check_files: bool = True) -> list[str]:
     report = _Report(resolved)
     report.warnings += _mini_batch_warnings(cfg, resolved)
     _check_choices(report)
-    _check_ranges(report, critic_on=bool(resolved.critic.enable))
+    _check_ranges(report)
     _check_algorithm(report, cfg.critic.enable)
     _check_batches(report, "actor")
     if resolved.critic.enable:

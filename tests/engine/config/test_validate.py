@@ -160,6 +160,28 @@ def test_positive_lengths_and_learning_rates():
     assert problems(["critic.optim.lr=0"], preset="grpo_tiny") == {}  # no critic in GRPO
 
 
+def test_the_critic_bounds_are_checked_only_when_the_critic_runs():
+    bad = ["critic.optim.weight_decay=-0.1", "critic.optim.min_lr_ratio=2", "critic.grad_clip=0"]
+    assert problems(bad, preset="ppo_tiny") == {
+        "critic.optim.weight_decay": "must be >= 0",
+        "critic.optim.min_lr_ratio": "must be between 0 and 1",
+        "critic.grad_clip": "must be > 0",
+    }
+    assert problems(bad, preset="grpo_tiny") == {}
+
+
+def test_bounds_rules_read_like_the_checks():
+    from engine.config.validate import bounds_rule
+
+    assert bounds_rule({"gt": 0}) == "> 0"
+    assert bounds_rule({"ge": 0}) == ">= 0"
+    assert bounds_rule({"ge": 0, "le": 1}) == "between 0 and 1"
+    assert bounds_rule({"gt": 0, "le": 1}) == "in (0, 1]"
+    assert bounds_rule({"ge": 0, "lt": 1}) == "in [0, 1)"
+    assert bounds_rule({"lt": 5}) == "< 5"
+    assert bounds_rule({"help": "no bounds"}) is None
+
+
 def test_ranges():
     found = problems(
         [
