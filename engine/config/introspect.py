@@ -1,7 +1,7 @@
 """The schema as a flat list of fields, and dotted-key access, for forms and tools.
 
 A form builder needs, per leaf field: its dotted key, a type to pick a widget, the default, the
-help text, the valid choices, a group for the form's sections and whether it belongs in the
+help text, the valid choices, the bounds of a number, a group for the form's sections and whether it belongs in the
 advanced part. All of it comes from the dataclasses in ``schema.py``, so the form cannot drift
 from what the CLI and the validator accept. Defaults are read from a default instance, not from
 the field declarations, because a section may override them (``critic.optim.lr`` is 1e-5).
@@ -41,6 +41,29 @@ class FieldSpec:
     nullable: bool = False
     item_type: Any = None
     annotation: Any = None
+    # Bounds of a number from the field's metadata (> gt, >= ge, < lt, <= le); None: unbounded.
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+
+    @property
+    def minimum(self) -> float | None:
+        """Return the least value a form input may take: ge, or gt (plus one for an int)."""
+        if self.ge is not None:
+            return self.ge
+        if self.gt is not None and self.type is int:
+            return self.gt + 1
+        return self.gt
+
+    @property
+    def maximum(self) -> float | None:
+        """Return the greatest value a form input may take: le, or lt (minus one for an int)."""
+        if self.le is not None:
+            return self.le
+        if self.lt is not None and self.type is int:
+            return self.lt - 1
+        return self.lt
 
 
 def _widget_type(tp: Any) -> tuple[Any, bool, Any]:
@@ -94,6 +117,10 @@ def iter_field_specs(cls: type = PPOConfig) -> list[FieldSpec]:
                     nullable=nullable,
                     item_type=item,
                     annotation=tp,
+                    gt=f.metadata.get("gt"),
+                    ge=f.metadata.get("ge"),
+                    lt=f.metadata.get("lt"),
+                    le=f.metadata.get("le"),
                 )
             )
 

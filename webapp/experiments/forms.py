@@ -1,7 +1,8 @@
 """The experiment builder: a Django form generated from the engine's config schema.
 
 Every leaf of ``PPOConfig`` that ``engine.config.iter_field_specs`` lists becomes a field (its
-help text, choices and basic/advanced flag come from the schema), named by its dotted key with
+help text, choices, bounds (a number input's ``min`` and ``max``) and basic/advanced flag come
+from the schema), named by its dotted key with
 ``__`` for the dots. Values stay text until ``engine.config.set_value`` converts them, so a bad
 value is reported in the engine's words next to its field; the studio's own widgets pick the
 dataset, the custom reward function from the installed modules, and the weighted reward
@@ -99,10 +100,19 @@ def _schema_field(spec: FieldSpec) -> forms.Field:
         )
     if spec.type in (list, dict) or spec.type is Any:
         return forms.CharField(widget=forms.TextInput(attrs={"class": "yaml"}), **common)
-    return forms.CharField(
-        widget=forms.TextInput(attrs={"inputmode": "decimal"} if spec.type in (int, float) else {}),
-        **common,
-    )
+    return forms.CharField(widget=forms.TextInput(attrs=_number_attrs(spec)), **common)
+
+
+def _number_attrs(spec: FieldSpec) -> dict[str, Any]:
+    """Return a number input's attributes: decimal keyboard, and min/max from the schema's bounds."""
+    if spec.type not in (int, float):
+        return {}
+    attrs: dict[str, Any] = {"inputmode": "decimal"}
+    if spec.minimum is not None:
+        attrs["min"] = spec.minimum
+    if spec.maximum is not None:
+        attrs["max"] = spec.maximum
+    return attrs
 
 
 class ExperimentForm(forms.Form):

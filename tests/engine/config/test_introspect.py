@@ -45,6 +45,20 @@ def test_spec_choices_types_and_groups():
     assert specs["critic.ppo_mini_batch_size"].nullable
 
 
+def test_specs_carry_the_bounds_of_numbers():
+    specs = specs_by_key()
+    batch = specs["data.train_batch_size"]
+    assert (batch.gt, batch.ge, batch.minimum, batch.maximum) == (0, None, 1, None)
+    lr = specs["actor_rollout_ref.actor.optim.lr"]
+    assert (lr.gt, lr.minimum, lr.maximum) == (0, 0, None)
+    top_p = specs["actor_rollout_ref.rollout.top_p"]
+    assert (top_p.gt, top_p.le, top_p.maximum) == (0, 1, 1)
+    gamma = specs["algorithm.gamma"]
+    assert (gamma.minimum, gamma.maximum) == (0, 1)
+    seed = specs["trainer.seed"]
+    assert (seed.minimum, seed.maximum) == (None, None)
+
+
 def test_runtime_fields_and_extras_are_not_in_the_form():
     keys = set(specs_by_key())
     assert "actor_rollout_ref.model.hf_model" not in keys

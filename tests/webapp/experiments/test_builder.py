@@ -45,6 +45,15 @@ def test_every_schema_field_but_the_studio_managed_ones_is_in_the_form(owner):
     assert any(s.advanced for s in form.specs) and any(not s.advanced for s in form.specs)
 
 
+def test_number_inputs_have_the_schemas_bounds_as_min_and_max(owner):
+    form = ExperimentForm(owner=owner)
+    batch = str(form["data__train_batch_size"])
+    assert 'inputmode="decimal"' in batch and 'min="1"' in batch and "max=" not in batch
+    top_p = str(form["actor_rollout_ref__rollout__top_p"])
+    assert 'min="0"' in top_p and 'max="1"' in top_p
+    assert "min=" not in str(form["trainer__seed"])
+
+
 @pytest.mark.parametrize("preset", [name for name, _ in list_presets()])
 def test_a_preset_survives_the_round_trip_through_the_form(owner, preset):
     config = load_config(preset)
