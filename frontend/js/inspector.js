@@ -1,7 +1,8 @@
-// PostTrain Studio sample inspector: step slider (live runs included), token view, response diffs
-// and the reward trend. The pages render on the server; this script only adds interaction, and
-// each part starts when its container is on the page.
+// PostTrain Studio sample inspector: step slider (a live run's new steps come from its socket),
+// token view, response diffs and the reward trend. The pages render on the server; this script
+// only adds interaction, and each part starts when its container is on the page.
 import {element, readJson, svgElement} from "./dom.js";
+import {RunStream} from "./stream.js";
 
 function fmt(value, digits) {
   if (value === null || value === undefined || !isFinite(value)) return "—";
@@ -26,10 +27,13 @@ function initStepView(root) {
     });
     input.addEventListener("change", () => form.submit());
   }
-  if (root.dataset.active === "1") pollSteps(root, steps, form, slider, input);
+  if (root.dataset.active === "1") followSteps(root, steps, form, slider, input);
 }
 
-function pollSteps(root, steps, form, slider, input) {
+// A live run: the run's socket says when a step's samples are written (a `samples` event); the
+// step list is read again then, and on each (re)connect, whose `status` message comes after the
+// server joined the run's group, so no step written while the socket was away is missed.
+function followSteps(root, steps, form, slider, input) {
   const split = root.dataset.split;
   const follow = document.getElementById("follow-latest");
   const news = document.getElementById("step-news");
@@ -39,43 +43,75 @@ function pollSteps(root, steps, form, slider, input) {
       sessionStorage.setItem("inspector-follow", follow.checked ? "1" : "0");
     });
   }
-  async function tick() {
-    let data;
-    try {
-      const response = await fetch(root.dataset.stepsUrl, {headers: {Accept: "application/json"}});
-      data = response.ok ? await response.json() : null;
-    } catch (error) {
-      setTimeout(tick, 15000);
+  let running = false;
+  let again = false;
+  let leaving = false;
+
+  function show(latest, fresh) {
+    if (!slider || (follow && follow.checked)) {
+      leaving = true;
+      stream.close();
+      if (input) input.value = latest;
+      else form.append(element("input", {type: "hidden", name: "step", value: latest}));
+      form.submit();
       return;
     }
-    if (!data) return;
-    const fresh = data.steps[split] || [];
-    const latest = fresh.length ? fresh[fresh.length - 1] : null;
-    const known = steps.length ? steps[steps.length - 1] : null;
-    if (latest !== null && latest !== known) {
-      if (!slider || (follow && follow.checked)) {
-        if (input) input.value = latest;
-        else form.append(element("input", {type: "hidden", name: "step", value: latest}));
+    steps.splice(0, steps.length, ...fresh);
+    slider.max = String(steps.length - 1);
+    document.getElementById("step-last").textContent = latest;
+    if (news) {
+      news.hidden = false;
+      const link = element("a", {href: "#", text: `step ${latest} recorded: show it`});
+      link.addEventListener("click", (event) => {
+        event.preventDefault();
+        input.value = latest;
         form.submit();
-        return;
-      }
-      steps.splice(0, steps.length, ...fresh);
-      slider.max = String(steps.length - 1);
-      document.getElementById("step-last").textContent = latest;
-      if (news) {
-        news.hidden = false;
-        const link = element("a", {href: "#", text: `step ${latest} recorded: show it`});
-        link.addEventListener("click", (event) => {
-          event.preventDefault();
-          input.value = latest;
-          form.submit();
-        });
-        news.replaceChildren(link);
+      });
+      news.replaceChildren(link);
+    }
+  }
+
+  // Read the steps with samples; events that come meanwhile ask for one more read after it.
+  async function refresh() {
+    if (running) {
+      again = true;
+      return;
+    }
+    running = true;
+    try {
+      const response = await fetch(root.dataset.stepsUrl, {headers: {Accept: "application/json"}});
+      const data = response.ok ? await response.json() : null;
+      if (!data || leaving) return;
+      const fresh = data.steps[split] || [];
+      const latest = fresh.length ? fresh[fresh.length - 1] : null;
+      const known = steps.length ? steps[steps.length - 1] : null;
+      if (latest !== null && latest !== known) show(latest, fresh);
+      if (!data.active) stream.close();
+    } catch (error) {
+      setTimeout(refresh, 15000);
+    } finally {
+      running = false;
+      if (again && !leaving) {
+        again = false;
+        refresh();
       }
     }
-    if (data.active) setTimeout(tick, 5000);
   }
-  setTimeout(tick, 5000);
+
+  const stream = new RunStream(Number(root.dataset.runId), {
+    since: Number(root.dataset.since),
+    onState: (state) => { root.dataset.socket = state; },
+    onMessage: (message) => {
+      if (message.type === "status") {
+        root.dataset.socket = "following";
+        refresh();
+      } else if (message.type === "samples" && message.split === split) {
+        refresh();
+      }
+    },
+  });
+  stream.open();
+  window.postTrainStream = stream;
 }
 
 // -- group view: text / token view, colour by log-prob, KL or advantage -------------------------

@@ -85,14 +85,16 @@ export class SeriesStore {
   }
 }
 
-// A WebSocket to /ws/runs/<id>/ that reconnects with the last step it saw.
+// A WebSocket to /ws/runs/<id>/ that reconnects with the last step it saw. With `since` (a step)
+// it skips the metric backlog from the start: the server sends the run's status, the steps after
+// `since`, then its events (what the sample inspector follows).
 export class RunStream {
-  constructor(runId, {onMessage, onState}) {
+  constructor(runId, {onMessage, onState, since = null}) {
     this.runId = runId;
     this.onMessage = onMessage;
     this.onState = onState || (() => {});
-    this.lastStep = null;
-    this.hasBacklog = false;
+    this.lastStep = since;
+    this.hasBacklog = since !== null;
     this.delay = 500;
     this.closed = false;
   }

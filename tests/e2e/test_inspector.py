@@ -16,21 +16,29 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import pytest
+from channels.layers import channel_layers
 from channels.testing import ChannelsLiveServerTestCase
+from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connections
+from django.db import connection, connections
 from django.test import override_settings
+from django.urls import reverse
 
 from engine.trainer.recorder import SampleRecord
+from tests.e2e.test_live_charts import ForkedDaphneProcess
 from tests.webapp.fixtures import make_experiment
+from tests.webapp.live import private_channel_layers
 from webapp.runs.models import Run, RunStatus, Sample
 from webapp.runs.recording import samples_write
 from webapp.runs.services import run_create
 from workers.celery_app import app
+from workers.publish import RunEventPublisher
+from workers.recorder import RunRecorder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -58,6 +66,22 @@ def fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
+def record_samples_in_driver_thread(run_id: int, samples: list[SampleRecord]) -> None:
+    """Record one step's samples from another thread, as the run driver does (with its event)."""
+
+    def drive() -> None:
+        publisher = RunEventPublisher(channel_layers.make_backend("default"))
+        try:
+            RunRecorder(run_id, publisher).on_samples(samples[0].step, samples)
+        finally:
+            publisher.close()
+            connection.close()
+
+    thread = threading.Thread(target=drive)
+    thread.start()
+    thread.join(30)
+
+
 def shown_value(title: str) -> float:
     """Return the number a token's hover text shows (``token "4" · log-prob -0.25 (p = ...)``)."""
     match = re.search(r"prob (-?[0-9.]+(?:e[-+]?[0-9]+)?)", title)
@@ -68,17 +92,24 @@ def shown_value(title: str) -> float:
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
 class InspectorInTheBrowser(ChannelsLiveServerTestCase):
     serve_static = True
+    ProtocolServerProcess = ForkedDaphneProcess
 
     @classmethod
     def setUpClass(cls) -> None:
         # Playwright's sync API runs an event loop in this thread; the ORM calls stay synchronous.
         cls._async_unsafe = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
         os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
+        # The live run's events go through Redis under a prefix of this test class's own.
+        cls._layers = override_settings(
+            CHANNEL_LAYERS=private_channel_layers(settings.CHANNEL_LAYERS)
+        )
+        cls._layers.enable()
         super().setUpClass()
 
     @classmethod
     def tearDownClass(cls) -> None:
         super().tearDownClass()
+        cls._layers.disable()
         if cls._async_unsafe is None:
             os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
         else:
@@ -275,23 +306,40 @@ class InspectorInTheBrowser(ChannelsLiveServerTestCase):
                 [{"name": "sessionid", "value": session, "url": self.live_server_url}]
             )
             page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            steps_url = reverse("samples:steps", args=[run.pk])
+            reads: list[str] = []
+            page.on("request", lambda r: reads.append(r.url) if steps_url in r.url else None)
             page.goto(f"{self.live_server_url}/runs/{run.pk}/samples/")
             expect(page.locator("#step-input")).to_have_value("1")
+            # The page follows the run's socket, from the run's latest step (no metric backlog),
+            # and reads the step list once the socket has joined the run's group.
+            following = page.locator("#inspector-step[data-socket=following]")
+            expect(following).to_have_count(1)
+            assert page.evaluate("window.postTrainStream.socket.url").endswith("?since=0")
+            page.wait_for_function(
+                f"performance.getEntriesByType('resource').some((e) => e.name.includes('{steps_url}'))"
+            )
+            assert len(reads) == 1, reads
 
-            # The driver records step 2: the page offers it without a reload.
-            samples_write(run_id=run.pk, samples=records(2, 0, [0.0, 0.0]))
+            # The driver records step 2 and says so on the socket: the page offers it at once.
+            record_samples_in_driver_thread(run.pk, records(2, 0, [0.0, 0.0]))
             news = page.locator("#step-news a")
-            expect(news).to_have_text("step 2 recorded: show it", timeout=15000)
+            expect(news).to_have_text("step 2 recorded: show it", timeout=4000)
             expect(page.locator("#step-slider")).to_have_attribute("max", "1")
+            assert len(reads) == 2, reads  # one read per event, no polling
             news.click()
             expect(page.locator("#step-input")).to_have_value("2")
+            expect(following).to_have_count(1)
 
             # Following the latest step moves the page along by itself.
             page.check("#follow-latest")
-            samples_write(run_id=run.pk, samples=records(3, 0, [1.0, 1.0]))
-            expect(page.locator("#step-input")).to_have_value("3", timeout=15000)
+            record_samples_in_driver_thread(run.pk, records(3, 0, [1.0, 1.0]))
+            expect(page.locator("#step-input")).to_have_value("3", timeout=4000)
             expect(page.locator(".step-summary")).to_contain_text("step 3 · 2 train samples")
             expect(page.locator("#follow-latest")).to_be_checked()
             browser.close()
             # ORM calls under Playwright's loop opened a connection of their own: close it here.
             connections.close_all()
+        assert errors == []
