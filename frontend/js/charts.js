@@ -9,8 +9,8 @@
 // steps it missed. compare.js reuses RunStream and ChartGrid to overlay several runs.
 
 import {element} from "./dom.js";
-import {colourAt} from "./palette.js";
 import {RunStream, SeriesStore, emaNext, emaStart, emptySeries, mergeRange} from "./stream.js";
+import {panelTraces, xValues} from "./traces.js";
 
 export {RunStream, SeriesStore};
 
@@ -33,13 +33,6 @@ export const hasWebGL = (() => {
     return false;
   }
 })();
-
-function shortName(name, panelNames) {
-  if (panelNames.length === 1) return name;
-  const prefix = name.split("/").slice(0, -1).join("/");
-  const shared = panelNames.every((n) => n.startsWith(prefix + "/"));
-  return shared && prefix ? name.slice(prefix.length + 1) : name;
-}
 
 // A grid of panels over one or more runs ("sources"), each with its own SeriesStore.
 export class ChartGrid {
@@ -125,45 +118,12 @@ export class ChartGrid {
     return null;
   }
 
+  // The panel's traces (traces.js), with the EMA states that extend() carries on from.
   buildTraces(panel) {
-    const traces = [];
-    const index = [];
-    const smoothing = this.options.smoothing;
     const type = hasWebGL && this.panelPoints(panel) > WEBGL_POINTS ? "scattergl" : "scatter";
-    panel.ema = new Map();
-    for (const src of this.sources) {
-      for (const [k, name] of panel.names.entries()) {
-        const s = src.store.get(name);
-        if (!s || !s.step.length) continue;
-        const x = this.options.x === "time" ? s.time.map((t) => t * 1000) : s.step.slice();
-        const label = (this.sources.length > 1 ? `${src.label} · ` : "") + shortName(name, panel.names);
-        const extreme = /\/(max|min)$/.test(name);
-        const color = src.color || colourAt(k);
-        const line = {width: extreme ? 1 : 1.6, dash: extreme ? "dot" : "solid", color};
-        const raw = {
-          type, mode: "lines", name: label, x, y: s.value.slice(), line: {...line},
-          legendgroup: `${src.id}:${name}`,
-          customdata: s.step.slice(),
-          hovertemplate: `${label}<br>step %{customdata}: %{y:.10g}<extra></extra>`,
-        };
-        if (smoothing > 0) {
-          raw.opacity = 0.3;
-          raw.showlegend = false;
-        }
-        traces.push(raw);
-        index.push({source: src.id, name, smoothed: false, drawn: s.step.length});
-        if (smoothing > 0) {
-          const state = emaStart();
-          const y = s.value.map((v) => emaNext(state, v, smoothing));
-          panel.ema.set(`${src.id}:${name}`, state);
-          traces.push({
-            type, mode: "lines", name: label, x: x.slice(), y, line,
-            legendgroup: `${src.id}:${name}`, hoverinfo: "skip",
-          });
-          index.push({source: src.id, name, smoothed: true, drawn: s.step.length});
-        }
-      }
-    }
+    const sources = this.sources.map((src) => ({id: src.id, label: src.label, color: src.color, series: src.store.series}));
+    const {traces, index, ema} = panelTraces({sources, names: panel.names, smoothing: this.options.smoothing, x: this.options.x, type});
+    panel.ema = ema;
     panel.type = type;
     return {traces, index};
   }
@@ -283,7 +243,7 @@ export class ChartGrid {
       const s = this.source(trace.source).store.get(trace.name);
       const from = trace.drawn;
       if (s.step.length <= from) continue;
-      const xs = this.options.x === "time" ? s.time.slice(from).map((t) => t * 1000) : s.step.slice(from);
+      const xs = xValues(s, this.options.x, from);
       let ys = s.value.slice(from);
       if (trace.smoothed) {
         const key = `${trace.source}:${trace.name}`;

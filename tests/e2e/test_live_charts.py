@@ -278,3 +278,63 @@ class LiveChartsTest(ChannelsLiveServerTestCase):
         )
         page.screenshot(path=str(artifacts_dir() / "compare-runs.png"), full_page=True)
         assert self.errors == []
+
+    def test_the_trace_builders_are_pure_functions_of_the_series(self):
+        page = self.page
+        page.goto(f"{self.live_server_url}{reverse('runs:compare')}")
+        one_run = page.evaluate(
+            """async () => {
+              const {panelTraces} = await import("/static/js/traces.js");
+              const series = {
+                "critic/score/mean": {step: [1, 2], time: [10, 11], value: [1, 3]},
+                "critic/score/max": {step: [1, 2], time: [10, 11], value: [2, 4]},
+              };
+              const input = {sources: [{id: 7, label: "run 7", series}],
+                             names: ["critic/score/mean", "critic/score/max"], smoothing: 0.5};
+              const before = JSON.stringify(input);
+              const {traces, index, ema} = panelTraces(input);
+              return {traces, index, ema: [...ema.keys()], untouched: JSON.stringify(input) === before};
+            }"""
+        )
+        traces, index = one_run["traces"], one_run["index"]
+        assert one_run["untouched"]
+        assert [(t["name"], t["x"], t["y"]) for t in traces] == [
+            ("mean", [1, 2], [1, 3]),
+            ("mean", [1, 2], [1, pytest.approx(7 / 3)]),  # TensorBoard's debiased EMA
+            ("max", [1, 2], [2, 4]),
+            ("max", [1, 2], [2, pytest.approx(10 / 3)]),
+        ]
+        # One source: colours by the metric's place in the panel, the palette's first two.
+        assert [t["line"]["color"] for t in traces] == ["#d3542f"] * 2 + ["#2f5bd3"] * 2
+        assert [t["line"]["dash"] for t in traces] == ["solid", "solid", "dot", "dot"]
+        raw, smooth = traces[0], traces[1]
+        assert raw["opacity"] == 0.3 and raw["showlegend"] is False
+        assert raw["customdata"] == [1, 2] and raw["hovertemplate"].startswith("mean<br>step")
+        assert smooth["hoverinfo"] == "skip" and "opacity" not in smooth
+        assert [(i["name"], i["smoothed"], i["drawn"]) for i in index] == [
+            ("critic/score/mean", False, 2),
+            ("critic/score/mean", True, 2),
+            ("critic/score/max", False, 2),
+            ("critic/score/max", True, 2),
+        ]
+        assert one_run["ema"] == ["7:critic/score/mean", "7:critic/score/max"]
+
+        two_runs = page.evaluate(
+            """async () => {
+              const {panelTraces} = await import("/static/js/traces.js");
+              const kl = {step: [5, 6], time: [100, 101.5], value: [0.1, 0.2]};
+              return panelTraces({
+                sources: [{id: 1, label: "grpo #1", color: "#123456", series: new Map([["actor/kl_loss", kl]])},
+                          {id: 2, label: "grpo #2", color: "#abcdef", series: {}}],
+                names: ["actor/kl_loss"], smoothing: 0, x: "time", type: "scattergl",
+              }).traces;
+            }"""
+        )
+        # Without smoothing one raw line per series; a run without the metric draws nothing.
+        assert len(two_runs) == 1
+        trace = two_runs[0]
+        assert trace["name"] == "grpo #1 · actor/kl_loss" and trace["type"] == "scattergl"
+        assert trace["x"] == [100000, 101500] and trace["customdata"] == [5, 6]
+        assert trace["line"] == {"width": 1.6, "dash": "solid", "color": "#123456"}
+        assert "opacity" not in trace and "showlegend" not in trace
+        assert self.errors == []
