@@ -26,6 +26,7 @@ from engine.trainer.ppo_trainer import (
     PPOTrainer,
 )
 from engine.trainer.recorder import Recorder, RunStatus
+from engine.workers.batch_sizes import per_rank_size
 
 GLOBAL_POOL = "global_pool"
 ROLES = ("actor_rollout_ref", "critic")
@@ -54,12 +55,7 @@ def check_batch_split(config: Any, world_size: int, *, use_critic: bool) -> None
     if use_critic:
         sizes["critic.ppo_mini_batch_size"] = config.critic.ppo_mini_batch_size
     for key, size in sizes.items():
-        if (size * n) % world_size:
-            raise ValueError(
-                f"{key}={size} x actor_rollout_ref.rollout.n={n} = {size * n} samples cannot be "
-                f"split evenly over {world_size} ranks (trainer.nnodes x trainer.n_gpus_per_node);"
-                f" make it a multiple of {world_size}"
-            )
+        per_rank_size(size * n, world_size, key)
 
 
 class RayPPOTrainer(PPOTrainer):
@@ -118,14 +114,14 @@ class RayPPOTrainer(PPOTrainer):
                 )
                 self.worker_groups[pool_name] = RayWorkerGroup(pool)
             # Proxies with the local workers' method names stand in for the local workers.
-            self.arr = ActorRolloutRefGroup(  # type: ignore[assignment]
+            self.arr = ActorRolloutRefGroup(
                 self.worker_groups[self.mapping["actor_rollout_ref"]],
                 config,
                 total_steps=self.total_steps,
                 need_ref=self.need_ref,
             )
             if self.use_critic:
-                self.critic = CriticGroup(  # type: ignore[assignment]
+                self.critic = CriticGroup(
                     self.worker_groups[self.mapping["critic"]], config, total_steps=self.total_steps
                 )
             else:

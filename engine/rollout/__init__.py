@@ -1,1 +1,65 @@
-"""Rollout engines: the lean HF sampling loop (CPU and GPU) and the vLLM adapter (GPU)."""
+"""Rollout engines by ``actor_rollout_ref.rollout.name``: a registry, as verl keeps one.
+
+``hf`` is the lean sampling loop over the policy module itself (CPU and GPU); ``vllm`` an
+adapter around a vLLM engine that loads the model from ``model.path`` (GPU). A backend is a
+function ``(model, tokenizer, rollout_config, model_path) -> RolloutEngine``;
+:func:`register_rollout` adds one under a name in :data:`ROLLOUT_NAMES` (the config's choices
+come from that list, so the two cannot drift). Importing this package loads no backend: each
+builder imports its module when called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+ROLLOUT_NAMES = ("hf", "vllm")
+
+RolloutBuilder = Callable[[Any, Any, Any, "str | None"], Any]
+_BUILDERS: dict[str, RolloutBuilder] = {}
+
+
+def register_rollout(name: str) -> Callable[[RolloutBuilder], RolloutBuilder]:
+    """Register a rollout backend under ``name`` (which must be listed in ROLLOUT_NAMES)."""
+
+    def decorate(builder: RolloutBuilder) -> RolloutBuilder:
+        if name not in ROLLOUT_NAMES:
+            raise ValueError(
+                f"rollout backend {name!r} is not listed in engine.rollout.ROLLOUT_NAMES; add "
+                "it there so the config accepts it"
+            )
+        if name in _BUILDERS:
+            raise ValueError(f"rollout backend {name!r} is registered twice")
+        _BUILDERS[name] = builder
+        return builder
+
+    return decorate
+
+
+def get_rollout_builder(name: str) -> RolloutBuilder:
+    """Return the builder of backend ``name``; ValueError naming the backends otherwise."""
+    if name not in _BUILDERS:
+        raise ValueError(
+            f"unknown actor_rollout_ref.rollout.name={name!r}; valid names: "
+            f"{', '.join(ROLLOUT_NAMES)}"
+        )
+    return _BUILDERS[name]
+
+
+@register_rollout("hf")
+def _hf(model: Any, tokenizer: Any, rollout_config: Any, model_path: str | None) -> Any:
+    from engine.rollout.hf import HFRollout
+
+    return HFRollout(model, tokenizer, rollout_config)
+
+
+@register_rollout("vllm")
+def _vllm(model: Any, tokenizer: Any, rollout_config: Any, model_path: str | None) -> Any:
+    if model_path is None:
+        raise ValueError(
+            "actor_rollout_ref.rollout.name=vllm loads the model from "
+            "actor_rollout_ref.model.path; set it (a live hf_model cannot be handed to vLLM)"
+        )
+    from engine.rollout.vllm_rollout import VLLMRollout
+
+    return VLLMRollout(model_path, tokenizer, rollout_config)

@@ -47,6 +47,7 @@ from engine.trainer.recorder import (
 from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
 from engine.workers.critic import CriticWorker
 from engine.workers.models import resolve_device, resolve_path
+from engine.workers.protocols import ActorRolloutRef, Critic
 
 
 @contextmanager
@@ -87,6 +88,10 @@ def compute_advantage(batch: DataProto, algorithm: Any) -> tuple[torch.Tensor, t
 
 class PPOTrainer:
     """Train a policy with PPO, GRPO or a relative, reporting through a :class:`Recorder`."""
+
+    # The roles the loop drives: local workers, or the proxies of a worker group.
+    arr: ActorRolloutRef
+    critic: Critic | None
 
     def __init__(self, config: Any, recorder: Recorder | None = None) -> None:
         from engine.config import resolve_config, validate_config
@@ -178,10 +183,11 @@ class PPOTrainer:
         if self.device.type == "cuda":
             self._build_local_rank()
             return
-        self.arr = ActorRolloutRefWorker(
+        worker = ActorRolloutRefWorker(
             config, device=self.device, total_steps=self.total_steps, need_ref=self.need_ref
         )
-        self.arr.tokenizer = self.tokenizer
+        worker.tokenizer = self.tokenizer
+        self.arr = worker
         self.critic = (
             CriticWorker(config, device=self.device, total_steps=self.total_steps)
             if self.use_critic
@@ -193,11 +199,11 @@ class PPOTrainer:
         from engine.distributed.worker_group import ActorRolloutRefGroup, CriticGroup
 
         self.rank_group = LocalWorkerGroup(self.device.type)
-        self.arr = ActorRolloutRefGroup(  # type: ignore[assignment]
+        self.arr = ActorRolloutRefGroup(
             self.rank_group, self.config, total_steps=self.total_steps, need_ref=self.need_ref
         )
         self.critic = (
-            CriticGroup(self.rank_group, self.config, total_steps=self.total_steps)  # type: ignore[assignment]
+            CriticGroup(self.rank_group, self.config, total_steps=self.total_steps)
             if self.use_critic
             else None
         )

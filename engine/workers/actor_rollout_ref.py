@@ -9,6 +9,7 @@ this same class per rank.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -16,13 +17,14 @@ from typing import Any
 import torch
 
 from engine.data import DataProto
-from engine.rollout.hf import HFRollout
+from engine.rollout import get_rollout_builder
 from engine.rollout.multi_turn import MultiTurnRollout
-from engine.rollout.vllm_rollout import VLLMRollout
 from engine.workers.actor import PolicyActor, is_on_policy
+from engine.workers.batch_sizes import micro_size, per_rank_size
 from engine.workers.lora import adapter_disabled, export_lora, is_lora
 from engine.workers.models import frozen_copy, load_policy, load_tokenizer, resolve_path
 from engine.workers.optim import build_lr_scheduler, build_optimizer
+from engine.workers.protocols import RolloutEngine
 
 
 def get_rollout(
@@ -32,22 +34,12 @@ def get_rollout(
     rollout_config: Any,
     *,
     model_path: str | None = None,
-) -> Any:
+) -> RolloutEngine:
     """Return the rollout engine registered under ``actor_rollout_ref.rollout.name``.
 
     With ``rollout.multi_turn.enable`` it is wrapped in a :class:`MultiTurnRollout`.
     """
-    if name == "hf":
-        rollout: Any = HFRollout(model, tokenizer, rollout_config)
-    elif name == "vllm":
-        if model_path is None:
-            raise ValueError(
-                "actor_rollout_ref.rollout.name=vllm loads the model from "
-                "actor_rollout_ref.model.path; set it (a live hf_model cannot be handed to vLLM)"
-            )
-        rollout = VLLMRollout(model_path, tokenizer, rollout_config)
-    else:
-        raise ValueError(f"unknown actor_rollout_ref.rollout.name={name!r}; valid names: hf, vllm")
+    rollout = get_rollout_builder(name)(model, tokenizer, rollout_config, model_path)
     multi_turn = getattr(rollout_config, "multi_turn", None)
     if multi_turn is not None and multi_turn.enable:
         if not multi_turn.interaction_path and not multi_turn.interaction_name:
@@ -64,10 +56,25 @@ def get_rollout(
 
 
 class ActorRolloutRefWorker:
-    """Own the policy (with optimizer), its rollout engine and the reference policy."""
+    """Own the policy (with optimizer), its rollout engine and the reference policy.
+
+    ``rank`` and ``world_size`` place it in a data-parallel group: the mini-batch is this rank's
+    share, and each rank samples from its own random stream. ``shard`` (the rank's FSDP2 hook,
+    ``engine.distributed.rank_worker``) is called with the worker once its models are loaded and
+    before the optimizer is built, so the optimizer holds the sharded parameters; it may set
+    :attr:`rollout_model`, the module the rollout samples from (the policy itself by default).
+    """
 
     def __init__(
-        self, config: Any, *, device: torch.device, total_steps: int, need_ref: bool
+        self,
+        config: Any,
+        *,
+        device: torch.device,
+        total_steps: int,
+        need_ref: bool,
+        rank: int = 0,
+        world_size: int = 1,
+        shard: Callable[[ActorRolloutRefWorker], None] | None = None,
     ) -> None:
         self.config = config
         arr = config.actor_rollout_ref
@@ -77,6 +84,9 @@ class ActorRolloutRefWorker:
         self.need_ref = need_ref
         # With LoRA the reference is the same module with its adapter disabled: no copy.
         self.ref_model = frozen_copy(self.model) if need_ref and not is_lora(self.model) else None
+        self.rollout_model: torch.nn.Module | None = None
+        if shard is not None:
+            shard(self)
         optimizer = build_optimizer(self.model.parameters(), arr.actor.optim)
         scheduler = build_lr_scheduler(optimizer, arr.actor.optim, total_steps)
         self.actor = PolicyActor(self.model, arr.actor, optimizer, scheduler)
@@ -87,10 +97,17 @@ class ActorRolloutRefWorker:
             arr.rollout,
             model_path=resolve_path(arr.model.path) if arr.rollout.name == "vllm" else None,
         )
-        self.generator = torch.Generator(device="cpu").manual_seed(config.trainer.seed)
+        # Each rank samples its own prompts: give each its own random stream.
+        self.generator = torch.Generator(device="cpu").manual_seed(config.trainer.seed + rank)
         n = arr.rollout.n
-        self.mini_batch_size = arr.actor.ppo_mini_batch_size * n
-        self.micro_batch_size = arr.actor.ppo_micro_batch_size_per_gpu or self.mini_batch_size
+        self.mini_batch_size = per_rank_size(
+            arr.actor.ppo_mini_batch_size * n,
+            world_size,
+            "actor_rollout_ref.actor.ppo_mini_batch_size",
+        )
+        self.micro_batch_size = micro_size(
+            arr.actor.ppo_micro_batch_size_per_gpu, self.mini_batch_size
+        )
         self.log_prob_micro_batch_size = (
             arr.rollout.log_prob_micro_batch_size_per_gpu or self.micro_batch_size
         )
@@ -114,7 +131,7 @@ class ActorRolloutRefWorker:
     def generate_sequences(self, prompts: DataProto, *, validate: bool = False) -> DataProto:
         """Return the rollout for prompts already repeated ``n`` times (see HFRollout)."""
         start = time.perf_counter()
-        self.rollout.load_weights(self.model)
+        self.rollout.load_weights(self.model if self.rollout_model is None else self.rollout_model)
         sync_s = time.perf_counter() - start
         out = self.rollout.generate_sequences(
             prompts.to(self.device),

@@ -1,0 +1,29 @@
+"""The role objects the trainer drives keep the interfaces it is typed against."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from engine.distributed.local_group import LocalWorkerGroup
+from engine.distributed.worker_group import ActorRolloutRefGroup
+from engine.rollout.hf import HFRollout
+from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
+from engine.workers.protocols import ActorRolloutRef, Critic, RolloutEngine
+from tests.engine.distributed.helpers import tiny_config
+
+
+def test_the_plain_worker_and_a_groups_proxy_are_both_an_actor_rollout_ref():
+    config = tiny_config()
+    worker = ActorRolloutRefWorker(config, device=torch.device("cpu"), total_steps=2, need_ref=True)
+    assert isinstance(worker, ActorRolloutRef)
+    assert isinstance(worker.rollout, RolloutEngine) and isinstance(worker.rollout, HFRollout)
+    assert not isinstance(worker, Critic)
+    try:
+        proxy = ActorRolloutRefGroup(
+            LocalWorkerGroup("cpu"), tiny_config(), total_steps=2, need_ref=True
+        )
+        assert isinstance(proxy, ActorRolloutRef)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
