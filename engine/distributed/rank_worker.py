@@ -56,20 +56,8 @@ from engine.distributed.process_group import (
 from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
 from engine.workers.critic import CriticWorker
 from engine.workers.models import frozen_copy
-from engine.workers.optim import build_lr_scheduler, build_optimizer
 
 ROLLOUT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-
-
-def per_rank_size(global_size: int, world_size: int, key: str) -> int:
-    """Return ``global_size / world_size``; ValueError naming ``key`` unless it divides."""
-    if global_size % world_size:
-        raise ValueError(
-            f"{key} x rollout.n = {global_size} samples cannot be split evenly over "
-            f"{world_size} data-parallel ranks; make it a multiple of trainer.nnodes x "
-            "trainer.n_gpus_per_node"
-        )
-    return global_size // world_size
 
 
 class ShardedActorRolloutRef:
@@ -92,58 +80,48 @@ class ShardedActorRolloutRef:
         self.device = device
         self.rank = rank
         self.world_size = world_size
-        worker = ActorRolloutRefWorker(
-            config, device=device, total_steps=total_steps, need_ref=need_ref
-        )
-        self.worker = worker
         self.sharded = shards_anything(arr.actor.fsdp_config, device.type, world_size)
-        # A sharded hf rollout samples from an unsharded copy; an unsharded policy samples
-        # itself, as in the single-process trainer. vLLM holds its own copy of the weights and
-        # gathers the (possibly sharded) parameters itself in load_weights.
-        self.rollout_model: Any = None
+        self.worker = ActorRolloutRefWorker(
+            config,
+            device=device,
+            total_steps=total_steps,
+            need_ref=need_ref,
+            rank=rank,
+            world_size=world_size,
+            shard=self._shard,
+        )
+        self.rollout_model = self.worker.rollout_model
+        self.offload_optimizer = (
+            arr.actor.fsdp_config.optimizer_offload and not arr.actor.fsdp_config.param_offload
+        )
+        self.weights_version = 0  # bumped by every change of the policy's weights
+        self.rollout_version = -1  # the weights_version the rollout copy holds
+
+    def _shard(self, worker: ActorRolloutRefWorker) -> None:
+        """Shard the worker's policy and reference with FSDP2 (before its optimizer exists).
+
+        A sharded ``hf`` rollout samples from an unsharded copy (bf16 on a GPU; on a CPU fp32,
+        as the actor computes); an unsharded policy samples itself, as in the single-process
+        trainer. vLLM holds its own weights and gathers the (possibly sharded) parameters in
+        ``load_weights``.
+        """
+        arr = self.config.actor_rollout_ref
+        device = self.device
         if arr.rollout.name == "hf" and self.sharded:
-            self.rollout_model = frozen_copy(worker.model)
+            worker.rollout_model = frozen_copy(worker.model)
             if device.type == "cuda":
-                # On a CPU the rollout keeps fp32, as the actor computes.
-                self.rollout_model.to(dtype=ROLLOUT_DTYPES[arr.rollout.dtype])
-        mesh = build_device_mesh(device.type, world_size, arr.actor.fsdp_config.fsdp_size)
+                worker.rollout_model.to(dtype=ROLLOUT_DTYPES[arr.rollout.dtype])
+        mesh = build_device_mesh(device.type, self.world_size, arr.actor.fsdp_config.fsdp_size)
         if self.sharded:
             apply_fsdp2(
                 worker.model, mesh, arr.actor.fsdp_config, device.type, "actor_rollout_ref.actor"
             )
         if worker.ref_model is not None and shards_anything(
-            arr.ref.fsdp_config, device.type, world_size
+            arr.ref.fsdp_config, device.type, self.world_size
         ):
             apply_fsdp2(
                 worker.ref_model, mesh, arr.ref.fsdp_config, device.type, "actor_rollout_ref.ref"
             )
-        # fully_shard replaced the parameters with DTensors: the optimizer must hold those.
-        optimizer = build_optimizer(worker.model.parameters(), arr.actor.optim)
-        worker.actor.optimizer = optimizer
-        worker.actor.lr_scheduler = build_lr_scheduler(optimizer, arr.actor.optim, total_steps)
-        self.offload_optimizer = (
-            arr.actor.fsdp_config.optimizer_offload and not arr.actor.fsdp_config.param_offload
-        )
-        n = arr.rollout.n
-        worker.mini_batch_size = per_rank_size(
-            arr.actor.ppo_mini_batch_size * n,
-            world_size,
-            "actor_rollout_ref.actor.ppo_mini_batch_size",
-        )
-        worker.micro_batch_size = min(
-            arr.actor.ppo_micro_batch_size_per_gpu or worker.mini_batch_size,
-            worker.mini_batch_size,
-        )
-        worker.log_prob_micro_batch_size = (
-            arr.rollout.log_prob_micro_batch_size_per_gpu or worker.micro_batch_size
-        )
-        worker.ref_micro_batch_size = (
-            arr.ref.log_prob_micro_batch_size_per_gpu or worker.log_prob_micro_batch_size
-        )
-        # Each rank samples its own prompts: give each its own random stream.
-        worker.generator.manual_seed(config.trainer.seed + rank)
-        self.weights_version = 0  # bumped by every change of the policy's weights
-        self.rollout_version = -1  # the weights_version the rollout copy holds
 
     # -- hybrid engine -----------------------------------------------------------------------
     def sync_rollout_weights(self) -> float:
@@ -186,11 +164,9 @@ class ShardedActorRolloutRef:
         if self.rollout_model is None:  # vLLM gathers the shards itself, or nothing is sharded
             return self.worker.generate_sequences(prompts, validate=validate)
         sync_s = self.sync_rollout_weights()
-        actor_model, self.worker.model = self.worker.model, self.rollout_model
         try:
             out = self.worker.generate_sequences(prompts, validate=validate)
         finally:
-            self.worker.model = actor_model
             self.release_rollout()
         out.meta_info["timing_s/update_weights"] = sync_s + out.meta_info.get(
             "timing_s/update_weights", 0.0
@@ -272,25 +248,17 @@ class ShardedCritic:
         fsdp_config = critic.model.fsdp_config
         check_offload(fsdp_config, device.type, "critic.model")
         self.rank, self.world_size = rank, world_size
-        worker = CriticWorker(config, device=device, total_steps=total_steps)
-        self.worker = worker
-        if critic.model.enable_gradient_checkpointing:
-            worker.model.gradient_checkpointing_enable()
-        mesh = build_device_mesh(device.type, world_size, fsdp_config.fsdp_size)
-        if shards_anything(fsdp_config, device.type, world_size):
-            apply_fsdp2(worker.model, mesh, fsdp_config, device.type, "critic.model")
-        optimizer = build_optimizer(worker.model.parameters(), critic.optim)
-        worker.critic.optimizer = optimizer
-        worker.critic.lr_scheduler = build_lr_scheduler(optimizer, critic.optim, total_steps)
         self.device = device
+
+        def shard(model: torch.nn.Module) -> None:
+            if shards_anything(fsdp_config, device.type, world_size):
+                mesh = build_device_mesh(device.type, world_size, fsdp_config.fsdp_size)
+                apply_fsdp2(model, mesh, fsdp_config, device.type, "critic.model")
+
+        self.worker = CriticWorker(
+            config, device=device, total_steps=total_steps, world_size=world_size, shard=shard
+        )
         self.offload_optimizer = fsdp_config.optimizer_offload and not fsdp_config.param_offload
-        n = config.actor_rollout_ref.rollout.n
-        worker.mini_batch_size = per_rank_size(
-            critic.ppo_mini_batch_size * n, world_size, "critic.ppo_mini_batch_size"
-        )
-        worker.micro_batch_size = min(
-            critic.ppo_micro_batch_size_per_gpu or worker.mini_batch_size, worker.mini_batch_size
-        )
 
     def compute_values(self, data: DataProto) -> DataProto:
         """Return ``values`` (bs, R) for this rank's rows."""

@@ -7,12 +7,14 @@ policy; the value of response token t is read at the position that predicts it.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from engine.algorithms import compute_value_loss, masked_mean
 from engine.data import DataProto
+from engine.workers.batch_sizes import micro_size, per_rank_size
 
 
 def response_values(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -92,20 +94,40 @@ class ValueCritic:
 
 
 class CriticWorker:
-    """Own the value model, its optimizer and schedule; batch-in / batch-out for the controller."""
+    """Own the value model, its optimizer and schedule; batch-in / batch-out for the controller.
 
-    def __init__(self, config: Any, *, device: Any, total_steps: int) -> None:
+    ``world_size`` makes the mini-batch this rank's share; ``shard`` (the rank's FSDP2 hook) is
+    called with the value model before the optimizer is built, as for the actor.
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        *,
+        device: Any,
+        total_steps: int,
+        world_size: int = 1,
+        shard: Callable[[torch.nn.Module], None] | None = None,
+    ) -> None:
         from engine.workers.models import load_critic
         from engine.workers.optim import build_lr_scheduler, build_optimizer
 
         critic_config = config.critic
         self.model = load_critic(critic_config, config.actor_rollout_ref.model, device)
+        if critic_config.model.enable_gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+        if shard is not None:
+            shard(self.model)
         optimizer = build_optimizer(self.model.parameters(), critic_config.optim)
         scheduler = build_lr_scheduler(optimizer, critic_config.optim, total_steps)
         self.critic = ValueCritic(self.model, critic_config, optimizer, scheduler)
         n = config.actor_rollout_ref.rollout.n
-        self.mini_batch_size = critic_config.ppo_mini_batch_size * n
-        self.micro_batch_size = critic_config.ppo_micro_batch_size_per_gpu or self.mini_batch_size
+        self.mini_batch_size = per_rank_size(
+            critic_config.ppo_mini_batch_size * n, world_size, "critic.ppo_mini_batch_size"
+        )
+        self.micro_batch_size = micro_size(
+            critic_config.ppo_micro_batch_size_per_gpu, self.mini_batch_size
+        )
 
     def compute_values(self, data: DataProto) -> DataProto:
         """Return ``values`` (bs, R)."""

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from engine.data import DataProto
-from engine.distributed.rank_worker import per_rank_size
 from engine.distributed.worker_group import (
     ResourcePool,
     check_sharded,
@@ -16,6 +15,7 @@ from engine.distributed.worker_group import (
     pad_rollouts,
     split_batch,
 )
+from engine.workers.batch_sizes import per_rank_size
 
 
 def rows(n: int) -> DataProto:
