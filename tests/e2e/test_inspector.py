@@ -30,6 +30,7 @@ from django.test import override_settings
 from django.urls import reverse
 
 from engine.trainer.recorder import SampleRecord
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, artifacts
 from tests.e2e.test_live_charts import ForkedDaphneProcess
 from tests.webapp.fixtures import make_experiment
 from tests.webapp.live import private_channel_layers
@@ -42,23 +43,7 @@ from workers.recorder import RunRecorder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 ENDED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.LOST)
-
-
-def artifacts() -> Path:
-    folder = Path(os.environ.get("POSTTRAIN_TEST_ARTIFACTS") or "test-artifacts")
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 def fmt(value: float) -> str:

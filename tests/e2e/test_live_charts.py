@@ -24,20 +24,11 @@ from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.e2e.browser import artifacts as artifacts_dir
 from tests.webapp.live import T0, private_channel_layers, record_steps, running_run, step_metrics
 from workers.publish import RunEventPublisher
 from workers.recorder import RunRecorder
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 # The number of points in the raw trace of one metric in one panel.
 TRACE_POINTS = """([panel, name, source]) => {
@@ -47,12 +38,6 @@ TRACE_POINTS = """([panel, name, source]) => {
   const i = p.traces.findIndex((t) => t.name === name && !t.smoothed && (source === undefined || t.source === source));
   return i < 0 ? 0 : p.plot.data[i].x.length;
 }"""
-
-
-def artifacts_dir() -> Path:
-    folder = Path(os.environ.get("POSTTRAIN_TEST_ARTIFACTS") or "test-artifacts")
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 def record_in_driver_thread(run_id: int, steps: range, finish: str | None = None) -> None:

@@ -13,24 +13,8 @@ import pytest
 from channels.testing import ChannelsLiveServerTestCase
 from django.contrib.auth import get_user_model
 
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, artifacts
 from tests.engine.test_quickstart import YAML_SNIPPET
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
-def artifacts() -> Path:
-    folder = Path(os.environ.get("POSTTRAIN_TEST_ARTIFACTS") or "test-artifacts")
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 @pytest.mark.e2e
