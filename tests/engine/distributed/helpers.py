@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -86,3 +88,23 @@ def update_batch(bs: int, prompt_len: int, response_lengths: list[int], vocab: i
             "advantages": torch.randn(bs, response_len, generator=g) * response_mask,
         }
     )
+
+
+def plain_worker(config: PPOConfig, weights: dict[str, torch.Tensor]) -> Any:
+    """Return a single-process CPU worker (policy and reference) holding ``weights``."""
+    import copy
+
+    from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+    worker = ActorRolloutRefWorker(
+        copy.deepcopy(config), device=torch.device("cpu"), total_steps=10, need_ref=True
+    )
+    worker.model.load_state_dict(weights)
+    worker.ref_model.load_state_dict(weights)
+    return worker
+
+
+def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    """Return the largest absolute difference between two state dicts with the same keys."""
+    assert a.keys() == b.keys()
+    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)

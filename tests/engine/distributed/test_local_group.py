@@ -7,8 +7,6 @@ for bit: that checks the dispatch (device moves, the fused reference pass, check
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -16,8 +14,13 @@ from torch.distributed.tensor import DTensor
 
 from engine.distributed.local_group import LocalWorkerGroup, join_local_process_group
 from engine.distributed.worker_group import ActorRolloutRefGroup
-from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
-from tests.engine.distributed.helpers import prompt_batch, tiny_config, update_batch
+from tests.engine.distributed.helpers import (
+    max_diff,
+    plain_worker,
+    prompt_batch,
+    tiny_config,
+    update_batch,
+)
 
 QUESTIONS = ["1+2=", "13+4=", "5+60=", "7+8="]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -29,20 +32,6 @@ def fresh_group():
     yield
     if dist.is_initialized():
         dist.destroy_process_group()
-
-
-def plain_worker(config, weights: dict[str, torch.Tensor]) -> ActorRolloutRefWorker:
-    worker = ActorRolloutRefWorker(
-        copy.deepcopy(config), device=torch.device("cpu"), total_steps=10, need_ref=True
-    )
-    worker.model.load_state_dict(weights)
-    worker.ref_model.load_state_dict(weights)
-    return worker
-
-
-def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    assert a.keys() == b.keys()
-    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
 
 
 def test_one_cpu_rank_in_process_does_the_plain_workers_work_exactly(fresh_group):

@@ -7,7 +7,6 @@ starting point restore the group's initial sharded state first.
 
 from __future__ import annotations
 
-import copy
 import os
 import signal
 
@@ -25,8 +24,14 @@ from engine.tiny.task import make_problems, write_split
 from engine.tiny.tokenizer import build_tokenizer
 from engine.trainer import Recorder
 from engine.trainer.run import run_training
-from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
-from tests.engine.distributed.helpers import prompt_batch, tiny_config, tiny_policy, update_batch
+from tests.engine.distributed.helpers import (
+    max_diff,
+    prompt_batch,
+    tiny_config,
+    tiny_policy,
+    update_batch,
+)
+from tests.engine.distributed.helpers import plain_worker as one_rank
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -51,21 +56,6 @@ def two_ranks(ray_session):
         yield config, arr, arr.state_dict(), arr.full_state_dict()
     finally:
         group.shutdown()
-
-
-def one_rank(config, weights: dict[str, torch.Tensor]) -> ActorRolloutRefWorker:
-    """Return a single-process worker (policy and reference) holding ``weights``."""
-    worker = ActorRolloutRefWorker(
-        copy.deepcopy(config), device=torch.device("cpu"), total_steps=10, need_ref=True
-    )
-    worker.model.load_state_dict(weights)
-    worker.ref_model.load_state_dict(weights)
-    return worker
-
-
-def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    assert a.keys() == b.keys()
-    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
 
 
 def test_two_ranks_update_like_one_rank(two_ranks):
