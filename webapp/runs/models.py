@@ -42,6 +42,31 @@ DRIVER_STATUSES = (RunStatus.STARTING, RunStatus.RUNNING)
 RESUMABLE_STATUSES = (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.LOST)
 
 
+# A sample's fields in one order: what the driver COPYs (``recording.SAMPLE_COLUMNS``, after the
+# run), what an export writes (``samples.selectors.EXPORT_FIELDS``: the scalars, then the token
+# arrays on request) and what the engine's ``SampleRecord`` carries. A test holds all three to
+# the ``Sample`` model.
+SAMPLE_SCALAR_FIELDS = (
+    "step",
+    "split",
+    "prompt_index",
+    "sample_index",
+    "group_id",
+    "data_source",
+    "prompt_text",
+    "response_text",
+    "ground_truth",
+    "reward",
+    "reward_parts",
+    "reward_error",
+    "advantage",
+    "response_length",
+    "truncated",
+)
+SAMPLE_TOKEN_FIELDS = ("tokens", "token_logprobs", "token_ref_logprobs", "token_advantages")
+SAMPLE_FIELDS = SAMPLE_SCALAR_FIELDS + SAMPLE_TOKEN_FIELDS
+
+
 class Run(models.Model):
     """One launch of an experiment with the resolved config it ran with."""
 

@@ -25,7 +25,14 @@ from django.utils import timezone
 from engine.data.preview import json_safe
 from engine.trainer.recorder import SampleRecord
 from webapp.runs.events import publish_run_event, status_event
-from webapp.runs.models import DRIVER_STATUSES, MetricPoint, Run, RunStatus, Sample
+from webapp.runs.models import (
+    DRIVER_STATUSES,
+    SAMPLE_FIELDS,
+    MetricPoint,
+    Run,
+    RunStatus,
+    Sample,
+)
 
 # Every status change a run may make; anything else is a bug, refused by ``transition``.
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
@@ -192,28 +199,8 @@ def metric_point_upsert(
     return point
 
 
-SAMPLE_COLUMNS = (
-    "run",
-    "step",
-    "split",
-    "prompt_index",
-    "sample_index",
-    "group_id",
-    "data_source",
-    "prompt_text",
-    "response_text",
-    "ground_truth",
-    "reward",
-    "reward_parts",
-    "reward_error",
-    "advantage",
-    "response_length",
-    "truncated",
-    "tokens",
-    "token_logprobs",
-    "token_ref_logprobs",
-    "token_advantages",
-)
+SAMPLE_COLUMNS = ("run", *SAMPLE_FIELDS)
+# The PostgreSQL type of each column, for binary COPY (same order).
 SAMPLE_TYPES = (
     "bigint",
     "integer",

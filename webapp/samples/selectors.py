@@ -28,11 +28,17 @@ from django.db import connection
 from django.db.models import Avg, Count, F, FloatField, Q, QuerySet, Value
 from django.db.models.functions import NullIf
 
-from webapp.runs.models import Run, Sample, SampleSplit
+from webapp.runs.models import (
+    SAMPLE_SCALAR_FIELDS,
+    SAMPLE_TOKEN_FIELDS,
+    Run,
+    Sample,
+    SampleSplit,
+)
 
 # verl's GRPO divides by (std + epsilon) with torch's unbiased std.
 GRPO_EPSILON = 1e-6
-TOKEN_FIELDS = ("tokens", "token_logprobs", "token_ref_logprobs", "token_advantages")
+TOKEN_FIELDS = SAMPLE_TOKEN_FIELDS
 SORTS = {
     "position": "prompt and sample index",
     "-reward": "reward, highest first",
@@ -475,24 +481,7 @@ def sample_across_runs(
 
 # -- exports ------------------------------------------------------------------------------------
 
-EXPORT_FIELDS = (
-    "run_id",
-    "step",
-    "split",
-    "prompt_index",
-    "sample_index",
-    "group_id",
-    "data_source",
-    "prompt_text",
-    "response_text",
-    "ground_truth",
-    "reward",
-    "reward_parts",
-    "reward_error",
-    "advantage",
-    "response_length",
-    "truncated",
-)
+EXPORT_FIELDS = ("run_id", *SAMPLE_SCALAR_FIELDS)
 
 
 def sample_export_rows(

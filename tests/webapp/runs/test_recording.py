@@ -55,3 +55,16 @@ def test_a_run_moves_only_from_the_statuses_named(owner):
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED
     assert not transition(run.pk, [RunStatus.RUNNING], RunStatus.FAILED)
+
+
+def test_the_sample_field_lists_are_the_model_and_the_engine_record():
+    from engine.trainer.recorder import SampleRecord
+    from webapp.runs.models import SAMPLE_FIELDS, SAMPLE_TOKEN_FIELDS, Sample
+    from webapp.runs.recording import SAMPLE_COLUMNS, SAMPLE_TYPES
+    from webapp.samples.selectors import EXPORT_FIELDS, TOKEN_FIELDS
+
+    model_fields = {f.name for f in Sample._meta.concrete_fields} - {"id"}
+    assert set(SAMPLE_COLUMNS) == model_fields and len(SAMPLE_COLUMNS) == len(SAMPLE_TYPES)
+    assert list(SAMPLE_FIELDS) == list(SampleRecord.__dataclass_fields__)
+    assert set(EXPORT_FIELDS) | set(TOKEN_FIELDS) == {"run_id", *SAMPLE_FIELDS}
+    assert TOKEN_FIELDS == SAMPLE_TOKEN_FIELDS
