@@ -379,16 +379,38 @@ def run_engine(args: argparse.Namespace) -> None:
     write_json(out, result)
 
 
+def summary_figures(
+    prep: dict[str, Any],
+    facts: dict,
+    *,
+    prompt: float,
+    response: float,
+    step_s: float | None,
+    update_s: float | None,
+    breakdown: dict[str, float | None],
+) -> dict[str, Any]:
+    """Return an arm's medians, token throughput and MFU (update and whole step)."""
+    size = SIZES[prep["size"]]
+    tokens = token_counts(prompt, response, size.prompts * size.samples)
+    per_token = flops_per_token(prep["shape"], prompt + response / 2)
+    peak = facts.get("peak_bf16_flops")
+    return {
+        "median_s_per_step": step_s,
+        "tokens_per_step": tokens,
+        "tokens_per_s": round(tokens["total"] / step_s, 1) if step_s else None,
+        "breakdown_median_s": breakdown,
+        "mfu_update": mfu(3 * per_token * tokens["total"], update_s, peak),
+        "mfu_step_train_flops": mfu(3 * per_token * tokens["total"], step_s, peak),
+    }
+
+
 def summarise_engine(result: dict[str, Any], prep: dict[str, Any], facts: dict) -> dict[str, Any]:
     """Return the medians, throughput and MFU of an engine run's steps."""
     steps = result["steps"]
-    size = SIZES[prep["size"]]
-    rows = size.prompts * size.samples
     if not steps:
         return {}
     prompt = statistics.mean(s["prompt_length"] or prep["prompt_tokens_mean"] for s in steps)
     response = statistics.mean(s["response_length"] for s in steps)
-    tokens = token_counts(prompt, response, rows)
     # A run stopped at its time budget is a cancelled run, and the trainer saves a checkpoint
     # on cancel (7 s at 0.5B): that is no part of a training step, nor of TRL's (which saves
     # nothing here), so it comes off the step that paid it.
@@ -399,17 +421,19 @@ def summarise_engine(result: dict[str, Any], prep: dict[str, Any], facts: dict) 
         key: median_after_warmup([s.get(f"timing_s/{key}") for s in steps])
         for key in ("gen", "update_weights", "reward", "old_log_prob", "ref", "adv", "update_actor")
     }
+    figures = summary_figures(
+        prep,
+        facts,
+        prompt=prompt,
+        response=response,
+        step_s=step_s,
+        update_s=breakdown["update_actor"],
+        breakdown=breakdown,
+    )
+    tokens = figures["tokens_per_step"]["total"]
     per_token = flops_per_token(prep["shape"], prompt + response / 2)
-    peak = facts.get("peak_bf16_flops")
-    return {
-        "median_s_per_step": step_s,
-        "tokens_per_step": tokens,
-        "tokens_per_s": round(tokens["total"] / step_s, 1) if step_s else None,
-        "breakdown_median_s": breakdown,
-        "mfu_update": mfu(3 * per_token * tokens["total"], breakdown["update_actor"], peak),
-        "mfu_ref": mfu(per_token * tokens["total"], breakdown["ref"], peak),
-        "mfu_step_train_flops": mfu(3 * per_token * tokens["total"], step_s, peak),
-    }
+    figures["mfu_ref"] = mfu(per_token * tokens, breakdown["ref"], facts.get("peak_bf16_flops"))
+    return figures
 
 
 # -- TRL -----------------------------------------------------------------------------------------
@@ -535,13 +559,10 @@ def run_trl(args: argparse.Namespace) -> None:
 def summarise_trl(result: dict[str, Any], prep: dict[str, Any], facts: dict) -> dict[str, Any]:
     """Return the medians, throughput and MFU of a TRL run's steps."""
     steps = result["steps"]
-    size = SIZES[prep["size"]]
-    rows = size.prompts * size.samples
     if not steps:
         return {}
-    prompt = prep["prompt_tokens_mean"]
+    size = SIZES[prep["size"]]
     response = statistics.mean(s.get("response_length") or size.max_new_tokens for s in steps)
-    tokens = token_counts(prompt, response, rows)
     step_s = median_after_warmup([s["wall_s"] for s in steps])
 
     def profiled(suffix: str) -> float | None:
@@ -553,21 +574,21 @@ def summarise_trl(result: dict[str, Any], prep: dict[str, Any], facts: dict) -> 
         )
 
     prepare_s = profiled("_prepare_inputs")
+    update_s = round(step_s - prepare_s, 4) if step_s and prepare_s else None
     breakdown = {
         "generate": profiled("transformers.generate"),
         "prepare_inputs": prepare_s,  # generation, rewards, old/ref log-probs
-        "update": round(step_s - prepare_s, 4) if step_s and prepare_s else None,
+        "update": update_s,
     }
-    per_token = flops_per_token(prep["shape"], prompt + response / 2)
-    peak = facts.get("peak_bf16_flops")
-    return {
-        "median_s_per_step": step_s,
-        "tokens_per_step": tokens,
-        "tokens_per_s": round(tokens["total"] / step_s, 1) if step_s else None,
-        "breakdown_median_s": breakdown,
-        "mfu_update": mfu(3 * per_token * tokens["total"], breakdown["update"], peak),
-        "mfu_step_train_flops": mfu(3 * per_token * tokens["total"], step_s, peak),
-    }
+    return summary_figures(
+        prep,
+        facts,
+        prompt=prep["prompt_tokens_mean"],
+        response=response,
+        step_s=step_s,
+        update_s=update_s,
+        breakdown=breakdown,
+    )
 
 
 # -- summary -------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from django.test import override_settings
 from django.urls import reverse
 
 from engine.trainer.recorder import SampleRecord
-from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, artifacts
+from tests.e2e.browser import CHROMIUM, artifacts, logged_in_page
 from tests.e2e.test_live_charts import ForkedDaphneProcess
 from tests.webapp.fixtures import make_experiment
 from tests.webapp.live import private_channel_layers
@@ -162,7 +162,7 @@ class InspectorInTheBrowser(ChannelsLiveServerTestCase):
         return other
 
     def test_a_finished_run_read_in_step_group_and_token_views(self) -> None:
-        from playwright.sync_api import expect, sync_playwright
+        from playwright.sync_api import expect
 
         run = self.finished_tiny_run()
         other = self.second_run_with_other_answers(run)
@@ -185,16 +185,10 @@ class InspectorInTheBrowser(ChannelsLiveServerTestCase):
         self.client.force_login(self.user)
         session = self.client.cookies["sessionid"].value
         shots = artifacts()
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            context = browser.new_context(viewport={"width": 1400, "height": 1000})
-            context.add_cookies(
-                [{"name": "sessionid", "value": session, "url": self.live_server_url}]
-            )
-            page = context.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-
+        errors: list[str] = []
+        with logged_in_page(
+            self.live_server_url, session, errors, viewport={"width": 1400, "height": 1000}
+        ) as page:
             # The run page links to the inspector, which opens at the latest train step.
             page.goto(f"{self.live_server_url}{run.get_absolute_url()}")
             page.click("a.inspect-samples")
@@ -269,11 +263,10 @@ class InspectorInTheBrowser(ChannelsLiveServerTestCase):
             # Across steps: the prompt's reward trend is drawn.
             page.goto(f"{self.live_server_url}/runs/{run.pk}/samples/prompt/?split=val&prompt=0")
             expect(page.locator("#trend-chart circle")).to_have_count(len(val_steps))
-            browser.close()
         assert errors == []
 
     def test_a_live_run_offers_each_new_step_and_can_follow_it(self) -> None:
-        from playwright.sync_api import expect, sync_playwright
+        from playwright.sync_api import expect
 
         from tests.webapp.samples.conftest import records
 
@@ -284,15 +277,8 @@ class InspectorInTheBrowser(ChannelsLiveServerTestCase):
         samples_write(run_id=run.pk, samples=records(1, 0, [1.0, 0.0]))
         self.client.force_login(self.user)
         session = self.client.cookies["sessionid"].value
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            context = browser.new_context()
-            context.add_cookies(
-                [{"name": "sessionid", "value": session, "url": self.live_server_url}]
-            )
-            page = context.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
+        errors: list[str] = []
+        with logged_in_page(self.live_server_url, session, errors) as page:
             steps_url = reverse("samples:steps", args=[run.pk])
             reads: list[str] = []
             page.on("request", lambda r: reads.append(r.url) if steps_url in r.url else None)
@@ -324,7 +310,6 @@ class InspectorInTheBrowser(ChannelsLiveServerTestCase):
             expect(page.locator("#step-input")).to_have_value("3", timeout=4000)
             expect(page.locator(".step-summary")).to_contain_text("step 3 · 2 train samples")
             expect(page.locator("#follow-latest")).to_be_checked()
-            browser.close()
             # ORM calls under Playwright's loop opened a connection of their own: close it here.
             connections.close_all()
         assert errors == []

@@ -13,7 +13,7 @@ import pytest
 from channels.testing import ChannelsLiveServerTestCase
 from django.contrib.auth import get_user_model
 
-from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, artifacts
+from tests.e2e.browser import CHROMIUM, artifacts, logged_in_page
 from tests.engine.test_quickstart import YAML_SNIPPET
 
 
@@ -38,7 +38,7 @@ class QuickstartInTheBrowser(ChannelsLiveServerTestCase):
             os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = cls._async_unsafe
 
     def test_the_tutorial_yaml_opens_in_the_builder_with_verls_keys(self) -> None:
-        from playwright.sync_api import expect, sync_playwright
+        from playwright.sync_api import expect
 
         user = get_user_model().objects.create_user("alice", password="alice-pass")
         self.client.force_login(user)
@@ -46,16 +46,10 @@ class QuickstartInTheBrowser(ChannelsLiveServerTestCase):
         tutorial = YAML_SNIPPET.replace('name: "sglang"', 'name: "hf"').replace(
             'model: {path: ""', 'model: {path: "tiny://model"'
         )
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            context = browser.new_context(viewport={"width": 1400, "height": 1000})
-            context.add_cookies(
-                [{"name": "sessionid", "value": session, "url": self.live_server_url}]
-            )
-            page = context.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-
+        errors: list[str] = []
+        with logged_in_page(
+            self.live_server_url, session, errors, viewport={"width": 1400, "height": 1000}
+        ) as page:
             page.goto(f"{self.live_server_url}/experiments/new/")
             page.click("details.import summary")
             page.fill("textarea[name=yaml_text]", tutorial)
@@ -73,5 +67,4 @@ class QuickstartInTheBrowser(ChannelsLiveServerTestCase):
             expect(page.locator("#yaml-preview")).to_contain_text("total_training_steps: 1000")
             page.fill("[name=trainer__total_training_steps]", "7")
             expect(page.locator("#yaml-preview")).to_contain_text("total_training_steps: 7")
-            browser.close()
         assert errors == []

@@ -6,27 +6,16 @@ import copy
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from engine.rollout.sampling import filter_logits, sample_sequences
+from tests.engine.distributed.helpers import tiny_policy
 
 EOS, PAD = 2, 0
 
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=40,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-    )
-    return Qwen2ForCausalLM(config).eval()
+    return tiny_policy(40)  # a random two-layer Qwen2, seed 0.eval()
 
 
 def left_padded_prompts() -> tuple[torch.Tensor, torch.Tensor]:

@@ -4,28 +4,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from engine.rollout.sampling import sample_sequences, shared_prompts, trim_left_padding
 from engine.workers.actor import length_buckets, response_logits
+from tests.engine.distributed.helpers import tiny_policy
 
 EOS, PAD = 2, 0
 
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=40,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-    )
-    return Qwen2ForCausalLM(config)
+    return tiny_policy(40)  # a random two-layer Qwen2, seed 0
 
 
 def group_batch(model, n: int = 4, max_new_tokens: int = 12, cut: bool = False) -> dict:
