@@ -48,6 +48,13 @@ def other_user(django_user_model: Any) -> Any:
     return django_user_model.objects.create_user("mallory", password="mallory-pass")
 
 
+@pytest.fixture
+def client_in(client: Any, owner: Any) -> Any:
+    """Return Django's test client logged in as ``owner``."""
+    client.force_login(owner)
+    return client
+
+
 def tiny_config(**values: Any) -> Any:
     """Return the grpo_tiny preset with dotted keys set (``trainer__save_freq=1``)."""
     from engine.config import set_value

@@ -13,12 +13,6 @@ from webapp.datasets.models import Dataset
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def client_in(client, owner):
-    client.force_login(owner)
-    return client
-
-
 def test_dataset_upload_previews_rows_and_remaps_columns(client_in, owner):
     text = b'{"question": "2+3=", "answer": "5"}\n{"question": "7+1=", "answer": "8"}\n'
     response = client_in.post(

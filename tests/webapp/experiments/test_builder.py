@@ -22,12 +22,6 @@ from webapp.runs.models import Run
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def client_in(client, owner):
-    client.force_login(owner)
-    return client
-
-
 def test_every_schema_field_but_the_studio_managed_ones_is_in_the_form(owner):
     form = ExperimentForm(owner=owner)
     keys = {spec.key for spec in iter_field_specs()}

@@ -18,12 +18,6 @@ from webapp.runs.services import run_create
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def client_in(client, owner):
-    client.force_login(owner)
-    return client
-
-
 def test_the_list_filters_by_search_tag_and_latest_run_status(client_in, owner):
     grpo = make_experiment(owner, name="grpo baseline")
     ppo = make_experiment(owner, name="ppo with critic")

@@ -127,12 +127,6 @@ def test_points_since_a_step_are_exactly_the_later_ones(owner):
     assert run_metric_names(run_id=run.pk) == sorted(step_metrics(1))
 
 
-@pytest.fixture
-def client_in(client, owner):
-    client.force_login(owner)
-    return client
-
-
 @pytest.mark.django_db
 def test_exports_hold_the_same_numbers_as_the_charts(client_in, owner):
     run = running_run(owner)

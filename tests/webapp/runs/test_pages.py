@@ -14,12 +14,6 @@ from webapp.runs.services import run_create
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def client_in(client, owner):
-    client.force_login(owner)
-    return client
-
-
 def test_launch_cancel_resume_and_delete_from_the_pages(client_in, owner):
     experiment = make_experiment(owner)
     response = client_in.post(

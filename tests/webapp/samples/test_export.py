@@ -19,12 +19,6 @@ from webapp.samples import export
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def client_in(client, owner):
-    client.force_login(owner)
-    return client
-
-
 def export_url(run, fmt: str, **query) -> str:
     base = reverse(f"samples:export-{fmt}", kwargs={"run_id": run.pk})
     return base + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")

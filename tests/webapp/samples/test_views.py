@@ -14,12 +14,6 @@ from webapp.runs.recording import samples_write
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def client_in(client, owner):
-    client.force_login(owner)
-    return client
-
-
 def url(name: str, run, **query) -> str:
     base = reverse(f"samples:{name}", kwargs={"run_id": run.pk})
     return base + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
