@@ -342,7 +342,23 @@ class RayWorkerGroup:
         self.placement_groups = []
 
 
-class ActorRolloutRefGroup:
+class _RoleOnGroup:
+    """A role built on every rank of a group, checkpointed as the ranks' own shards."""
+
+    role: str
+    group: WorkerGroup
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return every rank's shards (a sharded checkpoint: no rank holds the whole model)."""
+        ranks = self.group.call_all(self.role, "state_dict")
+        return {"format": "fsdp2_sharded", "world_size": self.group.world_size, "ranks": ranks}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Give each rank back its shards from :meth:`state_dict`."""
+        self.group.call_each(self.role, "load_state_dict", check_sharded(state, self.group))
+
+
+class ActorRolloutRefGroup(_RoleOnGroup):
     """The controller's handle on the actor/rollout/reference ranks: ``ActorRolloutRefWorker``'s
     methods, each dispatched over the group."""
 
@@ -412,15 +428,6 @@ class ActorRolloutRefGroup:
         outputs, _ = self.group.call_split(self.role, "update_actor", tensors_only(data), pad=False)
         return mean_metrics(outputs)
 
-    def state_dict(self) -> dict[str, Any]:
-        """Return every rank's shards (a sharded checkpoint: no rank holds the whole model)."""
-        ranks = self.group.call_all(self.role, "state_dict")
-        return {"format": "fsdp2_sharded", "world_size": self.group.world_size, "ranks": ranks}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Give each rank back its shards from :meth:`state_dict`."""
-        self.group.call_each(self.role, "load_state_dict", check_sharded(state, self.group))
-
     def full_state_dict(self) -> dict[str, Any]:
         """Return the gathered policy weights (CPU tensors)."""
         return self.group.call_all(self.role, "full_state_dict")[0]
@@ -430,7 +437,7 @@ class ActorRolloutRefGroup:
         return self.group.call_all(self.role, "export_hf", str(directory))[0]
 
 
-class CriticGroup:
+class CriticGroup(_RoleOnGroup):
     """The controller's handle on the critic ranks: ``CriticWorker``'s methods over the group."""
 
     role = "critic"
@@ -450,15 +457,6 @@ class CriticGroup:
             self.role, "update_critic", tensors_only(data), pad=False
         )
         return mean_metrics(outputs)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Return every rank's shards."""
-        ranks = self.group.call_all(self.role, "state_dict")
-        return {"format": "fsdp2_sharded", "world_size": self.group.world_size, "ranks": ranks}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Give each rank back its shards."""
-        self.group.call_each(self.role, "load_state_dict", check_sharded(state, self.group))
 
 
 def check_sharded(state: dict[str, Any], group: WorkerGroup) -> list[tuple]:
