@@ -13,8 +13,8 @@ from engine.data import DataProto
 from engine.tiny.tokenizer import build_tokenizer
 
 
-def tiny_policy(vocab_size: int, seed: int = 0) -> Qwen2ForCausalLM:
-    """Return a random two-layer Qwen2 (about 60k parameters)."""
+def tiny_policy(vocab_size: int, seed: int = 0, *, max_positions: int = 64) -> Qwen2ForCausalLM:
+    """Return a random two-layer Qwen2 (about 60k parameters), seeded: the tests' small model."""
     torch.manual_seed(seed)
     config = Qwen2Config(
         vocab_size=vocab_size,
@@ -23,7 +23,7 @@ def tiny_policy(vocab_size: int, seed: int = 0) -> Qwen2ForCausalLM:
         num_attention_heads=4,
         num_key_value_heads=2,
         intermediate_size=64,
-        max_position_embeddings=64,
+        max_position_embeddings=max_positions,
         tie_word_embeddings=True,
     )
     return Qwen2ForCausalLM(config)

@@ -12,7 +12,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from engine.config import RolloutConfig
 from engine.data import DataProto
@@ -20,6 +19,7 @@ from engine.rollout.hf import HFRollout
 from engine.rollout.multi_turn import MultiTurnRollout, load_interaction, message_delta_ids
 from engine.tiny.tokenizer import build_tokenizer
 from engine.workers.actor_rollout_ref import get_rollout
+from tests.engine.distributed.helpers import tiny_policy
 
 GREEDY = {"do_sample": False, "temperature": 0.0, "top_k": -1, "top_p": 1.0}
 
@@ -31,18 +31,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def model(tokenizer):
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-    )
-    model = Qwen2ForCausalLM(config).eval()
+    model = tiny_policy(len(tokenizer), max_positions=256).eval()
     ids = tokenizer.convert_tokens_to_ids
     bias = torch.zeros(len(tokenizer), len(tokenizer))  # (V_in, V_out)
     bias[ids("<|assistant|>"), ids("a")] = 20.0

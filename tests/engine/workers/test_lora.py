@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoModelForCausalLM, Qwen2ForCausalLM
 
 from engine.config import PPOConfig
 from engine.data import DataProto
@@ -22,6 +22,7 @@ from engine.workers.lora import (
     merged_state_dict,
 )
 from engine.workers.models import load_policy
+from tests.engine.distributed.helpers import tiny_policy
 
 pytest.importorskip("peft")
 
@@ -29,18 +30,7 @@ VOCAB = 103  # the character tokenizer's vocabulary
 
 
 def base_model(seed: int = 0) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-        tie_word_embeddings=True,
-    )
-    return Qwen2ForCausalLM(config)
+    return tiny_policy(VOCAB, seed, max_positions=128)
 
 
 def lora_config(**overrides) -> SimpleNamespace:
