@@ -1,27 +1,20 @@
 """What every real-browser test shares: Debian's Chromium, its launch flags, the screenshot folder.
 
 Never ``playwright install`` (it downloads a browser): Playwright drives the system's Chromium
-with these flags (no sandbox in a container, no GPU, nothing fetched in the background).
+with the flags the web benchmarks use too (``bench.web.live_common`` defines both).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+from bench.web.live_common import CHROMIUM, CHROMIUM_ARGS
+
+__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "artifacts", "logged_in_page"]
 
 
 def artifacts() -> Path:
@@ -53,3 +46,27 @@ def logged_in_page(
             yield page
         finally:
             browser.close()
+
+
+def in_driver_thread(run_id: int, record: Callable[[Any], None]) -> None:
+    """Call ``record(recorder)`` with the driver's ``RunRecorder`` from another thread, over the
+    channel layer, as a run's driver does (the browser test's own thread runs Playwright)."""
+    import threading
+
+    from channels.layers import channel_layers
+    from django.db import connection
+
+    from workers.publish import RunEventPublisher
+    from workers.recorder import RunRecorder
+
+    def drive() -> None:
+        publisher = RunEventPublisher(channel_layers.make_backend("default"))
+        try:
+            record(RunRecorder(run_id, publisher))
+        finally:
+            publisher.close()
+            connection.close()
+
+    thread = threading.Thread(target=drive)
+    thread.start()
+    thread.join(30)

@@ -16,21 +16,19 @@ import os
 import re
 import shutil
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from channels.layers import channel_layers
 from channels.testing import ChannelsLiveServerTestCase
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection, connections
+from django.db import connections
 from django.test import override_settings
 from django.urls import reverse
 
 from engine.trainer.recorder import SampleRecord
-from tests.e2e.browser import CHROMIUM, artifacts, logged_in_page
+from tests.e2e.browser import CHROMIUM, artifacts, in_driver_thread, logged_in_page
 from tests.e2e.test_live_charts import ForkedDaphneProcess
 from tests.webapp.fixtures import make_experiment
 from tests.webapp.live import private_channel_layers
@@ -38,8 +36,6 @@ from webapp.runs.models import Run, RunStatus, Sample
 from webapp.runs.recording import samples_write
 from webapp.runs.services import run_create
 from workers.celery_app import app
-from workers.publish import RunEventPublisher
-from workers.recorder import RunRecorder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -53,18 +49,7 @@ def fmt(value: float) -> str:
 
 def record_samples_in_driver_thread(run_id: int, samples: list[SampleRecord]) -> None:
     """Record one step's samples from another thread, as the run driver does (with its event)."""
-
-    def drive() -> None:
-        publisher = RunEventPublisher(channel_layers.make_backend("default"))
-        try:
-            RunRecorder(run_id, publisher).on_samples(samples[0].step, samples)
-        finally:
-            publisher.close()
-            connection.close()
-
-    thread = threading.Thread(target=drive)
-    thread.start()
-    thread.join(30)
+    in_driver_thread(run_id, lambda recorder: recorder.on_samples(samples[0].step, samples))
 
 
 def shown_value(title: str) -> float:

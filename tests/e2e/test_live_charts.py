@@ -7,28 +7,23 @@ thread through the driver's ``RunRecorder`` and ``RunEventPublisher`` over the R
 from __future__ import annotations
 
 import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from asgiref.sync import SyncToAsync
-from channels.layers import channel_layers
 from channels.testing import ChannelsLiveServerTestCase
 from daphne.testing import DaphneProcess
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection
 from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
-from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, in_driver_thread
 from tests.e2e.browser import artifacts as artifacts_dir
 from tests.webapp.live import T0, private_channel_layers, record_steps, running_run, step_metrics
-from workers.publish import RunEventPublisher
-from workers.recorder import RunRecorder
 
 # The number of points in the raw trace of one metric in one panel.
 TRACE_POINTS = """([panel, name, source]) => {
@@ -43,21 +38,13 @@ TRACE_POINTS = """([panel, name, source]) => {
 def record_in_driver_thread(run_id: int, steps: range, finish: str | None = None) -> None:
     """Record ``steps`` (and an end state) from another thread, as the run driver would."""
 
-    def drive() -> None:
-        publisher = RunEventPublisher(channel_layers.make_backend("default"))
-        try:
-            recorder = RunRecorder(run_id, publisher)
-            for step in steps:
-                recorder.on_step(step, step_metrics(step))
-            if finish:
-                recorder.on_finish(status=finish)
-        finally:
-            publisher.close()
-            connection.close()
+    def record(recorder) -> None:
+        for step in steps:
+            recorder.on_step(step, step_metrics(step))
+        if finish:
+            recorder.on_finish(status=finish)
 
-    thread = threading.Thread(target=drive)
-    thread.start()
-    thread.join(30)
+    in_driver_thread(run_id, record)
 
 
 class ForkedDaphneProcess(DaphneProcess):
