@@ -120,13 +120,16 @@ stage device_info 60 "$PY" -m engine.device_info
 "$PY" -m engine.device_info --json >"$OUT_DIR/device_info.json" 2>/dev/null || true
 mapfile -t GPU_TESTS < <(grep -rl --include='*.py' 'pytest.mark.gpu' tests | sort)
 stage pytest_gpu 180 "$PY" -m pytest -p no:cacheprovider -m gpu -v -rs "${GPU_TESTS[@]}"
-stage prepare 120 "$PY" bench/gpu_grpo.py prepare --work "$WORK" --size "$SIZE" --steps "$STEPS"
-stage engine $((ENGINE_BUDGET + 60)) "$PY" bench/gpu_grpo.py engine --work "$WORK" \
+# bench.training.gpu_grpo runs as a module: the script is at the repository root, on PYTHONPATH.
+stage prepare 120 "$PY" -m bench.training.gpu_grpo prepare --work "$WORK" --size "$SIZE" \
+  --steps "$STEPS"
+stage engine $((ENGINE_BUDGET + 60)) "$PY" -m bench.training.gpu_grpo engine --work "$WORK" \
   --steps "$STEPS" --budget-s "$ENGINE_BUDGET"
-stage trl $((TRL_BUDGET + 60)) "$PY" bench/gpu_grpo.py trl --work "$WORK" \
+stage trl $((TRL_BUDGET + 60)) "$PY" -m bench.training.gpu_grpo trl --work "$WORK" \
   --steps "$STEPS" --budget-s "$TRL_BUDGET"
 DEADLINE=$((DEADLINE + 30))  # the summary runs whatever the stages left
-stage summary 30 "$PY" bench/gpu_grpo.py summary --work "$WORK" --out "$OUT_DIR/gpu_check.json"
+stage summary 30 "$PY" -m bench.training.gpu_grpo summary --work "$WORK" \
+  --out "$OUT_DIR/gpu_check.json"
 
 say "done in $(($(date +%s) - START)) s; results in $OUT_DIR"
 rm -rf "$WORK"

@@ -1,4 +1,4 @@
-"""Smoke test of ``bench/compare_trl.py``: one short repeat of every phase on the tiny scale.
+"""Smoke test of ``bench.training.compare_trl``: one short repeat of every phase on the tiny scale.
 
 It checks that the script still runs end to end against the installed TRL and writes what the
 benchmark page reads; it asserts no timing.
@@ -26,7 +26,7 @@ STEPS = 4
 def test_one_short_repeat_runs_both_frameworks_and_writes_the_results(tmp_path):
     results = tmp_path / "results"
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    command = [sys.executable, str(ROOT / "bench" / "compare_trl.py"), "all", "--scale", "tiny"]
+    command = [sys.executable, "-m", "bench.training.compare_trl", "all", "--scale", "tiny"]
     command += ["--repeats", "1", "--steps", str(STEPS), "--test-size", "16"]
     command += ["--root", str(tmp_path / "root"), "--results-dir", str(results)]
     proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200)

@@ -1,4 +1,4 @@
-"""Smoke test of ``bench/lean_forward.py``: two rounds of every variant on the tiny model.
+"""Smoke test of ``bench.training.lean_forward``: two rounds of every variant on the tiny model.
 
 It checks that the script still runs against the trainer and reports every variant's passes;
 it asserts no timing.
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_two_rounds_time_every_variant_on_one_batch():
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    command = [sys.executable, str(ROOT / "bench" / "lean_forward.py"), "--threads", "1"]
+    command = [sys.executable, "-m", "bench.training.lean_forward", "--threads", "1"]
     command += ["--rounds", "2", "--warmup", "1", "--unshared"]
     proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]

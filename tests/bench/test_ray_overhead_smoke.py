@@ -1,4 +1,4 @@
-"""Smoke test of ``bench/ray_overhead.py``: a few alternating steps of the four arms.
+"""Smoke test of ``bench.training.ray_overhead``: a few alternating steps of the four arms.
 
 It checks that the script runs end to end and that what it compares is the same work: the
 in-process trainer and the Ray trainers (one rank; step calls over the direct channel or through
@@ -23,7 +23,7 @@ STEPS = 7
 @pytest.mark.slow
 def test_the_four_arms_alternate_and_do_the_same_work(tmp_path):
     results = tmp_path / "results"
-    command = [sys.executable, str(ROOT / "bench" / "ray_overhead.py"), "--steps", str(STEPS)]
+    command = [sys.executable, "-m", "bench.training.ray_overhead", "--steps", str(STEPS)]
     command += [
         "--ray-calls",
         "--three-calls",

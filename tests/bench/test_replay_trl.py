@@ -1,4 +1,4 @@
-"""``bench/replay_trl.py``: TRL's GRPOTrainer, fed the engine's completions, makes the engine's updates.
+"""``bench.training.replay_trl``: TRL's GRPOTrainer, fed the engine's completions, makes the engine's updates.
 
 This is the check that the engine's GRPO update (advantages, k3 KL loss, token-mean
 aggregation, clipping, AdamW) is the update of the framework it is compared against, so that the
@@ -12,17 +12,11 @@ bound the engine is held to.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip(
     "trl", reason="TRL is not installed; install the bench extra: pip install -e '.[bench]'"
 )
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
 
 STEPS = 8
 GAP_BOUND = 8e-4  # weight gap / distance travelled; rounding alone reads about 3e-4 here
@@ -30,7 +24,7 @@ GAP_BOUND = 8e-4  # weight gap / distance travelled; rounding alone reads about 
 
 @pytest.mark.slow
 def test_trl_replaying_the_engines_rollouts_lands_on_the_engines_weights(tmp_path):
-    import replay_trl
+    from bench.training import replay_trl
 
     args = replay_trl.parse_args(
         ["--steps", str(STEPS), "--threads", "1", "--engine-kl", "k3_unclamped"]

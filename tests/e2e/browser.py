@@ -14,8 +14,6 @@ from typing import Any
 
 from bench.web.live_common import CHROMIUM, CHROMIUM_ARGS
 
-__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "artifacts", "logged_in_page"]
-
 
 def artifacts() -> Path:
     """Return the folder for screenshots: ``$POSTTRAIN_TEST_ARTIFACTS`` or ``test-artifacts/``."""

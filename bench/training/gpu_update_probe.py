@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where the engine's policy update spends its time on one GPU: variants of one mini-batch.
 
-``bench/gpu_grpo.py`` measured the engine's update at several times TRL's on the 0.5B model while
+``gpu_grpo`` measured the engine's update at several times TRL's on the 0.5B model while
 its reference pass (the same forward, no backward) was on a par. This probe builds the engine's
 CUDA rank (FSDP2, bf16 compute, fp32 masters) on the model ``gpu_grpo.py prepare`` wrote, feeds
 it one mini-batch shaped like a step's (groups of ``n`` rows sharing a prompt, full-length
@@ -15,7 +15,7 @@ responses) and times, each after a warm-up, with the device synchronised:
 - ``plain_autocast``: the same update on an unsharded fp32 module under ``torch.autocast``
   (bf16), as TRL trains: what FSDP2 costs on one rank.
 
-    python bench/gpu_update_probe.py --work DIR [--json FILE]
+    python -m bench.training.gpu_update_probe --work DIR [--json FILE]
 """
 
 from __future__ import annotations
@@ -26,10 +26,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
 
 
 def log(*parts: Any) -> None:
@@ -92,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import torch
-    from gpu_grpo import SIZES, engine_overrides
 
     import engine.workers.actor as actor_module
+    from bench.training.gpu_grpo import SIZES, engine_overrides
     from engine.config import load_config
     from engine.distributed.local_group import LocalWorkerGroup
     from engine.workers.actor import PolicyActor

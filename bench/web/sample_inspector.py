@@ -1,6 +1,6 @@
 """Sample inspector speed with 200,000 samples in one run: step view, group view and friends.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/sample_inspector.py [--steps 200] [--prompts 125]
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.web.sample_inspector [--steps 200] [--prompts 125]
         [--n 8] [--repeats 40] [--keep]
 
 It creates a scratch database (``bench_sample_inspector``, migrated like a test database),
@@ -23,9 +23,7 @@ import random
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["POSTTRAIN_TEST_DATABASE"] = "bench_sample_inspector"

@@ -15,7 +15,7 @@ reference log-prob pass and the policy update ``--rounds`` times for each varian
 It prints one JSON line: the median milliseconds of each pass per variant, and the median of
 the per-round ratios against ``lean``. Example::
 
-    .venv/bin/python bench/lean_forward.py --threads 2 --rounds 40
+    .venv/bin/python -m bench.training.lean_forward --threads 2 --rounds 40
 """
 
 from __future__ import annotations
@@ -24,14 +24,10 @@ import argparse
 import json
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 WARMUP_ROUNDS = 5  # rounds left out of the medians
 
@@ -75,12 +71,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """Train, capture a batch, and time each variant's passes in turn; return the summary."""
-    from compare_arms import engine_overrides
-    from compare_tasks import prepare_task
-    from compare_trl import fill_scale_defaults
-    from compare_trl import parse_args as compare_trl_args
-
     import engine.workers.actor as actor
+    from bench.training.compare_arms import engine_overrides
+    from bench.training.compare_tasks import prepare_task
+    from bench.training.compare_trl import fill_scale_defaults
+    from bench.training.compare_trl import parse_args as compare_trl_args
     from engine.config import load_config
     from engine.data import DataProto
     from engine.lean import LeanModel

@@ -27,8 +27,8 @@ path pays.
 
 Usage (from the repository root)::
 
-    .venv/bin/python bench/ray_overhead.py --steps 200 --block 10 --ray-calls
-    .venv/bin/python bench/ray_overhead.py --steps 200 --ray-calls --three-calls
+    .venv/bin/python -m bench.training.ray_overhead --steps 200 --block 10 --ray-calls
+    .venv/bin/python -m bench.training.ray_overhead --steps 200 --ray-calls --three-calls
 
 The results JSON goes to ``--results-dir`` (``bench/results``), the table to stdout.
 """
@@ -44,10 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from compare_trl import OFFLINE_ENV  # noqa: E402 (after the path to the bench scripts)
+from bench.training.compare_trl import OFFLINE_ENV, RESULTS
 
 for _key, _value in {
     **OFFLINE_ENV,
@@ -66,8 +63,8 @@ WARMUP_STEPS = 5  # left out of the medians: first calls, allocator growth
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Return the command-line arguments, with ``compare_trl.py``'s tiny settings added."""
-    from compare_trl import fill_scale_defaults
-    from compare_trl import parse_args as compare_trl_args
+    from bench.training.compare_trl import fill_scale_defaults
+    from bench.training.compare_trl import parse_args as compare_trl_args
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -80,7 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--root", default=None, help="default <POSTTRAIN_DATA_DIR>/compare_trl")
-    parser.add_argument("--results-dir", default=str(HERE / "results"))
+    parser.add_argument("--results-dir", default=str(RESULTS))
     args = parser.parse_args(argv)
     if args.steps <= WARMUP_STEPS:
         parser.error(f"--steps must be more than the {WARMUP_STEPS} warm-up steps")
@@ -96,9 +93,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build_trainers(args: argparse.Namespace) -> dict[str, Any]:
     """Return the trainers by arm name: ``local``, ``ray`` and, if asked, ``ray_calls`` and
     ``ray_three_calls``."""
-    from compare_arms import engine_overrides
-    from compare_tasks import prepare_task
-
+    from bench.training.compare_arms import engine_overrides
+    from bench.training.compare_tasks import prepare_task
     from engine.config import load_config
     from engine.distributed import channel
     from engine.distributed.ray_trainer import RayPPOTrainer

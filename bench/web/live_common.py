@@ -18,8 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = "redis://127.0.0.1:6379/7"
+# Debian's Chromium and its launch flags (no sandbox in a container, no GPU, nothing fetched in
+# the background), for these benchmarks and the real-browser tests (tests/e2e/browser.py).
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -34,7 +36,6 @@ CHROMIUM_ARGS = [
 
 def setup_django(database: str) -> None:
     """Point Django at a scratch database named ``database`` and set it up."""
-    sys.path.insert(0, str(ROOT))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ["POSTTRAIN_TEST_DATABASE"] = database

@@ -1,10 +1,10 @@
 """Time to first chart on the run page of a 20,000-step run, in Debian's Chromium.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/first_chart.py [--steps 20000] [--repeats 5]
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.web.first_chart [--steps 20000] [--repeats 5]
 
 It creates a scratch database (``bench_first_chart``) holding one running run with ``--steps``
-recorded steps of verl's 45-odd GRPO metrics (``bench/live_common.verl_metrics``, a validation
-score every 50 steps), starts Daphne on the studio's ASGI app and opens the run page
+recorded steps of verl's 45-odd GRPO metrics (``live_common.verl_metrics``, a validation score
+every 50 steps), starts Daphne on the studio's ASGI app and opens the run page
 ``--repeats`` times, each in a fresh browser context (empty HTTP cache, so Plotly's 4.8 MB bundle
 is fetched and parsed every time). For each load it reads, from navigation start:
 
@@ -25,7 +25,7 @@ import statistics
 import time
 from datetime import UTC, datetime, timedelta
 
-from live_common import (
+from bench.web.live_common import (
     bench_run,
     chromium,
     daphne,

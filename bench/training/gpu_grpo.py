@@ -4,10 +4,12 @@
 ``scripts/gpu_check.sh`` runs the phases in order, each in its own process under its own time
 limit, so a hang or a crash costs one phase:
 
-    python bench/gpu_grpo.py prepare --work DIR --size 0.5b   # model, tokenizer and prompts
-    python bench/gpu_grpo.py engine  --work DIR               # the engine's trainer
-    python bench/gpu_grpo.py trl     --work DIR               # TRL's GRPOTrainer
-    python bench/gpu_grpo.py summary --work DIR --out FILE    # one JSON and a table
+    python -m bench.training.gpu_grpo prepare --work DIR --size 0.5b  # model, tokenizer, prompts
+    python -m bench.training.gpu_grpo engine  --work DIR              # the engine's trainer
+    python -m bench.training.gpu_grpo trl     --work DIR              # TRL's GRPOTrainer
+    python -m bench.training.gpu_grpo summary --work DIR --out FILE   # one JSON and a table
+
+(from the repository root; the engine also loads this file by its path as the reward file.)
 
 The model is a randomly initialised Qwen2 with Qwen2-0.5B's shape (or 1.5B's, or a tiny one for
 the CPU rehearsal) built from a config in code and saved in bf16, as released checkpoints are:
@@ -42,9 +44,6 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # the engine, when run as a script from anywhere
 
 SKIP = 1  # warm-up steps left out of the medians
 KL_COEF = 0.04

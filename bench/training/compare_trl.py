@@ -2,8 +2,8 @@
 """PostTrain Studio's engine against TRL's GRPOTrainer, side by side, on one machine.
 
 Both frameworks train the same model on the same prompts (in the same order), reward, group size,
-lengths, learning rate, KL coefficient and step count (``compare_arms.py`` lists the settings
-key by key). For each scale the driver alternates the arms A B A B over ``--repeats``, each arm
+lengths, learning rate, KL coefficient and step count (``compare_arms`` lists the settings key
+by key). For each scale the driver alternates the arms A B A B over ``--repeats``, each arm
 in its own process (so peak RSS is per arm), and after each pair times the raw parts of a step
 on the model (generate, forward, forward+backward, optimizer step): the sum of those is the
 limit a framework can approach.
@@ -18,10 +18,13 @@ machine than either time alone.
 
 Usage (from the repository root)::
 
-    python bench/compare_trl.py all --scale tiny             # 5 repeats x (engine, TRL, raw)
-    python bench/compare_trl.py all --scale medium           # 3 repeats, 30 steps, 64 tokens
-    python bench/compare_trl.py all --scale tiny --repeats 1 --steps 200 --eval-steps 60 200
-    python bench/compare_trl.py all --scale tiny --arms engine ray --no-raw   # Ray, one rank
+    python -m bench.training.compare_trl all --scale tiny     # 5 repeats x (engine, TRL, raw)
+    python -m bench.training.compare_trl all --scale medium   # 3 repeats, 30 steps, 64 tokens
+    python -m bench.training.compare_trl all --scale tiny --repeats 1 --steps 200 \
+        --eval-steps 60 200
+    python -m bench.training.compare_trl all --scale tiny --arms engine ray --no-raw  # Ray, 1 rank
+
+Each arm runs in a child process started the same way (``-m``, at the repository root).
 
 Results: ``<results-dir>/compare_<scale>_<time>_seed<seed>.json`` (every repeat, every step;
 the seed keeps runs started in the same second apart) and a markdown table on stdout.
@@ -39,7 +42,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
+# The repository root (children start there) and the ignored results folder, bench/results.
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "bench" / "results"
 ARMS = ("engine", "trl", "ray")
 CLEAN_FOREIGN_FRAC = 0.05
 CLEAN_CALIB_SLACK = 1.25
@@ -84,12 +89,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="artefacts (medium model, outputs); default <POSTTRAIN_DATA_DIR>/compare_trl",
     )
-    parser.add_argument("--results-dir", default=str(HERE / "results"))
+    parser.add_argument("--results-dir", default=str(RESULTS))
     args = parser.parse_args(argv)
     if args.root is None:
         from engine.env import data_dir
 
         args.root = str(data_dir() / "compare_trl")
+    args.root = str(Path(args.root).resolve())  # the arms start at the repository root
     return args
 
 
@@ -105,7 +111,7 @@ def add_engine_kl_argument(parser: argparse.ArgumentParser) -> None:
 
 def fill_scale_defaults(args: argparse.Namespace, scale: str) -> argparse.Namespace:
     """Return a copy of ``args`` for one scale, its unset settings taken from the scale."""
-    from compare_tasks import SCALES
+    from bench.training.compare_tasks import SCALES
 
     defaults = SCALES[scale]
     out = argparse.Namespace(**vars(args))
@@ -138,10 +144,12 @@ def child_argv(args: argparse.Namespace) -> list[str]:
 
 def run_child(phase: str, args: argparse.Namespace) -> dict[str, Any]:
     """Run one arm in a fresh process and return the JSON it prints."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), phase, *child_argv(args)]
+    cmd = [sys.executable, "-m", "bench.training.compare_trl", phase, *child_argv(args)]
     log("running", phase, args.scale)
     start = time.perf_counter()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=child_env(args.threads))
+    proc = subprocess.run(
+        cmd, stdout=subprocess.PIPE, text=True, env=child_env(args.threads), cwd=ROOT
+    )
     if proc.returncode != 0:
         raise SystemExit(f"the {phase} arm failed with exit code {proc.returncode} (see above)")
     line = [row for row in proc.stdout.splitlines() if row.startswith('{"')][-1]
@@ -161,7 +169,7 @@ def child_env(threads: int) -> dict[str, str]:
 
 def load_task(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """Return the scale's prepared task (cut to ``--test-size``) and its preparation info."""
-    from compare_tasks import prepare_task
+    from bench.training.compare_tasks import prepare_task
 
     task, info = prepare_task(args.scale, Path(args.root), args.threads, force=args.force)
     if args.test_size:
@@ -174,12 +182,13 @@ def run_phase(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from compare_arms import print_result, run_engine, run_raw, run_trl
+    from bench.training.compare_arms import print_result, run_engine, run_raw, run_trl
 
     task, info = load_task(args)
     if args.phase == "prepare":
-        from compare_tasks import greedy_accuracy
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from bench.training.compare_tasks import greedy_accuracy
 
         model = AutoModelForCausalLM.from_pretrained(task.model_dir, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(task.model_dir)
@@ -398,5 +407,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(HERE))
     raise SystemExit(main())

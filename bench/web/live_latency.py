@@ -1,6 +1,6 @@
 """Latency of a training step from the driver's publish to the browser: median and p95 over 500 steps.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/live_latency.py [--steps 500] [--interval 0.1]
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.web.live_latency [--steps 500] [--interval 0.1]
 
 The whole path is the real one: a thread plays the run driver and records each step through
 ``RunRecorder.on_step`` (PostgreSQL upsert, heartbeat, then ``RunEventPublisher.publish`` on the
@@ -27,7 +27,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from live_common import (
+from bench.web.live_common import (
     bench_run,
     chromium,
     daphne,

@@ -1,8 +1,8 @@
 """The arms of ``compare_trl.py``: our engine, TRL's GRPOTrainer, and the raw parts of a step.
 
-Each arm runs in its own process (``compare_trl.py <arm> ...``) and prints one JSON line, so
-peak RSS is per arm. Both training arms get the same settings (see ``engine_overrides`` and
-``trl_config``):
+Each arm runs in its own process (``python -m bench.training.compare_trl <arm> ...``) and prints
+one JSON line, so peak RSS is per arm. Both training arms get the same settings (see
+``engine_overrides`` and ``trl_config``):
 
 | setting | engine (verl keys) | TRL 1.16 |
 | --- | --- | --- |
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compare_tasks import (
+from bench.training.compare_tasks import (
     SCALES,
     CpuMeter,
     TaskData,
@@ -224,7 +224,7 @@ def trl_config(args: Any, out_dir: Path) -> dict[str, Any]:
         "beta": args.beta,
         # verl's k3 loss: the gradient of the k3 estimate itself. TRL's default multiplies the
         # KL term by the (differentiable) importance ratio, which adds ``k3 * grad log p`` to the
-        # gradient (DeepSeek-V3.2's unbiased form); ``bench/replay_trl.py`` measures the gap.
+        # gradient (DeepSeek-V3.2's unbiased form); ``bench.training.replay_trl`` measures it.
         "use_bias_correction_kl": False,
         "max_steps": args.steps,
         "logging_steps": 1,

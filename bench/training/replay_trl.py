@@ -26,7 +26,7 @@ gradient norm (before clipping). Three comparisons, each against the plain TRL r
 
 Usage (from the repository root)::
 
-    .venv/bin/python bench/replay_trl.py --steps 20
+    .venv/bin/python -m bench.training.replay_trl --steps 20
 
 The results JSON goes to ``--results-dir`` (``bench/results``), the table to stdout.
 """
@@ -41,10 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from compare_trl import OFFLINE_ENV, add_engine_kl_argument  # noqa: E402 (after the bench path)
+from bench.training.compare_trl import OFFLINE_ENV, RESULTS, add_engine_kl_argument
 
 for _key, _value in OFFLINE_ENV.items():
     os.environ.setdefault(_key, _value)
@@ -54,7 +51,7 @@ Weights = dict[str, Any]  # parameter name -> tensor
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Return the settings: those of ``compare_trl.py --scale tiny`` unless given."""
-    from compare_tasks import SCALES
+    from bench.training.compare_tasks import SCALES
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -66,7 +63,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 1)))
     parser.add_argument("--root", default=None, help="default <POSTTRAIN_DATA_DIR>/compare_trl")
-    parser.add_argument("--results-dir", default=str(HERE / "results"))
+    parser.add_argument("--results-dir", default=str(RESULTS))
     args = parser.parse_args(argv)
     args.scale = "tiny"
     args.eval_steps = []
@@ -98,8 +95,7 @@ def run_engine(args: argparse.Namespace, task: Any) -> dict[str, Any]:
     including the first EOS (the tokens the loss sees), in the order the rollout returns them
     (each prompt's samples next to each other, as TRL orders them).
     """
-    from compare_arms import engine_overrides
-
+    from bench.training.compare_arms import engine_overrides
     from engine.config import load_config
     from engine.trainer.ppo_trainer import PPOTrainer
     from engine.trainer.recorder import Recorder
@@ -166,9 +162,10 @@ def run_trl(
     match verl's k3 loss): a real but small difference, to show what one looks like here.
     """
     import torch
-    from compare_arms import check_trl_prompt_ids, trl_config, trl_inputs
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
+
+    from bench.training.compare_arms import check_trl_prompt_ids, trl_config, trl_inputs
 
     tokenizer, dataset, reward_fn = trl_inputs(args, task)
     rollouts = engine["rollouts"]
@@ -295,7 +292,7 @@ COMPARISONS = {
 
 def replay(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     """Run the engine, then TRL three ways on its completions; return the per-step comparisons."""
-    from compare_tasks import prepare_task
+    from bench.training.compare_tasks import prepare_task
 
     task, _ = prepare_task(args.scale, Path(args.root), args.threads)
     engine = run_engine(args, task)

@@ -1,0 +1,1 @@
+"""Training benchmarks: ``python -m bench.training.<script> --help`` (``bench/README.md``)."""

@@ -1,0 +1,1 @@
+"""Web benchmarks: ``python -m bench.web.<script> --help`` (``bench/README.md``)."""
