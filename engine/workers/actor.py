@@ -20,7 +20,7 @@ never predicts anything, so it is not fed to the model at all.
 Qwen2 and Llama policies run these passes through :class:`engine.lean.LeanModel` (the model's own
 parameters through functional ops, under autograd when training) rather than the module's
 forward: on the tiny model it takes a fifth off the reference pass and 8-15% off the update
-(``bench/lean_forward.py``). Other models, and models with hooks (FSDP2, PEFT), use their
+(``bench/training/lean_forward.py``). Other models, and models with hooks (FSDP2, PEFT), use their
 forward.
 """
 

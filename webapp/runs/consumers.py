@@ -39,7 +39,7 @@ from webapp.runs.metrics import (
     run_metric_series,
 )
 from webapp.runs.models import Run, run_group_name
-from webapp.runs.progress import run_progress
+from webapp.runs.progress import run_progress_of
 from webapp.runs.selectors import run_list_for_user
 
 CLOSE_UNAUTHENTICATED = 4401
@@ -173,15 +173,7 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json(message)
 
     def _progress(self) -> dict[str, Any]:
-        run = self.run
-        return run_progress(
-            status=run.status,
-            latest_step=run.latest_step,
-            start_step=run.start_step,
-            total_steps=run.total_steps,
-            started_at=run.started_at,
-            finished_at=run.finished_at,
-        ).as_dict()
+        return run_progress_of(self.run).as_dict()
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if not isinstance(content, dict) or "since_step" not in content:
