@@ -127,15 +127,18 @@ class ShardedActorRolloutRef:
     def sync_rollout_weights(self) -> float:
         """Load the current policy weights into the rollout copy if stale; return the seconds."""
         start = time.perf_counter()
-        self.rollout_model.to(self.device)
+        rollout_copy = self.rollout_model
+        assert rollout_copy is not None, "only a sharded hf rollout samples from a copy"
+        rollout_copy.to(self.device)
         if self.rollout_version != self.weights_version:
-            copy_full_weights(self.worker.model, self.rollout_model, self.device)
+            copy_full_weights(self.worker.model, rollout_copy, self.device)
             self.rollout_version = self.weights_version
         return time.perf_counter() - start
 
     def release_rollout(self) -> None:
         """Move the rollout copy off the GPU while the policy trains (free_cache_engine)."""
-        if self.device.type == "cuda" and self.config.actor_rollout_ref.rollout.free_cache_engine:
+        free = self.config.actor_rollout_ref.rollout.free_cache_engine
+        if self.device.type == "cuda" and free and self.rollout_model is not None:
             self.rollout_model.to("cpu")
             torch.cuda.empty_cache()
 
