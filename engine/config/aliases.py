@@ -28,6 +28,7 @@ from engine.config.schema import (
     REWARD_COMPONENTS,
     ConfigFieldError,
 )
+from engine.config.tree import get_in, put
 
 
 @dataclass(frozen=True)
@@ -187,28 +188,12 @@ def translate(key: str, value: Any) -> dict[str, Any]:
     return alias.translate(value)
 
 
-def _get(tree: dict, parts: list[str]) -> tuple[bool, Any]:
-    for part in parts:
-        if not isinstance(tree, dict) or part not in tree:
-            return False, None
-        tree = tree[part]
-    return True, tree
-
-
 def _pop(tree: dict, parts: list[str]) -> None:
-    found, parent = _get(tree, parts[:-1])
+    found, parent = get_in(tree, parts[:-1])
     if found and isinstance(parent, dict):
         parent.pop(parts[-1], None)
         if not parent and len(parts) > 1:
             _pop(tree, parts[:-1])  # leave no empty section behind
-
-
-def _set(tree: dict, parts: list[str], value: Any) -> None:
-    for part in parts[:-1]:
-        if not isinstance(tree.get(part), dict):
-            tree[part] = {}
-        tree = tree[part]
-    tree[parts[-1]] = value
 
 
 def _module_file(module_path: Any) -> dict[str, Any]:
@@ -278,7 +263,7 @@ def apply_aliases(
     tree = copy.deepcopy(tree)
     for key, alias in ALIASES.items():
         parts = key.split(".")
-        found, value = _get(tree, parts)
+        found, value = get_in(tree, parts)
         if not found:
             continue
         _pop(tree, parts)
@@ -300,14 +285,14 @@ def _has_alias(tree: dict) -> bool:
     reward = tree.get("reward_model")
     if isinstance(reward, dict) and ("name" in reward or "config" in reward):
         return True
-    return any(_get(tree, key.split("."))[0] for key in ALIASES)
+    return any(get_in(tree, key.split("."))[0] for key in ALIASES)
 
 
 def _put_checked(
     tree: dict, target: str, new: Any, alias: str, alias_value: Any, source: str, check: bool
 ) -> None:
     parts = target.split(".")
-    found, old = _get(tree, parts)
+    found, old = get_in(tree, parts)
     if check and found and old not in (None, "", [], {}) and old != new:
         raise ConfigFieldError(
             alias,
@@ -315,7 +300,7 @@ def _put_checked(
             f"{source} also sets {target}={old!r}, which this alias would make {new!r}; "
             f"keep one of the two ({target} is verl's key)",
         )
-    _set(tree, parts, new)
+    put(tree, parts, new)
 
 
 def install_section_aliases() -> None:

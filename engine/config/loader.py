@@ -36,6 +36,7 @@ import yaml
 from engine.config.aliases import apply_aliases, is_alias_key
 from engine.config.aliases import translate as translate_alias
 from engine.config.schema import ConfigError, ConfigFieldError, PPOConfig
+from engine.config.tree import deep_merge, get_in, put
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_CONFIG = "ppo_trainer.yaml"
@@ -310,7 +311,7 @@ def _accepts_str(tp: Any) -> bool:
 
 def _resolve_typed_references(data: dict) -> dict:
     """Replace ``${key}`` values of non-string fields by the value that key holds."""
-    merged = _deep_merge(config_to_dict(PPOConfig()), data)
+    merged = deep_merge(config_to_dict(PPOConfig()), data)
 
     def lookup(reference: str, key: str, depth: int = 0) -> Any:
         node: Any = merged
@@ -344,16 +345,6 @@ def _resolve_typed_references(data: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------- dict and YAML
-
-
-def _deep_merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def _plain(obj: Any) -> Any:
@@ -442,9 +433,9 @@ def _expand_defaults(data: dict, search: list[Path], chain: tuple[Path, ...]) ->
     merged: dict = {}
     for entry in entries:
         if entry == "_self_":
-            merged = _deep_merge(merged, data)
+            merged = deep_merge(merged, data)
         elif isinstance(entry, str):
-            merged = _deep_merge(merged, _read_tree(_find_config(entry, search), chain))
+            merged = deep_merge(merged, _read_tree(_find_config(entry, search), chain))
         else:
             raise ConfigError(
                 f"{source}: defaults entry {entry!r} is not supported; "
@@ -499,33 +490,14 @@ def parse_override(text: str) -> Override:
     return Override(op, key, value, text)
 
 
-def _get_in(tree: Any, parts: list[str]) -> tuple[bool, Any]:
-    for part in parts:
-        if not isinstance(tree, dict) or part not in tree:
-            return False, None
-        tree = tree[part]
-    return True, tree
-
-
-def _put(tree: dict, parts: list[str], value: Any) -> None:
-    for part in parts[:-1]:
-        if not isinstance(tree.get(part), dict):
-            tree[part] = {}
-        tree = tree[part]
-    if isinstance(value, dict) and isinstance(tree.get(parts[-1]), dict):
-        tree[parts[-1]] = _deep_merge(tree[parts[-1]], value)
-    else:
-        tree[parts[-1]] = copy.deepcopy(value)
-
-
 def _apply_override(tree: dict, override: Override) -> None:
     key, parts = override.key, override.key.split(".")
     if is_alias_key(key) and override.op != "delete":
         if key.startswith("reward_model."):  # read with its pair by apply_aliases afterwards
-            _put(tree, parts, override.value)
+            put(tree, parts, override.value)
             return
         for target, value in translate_alias(key, override.value).items():
-            _put(tree, target.split("."), value)
+            put(tree, target.split("."), value)
         return
     try:
         path = resolve_key(key)
@@ -549,14 +521,14 @@ def _apply_override(tree: dict, override: Override) -> None:
     if _is_runtime(path.field):
         raise _runtime_error(key)
     if override.op == "delete":
-        found, parent = _get_in(tree, parts[:-1])
+        found, parent = get_in(tree, parts[:-1])
         if found and isinstance(parent, dict) and parts[-1] in parent:
             del parent[parts[-1]]
         elif path.entries:
             raise ConfigFieldError(key, None, "no such entry to delete")
         return
     if path.entries and override.op == "set":
-        present = _get_in(tree, parts)[0] or _get_in(config_to_dict(PPOConfig()), parts)[0]
+        present = get_in(tree, parts)[0] or get_in(config_to_dict(PPOConfig()), parts)[0]
         if not present:
             field_key = ".".join(path.attrs)
             raise ConfigFieldError(
@@ -564,7 +536,7 @@ def _apply_override(tree: dict, override: Override) -> None:
                 override.value,
                 f"{field_key} has no entry '{'.'.join(path.entries)}'; add it with +{override.text}",
             )
-    _put(tree, parts, override.value)
+    put(tree, parts, override.value)
 
 
 def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
