@@ -23,7 +23,6 @@ import torch.distributed as dist
 
 from engine.data import DataProto
 from engine.distributed.process_group import backend_for, free_port, init_process_group
-from engine.distributed.worker_group import split_batch
 
 
 def join_local_process_group(device_type: str) -> None:
@@ -76,9 +75,8 @@ class LocalWorkerGroup:
     def call_split(
         self, role: str, method: str, data: DataProto, *, pad: bool = True, **kwargs: Any
     ) -> tuple[list[Any], int]:
-        """Call ``role.method`` on the whole batch (one chunk); return ``([result], 0)``."""
-        chunks, pad_size = split_batch(data, 1, pad=pad)
-        return self.call_all(role, method, chunks[0], **kwargs), pad_size
+        """Call ``role.method`` on the whole batch (one rank: no split, no padding)."""
+        return self.call_all(role, method, data, **kwargs), 0
 
     def shutdown(self) -> None:
         """Drop the roles (and their GPU memory); the process group stays for reuse."""

@@ -90,7 +90,6 @@ class ShardedActorRolloutRef:
             world_size=world_size,
             shard=self._shard,
         )
-        self.rollout_model = self.worker.rollout_model
         self.offload_optimizer = (
             arr.actor.fsdp_config.optimizer_offload and not arr.actor.fsdp_config.param_offload
         )
@@ -124,6 +123,12 @@ class ShardedActorRolloutRef:
             )
 
     # -- hybrid engine -----------------------------------------------------------------------
+    @property
+    def rollout_model(self) -> torch.nn.Module | None:
+        """Return the unsharded copy the ``hf`` rollout samples from, or None (it samples the
+        policy itself, or vLLM holds its own weights)."""
+        return self.worker.rollout_model
+
     def sync_rollout_weights(self) -> float:
         """Load the current policy weights into the rollout copy if stale; return the seconds."""
         start = time.perf_counter()
