@@ -279,23 +279,17 @@ def run_trl(args: Any, task: TaskData) -> dict[str, Any]:
     """Train with TRL's GRPOTrainer on the same model, prompts and settings; return its figures."""
     import torch
     import trl
-    import trl.extras.profiling as trl_profiling
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
+
+    from bench.training.trl_profile import capture_trl_profile
 
     torch.manual_seed(args.seed)
     rss_after_imports = rss_now_mib()
     eval_steps = set(args.eval_steps)
     tokenizer, dataset, reward_fn = trl_inputs(args, task)
 
-    profile: dict[str, float] = {}
-    original = trl_profiling.ProfilingContext._log_metrics
-
-    def capture(self: Any, duration: float) -> None:
-        profile[self.name] = profile.get(self.name, 0.0) + duration
-        original(self, duration)
-
-    trl_profiling.ProfilingContext._log_metrics = capture
+    profile = capture_trl_profile()
 
     class TimedGRPOTrainer(GRPOTrainer):
         def _get_per_token_logps_and_entropies(self, model: Any, *a: Any, **k: Any) -> Any:

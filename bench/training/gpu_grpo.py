@@ -440,10 +440,11 @@ def run_trl(args: argparse.Namespace) -> None:
     """Train with TRL's GRPOTrainer at the engine arm's settings; write ``trl.json`` per step."""
     import torch
     import trl
-    import trl.extras.profiling as trl_profiling
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
+
+    from bench.training.trl_profile import capture_trl_profile
 
     work = Path(args.work)
     prep = json.loads((work / "prepare.json").read_text())
@@ -455,14 +456,7 @@ def run_trl(args: argparse.Namespace) -> None:
     result: dict[str, Any] = {"arm": "trl", "status": "starting", "steps": [], **facts}
     write_json(out, result)
 
-    profile: dict[str, float] = {}
-    original = trl_profiling.ProfilingContext._log_metrics
-
-    def capture(self: Any, duration: float) -> None:
-        profile[self.name] = profile.get(self.name, 0.0) + duration
-        original(self, duration)
-
-    trl_profiling.ProfilingContext._log_metrics = capture
+    profile = capture_trl_profile()
 
     class StepClock(TrainerCallback):
         def __init__(self) -> None:
