@@ -4,8 +4,10 @@ Each checkpoint holds ``actor/state.pt`` (weights, optimizer, schedule and sampl
 sharded run keeps each rank's shards), ``critic/state.pt`` when a critic trains, optionally
 ``actor/huggingface/`` (``checkpoint.save_contents`` with ``hf_model``) and ``trainer_state.pt``
 (step, data position, KL controller, RNG). ``latest_checkpointed_iteration.txt`` names the newest
-complete one. A checkpoint is written under a temporary name and renamed into place, so a crash
-mid-save never leaves a half-written folder that looks complete.
+complete one. Every file holds only tensors and plain containers and is read back with
+``torch.load(weights_only=True)``, so loading a checkpoint never runs code. A checkpoint is
+written under a temporary name and renamed into place, so a crash mid-save never leaves a
+half-written folder that looks complete.
 
 This module imports no torch at import time: the web app asks it for a run's latest checkpoint.
 """
@@ -91,19 +93,64 @@ def prune(folder: str | Path, keep: int | None) -> None:
 
 
 def save_state(state: Any, path: Path) -> None:
-    """Write one state file (``torch.save``)."""
+    """Write one state file (``torch.save``): tensors and plain containers only.
+
+    :func:`load_state` reads it back with ``weights_only=True``, which refuses any other object
+    (NumPy arrays included: see :func:`rng_states`).
+    """
     import torch
 
     torch.save(state, path)
 
 
 def load_state(path: Path) -> Any:
-    """Read one state file written by :func:`save_state`.
+    """Read one state file written by :func:`save_state`, with ``torch.load(weights_only=True)``.
 
-    The files hold the trainer's own objects (the RNG states, the data position, optimizer
-    state), so they are read with ``weights_only=False``: load only checkpoints this trainer
-    wrote, never one from elsewhere.
+    Only tensors and plain containers (dict, list, tuple, str, numbers) come back: a file holding
+    any other pickled object is refused instead of letting it run code on load, so a checkpoint
+    folder handed in from elsewhere (``trainer.resume_from_path``) cannot execute anything.
     """
+    import pickle
+
     import torch
 
-    return torch.load(path, weights_only=False)
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as exc:
+        raise ValueError(
+            f"{path} holds objects other than tensors and plain containers, so it was not "
+            "loaded (weights_only=True); resume only from checkpoints this trainer wrote "
+            f"({str(exc).splitlines()[0]})"
+        ) from exc
+
+
+def rng_states() -> dict[str, Any]:
+    """Return the torch, Python and NumPy RNG states as tensors and plain containers.
+
+    NumPy's own state holds an array, which ``weights_only`` loading refuses; its 624 words are
+    kept as a list of ints instead.
+    """
+    import random
+
+    import numpy as np
+    import torch
+
+    name, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached_gaussian)],
+    }
+
+
+def restore_rng_states(state: dict[str, Any]) -> None:
+    """Restore the RNG states saved by :func:`rng_states`."""
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    name, keys, pos, has_gauss, cached_gaussian = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached_gaussian))

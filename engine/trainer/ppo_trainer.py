@@ -9,7 +9,6 @@ controller hands the same calls to Ray worker groups instead of local objects.
 from __future__ import annotations
 
 import inspect
-import random
 import time
 import uuid
 from contextlib import contextmanager
@@ -402,11 +401,7 @@ class PPOTrainer:
             "dataloader": self.train_loader.state_dict(),
             "kl_coef": self.kl_ctrl.value if self.kl_ctrl is not None else None,
             "kl_ctrl": getattr(self.kl_ctrl, "__dict__", None),
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "python": random.getstate(),
-                "numpy": np.random.get_state(),
-            },
+            "rng": checkpoint.rng_states(),
         }
 
     def resume_dir(self) -> Path | None:
@@ -437,9 +432,7 @@ class PPOTrainer:
         self.train_loader.load_state_dict(state["dataloader"])
         if self.kl_ctrl is not None and state.get("kl_ctrl"):
             self.kl_ctrl.__dict__.update(state["kl_ctrl"])
-        torch.set_rng_state(state["rng"]["torch"])
-        random.setstate(state["rng"]["python"])
-        np.random.set_state(state["rng"]["numpy"])
+        checkpoint.restore_rng_states(state["rng"])
         print(f"resumed from {path} at step {self.global_step}")
 
     # -- the loop ----------------------------------------------------------------------------

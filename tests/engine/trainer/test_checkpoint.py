@@ -69,3 +69,64 @@ def test_the_module_loads_without_torch():
     code = "import sys, engine.trainer.checkpoint; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+class RunsCodeWhenUnpickled:
+    """An object whose unpickling writes ``marker``: what a hostile checkpoint would carry."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (exec, (f"open({str(self.marker)!r}, 'w').write('ran')",))
+
+
+def test_a_state_file_with_a_pickled_object_is_refused_before_it_runs(tmp_path):
+    import torch
+
+    from engine.trainer.checkpoint import load_state
+
+    marker = tmp_path / "marker"
+    path = tmp_path / "state.pt"
+    torch.save({"model": {"w": torch.ones(2)}, "extra": RunsCodeWhenUnpickled(marker)}, path)
+    with pytest.raises(ValueError, match=r"state\.pt holds objects other than tensors"):
+        load_state(path)
+    assert not marker.exists()
+    torch.load(path, weights_only=False)  # the payload is live: a plain load runs it
+    assert marker.read_text() == "ran"
+
+
+def test_the_rng_states_come_back_through_a_weights_only_load(tmp_path):
+    import random
+
+    import numpy as np
+    import torch
+
+    from engine.trainer.checkpoint import load_state, restore_rng_states, rng_states, save_state
+
+    np.random.normal()  # a cached Gaussian is part of NumPy's state
+    save_state({"rng": rng_states()}, tmp_path / "trainer_state.pt")
+    expected = (torch.rand(3), random.random(), np.random.normal(size=3))
+    restore_rng_states(load_state(tmp_path / "trainer_state.pt")["rng"])
+    torch.testing.assert_close(torch.rand(3), expected[0], atol=0, rtol=0)
+    assert random.random() == expected[1]
+    np.testing.assert_array_equal(np.random.normal(size=3), expected[2])
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"type": "fixed", "kl_coef": 0.1},
+        {"type": "adaptive", "kl_coef": 0.1, "target_kl": 0.05, "horizon": 100},
+        {"type": "pid", "kl_coef": 0.1, "target_kl": 0.05, "kp": 0.1, "ki": 0.01, "kd": 0.0},
+    ],
+)
+def test_every_kl_controller_state_loads_weights_only(tmp_path, config):
+    from engine.algorithms.kl import get_kl_controller
+    from engine.trainer.checkpoint import load_state, save_state
+
+    controller = get_kl_controller(config)
+    controller.update(current_kl=0.2, n_steps=4)
+    controller.update(current_kl=0.01, n_steps=4)
+    save_state({"kl_ctrl": controller.__dict__}, tmp_path / "trainer_state.pt")
+    assert load_state(tmp_path / "trainer_state.pt")["kl_ctrl"] == controller.__dict__
