@@ -69,8 +69,14 @@ POSTTRAIN_DATA_DIR = Path(
 POSTTRAIN_SERVE_STATIC = _env_bool("POSTTRAIN_SERVE_STATIC", True)
 # Sign-up is off by default: accounts come from `manage.py createsuperuser` or the admin.
 POSTTRAIN_ALLOW_SIGNUP = _env_bool("POSTTRAIN_ALLOW_SIGNUP", False)
-# A run whose heartbeat is older than this is marked lost by the periodic sweep.
-POSTTRAIN_HEARTBEAT_TIMEOUT_S = int(os.environ.get("POSTTRAIN_HEARTBEAT_TIMEOUT_S", "120"))
+# A run whose heartbeat is older than this is marked lost by the periodic sweep (a driver process
+# on the sweep's own host is lost as soon as it exits). Drivers beat every ~10 s.
+POSTTRAIN_HEARTBEAT_TIMEOUT_S = int(os.environ.get("POSTTRAIN_HEARTBEAT_TIMEOUT_S", "45"))
+# A running run with no new step for this long is flagged stalled; unset: 10 x its median step
+# time, at least 600 s.
+POSTTRAIN_STALL_AFTER_S: float | None = None
+if os.environ.get("POSTTRAIN_STALL_AFTER_S"):
+    POSTTRAIN_STALL_AFTER_S = float(os.environ["POSTTRAIN_STALL_AFTER_S"])
 # Custom reward functions are picked from the *.py files an administrator places here.
 POSTTRAIN_REWARD_MODULES_DIR = Path(
     os.environ.get("POSTTRAIN_REWARD_MODULES_DIR") or BASE_DIR / "rewards_contrib"
@@ -99,6 +105,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "webapp.middleware.RejectNulMiddleware",
+    "webapp.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -141,7 +148,7 @@ CELERY_TASK_ACKS_LATE = False
 CELERY_WORKER_REDIRECT_STDOUTS = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
-    "mark-lost-runs": {"task": "workers.tasks.mark_lost_runs", "schedule": 60.0},
+    "mark-lost-runs": {"task": "workers.tasks.mark_lost_runs", "schedule": 15.0},
 }
 
 LOGIN_URL = "/accounts/login/"

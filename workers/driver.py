@@ -3,8 +3,11 @@
 Started by ``workers.tasks.start_run`` as a detached local process or a Ray Job. It marks the run
 running, rebuilds the engine config from the run's resolved snapshot (checkpoints go to the run's
 own folder), and calls ``engine.trainer.run_training`` with a ``RunRecorder``. Besides the beat
-after each step, a background thread beats the heartbeat while a long step runs, so only a driver
-that died goes stale. SIGTERM asks the trainer to stop after the current step, like a cancel.
+after each step, a background thread beats the heartbeat every ~10 s while a long step runs, so
+only a driver that died goes stale; during a database outage it keeps trying, as the recorder
+does. SIGTERM asks the trainer to stop after the current step, like a cancel. The exit status is
+0 when the run's end state (succeeded or cancelled) was recorded, 1 otherwise: a failed run, or an
+end state the database never took (the reason is in the log).
 """
 
 from __future__ import annotations
@@ -34,12 +37,17 @@ class HeartbeatThread(threading.Thread):
 
         from webapp.runs.recording import run_heartbeat
 
+        failing = False
         try:
             while not self.stopped.wait(self.interval_s):
                 try:
                     run_heartbeat(run_id=self.run_id)
-                except Exception:
-                    logger.warning("heartbeat of run %s failed", self.run_id, exc_info=True)
+                    failing = False
+                except Exception as exc:
+                    # Logged once per outage; the next beat tries on a fresh connection.
+                    if not failing:
+                        logger.warning("heartbeat of run %s failed: %s", self.run_id, exc)
+                    failing = True
                     connection.close()
         finally:
             connection.close()
@@ -56,7 +64,7 @@ def drive(run_id: int, publish: bool = True) -> str:
     from engine.trainer import run_training
     from webapp.runs.recording import run_mark_running
     from workers.publish import RunEventPublisher
-    from workers.recorder import RunRecorder
+    from workers.recorder import RecordingGaveUp, RunRecorder
 
     run = run_mark_running(run_id=run_id)
     if run is None:
@@ -64,7 +72,8 @@ def drive(run_id: int, publish: bool = True) -> str:
         return "skipped"
     publisher = RunEventPublisher() if publish else None
     recorder = RunRecorder(run_id, publisher)
-    heartbeat = HeartbeatThread(run_id, max(1.0, settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S / 4))
+    beat_s = max(1.0, min(10.0, settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S / 4))
+    heartbeat = HeartbeatThread(run_id, beat_s)
     heartbeat.start()
 
     def request_stop(signum: int, frame: object) -> None:
@@ -80,10 +89,16 @@ def drive(run_id: int, publish: bool = True) -> str:
         status = run_training(config, recorder)
         recorder.on_finish(status=status)
         return status
+    except RecordingGaveUp as exc:
+        logger.error("%s", exc)
+        return "unrecorded"
     except BaseException:
         # run_training reports its own failures; this covers the ones before it starts.
-        recorder.on_finish(status="failed", error=traceback.format_exc())
         logger.exception("run %s failed", run_id)
+        try:
+            recorder.on_finish(status="failed", error=traceback.format_exc())
+        except RecordingGaveUp as exc:
+            logger.error("%s", exc)
         return "failed"
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -107,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     status = drive(args.run_id)
     print(f"run {args.run_id}: {status}", flush=True)
-    return 1 if status == "failed" else 0
+    return 0 if status in ("succeeded", "cancelled", "skipped") else 1
 
 
 if __name__ == "__main__":

@@ -21,7 +21,13 @@ from django.conf import settings
 from django.db import connections
 
 from engine.env import CPU_PROCESS_ENV
-from webapp.runs.recording import run_claim_for_start, run_finish, run_set_driver, runs_mark_lost
+from webapp.runs.recording import (
+    run_claim_for_start,
+    run_finish,
+    run_set_driver,
+    runs_mark_lost,
+    runs_mark_stalled,
+)
 from webapp.runs.services import run_dir
 from workers.celery_app import app
 
@@ -113,5 +119,12 @@ def start_run(run_id: int) -> str:
 
 @app.task(name="workers.tasks.mark_lost_runs", ignore_result=True)
 def mark_lost_runs() -> list[int]:
-    """Mark runs whose heartbeat is older than ``POSTTRAIN_HEARTBEAT_TIMEOUT_S`` as lost."""
-    return runs_mark_lost(timeout_s=settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S)
+    """Mark runs whose driver is gone as lost, flag live ones that stopped stepping; return lost.
+
+    Gone: a driver process on this host that exited, or a heartbeat older than
+    ``POSTTRAIN_HEARTBEAT_TIMEOUT_S``. Stalled: no step for ``POSTTRAIN_STALL_AFTER_S`` (None: 10
+    times the run's median step time, at least 600 s).
+    """
+    lost = runs_mark_lost(timeout_s=settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S)
+    runs_mark_stalled(stall_after=settings.POSTTRAIN_STALL_AFTER_S)
+    return lost

@@ -2,8 +2,9 @@
 
 A run's status lives in PostgreSQL, which is the source of truth: the Celery task moves it from
 ``queued`` to ``starting``, the driver to ``running`` and to its end state, and the lost-run sweep
-to ``lost`` when the heartbeat goes stale. Per-token arrays are ``real[]`` (4 bytes a value),
-which PostgreSQL compresses out of line for long responses; samples arrive through COPY.
+to ``lost`` when its driver is gone (a local process that exited, or a stale heartbeat).
+Per-token arrays are ``real[]`` (4 bytes a value), which PostgreSQL compresses out of line for
+long responses; samples arrive through COPY.
 """
 
 from __future__ import annotations
@@ -99,6 +100,14 @@ class Run(models.Model):
     latest_step = models.PositiveIntegerField(default=0)
     total_steps = models.PositiveIntegerField(null=True, blank=True)
     driver = models.CharField(max_length=200, blank=True, help_text="pid:<n> or ray:<job id>.")
+    driver_host = models.CharField(
+        max_length=255, blank=True, help_text="The host whose process a pid:<n> driver is."
+    )
+    stalled_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Set while a running run's driver lives but has recorded no step since then.",
+    )
 
     class Meta:
         ordering = ["-created_at"]

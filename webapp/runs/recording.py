@@ -7,15 +7,25 @@ recording, and nothing here imports the services.
 
 Status moves only along ``ALLOWED_TRANSITIONS`` and only by conditional updates
 (``UPDATE ... WHERE status IN (...)``, see :func:`transition`), so a second delivery of a task,
-a cancel racing a start, or a late heartbeat cannot move a run backwards. Metrics are upserted
-on (run, step) so a retried step overwrites itself; samples are appended with COPY.
+a cancel racing a start, or a late heartbeat cannot move a run backwards. A step lands whole:
+its samples (replacing any of the same step and split, so a retried write never doubles them),
+its metrics (upserted on (run, step)) and the run's latest step, in one transaction. So a driver
+killed mid-write leaves either the whole step or none of it.
+
+The sweep (:func:`runs_mark_lost`) marks a run lost when its driver is gone: at once when the
+driver is a process on this host that no longer lives, else when its heartbeat is stale. A
+driver that lives but records no step for long is flagged stalled (:func:`runs_mark_stalled`),
+which is not an end state.
 """
 
 from __future__ import annotations
 
 import math
+import socket
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from django.db import connection, transaction
@@ -99,8 +109,9 @@ def run_claim_for_start(*, run_id: int) -> Run | None:
 
 
 def run_set_driver(*, run_id: int, driver: str) -> None:
-    """Record where the run's driver lives (``pid:<n>`` or ``ray:<job id>``)."""
-    Run.objects.filter(pk=run_id).update(driver=driver)
+    """Record where the run's driver lives (``pid:<n>`` on this host, or ``ray:<job id>``)."""
+    host = socket.gethostname() if driver.startswith("pid:") else ""
+    Run.objects.filter(pk=run_id).update(driver=driver, driver_host=host)
 
 
 def run_mark_running(*, run_id: int) -> Run | None:
@@ -114,10 +125,13 @@ def run_mark_running(*, run_id: int) -> Run | None:
 
 
 def run_heartbeat(*, run_id: int, step: int | None = None) -> bool:
-    """Beat the heartbeat of a running run (and record its step); return False if not running."""
+    """Beat the heartbeat of a running run (and record its step); return False if not running.
+
+    A new step is progress, so it also clears a stall flag.
+    """
     fields: dict[str, Any] = {"heartbeat_at": timezone.now()}
     if step is not None:
-        fields["latest_step"] = step
+        fields.update(latest_step=step, stalled_since=None)
     return bool(Run.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(**fields))
 
 
@@ -139,8 +153,37 @@ def run_record_checkpoint(*, run_id: int, step: int, path: str) -> None:
     Run.objects.filter(pk=run_id).update(latest_checkpoint=path)
 
 
+ERROR_TAIL_CHARS = 2000
+
+
+def error_tail(text: str, limit: int = ERROR_TAIL_CHARS) -> str:
+    """Return the first line and the last lines of ``text`` that fit in about ``limit`` characters.
+
+    A traceback's last lines name the error; its first says it is one. The whole text stays in
+    the driver's log (``driver.log`` in the run's folder).
+    """
+    text = text.rstrip()
+    if len(text) <= limit:
+        return text
+    lines = text.splitlines()
+    tail: list[str] = []
+    size = 0
+    for line in reversed(lines[1:]):
+        if tail and size + len(line) + 1 > limit:
+            break
+        tail.insert(0, line)
+        size += len(line) + 1
+    skipped = len(lines) - 1 - len(tail)
+    return "\n".join(
+        [lines[0], f"... ({skipped} lines left out; the whole text is in driver.log)", *tail]
+    )
+
+
 def run_finish(*, run_id: int, status: str, error: str | None = None) -> bool:
-    """Set the end state of a run whose driver stops; return False if it had ended already."""
+    """Set the end state of a run whose driver stops; return False if it had ended already.
+
+    ``error`` is stored as its :func:`error_tail`.
+    """
     if status not in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED):
         raise ValueError(f"status={status!r}: a run finishes as succeeded, failed or cancelled")
     # A run the sweep marked lost while its driver was alive still gets its true end state.
@@ -149,29 +192,115 @@ def run_finish(*, run_id: int, status: str, error: str | None = None) -> bool:
         (*DRIVER_STATUSES, RunStatus.LOST),
         status,
         finished_at=timezone.now(),
-        error=error or "",
+        error=error_tail(error or ""),
     )
 
 
+def local_driver_pid(run: Run) -> int | None:
+    """Return the pid of the run's driver when it is a process on this host, else None."""
+    if not run.driver.startswith("pid:") or run.driver_host != socket.gethostname():
+        return None
+    return int(run.driver[4:])
+
+
+def driver_process_alive(pid: int, run_id: int) -> bool:
+    """Return whether ``pid`` is a live (not zombie) ``workers.driver`` process of ``run_id``."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        command = (proc / "cmdline").read_bytes().split(b"\0")
+        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    # A recycled pid belongs to another program; a zombie has exited and awaits its parent.
+    return state != "Z" and b"workers.driver" in command and str(run_id).encode() in command
+
+
+def _driver_log_tail(run: Run) -> str:
+    log = Path(run.checkpoint_dir).parent / "driver.log" if run.checkpoint_dir else None
+    if log is None or not log.is_file():
+        return ""
+    with open(log, "rb") as f:
+        f.seek(max(0, log.stat().st_size - ERROR_TAIL_CHARS))
+        tail = f.read().decode("utf-8", "replace")
+    return "\n\nthe end of its log (driver.log):\n" + tail
+
+
 def runs_mark_lost(*, timeout_s: float, now: datetime | None = None) -> list[int]:
-    """Mark ``lost`` every starting or running run whose heartbeat is older than ``timeout_s``."""
+    """Mark ``lost`` every starting or running run whose driver is gone; return their ids.
+
+    A driver that is a process on this host is gone when that process no longer lives (found at
+    once); any other driver when its heartbeat is older than ``timeout_s``. A local driver that
+    lives is never lost: a database outage may have kept it from beating.
+    """
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=timeout_s)
     lost = []
-    stale = Run.objects.filter(status__in=DRIVER_STATUSES, heartbeat_at__lt=cutoff)
-    for run_id in stale.values_list("pk", flat=True):
-        marked = transition(
-            run_id,
-            DRIVER_STATUSES,
-            RunStatus.LOST,
-            extra=Q(heartbeat_at__lt=cutoff),
-            finished_at=now,
-            error=f"no heartbeat from the driver for over {timeout_s:.0f} s; "
-            "resume the run to continue from its last checkpoint",
-        )
-        if marked:
-            lost.append(run_id)
+    for run in Run.objects.filter(status__in=DRIVER_STATUSES).only(
+        "pk", "driver", "driver_host", "heartbeat_at", "checkpoint_dir"
+    ):
+        pid = local_driver_pid(run)
+        if pid is not None:
+            if driver_process_alive(pid, run.pk):
+                continue
+            extra = Q(driver=run.driver)
+            error = (
+                f"the driver process (pid {pid}) exited without recording an end state; "
+                "resume the run to continue from its last checkpoint" + _driver_log_tail(run)
+            )
+        elif run.heartbeat_at is not None and run.heartbeat_at < cutoff:
+            extra = Q(heartbeat_at__lt=cutoff)
+            error = (
+                f"no heartbeat from the driver for over {timeout_s:.0f} s; "
+                "resume the run to continue from its last checkpoint"
+            )
+        else:
+            continue
+        if transition(
+            run.pk, DRIVER_STATUSES, RunStatus.LOST, extra=extra, finished_at=now, error=error
+        ):
+            lost.append(run.pk)
     return lost
+
+
+STALL_MIN_S = 600.0
+STALL_STEP_FACTOR = 10
+
+
+def stall_after_s(run: Run, points: Sequence[datetime]) -> float:
+    """Return how long ``run`` may go without a new step: 10 x its median step time, >= 600 s.
+
+    ``points`` are the wall times of its newest steps, oldest first.
+    """
+    gaps = [(b - a).total_seconds() for a, b in zip(points, points[1:], strict=False)]
+    median = statistics.median(gaps) if gaps else 0.0
+    return max(STALL_STEP_FACTOR * median, STALL_MIN_S)
+
+
+def runs_mark_stalled(*, stall_after: float | None, now: datetime | None = None) -> list[int]:
+    """Flag running runs that recorded no step for too long; clear the flag of those that did.
+
+    The limit is ``stall_after`` seconds, or :func:`stall_after_s` of each run when None. A
+    stalled run is still running (it can be cancelled); return the ids newly flagged.
+    """
+    now = now or timezone.now()
+    flagged = []
+    for run in Run.objects.filter(status=RunStatus.RUNNING):
+        recent = list(
+            MetricPoint.objects.filter(run=run)
+            .order_by("-step")
+            .values_list("wall_time", flat=True)[:21]
+        )[::-1]
+        last = max([*recent, run.started_at or now])
+        if run.stalled_since is not None:
+            if last > run.stalled_since:
+                Run.objects.filter(pk=run.pk).update(stalled_since=None)
+            continue
+        limit = stall_after if stall_after is not None else stall_after_s(run, recent)
+        if (now - last).total_seconds() > limit:
+            Run.objects.filter(pk=run.pk, stalled_since=None).update(stalled_since=last)
+            publish_status_on_commit(run.pk)
+            flagged.append(run.pk)
+    return flagged
 
 
 # -- what a driver records ---------------------------------------------------------------------
@@ -264,8 +393,12 @@ def _sample_row(run_id: int, s: SampleRecord) -> tuple[Any, ...]:
     )
 
 
-def samples_write(*, run_id: int, samples: Sequence[SampleRecord]) -> int:
-    """Append ``samples`` to the run with one COPY; return how many rows were written."""
+def samples_write(*, run_id: int, samples: Sequence[SampleRecord], replace: bool = False) -> int:
+    """Append ``samples`` to the run with one COPY; return how many rows were written.
+
+    With ``replace``, the run's rows of the same (step, split) pairs go first, in the same
+    transaction, so writing a batch again (a retry after a lost connection) never doubles it.
+    """
     if not samples:
         return 0
     from psycopg.types.json import Jsonb
@@ -274,14 +407,44 @@ def samples_write(*, run_id: int, samples: Sequence[SampleRecord]) -> int:
     columns = ", ".join(connection.ops.quote_name(fields[name]) for name in SAMPLE_COLUMNS)
     table = connection.ops.quote_name(Sample._meta.db_table)
     json_at = SAMPLE_COLUMNS.index("reward_parts")
-    with (
-        transaction.atomic(),
-        connection.cursor() as cursor,
-        cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy,
-    ):
-        copy.set_types(list(SAMPLE_TYPES))
-        for record in samples:
-            row = list(_sample_row(run_id, record))
-            row[json_at] = Jsonb(row[json_at])
-            copy.write_row(row)
+    with transaction.atomic():
+        if replace:
+            keys = Q()
+            for step, split in {(s.step, s.split) for s in samples}:
+                keys |= Q(step=step, split=split)
+            Sample.objects.filter(keys, run_id=run_id).delete()
+        with (
+            connection.cursor() as cursor,
+            cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy,
+        ):
+            copy.set_types(list(SAMPLE_TYPES))
+            for record in samples:
+                row = list(_sample_row(run_id, record))
+                row[json_at] = Jsonb(row[json_at])
+                copy.write_row(row)
     return len(samples)
+
+
+def run_record_step(
+    *,
+    run_id: int,
+    step: int,
+    samples: Sequence[SampleRecord] = (),
+    metrics: Mapping[str, Any] | None = None,
+    wall_time: datetime | None = None,
+    checkpoint: str | None = None,
+) -> MetricPoint | None:
+    """Write one step whole, in one transaction: samples, checkpoint, then metrics and heartbeat.
+
+    Writing the same step again replaces it, so a retry is safe. Return the metric point, or
+    None when the step carried no metrics.
+    """
+    with transaction.atomic():
+        samples_write(run_id=run_id, samples=samples, replace=True)
+        if checkpoint is not None:
+            run_record_checkpoint(run_id=run_id, step=step, path=checkpoint)
+        if metrics is None:
+            return None
+        point = metric_point_upsert(run_id=run_id, step=step, metrics=metrics, wall_time=wall_time)
+        run_heartbeat(run_id=run_id, step=step)
+        return point
