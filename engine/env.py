@@ -52,3 +52,48 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
+
+
+# The code-execution reward's sandbox (engine/rewards/sandbox.py). Each ceiling is the most a
+# dataset row or a reward's keyword arguments may ask for; they may ask for less.
+SANDBOX_MODES = ("bwrap", "local")
+SANDBOX_CEILINGS = {
+    "timeout_s": ("POSTTRAIN_SANDBOX_TIMEOUT_S", 5.0),
+    "memory_mb": ("POSTTRAIN_SANDBOX_MEMORY_MB", 1024),
+    "max_processes": ("POSTTRAIN_SANDBOX_MAX_PROCESSES", 32),
+    "max_file_mb": ("POSTTRAIN_SANDBOX_MAX_FILE_MB", 16),
+    "max_output_bytes": ("POSTTRAIN_SANDBOX_MAX_OUTPUT_BYTES", 1 << 20),
+}
+
+
+def sandbox_mode() -> str:
+    """Return how candidate programs run (``POSTTRAIN_SANDBOX``): ``bwrap`` or ``local``."""
+    mode = os.environ.get("POSTTRAIN_SANDBOX") or "bwrap"
+    if mode not in SANDBOX_MODES:
+        raise ValueError(
+            f"POSTTRAIN_SANDBOX={mode!r} is not a sandbox mode; set it to 'bwrap' (default) or "
+            "'local' (the weaker in-process guard, for machines without bubblewrap)"
+        )
+    return mode
+
+
+def sandbox_bwrap_path() -> str | None:
+    """Return the bubblewrap executable (``POSTTRAIN_SANDBOX_BWRAP``, else ``bwrap`` on PATH)."""
+    import shutil
+
+    return os.environ.get("POSTTRAIN_SANDBOX_BWRAP") or shutil.which("bwrap")
+
+
+def sandbox_ceilings() -> dict[str, float]:
+    """Return the sandbox's limits from ``POSTTRAIN_SANDBOX_*`` (see ``SANDBOX_CEILINGS``)."""
+    ceilings: dict[str, float] = {}
+    for key, (variable, default) in SANDBOX_CEILINGS.items():
+        raw = os.environ.get(variable)
+        try:
+            value = float(raw) if raw else float(default)
+        except ValueError:
+            value = -1.0
+        if not value > 0:
+            raise ValueError(f"{variable}={raw!r} must be a positive number (default {default})")
+        ceilings[key] = value
+    return ceilings

@@ -13,6 +13,8 @@ from concurrent.futures import Executor
 from itertools import repeat
 from typing import Any, NamedTuple
 
+from engine.rewards.sandbox import SandboxUnavailable
+
 
 class RewardInput(NamedTuple):
     """The arguments of a uniform reward function for one sample."""
@@ -56,6 +58,8 @@ def score_one(fn: Callable[..., Any], sample: RewardInput) -> RewardOutcome:
     """Return the outcome of ``fn`` on one sample, catching what it raises."""
     try:
         return RewardOutcome(check_result(fn(*sample)), None)
+    except SandboxUnavailable:  # concerns every sample: fails the run with its one sentence
+        raise
     except Exception as exc:
         return RewardOutcome(None, describe_error(exc))
 

@@ -5,31 +5,54 @@ plain fence, or the whole response). It is syntax-checked with ``compile`` in th
 syntax error scores 0 and the error is kept in the parts. Otherwise it runs against the tests of
 the ground truth, a dict or its JSON string:
 
-- ``{"inputs": [...], "outputs": [...]}``: stdin/stdout pairs. The program runs once per input;
-  its output must equal the expected one up to trailing whitespace on each line and blank lines
-  at the end. Expected outputs never enter the sandbox: this process compares them.
+- ``{"inputs": [...], "outputs": [...]}``: stdin/stdout pairs. A test passes when the program,
+  run on the input, exits with status 0 and its output equals the expected one up to trailing
+  whitespace on each line and blank lines at the end.
 - ``{"assert": "assert f(1) == 2\\n..."}``: the program runs once, then each top-level
   statement of the assertion code in order; every ``assert`` statement is one test, the other
   statements (imports, helpers) are setup.
 
 ``score`` is the fraction of tests passed (verl's ``continuous=True`` scoring).
 
-Sandbox. Each candidate runs in its own ``python -I -B`` subprocess (isolated mode: no user site,
-no ``PYTHON*`` variables, the script's directory not on ``sys.path``) with:
+The boundary (``POSTTRAIN_SANDBOX=bwrap``, the default): every program runs in a bubblewrap
+sandbox (``engine/rewards/sandbox.py``: own uid, no network, no host processes, read-only
+minimal filesystem, empty environment, rlimits, a wall-clock kill of its whole PID namespace).
+Its limits are the server's ceilings (``POSTTRAIN_SANDBOX_*``); ``extra_info`` of the row and the
+reward's keyword arguments (``timeout_s``, ``memory_mb``, ``max_processes``, ``max_file_mb``,
+``max_output_bytes``) may lower them, and asking for more gets the ceiling and one warning.
+``timeout_s`` is the wall-clock budget of the whole candidate; tests finished before it keep
+their results. Without bubblewrap the reward raises ``SandboxUnavailable`` (it fails the run);
+nothing runs unsandboxed.
 
-- a wall-clock timeout for the whole candidate; on expiry its process group is killed, the
-  tests already finished keep their results and ``timed_out`` is 1;
-- rlimits set in ``preexec_fn``: CPU seconds, address space, file size, no core dumps;
-- an empty temporary working directory, removed afterwards, as ``cwd``, ``HOME`` and ``TMPDIR``,
-  and a minimal environment;
-- an audit hook (PEP 578), installed before the candidate's code runs, that refuses writes,
-  deletes, renames and permission changes outside the working directory, starting processes,
-  signalling other processes, sockets and ``ctypes``.
+Why a candidate cannot forge a pass. Verdicts are made outside the candidate's process, from
+what it cannot fake:
 
-Results come back as lines tagged with a random nonce the candidate is not told, so printing a
-fake "passed" line earns nothing. This stops accidents and the usual reward hacks of a policy
-model; it is not a security boundary against a determined attacker (audit hooks are not one, by
-their own documentation). Run untrusted code at scale inside a container or a sandbox service.
+- stdio tests: each input is a separate sandbox; this process compares the program's stdout
+  with the expected output, which never enters any sandbox. The only thing the program controls
+  is its own output, which is what is judged.
+- assertion tests: the program and the tests run in two separate sandboxes joined by two pipes.
+  The program's sandbox runs its code, then answers requests ("call f with these arguments",
+  "get attribute x") with the *values* it produces, serialised as plain data: None, bool, int,
+  float, complex, str, bytes, and lists, tuples, sets and dicts of them; any other object stays
+  in the program's sandbox and is named by a handle. The evaluator's sandbox never runs the
+  candidate's code: it runs the test statements with the program's names bound to proxies,
+  evaluates each ``assert`` with its own interpreter on those plain values, and reports on its
+  own stdout, tagged with a nonce only it holds. So a test passes only if its expression is
+  truthy when computed by trusted code from values the candidate's functions returned. Exiting
+  early (``os._exit(0)``, ``SystemExit``), printing fake report lines, reading frames, ``gc``,
+  ``/proc/self`` or file descriptors, or returning an object whose ``__eq__`` is always true (a
+  handle is equal only to itself and has no truth value) earns nothing: the evaluator and its
+  nonce are in another sandbox. What a candidate does control is the values its functions
+  return, which is what the tests are meant to judge. A test can pass plain values and handles to
+  the program, not its own functions or objects; statements that are not asserts run in the
+  evaluator, so setup code cannot set the program's globals.
+
+``POSTTRAIN_SANDBOX=local`` is the administrator's opt-in for machines without bubblewrap: one
+``python -I`` subprocess per candidate, rlimits, a temporary working directory and an audit hook
+(PEP 578) that refuses writes outside it, new processes, signals, sockets and ``ctypes``. That
+stops accidents and the usual reward hacks of a policy model; it is not a security boundary
+(audit hooks are not one, by their own documentation, and the candidate shares an interpreter
+with the harness that reports its results).
 """
 
 from __future__ import annotations
@@ -47,17 +70,21 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from engine import env
+from engine.rewards import sandbox
 
 _FENCED_PYTHON = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 _FENCED_ANY = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
 _MAX_ERROR_CHARS = 500
 
-# Runs inside the sandbox. It reads the payload, installs the audit hook, runs the tests and
-# reports one nonce-tagged JSON line per test on its real stdout.
-_HARNESS = r"""
+# POSTTRAIN_SANDBOX=local only. It reads the payload, installs the audit hook, runs the tests
+# and reports one nonce-tagged JSON line per test on its real stdout.
+_LOCAL_HARNESS = r"""
 import io, json, os, sys
 
 def _install_guard(workdir):
@@ -259,10 +286,10 @@ def _sandbox_env(workdir: str) -> dict[str, str]:
     }
 
 
-def run_tests(
-    code: str, suite: TestSuite, *, timeout_s: float = 5.0, memory_mb: int = 1024
+def run_tests_local(
+    code: str, suite: TestSuite, *, timeout_s: float = 5.0, memory_mb: float = 1024
 ) -> dict[str, Any]:
-    """Run a candidate against its tests in the sandbox; return the result parts."""
+    """Run a candidate against its tests under the local guard; return the result parts."""
     nonce = secrets.token_hex(16)
     payload: dict[str, Any] = {"nonce": nonce, "code": code, "mode": suite.mode}
     if suite.mode == "stdio":
@@ -270,7 +297,7 @@ def run_tests(
     else:
         payload["statements"] = suite.statements
     limits = functools.partial(
-        _apply_limits, math.ceil(timeout_s) + 1, memory_mb * 2**20, 16 * 2**20
+        _apply_limits, math.ceil(timeout_s) + 1, int(memory_mb * 2**20), 16 * 2**20
     )
     with (
         tempfile.TemporaryDirectory(prefix="reward-sandbox-") as workdir,
@@ -279,7 +306,7 @@ def run_tests(
         out_path, err_path = Path(io_dir, "stdout"), Path(io_dir, "stderr")
         with out_path.open("wb") as out_file, err_path.open("wb") as err_file:
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-B", "-X", "utf8", "-c", _HARNESS],
+                [sys.executable, "-I", "-B", "-X", "utf8", "-c", _LOCAL_HARNESS],
                 stdin=subprocess.PIPE,
                 stdout=out_file,
                 stderr=err_file,
@@ -302,11 +329,17 @@ def run_tests(
         timed_out = timed_out or proc.returncode == -signal.SIGXCPU
         reported = _read_reports(out_path.read_bytes(), nonce)
         stderr_tail = err_path.read_bytes()[-_MAX_ERROR_CHARS:].decode("utf-8", "replace")
+    return _score(suite, reported, timed_out, stderr_tail.strip())
 
+
+def _score(
+    suite: TestSuite, reported: dict[int, tuple[Any, str | None]], timed_out: bool, fallback: str
+) -> dict[str, Any]:
+    """Return the result parts from ``{test index: (value, error)}``."""
     passed, error = 0, ""
     for index in range(suite.total):
         if index not in reported:
-            error = error or ("timed out" if timed_out else stderr_tail.strip() or "no result")
+            error = error or ("timed out" if timed_out else fallback or "no result")
             continue
         value, case_error = reported[index]
         ok = same_output(value, suite.outputs[index]) if suite.mode == "stdio" else value is True
@@ -338,15 +371,363 @@ def _read_reports(raw: bytes, nonce: str) -> dict[int, tuple[Any, str | None]]:
     return reports
 
 
+# Both sandboxes of an assertion suite: plain values as JSON, anything else as a handle. The
+# program's side converts subclasses (a namedtuple is sent as a tuple); the evaluator's side
+# trusts nothing it decodes.
+_CODEC = r"""
+import json
+
+def encode(value, handle, loose=False, depth=0):
+    if depth > 64:
+        raise ValueError("value nested too deeply to send")
+    def e(v):
+        return encode(v, handle, loose, depth + 1)
+    kind = type(value)
+    if loose and kind not in (bool, int, float, str):
+        for base in (bool, int, float, str, list, tuple, dict, frozenset, set, bytes):
+            if isinstance(value, base):
+                kind, value = base, base(value)
+                break
+    if value is None or kind in (bool, int, str):
+        return value
+    if kind is float:
+        return value if abs(value) < float("inf") else {"f": repr(value)}
+    if kind is complex:
+        return {"c": [repr(value.real), repr(value.imag)]}
+    if kind is bytes:
+        return {"b": value.hex()}
+    if kind is list:
+        return [e(v) for v in value]
+    if kind is tuple:
+        return {"t": [e(v) for v in value]}
+    if kind is set:
+        return {"s": [e(v) for v in value]}
+    if kind is frozenset:
+        return {"z": [e(v) for v in value]}
+    if kind is dict:
+        return {"d": [[e(k), e(v)] for k, v in value.items()]}
+    return {"h": handle(value)}
+
+def decode(data, remote, depth=0):
+    if depth > 64:
+        raise ValueError("value nested too deeply")
+    def d(v):
+        return decode(v, remote, depth + 1)
+    if data is None or type(data) in (bool, int, float, str):
+        return data
+    if type(data) is list:
+        return [d(v) for v in data]
+    ((tag, body),) = data.items()
+    if tag == "f":
+        return float(str(body))
+    if tag == "c":
+        return complex(float(str(body[0])), float(str(body[1])))
+    if tag == "b":
+        return bytes.fromhex(str(body))
+    if tag == "h":
+        return remote(int(body))
+    items = [d(v) for v in list(body)]
+    if tag == "t":
+        return tuple(items)
+    if tag == "s":
+        return set(items)
+    if tag == "z":
+        return frozenset(items)
+    if tag == "d":
+        return {k: v for k, v in items}
+    raise ValueError("unknown value tag " + repr(tag))
+"""
+
+# The program's sandbox: run the candidate, then answer the evaluator's requests with values.
+_PROGRAM_SERVER = (
+    _CODEC
+    + r"""
+import builtins, os, sys
+requests, replies = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
+null = os.open("/dev/null", os.O_RDWR)
+os.dup2(null, 0)
+os.dup2(null, 1)
+objects = []
+
+def handle(value):
+    objects.append(value)
+    return len(objects) - 1
+
+def reply(message):
+    replies.write(json.dumps(message).encode() + b"\n")
+    replies.flush()
+
+def failure(exc):
+    return {"err": [type(exc).__name__, str(exc)[:500]]}
+
+namespace = {"__name__": "__main__", "__builtins__": builtins}
+try:
+    with open("/box/main.py", encoding="utf-8") as f:
+        exec(compile(f.read(), "<candidate>", "exec"), namespace)
+except SystemExit:
+    pass
+except BaseException as exc:
+    reply(failure(exc))
+    os._exit(0)
+reply({"names": [name for name in namespace if not name.startswith("__")]})
+
+def arg(value):
+    return decode(value, objects.__getitem__)
+
+ops = {
+    "global": lambda r: namespace[r["name"]],
+    "call": lambda r: objects[r["h"]](*map(arg, r["args"]), **{k: arg(v) for k, v in r["kw"].items()}),
+    "getattr": lambda r: getattr(objects[r["h"]], r["name"]),
+    "iter": lambda r: iter(objects[r["h"]]),
+    "next": lambda r: next(objects[r["h"]]),
+    "len": lambda r: len(objects[r["h"]]),
+    "getitem": lambda r: objects[r["h"]][arg(r["key"])],
+    "contains": lambda r: arg(r["item"]) in objects[r["h"]],
+    "repr": lambda r: repr(objects[r["h"]]),
+}
+for line in requests:
+    try:
+        request = json.loads(line)
+        message = {"ok": encode(ops[request["op"]](request), handle, loose=True)}
+    except BaseException as exc:
+        message = failure(exc)
+    reply(message)
+"""
+)
+
+# The evaluator's sandbox: never runs candidate code. It runs the test statements with the
+# program's names bound to proxies and reports each assert on its own stdout.
+_EVALUATOR = (
+    _CODEC
+    + r"""
+import builtins, os, sys
+with open("/box/tests.json", encoding="utf-8") as f:
+    payload = json.load(f)
+report = os.fdopen(os.dup(1), "w")
+null = os.open("/dev/null", os.O_RDWR)
+os.dup2(null, 1)
+replies, requests = os.fdopen(0, "rb"), os.fdopen(int(sys.argv[1]), "wb")
+limit = payload["max_reply_bytes"]
+PLAIN = "plain values (None, bool, numbers, str, bytes, list, tuple, dict, set)"
+
+class ProgramGone(Exception):
+    pass
+
+def receive():
+    line = replies.readline(limit + 1)
+    if not line.endswith(b"\n"):
+        raise ProgramGone("the program ended, or sent a value over %d bytes" % limit)
+    return json.loads(line)
+
+def rpc(op, **fields):
+    try:
+        requests.write(json.dumps({"op": op, **fields}).encode() + b"\n")
+        requests.flush()
+    except OSError:
+        raise ProgramGone("the program ended") from None
+    message = receive()
+    if "ok" in message:
+        return decode(message["ok"], Remote)
+    name, text = message["err"]
+    kind = getattr(builtins, str(name), None)
+    if isinstance(kind, type) and issubclass(kind, Exception):
+        try:
+            error = kind(str(text))
+        except Exception:
+            error = None
+        if error is not None:
+            raise error
+    raise RuntimeError("%s: %s" % (name, text))
+
+def send(value):
+    def handle(v):
+        if isinstance(v, Remote):
+            return object.__getattribute__(v, "_id")
+        raise TypeError("a test can pass the program only %s, not %s" % (PLAIN, type(v).__name__))
+    return encode(value, handle)
+
+class Remote:
+    __slots__ = ("_id",)
+    def __init__(self, ident):
+        object.__setattr__(self, "_id", ident)
+    def __call__(self, *args, **kwargs):
+        return rpc("call", h=self._id, args=[send(a) for a in args],
+                   kw={k: send(v) for k, v in kwargs.items()})
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return rpc("getattr", h=self._id, name=name)
+    def __iter__(self):
+        return rpc("iter", h=self._id)
+    def __next__(self):
+        return rpc("next", h=self._id)
+    def __len__(self):
+        return rpc("len", h=self._id)
+    def __getitem__(self, key):
+        return rpc("getitem", h=self._id, key=send(key))
+    def __contains__(self, item):
+        return rpc("contains", h=self._id, item=send(item))
+    def __repr__(self):
+        return str(rpc("repr", h=self._id))
+    def __bool__(self):
+        raise TypeError("a test judges only " + PLAIN + "; the program returned another object")
+
+try:
+    first = receive()
+    names = set(first["names"]) if "names" in first else set()
+    setup_error = None if "names" in first else "%s: %s" % tuple(first["err"])
+except Exception as exc:
+    names, setup_error = set(), "the program exited before its tests ran (%s)" % exc
+
+class Namespace(dict):
+    def __missing__(self, name):
+        if name in names:
+            try:
+                return rpc("global", name=name)
+            except KeyError:
+                pass
+        raise KeyError(name)
+
+namespace = Namespace(__name__="__main__", __builtins__=builtins)
+index = 0
+for source, is_test in payload["statements"]:
+    error = setup_error
+    if error is None:
+        try:
+            exec(compile(source, "<tests>", "exec"), namespace)
+        except ProgramGone as exc:
+            error = setup_error = str(exc)
+        except BaseException as exc:
+            text = str(exc)
+            error = ("%s: %s" % (type(exc).__name__, text) if text else type(exc).__name__)[:500]
+    if is_test:
+        report.write(payload["nonce"] + " " + json.dumps([index, error is None, error]) + "\n")
+        report.flush()
+        index += 1
+"""
+)
+
+
+def _python_argv(script: str, *args: str) -> list[str]:
+    return [sandbox.interpreter(), "-I", "-B", "-X", "utf8", script, *args]
+
+
+def _last_line(stderr: bytes) -> str:
+    lines = stderr.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1][:_MAX_ERROR_CHARS] if lines else ""
+
+
+def run_tests_bwrap(code: str, suite: TestSuite, limits: sandbox.Limits) -> dict[str, Any]:
+    """Run a candidate against its tests in bubblewrap sandboxes; return the result parts."""
+    bwrap = sandbox.check_available()
+    deadline = time.monotonic() + limits.timeout_s
+    if suite.mode == "stdio":
+        return _run_stdio(bwrap, code.encode(), suite, limits, deadline)
+    return _run_asserts(bwrap, code.encode(), suite, limits, deadline)
+
+
+def _run_stdio(
+    bwrap: str, code: bytes, suite: TestSuite, limits: sandbox.Limits, deadline: float
+) -> dict[str, Any]:
+    """Run the program once per input, each in its own sandbox; compare outputs here."""
+    reported: dict[int, tuple[Any, str | None]] = {}
+    timed_out = False
+    for index, text in enumerate(suite.inputs):
+        if time.monotonic() >= deadline:
+            timed_out = True
+            break
+        box = sandbox.Sandbox(bwrap, {"/box/main.py": code}, limits, _python_argv("/box/main.py"))
+        result = box.run(text.encode(), deadline)
+        error = None
+        if result.output_overflow:
+            error = f"output over {int(limits.max_output_bytes)} bytes"
+        elif result.timed_out:
+            timed_out = True
+            error = "timed out"
+        elif result.returncode != 0:
+            error = _last_line(result.stderr) or f"exit status {result.returncode}"
+        reported[index] = (result.stdout.decode("utf-8", "replace"), error)
+        if timed_out:
+            break
+    return _score(suite, reported, timed_out, "")
+
+
+def _run_asserts(
+    bwrap: str, code: bytes, suite: TestSuite, limits: sandbox.Limits, deadline: float
+) -> dict[str, Any]:
+    """Run the program and the evaluator in two sandboxes joined by pipes; read its reports."""
+    nonce = secrets.token_hex(16)
+    tests = {
+        "nonce": nonce,
+        "statements": suite.statements,
+        "max_reply_bytes": int(limits.max_output_bytes),
+    }
+    request_r, request_w = os.pipe()  # evaluator -> program
+    reply_r, reply_w = os.pipe()  # program -> evaluator
+    program = evaluator = None
+    try:
+        program = sandbox.Sandbox(
+            bwrap,
+            {"/box/server.py": _PROGRAM_SERVER.encode(), "/box/main.py": code},
+            limits,
+            _python_argv("/box/server.py"),
+            stdin=request_r,
+            stdout=reply_w,
+            stderr=subprocess.DEVNULL,
+        )
+        evaluator = sandbox.Sandbox(
+            bwrap,
+            {
+                "/box/evaluator.py": _EVALUATOR.encode(),
+                "/box/tests.json": json.dumps(tests).encode(),
+            },
+            limits,
+            _python_argv("/box/evaluator.py", str(request_w)),
+            stdin=reply_r,
+            pass_fds=(request_w,),
+        )
+    finally:
+        for fd in (request_r, request_w, reply_r, reply_w):
+            os.close(fd)
+        if evaluator is None and program is not None:
+            program.kill()
+    try:
+        result = evaluator.run(None, deadline)
+    finally:
+        program.kill()
+    reported = _read_reports(result.stdout, nonce)
+    return _score(suite, reported, result.timed_out, _last_line(result.stderr))
+
+
+def run_tests(code: str, suite: TestSuite, limits: sandbox.Limits) -> dict[str, Any]:
+    """Run a candidate against its tests as ``POSTTRAIN_SANDBOX`` says; return the result parts."""
+    if env.sandbox_mode() == "local":
+        return run_tests_local(code, suite, timeout_s=limits.timeout_s, memory_mb=limits.memory_mb)
+    return run_tests_bwrap(code, suite, limits)
+
+
 def compute_score(
     solution_str: str,
     ground_truth: str | dict[str, Any],
     extra_info: dict[str, Any] | None = None,
-    timeout_s: float = 5.0,
-    *,
-    memory_mb: int = 1024,
+    timeout_s: float | None = None,
+    **limits: float,
 ) -> dict[str, Any]:
-    """Return ``{"score", "syntax_ok", "passed", "total", "timed_out", "error"}`` for a program."""
+    """Return ``{"score", "syntax_ok", "passed", "total", "timed_out", "error"}`` for a program.
+
+    ``timeout_s`` and ``limits`` (``memory_mb``, ``max_processes``, ``max_file_mb``,
+    ``max_output_bytes``), and the same keys of ``extra_info``, may lower the server's ceilings.
+    """
+    unknown = set(limits) - set(env.SANDBOX_CEILINGS)
+    if unknown:
+        raise TypeError(
+            f"code reward got unknown keyword arguments {sorted(unknown)}; it accepts "
+            f"{', '.join(env.SANDBOX_CEILINGS)}"
+        )
+    resolved = sandbox.resolve_limits(
+        {"timeout_s": timeout_s, **limits},
+        {k: v for k, v in (extra_info or {}).items() if k in env.SANDBOX_CEILINGS},
+    )
     suite = parse_tests(ground_truth)
     code = extract_code(solution_str)
     try:
@@ -361,4 +742,4 @@ def compute_score(
             "timed_out": 0,
             "error": f"{type(exc).__name__}: {exc.msg if isinstance(exc, SyntaxError) else exc}{line}",
         }
-    return run_tests(code, suite, timeout_s=timeout_s, memory_mb=memory_mb)
+    return run_tests(code, suite, resolved)

@@ -51,7 +51,9 @@ def test_infinite_loop_times_out_within_the_limit():
     assert elapsed < 3.0
 
 
-def test_candidate_cannot_write_outside_its_directory(tmp_path):
+@pytest.mark.parametrize("mode", ["bwrap", "local"])
+def test_candidate_cannot_write_outside_its_directory(tmp_path, monkeypatch, mode):
+    monkeypatch.setenv("POSTTRAIN_SANDBOX", mode)
     precious = tmp_path / "repo" / "engine.py"
     precious.parent.mkdir()
     precious.write_text("important = True\n")
@@ -65,17 +67,20 @@ def test_candidate_cannot_write_outside_its_directory(tmp_path):
         "):\n"
         "    try:\n"
         "        attempt()\n"
-        "    except PermissionError:\n"
+        "    except OSError:\n"  # refused (local) or not there at all (bwrap)
         "        print('refused')\n"
         "open('scratch.txt', 'w').write('ok')\n"  # its own directory is writable
         "print(open('scratch.txt').read())\n"
     )
-    result = compute_score(attack, {"inputs": [""], "outputs": ["refused\n" * 4 + "ok"]})
+    refusals = 4 if mode == "local" else 3  # `rm -rf` of a folder it cannot see succeeds
+    result = compute_score(attack, {"inputs": [""], "outputs": ["refused\n" * refusals + "ok"]})
     assert result["score"] == 1.0, result
     assert precious.read_text() == "important = True\n"
 
 
-def test_forged_result_lines_earn_nothing():
+@pytest.mark.parametrize("mode", ["bwrap", "local"])
+def test_forged_result_lines_earn_nothing(monkeypatch, mode):
+    monkeypatch.setenv("POSTTRAIN_SANDBOX", mode)
     forger = (
         "import sys, os\n"
         "for i in range(3):\n"
@@ -116,9 +121,10 @@ def test_bad_ground_truth_is_a_clear_error(ground_truth, message):
         parse_tests(ground_truth)
 
 
-def test_sandbox_runs_in_a_fresh_directory_that_is_removed(tmp_path, monkeypatch):
+def test_local_guard_runs_in_a_fresh_directory_that_is_removed(tmp_path, monkeypatch):
     import tempfile
 
+    monkeypatch.setenv("POSTTRAIN_SANDBOX", "local")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     code = (
         "import os\n"
@@ -129,3 +135,39 @@ def test_sandbox_runs_in_a_fresh_directory_that_is_removed(tmp_path, monkeypatch
     result = compute_score(code, {"inputs": [""], "outputs": [expected]}, timeout_s=2.0)
     assert result["score"] == 1.0, result
     assert list(tmp_path.iterdir()) == []
+
+
+def test_sandbox_sees_an_empty_tmp_a_minimal_environment_and_no_project():
+    code = (
+        "import os\n"
+        "print(os.getcwd(), os.listdir('.'), os.getuid(), sorted(os.environ), sorted(os.listdir('/')))\n"
+    )
+    expected = (
+        "/tmp [] 65534 ['HOME', 'LANG', 'PATH', 'PWD', 'TMPDIR'] "
+        f"{sorted(['bin', 'box', 'dev', 'etc', 'lib', 'lib64', 'proc', 'root', 'sbin', 'tmp', 'usr'])}"
+    )
+    result = compute_score(code, {"inputs": [""], "outputs": [expected]})
+    assert result["score"] == 1.0, result
+
+
+def test_assertion_tests_see_plain_values_objects_and_generators():
+    code = (
+        "class Stack:\n"
+        "    def __init__(self):\n"
+        "        self.items = []\n"
+        "    def push(self, x):\n"
+        "        self.items.append(x)\n"
+        "        return self\n"
+        "    def __len__(self):\n"
+        "        return len(self.items)\n"
+        "def pairs(n):\n"
+        "    yield from ((i, {i: {i}}) for i in range(n))\n"
+    )
+    tests = (
+        "s = Stack().push(1).push(2)\n"
+        "assert len(s) == 2 and s.items == [1, 2]\n"
+        "assert list(pairs(2)) == [(0, {0: {0}}), (1, {1: {1}})]\n"
+        "assert Stack() == Stack()\n"  # objects compare by identity only
+    )
+    result = compute_score(code, {"assert": tests})
+    assert (result["passed"], result["total"]) == (2, 3), result
