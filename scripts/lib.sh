@@ -62,6 +62,18 @@ ensure_apt() {
     die "apt-get could not install ${missing[*]}; run 'apt-get install ${missing[*]}' and read its error."
 }
 
+# The code-execution reward runs candidate programs in bubblewrap; install it and check that this
+# kernel lets it build a sandbox (POSTTRAIN_SANDBOX=local skips both, accepting the weaker guard).
+ensure_sandbox() {
+  [ "${POSTTRAIN_SANDBOX:-bwrap}" = "local" ] && return 0
+  [ -n "${POSTTRAIN_SANDBOX_BWRAP:-}" ] || ensure_apt bubblewrap
+  local bwrap="${POSTTRAIN_SANDBOX_BWRAP:-bwrap}" flags=(--unshare-all --unshare-user)
+  [ "$(id -u)" -eq 0 ] && flags=(--unshare-pid --unshare-net)
+  "$bwrap" "${flags[@]}" --ro-bind /usr /usr --symlink usr/lib /lib --symlink usr/lib64 /lib64 \
+    --symlink usr/bin /bin --proc /proc --dev /dev /usr/bin/true 2>/dev/null ||
+    die "bubblewrap cannot create a sandbox here (user or PID namespaces are off; in Docker run with --security-opt seccomp=unconfined --security-opt apparmor=unconfined or --cap-add SYS_ADMIN); fix that or set POSTTRAIN_SANDBOX=local to accept the weaker code-reward guard."
+}
+
 # PostgreSQL and Redis must answer; start the local Debian services when they do not.
 ensure_postgres() {
   local host="${PGHOST:-127.0.0.1}" port="${PGPORT:-5432}"

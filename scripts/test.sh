@@ -6,6 +6,7 @@ cd "$ROOT"
 
 ensure_venv test,bench
 ensure_apt chromium chromium-driver
+ensure_sandbox
 ensure_postgres
 ensure_redis
 
