@@ -67,18 +67,28 @@ def test_preview_reports_bad_line_and_keeps_earlier_rows(tmp_path):
     path = tmp_path / "b.jsonl"
     path.write_text('{"prompt": "a"}\nnot json\n{"prompt": "c"}\n')
     preview = preview_dataset(path)
-    assert preview.rows == [{"prompt": "a"}] and preview.row_count == 3
-    assert len(preview.errors) == 1 and "b.jsonl, line 2: invalid JSON" in preview.errors[0]
+    assert preview.rows == [{"prompt": "a"}]
+    assert "b.jsonl, line 2: invalid JSON" in preview.file_error
+    assert preview.errors == [preview.file_error]
 
 
 def test_preview_of_missing_unknown_and_empty_files(tmp_path):
     missing = preview_dataset(tmp_path / "nope.parquet")
-    assert missing.format == "parquet" and "data file not found" in missing.errors[0]
-    unknown = preview_dataset(tmp_path / "notes.txt")
-    assert unknown.format == "" and "unsupported file type '.txt'" in unknown.errors[0]
+    assert missing.format == "" and "data file not found" in missing.file_error
+    unknown = preview_dataset(write_jsonl(tmp_path / "notes.txt", [{"prompt": "a"}]))
+    assert unknown.format == "jsonl" and unknown.file_error == (
+        f"{tmp_path / 'notes.txt'}: holds JSON Lines but its name ends in '.txt', and training "
+        "picks the reader by the extension; rename it to notes.jsonl"
+    )
     empty = tmp_path / "e.jsonl"
     empty.write_text("")
-    assert preview_dataset(empty).errors == [f"{empty}: the file has no rows"]
+    assert preview_dataset(empty).errors == [
+        f"{empty}: the file is empty; upload verl parquet, JSON Lines (one JSON object per "
+        "line) or CSV with a header row, in UTF-8"
+    ]
+    blank_lines = tmp_path / "b.jsonl"
+    blank_lines.write_text("\n \n")
+    assert "only whitespace" in preview_dataset(blank_lines).file_error
     bad_map = preview_dataset(write_jsonl(tmp_path / "m.jsonl", [{"prompt": "a"}]), {"x": "y"})
     assert "unknown target(s) ['x']" in bad_map.errors[0] and bad_map.row_count == 1
 
