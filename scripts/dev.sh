@@ -8,6 +8,7 @@ cd "$ROOT"
 
 PORT="${POSTTRAIN_PORT:-8000}"
 ensure_venv ""
+ensure_sandbox
 ensure_postgres
 ensure_redis
 port_free "$PORT" || die "port $PORT is busy; stop what listens there or run with POSTTRAIN_PORT=8001."
