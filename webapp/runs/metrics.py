@@ -28,6 +28,7 @@ import numpy as np
 from django.db import DataError, connection, transaction
 from django.db.models import F, Func
 
+from webapp.runs.history import history_q, history_where, run_history
 from webapp.runs.models import MetricPoint
 from webapp.spreadsheet import spreadsheet_text
 
@@ -149,25 +150,15 @@ def epoch_seconds(moment: datetime) -> float:
     return round(moment.timestamp(), 3)
 
 
-def _range_sql(run_id: int, step_min: int | None, step_max: int | None) -> tuple[str, list]:
-    where, params = ["run_id = %s"], [run_id]
-    if step_min is not None:
-        where.append("step >= %s")
-        params.append(step_min)
-    if step_max is not None:
-        where.append("step <= %s")
-        params.append(step_max)
-    return " AND ".join(where), params
-
-
 def _points(run_id: int) -> Iterator[tuple[int, float, dict[str, Any]]]:
-    """Yield every ``(step, unix_seconds, metrics)`` of a run in step order (for the exports)."""
+    """Yield every ``(step, unix_seconds, metrics)`` of a run's history in step order (exports)."""
+    where, params = history_where(run_history(run_id=run_id))
     sql = (
         "SELECT step, extract(epoch FROM wall_time)::float8, metrics::text "
-        f"FROM {MetricPoint._meta.db_table} WHERE run_id = %s ORDER BY step"
+        f"FROM {MetricPoint._meta.db_table} WHERE {where} ORDER BY step"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [run_id])
+        cursor.execute(sql, params)
         while rows := cursor.fetchmany(5000):
             for step, seconds, text in rows:
                 yield step, seconds, json.loads(text)
@@ -183,7 +174,7 @@ def _table(
     written otherwise (a string, a boolean) fails the cast, and the slower query that checks each
     value's JSON type runs instead.
     """
-    where, params = _range_sql(run_id, step_min, step_max)
+    where, params = history_where(run_history(run_id=run_id), step_min, step_max)
 
     def fetch(number: str, keys: list[str]) -> list[tuple]:
         columns = "".join(f", {number}" for _ in names)
@@ -252,8 +243,9 @@ def run_metric_series(
 
 
 def run_metric_points_since(*, run_id: int, since_step: int) -> list[dict[str, Any]]:
-    """Return every recorded step after ``since_step`` as ``{"step", "time", "metrics"}``."""
-    rows = MetricPoint.objects.filter(run_id=run_id, step__gt=since_step).order_by("step")
+    """Return every step of the run's history after ``since_step`` as ``{"step", "time", "metrics"}``."""
+    history = history_q(run_history(run_id=run_id), step_min=since_step + 1)
+    rows = MetricPoint.objects.filter(history).order_by("step")
     return [
         {"step": step, "time": epoch_seconds(wall_time), "metrics": metrics}
         for step, wall_time, metrics in rows.values_list("step", "wall_time", "metrics")
@@ -261,9 +253,9 @@ def run_metric_points_since(*, run_id: int, since_step: int) -> list[dict[str, A
 
 
 def run_metric_names(*, run_id: int) -> list[str]:
-    """Return every metric name a run recorded, sorted."""
+    """Return every metric name the run's history recorded, sorted."""
     keys = (
-        MetricPoint.objects.filter(run_id=run_id)
+        MetricPoint.objects.filter(history_q(run_history(run_id=run_id)))
         .annotate(key=Func(F("metrics"), function="jsonb_object_keys"))
         .order_by()
         .values_list("key", flat=True)
