@@ -1,18 +1,29 @@
 """Django settings for PostTrain Studio.
 
-Every deployment-specific value comes from an environment variable with a working local default:
+Every deployment-specific value comes from an environment variable; all but the secret key have
+a working local default, and the secret key has one only with ``DJANGO_DEBUG=1``:
 
 - ``DATABASE_URL``  PostgreSQL, default ``postgresql://postgres@127.0.0.1:5432/posttrain``
 - ``REDIS_URL``     Redis for the Channels layer and the Celery broker, default ``redis://127.0.0.1:6379/0``
 - ``RAY_ADDRESS``   a Ray cluster for run drivers; empty means a local head
 - ``POSTTRAIN_DATA_DIR``  checkpoints, uploads and caches (see ``engine.env.data_dir``)
-- ``DJANGO_SECRET_KEY``, ``DJANGO_DEBUG``, ``DJANGO_ALLOWED_HOSTS``, ``POSTTRAIN_ALLOW_SIGNUP``
+- ``DJANGO_DEBUG``  ``1`` on a development machine only (``scripts/dev.sh`` sets it)
+- ``DJANGO_SECRET_KEY``  at least 50 random characters; without DEBUG the settings refuse to load
+  when it is missing, short or a published development key
+- ``DJANGO_ALLOWED_HOSTS``, ``DJANGO_CSRF_TRUSTED_ORIGINS``  comma-separated; hosts default to
+  ``localhost,127.0.0.1``
+- ``POSTTRAIN_TLS``, ``POSTTRAIN_TLS_PROXY``  HTTPS only (secure cookies, HSTS, redirect), and
+  trusting a TLS-terminating proxy's ``X-Forwarded-Proto``
+- ``POSTTRAIN_ALLOW_SIGNUP``
+
+``manage.py check --deploy`` passes with DEBUG off, a real secret and POSTTRAIN_TLS=1.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -56,9 +67,55 @@ def database_from_url(url: str) -> dict:
     }
 
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "posttrain-local-development-key-change-me")
-DEBUG = _env_bool("DJANGO_DEBUG", True)
-ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",") if h]
+def _env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+# The key the studio shipped with before it required one: public, so never accepted.
+PUBLIC_SECRET_KEY = "posttrain-local-development-key-change-me"
+# With DJANGO_DEBUG=1 only (Django's own checks flag the prefix as insecure).
+DEBUG_SECRET_KEY = "django-insecure-posttrain-development-only"
+MIN_SECRET_KEY_LENGTH = 50
+GENERATE_SECRET_KEY = 'python -c "import secrets; print(secrets.token_urlsafe(50))"'
+
+
+def secret_key_from_env(*, debug: bool) -> str:
+    """Return ``DJANGO_SECRET_KEY``; without DEBUG refuse a missing, public or short one."""
+    key = os.environ.get("DJANGO_SECRET_KEY", "")
+    if debug:
+        return key or DEBUG_SECRET_KEY
+    if not key:
+        problem = "is not set"
+    elif key in {PUBLIC_SECRET_KEY, DEBUG_SECRET_KEY} or key.startswith("django-insecure-"):
+        problem = "is a published development key"
+    elif len(key) < MIN_SECRET_KEY_LENGTH or len(set(key)) < 5:
+        problem = f"is shorter than {MIN_SECRET_KEY_LENGTH} characters (or too repetitive)"
+    else:
+        return key
+    raise ImproperlyConfigured(
+        f"DJANGO_SECRET_KEY {problem}; with DJANGO_DEBUG off the studio needs a secret of at "
+        f"least {MIN_SECRET_KEY_LENGTH} random characters: generate one with {GENERATE_SECRET_KEY} "
+        "and set DJANGO_SECRET_KEY to it (or set DJANGO_DEBUG=1 on a development machine)"
+    )
+
+
+# Production unless DJANGO_DEBUG=1 (scripts/dev.sh sets it).
+DEBUG = _env_bool("DJANGO_DEBUG", False)
+SECRET_KEY = secret_key_from_env(debug=DEBUG)
+# The host names this site answers to (a forged Host header gets a 400, not a link to itself).
+ALLOWED_HOSTS = _env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1")
+# Origins (https://studio.example.org) whose POSTs are trusted when they differ from the Host.
+CSRF_TRUSTED_ORIGINS = _env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
+# POSTTRAIN_TLS=1: the site is served over HTTPS only (secure cookies, HSTS for a year with
+# subdomains and preload, http:// redirected). POSTTRAIN_TLS_PROXY=1 additionally trusts the
+# X-Forwarded-Proto header of a TLS-terminating proxy in front of Daphne: set it only when that
+# proxy sets the header itself and drops it from clients' requests.
+POSTTRAIN_TLS = _env_bool("POSTTRAIN_TLS", False)
+SECURE_SSL_REDIRECT = SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = POSTTRAIN_TLS
+SECURE_HSTS_SECONDS = 365 * 24 * 3600 if POSTTRAIN_TLS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_PRELOAD = POSTTRAIN_TLS
+if _env_bool("POSTTRAIN_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 REDIS_URL = os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
 RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "")
@@ -104,6 +161,7 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
+    "axes",
     "webapp.middleware.RejectNulMiddleware",
     "webapp.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -121,6 +179,8 @@ TEMPLATES = [
         "DIRS": [BASE_DIR / "webapp" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
+    # Last, as django-axes requires: it turns a locked-out log-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
             "context_processors": [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
@@ -163,6 +223,30 @@ _plotly = importlib.util.find_spec("plotly")
 if _plotly is not None and _plotly.submodule_search_locations:
     STATICFILES_DIRS.append(
         ("plotly", str(Path(_plotly.submodule_search_locations[0]) / "package_data"))
+# django-axes first: it refuses a locked-out username+address before the password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# 5 wrong passwords for one username from one address lock that pair out for 15 minutes
+# (``manage.py axes_reset_username <name>`` lifts it early); a right one resets the count.
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "webapp.accounts.views.lockout"
+# Checked by the sign-up and password-change forms (``manage.py posttrain_demo`` sets its
+# demo password directly, so the development user keeps ``demo``).
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": 10},
+    },
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
     )
 MEDIA_ROOT = POSTTRAIN_DATA_DIR / "uploads"
 MEDIA_URL = "/media/"

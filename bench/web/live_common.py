@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -37,6 +38,8 @@ CHROMIUM_ARGS = [
 def setup_django(database: str) -> None:
     """Point Django at a scratch database named ``database`` and set it up."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+    # DEBUG off, as deployed (Daphne below too), needs a secret key: a throwaway one.
+    os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ["POSTTRAIN_TEST_DATABASE"] = database
     os.environ["REDIS_URL"] = REDIS_URL

@@ -20,11 +20,14 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import secrets
 import statistics
 import sys
 import time
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+# Production settings (DEBUG off) need a secret key; a throwaway one serves a benchmark.
+os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["POSTTRAIN_TEST_DATABASE"] = "bench_sample_inspector"
 

@@ -1,7 +1,10 @@
-"""Sign-up, available only when ``POSTTRAIN_ALLOW_SIGNUP`` is on (accounts come from an admin)."""
+"""Sign-up (only when ``POSTTRAIN_ALLOW_SIGNUP`` is on) and the page of a locked-out log-in."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from axes.helpers import get_cool_off
 from django.conf import settings
 from django.contrib.auth import login
 from django.contrib.auth.forms import UserCreationForm
@@ -18,3 +21,16 @@ def signup(request: HttpRequest) -> HttpResponse:
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         return redirect(settings.LOGIN_REDIRECT_URL)
     return render(request, "registration/signup.html", {"form": form})
+
+
+def lockout(
+    request: HttpRequest, original_response: Any = None, credentials: dict | None = None
+) -> HttpResponse:
+    """Answer a log-in that django-axes refused (``AXES_LOCKOUT_CALLABLE``): 429 and why."""
+    minutes = int(get_cool_off(request).total_seconds() // 60)
+    context = {
+        "username": (credentials or {}).get("username") or request.POST.get("username", ""),
+        "failure_limit": settings.AXES_FAILURE_LIMIT,
+        "minutes": minutes,
+    }
+    return render(request, "registration/lockout.html", context, status=429)
