@@ -221,7 +221,7 @@ def _driver_log_tail(run: Run) -> str:
         return ""
     with open(log, "rb") as f:
         f.seek(max(0, log.stat().st_size - ERROR_TAIL_CHARS))
-        tail = f.read().decode("utf-8", "replace")
+        tail = f.read().decode("utf-8", "replace").rstrip()
     return "\n\nthe end of its log (driver.log):\n" + tail
 
 
