@@ -149,6 +149,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "channels",
+    "axes",
     "webapp.accounts",
     "webapp.experiments",
     "webapp.runs",
@@ -161,12 +162,13 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "axes",
     "webapp.middleware.RejectNulMiddleware",
     "webapp.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes requires: it turns a locked-out log-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "webapp.urls"
@@ -179,8 +181,6 @@ TEMPLATES = [
         "DIRS": [BASE_DIR / "webapp" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
-    # Last, as django-axes requires: it turns a locked-out log-in into the lockout page.
-    "axes.middleware.AxesMiddleware",
             "context_processors": [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
@@ -211,18 +211,6 @@ CELERY_BEAT_SCHEDULE = {
     "mark-lost-runs": {"task": "workers.tasks.mark_lost_runs", "schedule": 15.0},
 }
 
-LOGIN_URL = "/accounts/login/"
-LOGIN_REDIRECT_URL = "/"
-LOGOUT_REDIRECT_URL = "/accounts/login/"
-
-STATIC_URL = "/static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
-STATICFILES_DIRS: list = [BASE_DIR / "frontend"]
-# Plotly's bundle ships inside the Python package; the charts load it as /static/plotly/plotly.min.js.
-_plotly = importlib.util.find_spec("plotly")
-if _plotly is not None and _plotly.submodule_search_locations:
-    STATICFILES_DIRS.append(
-        ("plotly", str(Path(_plotly.submodule_search_locations[0]) / "package_data"))
 # django-axes first: it refuses a locked-out username+address before the password is checked.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
@@ -247,6 +235,18 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+STATIC_URL = "/static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS: list = [BASE_DIR / "frontend"]
+# Plotly's bundle ships inside the Python package; the charts load it as /static/plotly/plotly.min.js.
+_plotly = importlib.util.find_spec("plotly")
+if _plotly is not None and _plotly.submodule_search_locations:
+    STATICFILES_DIRS.append(
+        ("plotly", str(Path(_plotly.submodule_search_locations[0]) / "package_data"))
     )
 MEDIA_ROOT = POSTTRAIN_DATA_DIR / "uploads"
 MEDIA_URL = "/media/"
