@@ -1,13 +1,15 @@
 """The live socket of a run (``/ws/runs/<id>/``): its backlog from PostgreSQL, then its events.
 
 On connect the consumer checks who asks (anonymous: close 4401; not the owner: close 4403, the
-same answer for a run that does not exist), joins the group ``run.<id>`` and only then reads the
-backlog, so no step recorded in between is lost; a step that arrives twice is sent once, since
-the consumer forwards only steps after the last one it sent. The backlog comes as the score
-series first (one cheap query, so the first chart draws at once), then every other series up to
-the same step, in messages under Daphne's 1 MiB limit. A client that reconnects passes
-``?since=<last step>`` (or sends ``{"since_step": N}`` at any time) and gets exactly the steps
-after N, not the backlog again.
+same answer for a run that does not exist; origins other than ``ALLOWED_HOSTS`` are refused before,
+by ``webapp.asgi``), joins its session's group (when the session ends, by a log-out or its
+deletion, the socket closes with 4401: see ``webapp.accounts.sessions``) and the group
+``run.<id>``, and only then reads the backlog, so no step recorded in between is lost; a step
+that arrives twice is sent once, since the consumer forwards only steps after the last one it
+sent. The backlog comes as the score series first (one cheap query, so the first chart draws
+at once), then every other series up to the same step, in messages under Daphne's 1 MiB limit.
+A client that reconnects passes ``?since=<last step>`` (or sends ``{"since_step": N}`` at any
+time) and gets exactly the steps after N, not the backlog again.
 
 Messages to the browser (JSON, ``type`` first):
 
@@ -28,6 +30,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from webapp.accounts.sessions import session_group_name
 from webapp.runs.metrics import (
     DEFAULT_MAX_POINTS,
     HEADLINE_METRICS,
@@ -81,6 +84,8 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
 
     run: Run | None = None
     last_step: int | None = None
+    session_group: str | None = None
+    closed_for_session: bool = False
 
     async def connect(self) -> None:
         # Accept first so the browser sees the close code (a refused handshake shows none).
@@ -89,6 +94,9 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
+        # Logging out (or deleting the session) closes this socket: webapp.accounts.sessions.
+        self.session_group = session_group_name(self.scope["session"].session_key)
+        await self.channel_layer.group_add(self.session_group, self.channel_name)
         run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
         self.run = await database_sync_to_async(run_for_owner)(user=user, run_id=run_id)
         if self.run is None:
@@ -113,6 +121,8 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
             await self.send_since(since)
 
     async def disconnect(self, code: int) -> None:
+        if self.session_group is not None:
+            await self.channel_layer.group_discard(self.session_group, self.channel_name)
         if self.run is not None:
             await self.channel_layer.group_discard(run_group_name(self.run.pk), self.channel_name)
 
@@ -212,3 +222,9 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
         elif kind == "samples":
             fields = ("step", "split", "count", "reward_mean")
             await self.send_json({"type": "samples", **{k: event.get(k) for k in fields}})
+
+    async def session_ended(self, event: dict[str, Any]) -> None:
+        """Close the socket: its session ended (logged out, deleted or expired and cleared)."""
+        if not self.closed_for_session:  # a log-out also deletes the session: two messages
+            self.closed_for_session = True
+            await self.close(code=CLOSE_UNAUTHENTICATED)
