@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import subprocess
 import sys
 import threading
@@ -45,11 +46,33 @@ def database_url() -> str:
     return f"postgresql://{auth}@{host}:{port}/{quote(db['NAME'], safe='')}"
 
 
-def driver_env() -> dict[str, str]:
-    """Return the variables a driver needs beyond the worker's own environment."""
+# What a local driver keeps of the worker's environment: system basics, the studio's and Ray's
+# settings, thread counts, the GPU runtime's variables and the model caches. Anything else (cloud
+# keys, tokens, the web app's secret key) stays with the worker.
+DRIVER_ENV_NAMES = frozenset(
+    {
+        "PATH", "HOME", "LANG", "TZ", "TMPDIR",
+        "DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "DJANGO_DEBUG",
+        "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TOKENIZERS_PARALLELISM",
+        "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+        "PYTHONPATH", "VIRTUAL_ENV",
+        "LD_LIBRARY_PATH",  # where a GPU host keeps its CUDA libraries
+    }
+)  # fmt: skip
+DRIVER_ENV_PREFIXES = ("LC_", "POSTTRAIN_", "RAY_", "CUDA_", "NVIDIA_")
+
+
+def driver_settings_env() -> dict[str, str]:
+    """Return the variables a driver needs set: settings, database, Redis, data, threads.
+
+    The driver loads the studio's settings but signs nothing (no sessions, no links), so it gets
+    a fresh random ``DJANGO_SECRET_KEY`` of its own instead of the web app's: the real key never
+    reaches a driver, a Ray Job's recorded environment or the code a run executes.
+    """
     env = {
         **CPU_PROCESS_ENV,
         "DJANGO_SETTINGS_MODULE": "webapp.settings",
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
         "DATABASE_URL": database_url(),
         "REDIS_URL": settings.REDIS_URL,
         "POSTTRAIN_DATA_DIR": str(settings.POSTTRAIN_DATA_DIR),
@@ -60,6 +83,17 @@ def driver_env() -> dict[str, str]:
     return env
 
 
+def driver_env() -> dict[str, str]:
+    """Return a local driver's whole environment: the worker's allowed variables, then
+    :func:`driver_settings_env` (``DRIVER_ENV_NAMES`` and ``DRIVER_ENV_PREFIXES`` say which)."""
+    kept = {
+        key: value
+        for key, value in os.environ.items()
+        if key in DRIVER_ENV_NAMES or key.startswith(DRIVER_ENV_PREFIXES)
+    }
+    return {**kept, **driver_settings_env()}
+
+
 def spawn_local_driver(run_id: int) -> str:
     """Start ``python -m workers.driver <run_id>`` in its own session; return ``pid:<n>``."""
     folder = run_dir(run_id)
@@ -68,7 +102,7 @@ def spawn_local_driver(run_id: int) -> str:
         process = subprocess.Popen(
             [sys.executable, "-m", "workers.driver", str(run_id)],
             cwd=settings.BASE_DIR,
-            env={**os.environ, **driver_env()},
+            env=driver_env(),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -90,7 +124,9 @@ def submit_ray_job(run_id: int, address: str) -> str:
     job_id = client.submit_job(
         entrypoint=f"python -m workers.driver {run_id}",
         submission_id=f"posttrain-run-{run_id}",
-        runtime_env={"env_vars": driver_env()},
+        # The job starts from the Ray node's own environment (its PATH, its GPUs): set only what
+        # the driver needs on top, not the worker's variables.
+        runtime_env={"env_vars": driver_settings_env()},
     )
     return f"ray:{job_id}"
 

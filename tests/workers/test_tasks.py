@@ -11,10 +11,17 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from engine.env import CPU_PROCESS_ENV
 from tests.webapp.fixtures import make_experiment
 from webapp.runs.models import Run, RunStatus
 from webapp.runs.services import run_cancel, run_create
-from workers.tasks import database_url, driver_env, mark_lost_runs, start_run
+from workers.tasks import (
+    database_url,
+    driver_env,
+    driver_settings_env,
+    mark_lost_runs,
+    start_run,
+)
 
 
 @pytest.mark.django_db
@@ -37,6 +44,28 @@ def test_a_thread_count_set_for_the_worker_carries_over_to_the_driver(monkeypatc
     monkeypatch.setenv("MKL_NUM_THREADS", "5")
     env = driver_env()
     assert (env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"]) == ("3", "5")
+
+
+@pytest.mark.django_db
+def test_the_driver_gets_only_the_allowed_variables_and_its_own_secret_key(monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "worker-only-aws-secret")
+    monkeypatch.setenv("GITHUB_TOKEN", "worker-only-token")
+    monkeypatch.setenv("DJANGO_SECRET_KEY", "the-web-apps-secret-" * 3)
+    monkeypatch.setenv("POSTTRAIN_REWARD_MODULES_DIR", "/srv/rewards")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    env = driver_env()
+    assert "AWS_SECRET_ACCESS_KEY" not in env and "GITHUB_TOKEN" not in env
+    assert not {"worker-only-aws-secret", "worker-only-token"} & set(env.values())
+    assert env["DJANGO_SECRET_KEY"] != os.environ["DJANGO_SECRET_KEY"]
+    assert len(env["DJANGO_SECRET_KEY"]) >= 50  # a fresh one per driver
+    assert driver_env()["DJANGO_SECRET_KEY"] != env["DJANGO_SECRET_KEY"]
+    assert env["POSTTRAIN_REWARD_MODULES_DIR"] == "/srv/rewards"
+    assert (env["CUDA_VISIBLE_DEVICES"], env["LC_ALL"]) == ("1", "C.UTF-8")
+    assert env["PATH"] == os.environ["PATH"]
+    # A Ray Job starts from its node's environment: it gets the settings variables only.
+    settings_names = {"DJANGO_SETTINGS_MODULE", "DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL"}
+    assert set(driver_settings_env()) == {*CPU_PROCESS_ENV, *settings_names, "POSTTRAIN_DATA_DIR"}
 
 
 @pytest.mark.django_db
