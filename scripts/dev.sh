@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything and run PostTrain Studio on this machine: the web app (ASGI, daphne), a Celery
-# worker with beat, a local Ray head, and a tiny demo experiment on the embedded model.
+# worker, Celery beat, a local Ray head, and a tiny demo experiment on the embedded model.
+# Development mode (DJANGO_DEBUG=1): no secret key needed; never expose this to a network.
 # Ctrl-C stops it all. POSTTRAIN_PORT (default 8000) picks the port; POSTTRAIN_DEMO_EXIT=1 exits
 # once the demo run has finished (its status decides the exit code).
 source "$(dirname "$0")/lib.sh"
@@ -18,6 +19,7 @@ if [ -z "${DATABASE_URL:-}" ]; then
 fi
 LOGS="$ROOT/var/log"; mkdir -p "$LOGS"
 export PYTHONUNBUFFERED=1
+export DJANGO_DEBUG="${DJANGO_DEBUG:-1}"
 
 say "migrating the database"
 "$PY" manage.py migrate --noinput >/dev/null
@@ -45,8 +47,12 @@ fi
 if [ -z "${RAY_ADDRESS:-}" ]; then export POSTTRAIN_RAY_HEAD="$RAY_HEAD"; fi
 
 say "starting the Celery worker (logs: var/log/worker.log)"
-"$VENV/bin/celery" -A workers.celery_app worker --beat --pool=solo --concurrency=1 \
-  --loglevel=INFO -s "$ROOT/var/celerybeat-schedule" >"$LOGS/worker.log" 2>&1 &
+"$VENV/bin/celery" -A workers.celery_app worker --pool=solo --concurrency=1 \
+  --loglevel=INFO >"$LOGS/worker.log" 2>&1 &
+pids+=($!)
+say "starting Celery beat, the lost-run sweep (logs: var/log/beat.log)"
+"$VENV/bin/celery" -A workers.celery_app beat --loglevel=INFO \
+  --schedule="$ROOT/var/celerybeat-schedule" >"$LOGS/beat.log" 2>&1 &
 pids+=($!)
 say "starting the web app on http://127.0.0.1:$PORT (logs: var/log/web.log)"
 "$VENV/bin/daphne" -b 127.0.0.1 -p "$PORT" webapp.asgi:application >"$LOGS/web.log" 2>&1 &

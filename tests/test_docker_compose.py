@@ -16,7 +16,10 @@ from webapp.settings import database_from_url
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
-APP_SERVICES = ["web", "worker", "ray-head", "worker-gpu"]
+APP_SERVICES = ["web", "worker", "beat", "ray-head", "worker-gpu"]
+# Where the site's settings load (and need the secret key), and where drivers run reward code.
+SITE_SERVICES = ["web", "worker", "beat"]
+SANDBOX_SERVICES = ["worker", "ray-head", "worker-gpu"]
 # Variables read by libraries rather than by our code.
 LIBRARY_VARS = {"OMP_NUM_THREADS", "RAY_AUTH_MODE"}
 
@@ -24,7 +27,7 @@ LIBRARY_VARS = {"OMP_NUM_THREADS", "RAY_AUTH_MODE"}
 def env_vars_read_by_code() -> set[str]:
     """Return the environment variable names our packages read."""
     pattern = re.compile(
-        r"""(?:os\.environ\.get|os\.getenv|_env_bool)\(\s*["']([A-Z_]+)["']"""
+        r"""(?:os\.environ\.get|os\.getenv|_env_bool|_env_list)\(\s*["']([A-Z_]+)["']"""
         r"""|os\.environ\[["']([A-Z_]+)["']\]"""
     )
     names: set[str] = set()
@@ -44,7 +47,7 @@ def flag(command: list[str], name: str) -> str:
 
 
 def test_services_are_the_documented_ones():
-    assert set(SERVICES) == {"postgres", "redis", "ray-head", "web", "worker", "worker-gpu"}
+    assert set(SERVICES) == {"postgres", "redis", "ray-head", "web", "worker", "beat", "worker-gpu"}
     assert SERVICES["worker-gpu"]["profiles"] == ["gpu"]
     assert SERVICES["worker-gpu"]["build"]["args"]["EXTRAS"] == "gpu"
 
@@ -59,6 +62,49 @@ def test_app_environment_matches_settings(service):
     unknown = set(env) - read - LIBRARY_VARS
     assert not unknown, f"{service} sets variables no code reads: {unknown}"
     assert env["POSTTRAIN_DATA_DIR"] in {v.split(":")[1] for v in SERVICES[service]["volumes"]}
+
+
+@pytest.mark.parametrize("service", APP_SERVICES)
+def test_every_app_service_runs_in_production_mode(service):
+    env = SERVICES[service]["environment"]
+    assert env["DJANGO_DEBUG"] == "0"
+    assert env["DJANGO_ALLOWED_HOSTS"] == "localhost,127.0.0.1"
+    secret = env.get("DJANGO_SECRET_KEY")
+    if service in SITE_SERVICES:  # required: compose stops with the message when it is unset
+        assert re.fullmatch(r"\$\{DJANGO_SECRET_KEY:\?set DJANGO_SECRET_KEY .+\}", secret), secret
+    else:  # drivers get a throwaway key of their own (workers.tasks.driver_settings_env)
+        assert secret is None
+
+
+def test_beat_is_one_service_of_its_own_and_the_worker_does_not_beat():
+    worker = SERVICES["worker"]["command"]
+    beat = SERVICES["beat"]["command"]
+    assert "--beat" not in worker and "-B" not in worker
+    assert beat[:4] == ["celery", "-A", worker[worker.index("-A") + 1], "beat"]
+    assert flag(beat, "schedule").startswith("/data/")  # the volume the image's user owns
+    assert "deploy" not in SERVICES["beat"]  # never scaled: two beats would double the sweep
+
+
+@pytest.mark.parametrize("service", SANDBOX_SERVICES)
+def test_services_running_reward_code_may_build_the_bubblewrap_sandbox(service):
+    options = set(SERVICES[service]["security_opt"])
+    assert options == {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"}
+    assert "privileged" not in SERVICES[service] and "cap_add" not in SERVICES[service]
+    assert "security_opt" not in SERVICES["web"]
+
+
+def test_the_image_runs_as_an_unprivileged_user_with_bubblewrap():
+    instructions = dockerfile_instructions((ROOT / "Dockerfile").read_text())
+    runs = " ".join(arguments for keyword, arguments in instructions if keyword == "RUN")
+    assert re.search(r"apt-get install [^&]*\bbubblewrap\b", runs)
+    assert "useradd --uid 10001" in runs and "posttrain" in runs
+    assert "chown posttrain:posttrain /data" in runs
+    users = [
+        (i, arguments) for i, (keyword, arguments) in enumerate(instructions) if keyword == "USER"
+    ]
+    assert [arguments for _, arguments in users] == ["posttrain"]
+    last_run = max(i for i, (keyword, _) in enumerate(instructions) if keyword == "RUN")
+    assert users[0][0] > last_run  # installed as root, run as posttrain
 
 
 def test_urls_point_at_the_services():
