@@ -134,6 +134,15 @@ POSTTRAIN_HEARTBEAT_TIMEOUT_S = int(os.environ.get("POSTTRAIN_HEARTBEAT_TIMEOUT_
 POSTTRAIN_STALL_AFTER_S: float | None = None
 if os.environ.get("POSTTRAIN_STALL_AFTER_S"):
     POSTTRAIN_STALL_AFTER_S = float(os.environ["POSTTRAIN_STALL_AFTER_S"])
+# Per-user launch limits (``webapp.runs.quotas``): runs waiting for a worker (queued or
+# starting), and runs that hold or are about to hold a driver (queued, starting or running).
+POSTTRAIN_MAX_QUEUED_RUNS_PER_USER = int(os.environ.get("POSTTRAIN_MAX_QUEUED_RUNS_PER_USER", "5"))
+POSTTRAIN_MAX_ACTIVE_RUNS_PER_USER = int(os.environ.get("POSTTRAIN_MAX_ACTIVE_RUNS_PER_USER", "8"))
+# Per-run caps: ranks (trainer.n_gpus_per_node x trainer.nnodes), reward processes
+# (reward.num_workers) and training steps (trainer.total_training_steps, or epochs x batches).
+POSTTRAIN_MAX_RANKS = int(os.environ.get("POSTTRAIN_MAX_RANKS", "8"))
+POSTTRAIN_MAX_REWARD_WORKERS = int(os.environ.get("POSTTRAIN_MAX_REWARD_WORKERS", "16"))
+POSTTRAIN_MAX_TRAINING_STEPS = int(os.environ.get("POSTTRAIN_MAX_TRAINING_STEPS", "100000"))
 # Custom reward functions are picked from the *.py files an administrator places here.
 POSTTRAIN_REWARD_MODULES_DIR = Path(
     os.environ.get("POSTTRAIN_REWARD_MODULES_DIR") or BASE_DIR / "rewards_contrib"

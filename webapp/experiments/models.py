@@ -36,3 +36,24 @@ class Experiment(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("experiments:detail", kwargs={"experiment_id": self.pk})
+
+
+class LaunchKey(models.Model):
+    """The token of one rendered launch or resume form, and the run its first POST created.
+
+    A second POST of the same form (a double click, a browser retrying the request) finds the
+    key and gets that run back instead of a new one (``webapp.runs.services.run_create``).
+    """
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=64)
+    run = models.OneToOneField("runs.Run", on_delete=models.CASCADE, related_name="launch_key")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "key"], name="launchkey_unique_owner_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} -> run {self.run_id}"

@@ -32,15 +32,32 @@ from webapp.experiments.services import (
     experiment_delete,
     experiment_set_archived,
 )
-from webapp.runs.models import RunStatus
+from webapp.runs.models import Run, RunStatus
+from webapp.runs.quotas import LaunchRefused
 from webapp.runs.selectors import run_list_for_user
-from webapp.runs.services import run_create
+from webapp.runs.services import AlreadyLaunched, run_create
 
 
 def _experiment(request: HttpRequest, experiment_id: int) -> Experiment:
     return get_object_or_404(
         experiment_list_for_user(user=request.user, archived=None), pk=experiment_id
     )
+
+
+def flash_launched(request: HttpRequest, run: Run, text: str) -> None:
+    """Flash ``text`` if the broker took the run's start, otherwise why the run did not start."""
+    run.refresh_from_db(fields=["status", "error"])
+    if run.status == RunStatus.FAILED:
+        reason = run.error.partition("\n")[0]
+        messages.error(request, f"Run #{run.number} did not start: {reason}")
+    else:
+        messages.success(request, text)
+
+
+def flash_already_launched(request: HttpRequest, exc: AlreadyLaunched) -> HttpResponse:
+    """Send a repeated POST of a launch form to the run the first one made."""
+    messages.info(request, f"Run #{exc.run.number} was already launched from this page.")
+    return redirect(exc.run)
 
 
 def yaml_response(config: PPOConfig | dict, filename: str) -> HttpResponse:
@@ -127,13 +144,21 @@ def experiment_new(request: HttpRequest) -> HttpResponse:
                     tags=data["tags"],
                     preset=data["preset"],
                 )
-                run = run_create(experiment=experiment) if data["launch"] else None
+                run = (
+                    run_create(experiment=experiment, launch_key=request.POST.get("launch_key", ""))
+                    if data["launch"]
+                    else None
+                )
         except ConfigValidationError as exc:
             form.add_config_errors(exc)
+        except LaunchRefused as exc:
+            form.add_error(None, str(exc))
+        except AlreadyLaunched as exc:  # the experiment this POST made is rolled back
+            return flash_already_launched(request, exc)
         else:
             if run is None:
                 return redirect(experiment)
-            messages.success(request, f"Run #{run.number} queued.")
+            flash_launched(request, run, f"Run #{run.number} queued.")
             return redirect(run)
     return render_builder(request, form, status=400)
 
@@ -206,11 +231,13 @@ def experiment_yaml(request: HttpRequest, experiment_id: int) -> HttpResponse:
 def experiment_launch(request: HttpRequest, experiment_id: int) -> HttpResponse:
     experiment = _experiment(request, experiment_id)
     try:
-        run = run_create(experiment=experiment)
-    except ConfigValidationError as exc:
+        run = run_create(experiment=experiment, launch_key=request.POST.get("launch_key", ""))
+    except AlreadyLaunched as exc:
+        return flash_already_launched(request, exc)
+    except (ConfigValidationError, LaunchRefused) as exc:
         messages.error(request, str(exc))
         return redirect(experiment)
-    messages.success(request, f"Run #{run.number} queued.")
+    flash_launched(request, run, f"Run #{run.number} queued.")
     return redirect(run)
 
 

@@ -3,11 +3,15 @@
 Starting a run queues ``workers.tasks.start_run``; what the task and the driver write (the
 start, heartbeats, the end state, metrics, samples) is ``webapp.runs.recording``. Every status
 change goes through ``recording.transition`` and its table of allowed changes.
+
+A launch is checked against the server's limits (``webapp.runs.quotas``) and may carry the
+launch key of the form it came from: the same key again gets the run it made, not a new one.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import time
 from functools import partial
@@ -15,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from engine.config import PPOConfig, config_to_dict, set_value
+from engine.config import ConfigValidationError, PPOConfig, config_to_dict, set_value
 from webapp.experiments.configs import as_config, config_check
-from webapp.experiments.models import Experiment
+from webapp.experiments.models import Experiment, LaunchKey
 from webapp.runs.models import (
     ACTIVE_STATUSES,
     DRIVER_STATUSES,
@@ -29,14 +34,27 @@ from webapp.runs.models import (
     Run,
     RunStatus,
 )
+from webapp.runs.quotas import LaunchRefused, run_count_check, run_size_errors
 from webapp.runs.recording import publish_status_on_commit, transition
 from webapp.runs.selectors import run_latest_checkpoint
 
 logger = logging.getLogger(__name__)
 
 
+# What a launch form's hidden ``launch_key`` holds: ``secrets.token_urlsafe`` output.
+LAUNCH_KEY_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,64}")
+
+
 class RunStateError(Exception):
     """The run is not in a state that allows the action; the message says what would."""
+
+
+class AlreadyLaunched(Exception):
+    """The launch key was used before: ``run`` is the run that launch made."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        super().__init__(f"run #{run.number} was already launched from this form")
 
 
 def run_dir(run_id: int) -> Path:
@@ -75,20 +93,44 @@ def run_create(
     experiment: Experiment,
     config: PPOConfig | dict[str, Any] | None = None,
     parent: Run | None = None,
+    launch_key: str = "",
 ) -> Run:
     """Queue a new run of ``experiment`` and start it through Celery once the transaction commits.
 
-    ``config`` defaults to the experiment's; it is validated by the engine (``ConfigValidationError``
-    otherwise, and nothing is created). The run gets its own checkpoint folder; a run without a
-    ``parent`` starts fresh (``resume_mode=disable``: a run never restarts in place, a resume is a
-    new run), a resumed one keeps the resume settings ``run_resume`` put in.
+    ``config`` defaults to the experiment's; it is validated by the engine and held to the
+    server's size caps (``ConfigValidationError`` otherwise). ``LaunchRefused`` when the owner is
+    at a run limit or ``launch_key`` is malformed; ``AlreadyLaunched`` when ``launch_key`` made a
+    run before. In all three cases nothing is created. The run gets its own checkpoint folder; a
+    run without a ``parent`` starts fresh (``resume_mode=disable``: a run never restarts in
+    place, a resume is a new run), a resumed one keeps the resume settings ``run_resume`` put in.
     """
+    if launch_key and not LAUNCH_KEY_PATTERN.fullmatch(launch_key):
+        raise LaunchRefused(
+            f"launch_key must be 16 to 64 letters, digits, '-' or '_' (got {len(launch_key)} "
+            "characters); reload the page for a fresh form"
+        )
     cfg = as_config(experiment.config if config is None else config)
     if parent is None:
         set_value(cfg, "trainer.resume_mode", "disable")
         set_value(cfg, "trainer.resume_from_path", None)
-    config_check(owner=experiment.owner, config=cfg)
+    size_errors = run_size_errors(owner=experiment.owner, config=cfg)
+    try:
+        config_check(owner=experiment.owner, config=cfg)
+    except ConfigValidationError as exc:
+        raise ConfigValidationError([*exc.errors, *size_errors], exc.warnings) from None
+    if size_errors:
+        raise ConfigValidationError(size_errors)
     with transaction.atomic():
+        # One launch of a user at a time: the key lookup and the counts below stay true until
+        # this run is written. NO KEY UPDATE does not wait for inserts that reference the user.
+        get_user_model().objects.select_for_update(no_key=True).filter(
+            pk=experiment.owner_id
+        ).first()
+        if launch_key:
+            used = LaunchKey.objects.filter(owner_id=experiment.owner_id, key=launch_key).first()
+            if used is not None:
+                raise AlreadyLaunched(used.run)
+        run_count_check(owner_id=experiment.owner_id)
         Experiment.objects.select_for_update().filter(pk=experiment.pk).first()
         last = experiment.runs.aggregate(last=Max("number"))["last"] or 0
         run = Run.objects.create(
@@ -99,6 +141,8 @@ def run_create(
             status=RunStatus.QUEUED,
             config={},
         )
+        if launch_key:
+            LaunchKey.objects.create(owner_id=experiment.owner_id, key=launch_key, run=run)
         _move_aside(run_dir(run.pk))
         checkpoints = run_dir(run.pk) / "checkpoints"
         set_value(cfg, "trainer.default_local_dir", str(checkpoints))
@@ -111,10 +155,11 @@ def run_create(
     return run
 
 
-def run_resume(*, run: Run) -> Run:
+def run_resume(*, run: Run, launch_key: str = "") -> Run:
     """Queue a new run that continues ``run`` from its last checkpoint (step numbers continue).
 
-    Raise ``RunStateError`` unless the run was cancelled, failed or lost and saved a checkpoint.
+    Raise ``RunStateError`` unless the run was cancelled, failed or lost and saved a checkpoint;
+    ``launch_key`` and the other refusals are ``run_create``'s.
     """
     if run.status not in RESUMABLE_STATUSES:
         raise RunStateError(
@@ -129,7 +174,7 @@ def run_resume(*, run: Run) -> Run:
     cfg = as_config(run.config)
     set_value(cfg, "trainer.resume_mode", "resume_path")
     set_value(cfg, "trainer.resume_from_path", str(checkpoint))
-    return run_create(experiment=run.experiment, config=cfg, parent=run)
+    return run_create(experiment=run.experiment, config=cfg, parent=run, launch_key=launch_key)
 
 
 def run_cancel(*, run: Run) -> Run:

@@ -24,7 +24,12 @@ from django.views.decorators.http import require_POST
 
 from engine.config import ConfigValidationError
 from webapp.experiments.configs import as_config
-from webapp.experiments.views import builder_for_config, yaml_response
+from webapp.experiments.views import (
+    builder_for_config,
+    flash_already_launched,
+    flash_launched,
+    yaml_response,
+)
 from webapp.runs.metrics import (
     DEFAULT_MAX_POINTS,
     run_metric_series,
@@ -32,13 +37,20 @@ from webapp.runs.metrics import (
     run_metrics_json,
 )
 from webapp.runs.models import Run
+from webapp.runs.quotas import LaunchRefused
 from webapp.runs.selectors import (
     run_config_diff,
     run_latest_checkpoint,
     run_latest_metrics,
     run_list_for_user,
 )
-from webapp.runs.services import RunStateError, run_cancel, run_delete, run_resume
+from webapp.runs.services import (
+    AlreadyLaunched,
+    RunStateError,
+    run_cancel,
+    run_delete,
+    run_resume,
+)
 
 
 def _run(request: HttpRequest, run_id: int) -> Run:
@@ -81,11 +93,15 @@ def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
 def run_resume_view(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run(request, run_id)
     try:
-        resumed = run_resume(run=run)
-    except (RunStateError, ConfigValidationError) as exc:
+        resumed = run_resume(run=run, launch_key=request.POST.get("launch_key", ""))
+    except AlreadyLaunched as exc:
+        return flash_already_launched(request, exc)
+    except (RunStateError, ConfigValidationError, LaunchRefused) as exc:
         messages.error(request, str(exc))
         return redirect(run)
-    messages.success(request, f"Run #{resumed.number} queued; it continues run #{run.number}.")
+    flash_launched(
+        request, resumed, f"Run #{resumed.number} queued; it continues run #{run.number}."
+    )
     return redirect(resumed)
 
 
