@@ -8,8 +8,10 @@ ${actor_rollout_ref.actor.ppo_mini_batch_size}``), the field here defaults to ``
 
 Field metadata carries everything the CLI, the validator and the web form need:
 ``help`` (every field), ``choices`` (valid string values), ``gt``/``ge``/``lt``/``le`` (bounds of
-a number), ``basic`` (shown outside the form's advanced section) and ``runtime`` (Python-only
-objects, never serialised or shown in the form).
+a number; a count's maximum is a ``Limit`` that says why: what the database or the engine holds),
+``resource`` (what a string names: a path, code, a module or a server setting), ``basic`` (shown
+outside the form's advanced section) and ``runtime`` (Python-only objects, never serialised or
+shown in the form).
 PostTrain extensions to verl's schema: the ``reward`` section, ``algorithm.
 allow_single_sample_groups``, ``trainer.device``, ``trainer.controller`` and ``trainer.seed``.
 """
@@ -34,6 +36,34 @@ from engine.rewards.names import REWARD_COMPONENTS, REWARD_FN_NAMES  # noqa: F40
 from engine.rollout import ROLLOUT_NAMES
 
 STRATEGIES = ("fsdp", "fsdp2")
+
+
+class Limit(int):
+    """An upper bound of a count that carries why it exists, for the validator's message."""
+
+    why: str
+
+    def __new__(cls, value: int, why: str) -> "Limit":
+        limit = super().__new__(cls, value)
+        limit.why = why
+        return limit
+
+
+# The largest counts a config may ask for, so that a run never fails at its start (or hours in)
+# on a number the database or the engine cannot hold: steps, indices and lengths are PostgreSQL
+# ``integer`` columns (a run's total and latest step, each sample's step, index and length).
+MAX_STEPS = Limit(2**31 - 1, "step numbers are stored as 32-bit integers")
+MAX_EPOCHS = Limit(1_000_000, "epochs times batches per epoch is the step count, a 32-bit integer")
+MAX_TOKENS = Limit(2**20, "the longest prompt or response the engine allocates for")
+MAX_TOKEN_BUDGET = Limit(2**24, "the most tokens one micro-batch or sequence holds")
+MAX_BATCH = Limit(2**20, "the most prompts or samples one batch holds")
+MAX_WORKERS = Limit(1024, "the most processes of one kind a run starts")
+# What a string field names, for the studio's rules on a shared server (webapp.experiments.configs):
+#   path    a file or folder the run reads (data, model, tokenizer, checkpoint to resume from)
+#   code    a Python file whose code the run executes
+#   module  a Python module the run imports by name
+#   server  a setting of the machine the run uses (a folder it writes, a cluster address)
+RESOURCES = ("path", "code", "module", "server")
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 DATA_KEY_MAP_TARGETS = ("prompt", "ground_truth", "data_source", "ability")
 
@@ -96,12 +126,16 @@ def _f(
     ge: float | None = None,
     lt: float | None = None,
     le: float | None = None,
+    resource: str | None = None,
 ) -> Any:
     """Return a field with help text; mutable defaults are copied per instance.
 
     ``gt``, ``ge``, ``lt`` and ``le`` bound a number (``> gt``, ``>= ge``, ...; None passes):
-    the validator checks them and the form gives its input ``min`` and ``max``.
+    the validator checks them and the form gives its input ``min`` and ``max``. ``resource``
+    says what a string names (one of ``RESOURCES``: path, code, module, server).
     """
+    if resource is not None and resource not in RESOURCES:
+        raise ValueError(f"resource={resource!r}: must be one of {', '.join(RESOURCES)}")
     metadata = {
         "help": help,
         "choices": choices,
@@ -110,6 +144,7 @@ def _f(
         "ge": ge,
         "lt": lt,
         "le": le,
+        "resource": resource,
     }
     if isinstance(default, list | dict):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
@@ -133,19 +168,31 @@ def _runtime(help: str) -> Any:
 
 @dataclass
 class DataConfig(_Section):
-    tokenizer: str | None = _f(None, "Tokenizer folder for the data; null uses the actor's.")
+    tokenizer: str | None = _f(
+        None, "Tokenizer folder for the data; null uses the actor's.", resource="path"
+    )
     train_files: str | list[str] | None = _f(
-        None, "Training data: a parquet/JSONL/CSV file or a list of them.", basic=True
+        None,
+        "Training data: a parquet/JSONL/CSV file or a list of them.",
+        basic=True,
+        resource="path",
     )
     val_files: str | list[str] | None = _f(
-        None, "Validation data (needed when trainer.test_freq > 0 or val_before_train).", basic=True
+        None,
+        "Validation data (needed when trainer.test_freq > 0 or val_before_train).",
+        basic=True,
+        resource="path",
     )
     prompt_key: str = _f("prompt", "Column holding the prompt (chat messages or text).")
     reward_fn_key: str = _f("data_source", "Column that selects the reward function.")
-    max_prompt_length: int = _f(512, "Longest prompt in tokens.", basic=True, gt=0)
-    max_response_length: int = _f(512, "Most tokens generated per response.", basic=True, gt=0)
-    train_batch_size: int = _f(1024, "Prompts per training step.", basic=True, gt=0)
-    val_batch_size: int | None = _f(None, "Prompts per validation batch; null: whole set.", gt=0)
+    max_prompt_length: int = _f(512, "Longest prompt in tokens.", basic=True, gt=0, le=MAX_TOKENS)
+    max_response_length: int = _f(
+        512, "Most tokens generated per response.", basic=True, gt=0, le=MAX_TOKENS
+    )
+    train_batch_size: int = _f(1024, "Prompts per training step.", basic=True, gt=0, le=MAX_BATCH)
+    val_batch_size: int | None = _f(
+        None, "Prompts per validation batch; null: whole set.", gt=0, le=MAX_BATCH
+    )
     return_raw_input_ids: bool = _f(False, "Also return unpadded prompt ids.")
     return_raw_chat: bool = _f(False, "Also return the prompt as chat messages.")
     return_full_prompt: bool = _f(False, "Also return the prompt with the chat template applied.")
@@ -153,7 +200,7 @@ class DataConfig(_Section):
     validation_shuffle: bool = _f(False, "Shuffle the validation data.")
     seed: int = _f(1, "Seed of the training data shuffle.")
     dataloader_num_workers: int = _f(
-        8, "Data loader worker processes (0: load in the driver).", ge=0
+        8, "Data loader worker processes (0: load in the driver).", ge=0, le=MAX_WORKERS
     )
     truncation: str = _f(
         "error",
@@ -170,11 +217,18 @@ class DataConfig(_Section):
 @dataclass
 class ModelConfig(_Section):
     path: str | None = _f(
-        None, "Hugging Face model folder (or tiny://model, the embedded model).", basic=True
+        None,
+        "Hugging Face model folder (or tiny://model, the embedded model).",
+        basic=True,
+        resource="path",
     )
-    tokenizer_path: str | None = _f(None, "Tokenizer folder; null: the model path.")
+    tokenizer_path: str | None = _f(
+        None, "Tokenizer folder; null: the model path.", resource="path"
+    )
     custom_chat_template: str | None = _f(None, "Jinja chat template replacing the tokenizer's.")
-    external_lib: str | None = _f(None, "Python module to import so a custom model registers.")
+    external_lib: str | None = _f(
+        None, "Python module to import so a custom model registers.", resource="module"
+    )
     override_config: dict[str, Any] = _f({}, "Overrides of the model's config.json values.")
     trust_remote_code: bool = _f(False, "Allow custom model code from the model folder.")
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations to save memory.")
@@ -199,14 +253,16 @@ class PolicyLossConfig(_Section):
 @dataclass
 class OptimConfig(_Section):
     lr: float = _f(1e-6, "Learning rate.", basic=True, gt=0)
-    lr_warmup_steps: int = _f(-1, "Warm-up steps; -1: use lr_warmup_steps_ratio.")
+    lr_warmup_steps: int = _f(-1, "Warm-up steps; -1: use lr_warmup_steps_ratio.", le=MAX_STEPS)
     lr_warmup_steps_ratio: float = _f(0.0, "Warm-up as a fraction of the total steps.", ge=0, le=1)
     min_lr_ratio: float = _f(0.0, "Cosine schedule floor as a fraction of lr.", ge=0, le=1)
     num_cycles: float = _f(0.5, "Cosine schedule cycles.")
     warmup_style: str = _f("constant", "Schedule after warm-up.", choices=("constant", "cosine"))
     weight_decay: float = _f(0.01, "AdamW weight decay.", ge=0)
     betas: list[float] = _f([0.9, 0.999], "AdamW betas.")
-    total_training_steps: int = _f(-1, "Set by the trainer from the data; -1: not known yet.")
+    total_training_steps: int = _f(
+        -1, "Set by the trainer from the data; -1: not known yet.", le=MAX_STEPS
+    )
 
 
 @dataclass
@@ -235,16 +291,19 @@ class CheckpointConfig(_Section):
 @dataclass
 class ActorConfig(_Section):
     strategy: str = _f("fsdp2", "Training backend.", choices=STRATEGIES)
-    ppo_mini_batch_size: int = _f(256, "Prompts per optimizer step.", basic=True, gt=0)
+    ppo_mini_batch_size: int = _f(
+        256, "Prompts per optimizer step.", basic=True, gt=0, le=MAX_BATCH
+    )
     ppo_micro_batch_size_per_gpu: int | None = _f(
         None,
         "Samples per forward pass per GPU; null: the whole per-GPU mini-batch.",
         basic=True,
         gt=0,
+        le=MAX_BATCH,
     )
     use_dynamic_bsz: bool = _f(False, "Pack micro-batches by token count.")
     ppo_max_token_len_per_gpu: int = _f(
-        16384, "Token budget per micro-batch (use_dynamic_bsz).", gt=0
+        16384, "Token budget per micro-batch (use_dynamic_bsz).", gt=0, le=MAX_TOKEN_BUDGET
     )
     grad_clip: float = _f(1.0, "Gradient norm clip.", gt=0)
     clip_ratio: float = _f(0.2, "PPO clip range epsilon.", gt=0)
@@ -267,10 +326,15 @@ class ActorConfig(_Section):
 @dataclass
 class RefConfig(_Section):
     log_prob_micro_batch_size_per_gpu: int | None = _f(
-        None, "Samples per reference forward per GPU; null: the whole per-GPU batch.", gt=0
+        None,
+        "Samples per reference forward per GPU; null: the whole per-GPU batch.",
+        gt=0,
+        le=MAX_BATCH,
     )
     log_prob_use_dynamic_bsz: bool | None = _f(None, "Null: actor.use_dynamic_bsz.")
-    log_prob_max_token_len_per_gpu: int | None = _f(None, "Null: actor.ppo_max_token_len_per_gpu.")
+    log_prob_max_token_len_per_gpu: int | None = _f(
+        None, "Null: actor.ppo_max_token_len_per_gpu.", le=MAX_TOKEN_BUDGET
+    )
     fsdp_config: FSDPConfig = _section(FSDPConfig, "Reference model FSDP settings.")
 
 
@@ -279,7 +343,7 @@ class ValKwargsConfig(_Section):
     top_k: int = _f(-1, "Validation top-k; -1: off.")
     top_p: float = _f(1.0, "Validation nucleus sampling p.", gt=0, le=1)
     temperature: float = _f(0.0, "Validation temperature.", ge=0)
-    n: int = _f(1, "Validation samples per prompt.", gt=0)
+    n: int = _f(1, "Validation samples per prompt.", gt=0, le=MAX_BATCH)
     do_sample: bool = _f(False, "Sample in validation (False: greedy).")
 
 
@@ -288,7 +352,9 @@ class MultiTurnConfig(_Section):
     enable: bool = _f(False, "Run multi-turn conversations.")
     max_assistant_turns: int | None = _f(None, "Most assistant turns; null: no limit.", gt=0)
     max_user_turns: int | None = _f(None, "Most user turns; null: no limit.", gt=0)
-    interaction_path: str | None = _f(None, "Python file defining the interaction.")
+    interaction_path: str | None = _f(
+        None, "Python file defining the interaction.", resource="code"
+    )
     interaction_name: str | None = _f(None, "Interaction class or function name.")
 
 
@@ -300,9 +366,9 @@ class RolloutConfig(_Section):
     top_k: int = _f(-1, "Top-k sampling; -1: off.")
     top_p: float = _f(1.0, "Nucleus sampling p.", gt=0, le=1)
     do_sample: bool = _f(True, "Sample (False: greedy).")
-    n: int = _f(1, "Responses per prompt (GRPO group size).", basic=True, gt=0)
-    prompt_length: int | None = _f(None, "Null: data.max_prompt_length.")
-    response_length: int | None = _f(None, "Null: data.max_response_length.")
+    n: int = _f(1, "Responses per prompt (GRPO group size).", basic=True, gt=0, le=MAX_BATCH)
+    prompt_length: int | None = _f(None, "Null: data.max_prompt_length.", le=MAX_TOKENS)
+    response_length: int | None = _f(None, "Null: data.max_response_length.", le=MAX_TOKENS)
     dtype: str = _f(
         "bfloat16", "Rollout weights dtype.", choices=("bfloat16", "float16", "float32")
     )
@@ -311,15 +377,24 @@ class RolloutConfig(_Section):
     enforce_eager: bool = _f(True, "vLLM: disable CUDA graphs.")
     free_cache_engine: bool = _f(True, "Free the KV cache while training.")
     enable_sleep_mode: bool = _f(True, "vLLM: sleep between rollouts to free memory.")
-    tensor_model_parallel_size: int = _f(1, "vLLM tensor parallel size.", gt=0)
-    max_num_batched_tokens: int = _f(8192, "vLLM: tokens per scheduler step.", gt=0)
-    max_model_len: int | None = _f(None, "vLLM context length; null: prompt + response.", gt=0)
-    max_num_seqs: int = _f(1024, "vLLM: sequences per scheduler step.", gt=0)
+    tensor_model_parallel_size: int = _f(1, "vLLM tensor parallel size.", gt=0, le=MAX_WORKERS)
+    max_num_batched_tokens: int = _f(
+        8192, "vLLM: tokens per scheduler step.", gt=0, le=MAX_TOKEN_BUDGET
+    )
+    max_model_len: int | None = _f(
+        None, "vLLM context length; null: prompt + response.", gt=0, le=MAX_TOKEN_BUDGET
+    )
+    max_num_seqs: int = _f(1024, "vLLM: sequences per scheduler step.", gt=0, le=MAX_BATCH)
     log_prob_micro_batch_size_per_gpu: int | None = _f(
-        None, "Samples per old-log-prob forward per GPU; null: the whole per-GPU batch.", gt=0
+        None,
+        "Samples per old-log-prob forward per GPU; null: the whole per-GPU batch.",
+        gt=0,
+        le=MAX_BATCH,
     )
     log_prob_use_dynamic_bsz: bool | None = _f(None, "Null: actor.use_dynamic_bsz.")
-    log_prob_max_token_len_per_gpu: int | None = _f(None, "Null: actor.ppo_max_token_len_per_gpu.")
+    log_prob_max_token_len_per_gpu: int | None = _f(
+        None, "Null: actor.ppo_max_token_len_per_gpu.", le=MAX_TOKEN_BUDGET
+    )
     calculate_log_probs: bool = _f(False, "Return the rollout's own log-probs (for checks).")
     val_kwargs: ValKwargsConfig = _section(ValKwargsConfig, "Sampling during validation.")
     multi_turn: MultiTurnConfig = _section(MultiTurnConfig, "Multi-turn rollouts.")
@@ -336,10 +411,14 @@ class ActorRolloutRefConfig(_Section):
 
 @dataclass
 class CriticModelConfig(_Section):
-    path: str | None = _f(None, "Critic model folder; null: the actor's model path.")
-    tokenizer_path: str | None = _f(None, "Null: the actor's tokenizer.")
+    path: str | None = _f(
+        None, "Critic model folder; null: the actor's model path.", resource="path"
+    )
+    tokenizer_path: str | None = _f(None, "Null: the actor's tokenizer.", resource="path")
     override_config: dict[str, Any] = _f({}, "Overrides of the critic's config.json values.")
-    external_lib: str | None = _f(None, "Python module to import so a custom model registers.")
+    external_lib: str | None = _f(
+        None, "Python module to import so a custom model registers.", resource="module"
+    )
     trust_remote_code: bool = _f(False, "Allow custom model code from the model folder.")
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations to save memory.")
     use_remove_padding: bool = _f(False, "Pack sequences without padding (rmpad).")
@@ -352,11 +431,15 @@ class CriticConfig(_Section):
     strategy: str | None = _f(None, "Null: actor.strategy.", choices=STRATEGIES)
     optim: OptimConfig = _section(lambda: OptimConfig(lr=1e-5), "Critic optimizer.")
     model: CriticModelConfig = _section(CriticModelConfig, "The value model.")
-    ppo_mini_batch_size: int | None = _f(None, "Prompts per critic step; null: actor's.", gt=0)
-    ppo_micro_batch_size_per_gpu: int | None = _f(None, "Null: the whole per-GPU mini-batch.", gt=0)
+    ppo_mini_batch_size: int | None = _f(
+        None, "Prompts per critic step; null: actor's.", gt=0, le=MAX_BATCH
+    )
+    ppo_micro_batch_size_per_gpu: int | None = _f(
+        None, "Null: the whole per-GPU mini-batch.", gt=0, le=MAX_BATCH
+    )
     use_dynamic_bsz: bool | None = _f(None, "Null: actor.use_dynamic_bsz.")
     ppo_max_token_len_per_gpu: int = _f(
-        32768, "Token budget per micro-batch (use_dynamic_bsz).", gt=0
+        32768, "Token budget per micro-batch (use_dynamic_bsz).", gt=0, le=MAX_TOKEN_BUDGET
     )
     ppo_epochs: int | None = _f(None, "Passes over each batch; null: actor's.", gt=0)
     shuffle: bool | None = _f(None, "Null: actor.shuffle.")
@@ -368,8 +451,10 @@ class CriticConfig(_Section):
 
 @dataclass
 class RewardModelModelConfig(_Section):
-    path: str | None = _f(None, "Sequence-classification reward model folder.")
-    input_tokenizer: str | None = _f(None, "Tokenizer of the policy; null: the actor's model.")
+    path: str | None = _f(None, "Sequence-classification reward model folder.", resource="path")
+    input_tokenizer: str | None = _f(
+        None, "Tokenizer of the policy; null: the actor's model.", resource="path"
+    )
     trust_remote_code: bool = _f(False, "Allow custom model code from the model folder.")
 
 
@@ -377,8 +462,12 @@ class RewardModelModelConfig(_Section):
 class RewardModelConfig(_Section):
     enable: bool = _f(False, "Score responses with a reward model.")
     model: RewardModelModelConfig = _section(RewardModelModelConfig, "The reward model.")
-    micro_batch_size_per_gpu: int | None = _f(None, "Samples per forward per GPU.", gt=0)
-    max_length: int | None = _f(None, "Longest scored sequence; null: prompt + response.", gt=0)
+    micro_batch_size_per_gpu: int | None = _f(
+        None, "Samples per forward per GPU.", gt=0, le=MAX_BATCH
+    )
+    max_length: int | None = _f(
+        None, "Longest scored sequence; null: prompt + response.", gt=0, le=MAX_TOKEN_BUDGET
+    )
     reward_manager: str = _f(
         "naive", "How rule rewards are computed.", choices=("naive", "batch", "parallel")
     )
@@ -387,7 +476,7 @@ class RewardModelConfig(_Section):
 
 @dataclass
 class CustomRewardFunctionConfig(_Section):
-    path: str | None = _f(None, "Python file with a reward function.")
+    path: str | None = _f(None, "Python file with a reward function.", resource="code")
     name: str = _f("compute_score", "Function name in that file.")
     reward_kwargs: dict[str, Any] = _f({}, "Extra keyword arguments for the function.")
 
@@ -401,7 +490,7 @@ class RewardComponent(_Section):
 
 @dataclass
 class RewardConfig(_Section):
-    num_workers: int = _f(1, "Processes scoring responses in parallel.", gt=0)
+    num_workers: int = _f(1, "Processes scoring responses in parallel.", gt=0, le=MAX_WORKERS)
     components: list[RewardComponent] = _f(
         [], "Weighted sum of rewards; empty: dispatch by data_source (or the custom function)."
     )
@@ -411,7 +500,7 @@ class RewardConfig(_Section):
 class KLControlConfig(_Section):
     type: str = _f("fixed", "KL coefficient controller.", choices=KL_CONTROLLER_TYPES)
     kl_coef: float = _f(0.001, "(Initial) coefficient of KL in the reward.", basic=True, ge=0)
-    horizon: int = _f(10000, "adaptive: steps over which the coefficient adapts.")
+    horizon: int = _f(10000, "adaptive: steps over which the coefficient adapts.", le=MAX_STEPS)
     target_kl: float = _f(0.1, "adaptive/pid: KL the controller aims for.")
     kp: float = _f(0.1, "pid: proportional gain on (kl - target_kl).")
     ki: float = _f(0.01, "pid: integral gain.")
@@ -432,18 +521,29 @@ class AlgorithmConfig(_Section):
 
 @dataclass
 class TrainerConfig(_Section):
-    total_epochs: int = _f(30, "Passes over the training data.", basic=True, gt=0)
-    total_training_steps: int | None = _f(None, "Stop after this many steps.", basic=True, gt=0)
+    total_epochs: int = _f(30, "Passes over the training data.", basic=True, gt=0, le=MAX_EPOCHS)
+    total_training_steps: int | None = _f(
+        None, "Stop after this many steps.", basic=True, gt=0, le=MAX_STEPS
+    )
     project_name: str = _f("posttrain", "Project the run belongs to.", basic=True)
     experiment_name: str = _f("default", "Name of the run.", basic=True)
     logger: list[str] = _f(["console"], "Metric sinks.", choices=("console", "jsonl"))
-    log_val_generations: int = _f(0, "Validation samples logged per validation.", ge=0)
-    log_freq: int = _f(
-        1, "The console logger prints every N steps (metrics record every step).", gt=0
+    log_val_generations: int = _f(
+        0, "Validation samples logged per validation.", ge=0, le=MAX_BATCH
     )
-    nnodes: int = _f(1, "Machines.", gt=0)
+    log_freq: int = _f(
+        1,
+        "The console logger prints every N steps (metrics record every step).",
+        gt=0,
+        le=MAX_STEPS,
+    )
+    nnodes: int = _f(1, "Machines.", gt=0, le=MAX_WORKERS)
     n_gpus_per_node: int = _f(
-        8, "Worker processes per machine (GPUs, or CPU ranks).", basic=True, gt=0
+        8,
+        "Worker processes per machine (GPUs, or CPU ranks).",
+        basic=True,
+        gt=0,
+        le=MAX_WORKERS,
     )
     device: str = _f(
         "auto", "auto: cuda when visible.", choices=("auto", "cpu", "cuda"), basic=True
@@ -452,26 +552,36 @@ class TrainerConfig(_Section):
         "local", "Run workers in-process or as Ray actors.", choices=("local", "ray")
     )
     balance_batch: bool = _f(True, "Balance tokens across data-parallel ranks.")
-    save_freq: int = _f(-1, "Checkpoint every N steps; -1: never.", basic=True)
+    save_freq: int = _f(-1, "Checkpoint every N steps; -1: never.", basic=True, le=MAX_STEPS)
     resume_mode: str = _f("auto", "Resume source.", choices=("auto", "disable", "resume_path"))
-    resume_from_path: str | None = _f(None, "Checkpoint folder (resume_mode=resume_path).")
-    test_freq: int = _f(-1, "Validate every N steps; -1: never.", basic=True)
+    resume_from_path: str | None = _f(
+        None, "Checkpoint folder (resume_mode=resume_path).", resource="path"
+    )
+    test_freq: int = _f(-1, "Validate every N steps; -1: never.", basic=True, le=MAX_STEPS)
     val_before_train: bool = _f(True, "Validate before the first step.")
     val_only: bool = _f(False, "Validate and stop.")
-    critic_warmup: int = _f(0, "Steps training only the critic.", ge=0)
+    critic_warmup: int = _f(0, "Steps training only the critic.", ge=0, le=MAX_STEPS)
     default_local_dir: str = _f(
-        "checkpoints/${trainer.project_name}/${trainer.experiment_name}", "Checkpoint folder."
+        "checkpoints/${trainer.project_name}/${trainer.experiment_name}",
+        "Checkpoint folder.",
+        resource="server",
     )
-    max_actor_ckpt_to_keep: int | None = _f(None, "Actor checkpoints kept; null: all.", gt=0)
-    max_critic_ckpt_to_keep: int | None = _f(None, "Critic checkpoints kept; null: all.", gt=0)
+    max_actor_ckpt_to_keep: int | None = _f(
+        None, "Actor checkpoints kept; null: all.", gt=0, le=MAX_STEPS
+    )
+    max_critic_ckpt_to_keep: int | None = _f(
+        None, "Critic checkpoints kept; null: all.", gt=0, le=MAX_STEPS
+    )
     seed: int = _f(1, "Seed of sampling and initialisation.")
 
 
 @dataclass
 class RayInitConfig(_Section):
-    num_cpus: int | None = _f(None, "CPUs Ray may use; null: all.", gt=0)
-    address: str | None = _f(None, "Ray cluster address; null: RAY_ADDRESS or a local head.")
-    include_dashboard: bool = _f(False, "Start Ray's dashboard.")
+    num_cpus: int | None = _f(None, "CPUs Ray may use; null: all.", gt=0, resource="server")
+    address: str | None = _f(
+        None, "Ray cluster address; null: RAY_ADDRESS or a local head.", resource="server"
+    )
+    include_dashboard: bool = _f(False, "Start Ray's dashboard.", resource="server")
 
 
 @dataclass

@@ -27,6 +27,8 @@ from typing import Any
 from engine.config.introspect import get_value
 from engine.config.loader import (
     _REFERENCE,
+    MAX_YAML_ITEMS,
+    MAX_YAML_STRING,
     _fields,
     _is_runtime,
     _is_section,
@@ -36,13 +38,17 @@ from engine.config.loader import (
 from engine.config.schema import (
     DATA_KEY_MAP_TARGETS,
     GROUP_ESTIMATORS,
+    MAX_BATCH,
     ConfigFieldError,
     ConfigValidationError,
+    Limit,
     PPOConfig,
 )
 
 _REMOTE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 _ARR = "actor_rollout_ref"
+MAX_INT64 = 2**63 - 1  # what torch and numpy hold: a seed or a rank count beyond it fails at start
+MAX_VALUES = 100_000  # strings and numbers in one field's value (override_config, reward kwargs)
 
 
 class _Report:
@@ -200,11 +206,49 @@ def _within(value: Any, metadata: Any) -> bool:
     )
 
 
+def _bounds_message(value: Any, metadata: Any) -> str:
+    """Return the error for a value outside its field's bounds.
+
+    A count's upper bound is a ``Limit`` (``MAX_STEPS``: what the database stores): the message
+    names the side that was crossed, and the limit's reason when it is the upper one.
+    """
+    upper = metadata.get("le") if metadata.get("le") is not None else metadata.get("lt")
+    if not isinstance(upper, Limit):
+        return f"must be {bounds_rule(metadata)}"
+    lower = {name: metadata.get(name) for name in ("gt", "ge")}
+    if bounds_rule(lower) and not _within(value, lower):
+        return f"must be {bounds_rule(lower)}"
+    sign = "<=" if metadata.get("le") is not None else "<"
+    return f"must be {sign} {int(upper)} ({upper.why}); lower it"
+
+
+def _size(value: Any, budget: list[int]) -> str | None:
+    """Return what is too large in a value (a string, a list, a mapping, nested), or None.
+
+    ``budget`` counts the values looked at, so a structure sharing its parts (built in Python;
+    YAML aliases are refused) costs no more than ``MAX_VALUES`` steps to check.
+    """
+    budget[0] -= 1
+    if budget[0] < 0:
+        return f"holds more than {MAX_VALUES:,} values in all, the limit"
+    if isinstance(value, str) and len(value) > MAX_YAML_STRING:
+        return f"is {len(value):,} characters long, over the limit of {MAX_YAML_STRING:,}"
+    if isinstance(value, list | tuple | dict) and len(value) > MAX_YAML_ITEMS:
+        return f"has {len(value):,} items, over the limit of {MAX_YAML_ITEMS:,}"
+    items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+    for item in items if isinstance(value, list | tuple | dict) else ():
+        problem = _size(item, budget)
+        if problem:
+            return problem
+    return None
+
+
 def _check_bounds(report: _Report) -> None:
     """Check every field's ``gt``/``ge``/``lt``/``le`` bounds, as ``_check_choices`` its choices.
 
     A section whose field has ``bounds_when`` (the critic's: ``critic.enable``) is skipped while
-    that key's value is false.
+    that key's value is false. Every number must also be finite and fit in 64 bits, and every
+    value be no larger than a YAML value may be (``MAX_YAML_STRING``, ``MAX_YAML_ITEMS``).
     """
     skipped = tuple(
         f"{f.name}."
@@ -212,11 +256,33 @@ def _check_bounds(report: _Report) -> None:
         if f.metadata.get("bounds_when") and not get_value(report.cfg, f.metadata["bounds_when"])
     )
     for _, f, key, _, value in _leaves(report.cfg):
+        numbers = [value] if isinstance(value, int | float) else []
+        if isinstance(value, list):
+            numbers = [v for v in value if isinstance(v, int | float)]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in numbers):
+            report.error(key, "must be a finite number (not nan or inf)", value)
+            continue
+        if any(isinstance(v, int) and abs(v) > MAX_INT64 for v in numbers):
+            report.error(key, f"must be between -{MAX_INT64} and {MAX_INT64} (64 bits)", value)
+            continue
+        problem = _size(value, [MAX_VALUES])
+        if problem:
+            report.error(key, f"{problem}; shorten it", _shown(value))
+            continue
         rule = bounds_rule(f.metadata)
         if rule is None or value is None or key.startswith(skipped):
             continue
         if not _within(value, f.metadata):
-            report.error(key, f"must be {rule}", value)
+            report.error(key, _bounds_message(value, f.metadata), value)
+
+
+def _shown(value: Any) -> Any:
+    """Return a value as an error shows it: a long string or list cut short."""
+    if isinstance(value, str) and len(value) > 60:
+        return f"{value[:60]}..."
+    if isinstance(value, list | tuple | dict):
+        return f"{type(value).__name__} of {len(value):,} items"
+    return value
 
 
 def _check_ranges(report: _Report) -> None:
@@ -306,7 +372,7 @@ def _check_batches(report: _Report, role: str) -> None:
         section.ppo_mini_batch_size,
     )
     workers = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
-    if min(n, batch, mini, workers) <= 0:
+    if min(n, batch, mini, workers) <= 0 or max(n, batch, mini) > MAX_BATCH:
         return  # reported by the range checks
     if role == "actor" and batch * n % workers:
         report.error(
@@ -315,7 +381,11 @@ def _check_batches(report: _Report, role: str) -> None:
             f"{workers} workers (trainer.nnodes * trainer.n_gpus_per_node); make it a multiple",
         )
     if batch % mini:
-        divisor = max(d for d in range(1, mini + 1) if batch % d == 0)
+        # The largest divisor of batch up to mini, from the pairs (d, batch // d) with d <= sqrt.
+        pairs = (
+            p for d in range(1, math.isqrt(batch) + 1) if batch % d == 0 for p in (d, batch // d)
+        )
+        divisor = max(d for d in pairs if d <= mini)
         report.error(
             f"{prefix}.ppo_mini_batch_size",
             f"data.train_batch_size={batch} is not a multiple of it; use a divisor such as {divisor}",

@@ -48,7 +48,7 @@ def test_spec_choices_types_and_groups():
 def test_specs_carry_the_bounds_of_numbers():
     specs = specs_by_key()
     batch = specs["data.train_batch_size"]
-    assert (batch.gt, batch.ge, batch.minimum, batch.maximum) == (0, None, 1, None)
+    assert (batch.gt, batch.ge, batch.minimum, batch.maximum) == (0, None, 1, 2**20)
     lr = specs["actor_rollout_ref.actor.optim.lr"]
     assert (lr.gt, lr.minimum, lr.maximum) == (0, 0, None)
     top_p = specs["actor_rollout_ref.rollout.top_p"]
