@@ -143,6 +143,9 @@ POSTTRAIN_MAX_ACTIVE_RUNS_PER_USER = int(os.environ.get("POSTTRAIN_MAX_ACTIVE_RU
 POSTTRAIN_MAX_RANKS = int(os.environ.get("POSTTRAIN_MAX_RANKS", "8"))
 POSTTRAIN_MAX_REWARD_WORKERS = int(os.environ.get("POSTTRAIN_MAX_REWARD_WORKERS", "16"))
 POSTTRAIN_MAX_TRAINING_STEPS = int(os.environ.get("POSTTRAIN_MAX_TRAINING_STEPS", "100000"))
+# Folders (colon- or comma-separated) whose models and data any user's run may read, besides
+# their own uploads and runs and the tiny:// assets; empty: none (webapp.experiments.configs).
+POSTTRAIN_MODEL_ROOTS = os.environ.get("POSTTRAIN_MODEL_ROOTS", "")
 # Custom reward functions are picked from the *.py files an administrator places here.
 POSTTRAIN_REWARD_MODULES_DIR = Path(
     os.environ.get("POSTTRAIN_REWARD_MODULES_DIR") or BASE_DIR / "rewards_contrib"

@@ -2,21 +2,33 @@
 
 The engine's ``validate_config`` is the one validator for the CLI, the form and the API; the
 studio adds only what a shared server needs, reported in the same ``ConfigFieldError`` shape so a
-form shows every problem next to its field:
+form shows every problem next to its field. The schema says what each string names (its
+``resource``), so a new key is covered by the rule of its kind:
 
-- Python code runs only from the installed reward modules (``POSTTRAIN_REWARD_MODULES_DIR``):
-  ``custom_reward_function.path`` and the multi-turn interaction file must lie there, and the
-  model's ``external_lib`` import is not available from the studio.
-- A data file under the upload directory must be one of the owner's own datasets.
-- Checkpoint and resume locations belong to the run: ``run_create`` sets them.
+- ``path`` (data files, model and tokenizer folders, a checkpoint to resume from): checked on the
+  resolved config (``${...}`` substituted, ``~``, ``..`` and symlinks resolved). A run reads only
+  the owner's uploaded datasets, the folders of the owner's own runs (checkpoints, exports),
+  ``tiny://`` assets and the folders an administrator lists in ``POSTTRAIN_MODEL_ROOTS``.
+- ``code`` (the custom reward function, the multi-turn interaction): Python code runs only from
+  the installed reward modules (``POSTTRAIN_REWARD_MODULES_DIR``).
+- ``module`` (``external_lib``): importing a module by name is not available from the studio.
+- ``server`` (``ray_init.*``, the checkpoint folder): the server sets them; any other value than
+  the schema's default is refused (the folder ``run_create`` gave one of the owner's runs passes).
+
+An error names the key, the value as typed and the places allowed, never where a refused value
+leads on the server. Empty values are always allowed.
 """
 
 from __future__ import annotations
 
+import copy
+import re
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from engine.config import (
     ConfigFieldError,
@@ -24,22 +36,32 @@ from engine.config import (
     PPOConfig,
     config_from_dict,
     get_value,
+    resolve_config,
     validate_config,
 )
+from engine.config.loader import resolve_key, schema_keys
 from webapp.experiments.rewards import reward_modules_dir
+
+_TINY = "tiny://"
+
+
+@cache
+def resource_keys(resource: str) -> tuple[str, ...]:
+    """Return the schema's keys whose field names a ``resource`` (path, code, module, server)."""
+    return tuple(
+        key
+        for key in schema_keys()
+        if (field := resolve_key(key).field) is not None
+        and field.metadata.get("resource") == resource
+    )
+
 
 # Keys the studio sets for each run; the form does not show them.
 STUDIO_MANAGED_KEYS = (
-    "trainer.default_local_dir",
+    *resource_keys("server"),
     "trainer.resume_mode",
     "trainer.resume_from_path",
 )
-CODE_PATH_KEYS = (
-    "custom_reward_function.path",
-    "actor_rollout_ref.rollout.multi_turn.interaction_path",
-)
-FORBIDDEN_KEYS = ("actor_rollout_ref.model.external_lib", "critic.model.external_lib")
-DATA_PATH_KEYS = ("data.train_files", "data.val_files")
 
 
 def as_config(config: PPOConfig | dict[str, Any]) -> PPOConfig:
@@ -51,66 +73,154 @@ def _inside(path: Path, directory: Path) -> bool:
     return path == directory or directory in path.parents
 
 
-def studio_config_errors(*, owner: Any, config: PPOConfig) -> list[ConfigFieldError]:
-    """Return the problems the studio's own rules find in ``config`` for ``owner``."""
+def model_roots() -> list[tuple[str, Path]]:
+    """Return ``POSTTRAIN_MODEL_ROOTS`` as (entry as configured, resolved folder) pairs.
+
+    Raise ``ImproperlyConfigured`` for an entry that is not an absolute path (``~`` allowed).
+    """
+    roots = []
+    for entry in re.split(r"[:,]", str(getattr(settings, "POSTTRAIN_MODEL_ROOTS", "") or "")):
+        entry = entry.strip()
+        if not entry:
+            continue
+        folder = Path(entry).expanduser()
+        if not folder.is_absolute():
+            raise ImproperlyConfigured(
+                f"POSTTRAIN_MODEL_ROOTS entry {entry!r} is not an absolute path; list folders "
+                "such as /srv/models or ~/models, separated by ':' or ','"
+            )
+        roots.append((entry, folder.resolve()))
+    return roots
+
+
+def allowed_places() -> str:
+    """Return, for an error message, where a run may read from (roots as configured)."""
+    roots = [entry for entry, _ in model_roots()]
+    admin = (
+        f"the model roots {', '.join(roots)}"
+        if roots
+        else "the model roots an administrator lists in POSTTRAIN_MODEL_ROOTS (none yet)"
+    )
+    return (
+        "a run reads only your uploaded datasets, your own runs' checkpoints and exports, "
+        f"tiny:// assets and {admin}"
+    )
+
+
+def _own_run_folder(owner: Any, path: Path) -> bool:
+    """Return True when ``path`` lies in the folder of one of ``owner``'s runs."""
+    from webapp.runs.models import Run
+    from webapp.runs.services import run_dir
+
+    runs = run_dir(0).parent.expanduser().resolve()
+    if not _inside(path, runs) or path == runs:
+        return False
+    run_id = path.relative_to(runs).parts[0]
+    return (
+        run_id.isdigit()
+        and _inside(path, run_dir(int(run_id)).expanduser().resolve())
+        and Run.objects.filter(pk=int(run_id), owner=owner).exists()
+    )
+
+
+def _path_error(owner: Any, key: str, value: str) -> ConfigFieldError | None:
+    """Return why ``owner``'s run may not read ``value`` (resolved), or None if it may."""
     from webapp.datasets.models import Dataset
 
-    errors = []
-    modules = reward_modules_dir()
-    for key in CODE_PATH_KEYS:
-        value = get_value(config, key)
-        if value and not _inside(Path(value).expanduser().resolve(), modules):
-            errors.append(
-                ConfigFieldError(
-                    key,
-                    value,
-                    f"code runs only from the reward modules installed in {modules}; "
-                    "choose one of them (an administrator adds new ones there)",
-                )
+    if value.startswith(_TINY):
+        return None
+    place = Path(value).expanduser()
+    if place.is_absolute():
+        resolved = place.resolve()
+        uploads = Path(settings.MEDIA_ROOT).expanduser().resolve()
+        if _inside(resolved, uploads):
+            name = str(resolved.relative_to(uploads))
+            if Dataset.objects.filter(owner=owner, file=name).exists():
+                return None
+            return ConfigFieldError(
+                key,
+                value,
+                f"this file is not one of your datasets; upload it or pick one ({allowed_places()})",
             )
-    for key in FORBIDDEN_KEYS:
+        if _own_run_folder(owner, resolved):
+            return None
+        if any(_inside(resolved, root) for _, root in model_roots()):
+            return None
+    return ConfigFieldError(key, value, f"not a place a run may read: {allowed_places()}")
+
+
+def _values(value: Any) -> list[str]:
+    return [v for v in ([value] if isinstance(value, str) else value or []) if v]
+
+
+def studio_config_errors(*, owner: Any, config: PPOConfig) -> list[ConfigFieldError]:
+    """Return the problems the studio's own rules find in ``config`` for ``owner``."""
+    try:
+        resolved = resolve_config(copy.deepcopy(config))
+    except ConfigFieldError as exc:
+        return [exc]  # the paths cannot be checked before the references are fixed
+    errors = []
+    defaults = PPOConfig()
+    for key in resource_keys("server"):
         value = get_value(config, key)
-        if value:
+        if value == get_value(defaults, key):
+            continue
+        if isinstance(value, str) and _own_run_folder(owner, Path(value).expanduser().resolve()):
+            continue  # the checkpoint folder run_create gave this owner's run
+        errors.append(
+            ConfigFieldError(
+                key,
+                value,
+                f"the server sets {key}, not the experiment; leave it at its default "
+                f"({get_value(defaults, key)!r})",
+            )
+        )
+    for key in resource_keys("module"):
+        if get_value(config, key):
             errors.append(
                 ConfigFieldError(
                     key,
-                    value,
+                    get_value(config, key),
                     "importing a Python module is not available from the studio; leave it "
                     "empty or ask an administrator to install the code as a reward module",
                 )
             )
-    uploads = Path(settings.MEDIA_ROOT).expanduser().resolve()
-    for key in DATA_PATH_KEYS:
-        value = get_value(config, key)
-        paths = [value] if isinstance(value, str) else list(value or [])
-        for path in paths:
-            resolved = Path(path).expanduser().resolve()
-            if not _inside(resolved, uploads):
-                continue
-            owned = Dataset.objects.filter(
-                owner=owner, file=str(resolved.relative_to(uploads))
-            ).exists()
-            if not owned:
-                errors.append(
-                    ConfigFieldError(
-                        key, path, "this file is not one of your datasets; upload it or pick one"
-                    )
+    modules = reward_modules_dir()
+    for key in resource_keys("code"):
+        typed, value = get_value(config, key), get_value(resolved, key)
+        if typed and not _inside(Path(value).expanduser().resolve(), modules):
+            errors.append(
+                ConfigFieldError(
+                    key,
+                    typed,
+                    f"code runs only from the reward modules installed in {modules}; "
+                    "choose one of them (an administrator adds new ones there)",
                 )
+            )
+    for key in resource_keys("path"):
+        typed = _values(get_value(config, key))  # null and empty: inherited or unused
+        for shown, value in zip(typed, _values(get_value(resolved, key)), strict=False):
+            error = _path_error(owner, key, value)
+            if error is not None:
+                errors.append(ConfigFieldError(key, shown, error.message))
     return errors
 
 
 def config_check(*, owner: Any, config: PPOConfig) -> list[str]:
     """Validate ``config`` with the engine and the studio's rules; return the engine's warnings.
 
-    Raise ``ConfigValidationError`` listing every problem of both.
+    Raise ``ConfigValidationError`` listing every problem of both. Where the studio refuses a
+    key, the engine's findings on it are left out: whether a file the owner may not read exists
+    is none of their business.
     """
-    errors = studio_config_errors(owner=owner, config=config)
+    studio = studio_config_errors(owner=owner, config=config)
+    refused = {error.key for error in studio}
     try:
-        warnings = validate_config(config, check_files=True)
+        warnings, engine = validate_config(config, check_files=True), []
     except ConfigValidationError as exc:
-        raise ConfigValidationError([*exc.errors, *errors], exc.warnings) from None
-    if errors:
-        raise ConfigValidationError(errors, warnings)
+        warnings, engine = exc.warnings, [e for e in exc.errors if e.key not in refused]
+    if engine or studio:
+        raise ConfigValidationError([*engine, *studio], warnings)
     return warnings
 
 

@@ -19,6 +19,7 @@ import yaml
 from django import forms
 
 from engine.config import (
+    ConfigError,
     ConfigFieldError,
     ConfigValidationError,
     FieldSpec,
@@ -27,7 +28,7 @@ from engine.config import (
     iter_field_specs,
     set_value,
 )
-from engine.config.loader import yaml_load
+from engine.config.loader import MAX_YAML_BYTES, YamlLimitError, yaml_load
 from webapp.datasets.selectors import dataset_list_for_user
 from webapp.experiments.configs import STUDIO_MANAGED_KEYS, config_check
 from webapp.experiments.rewards import (
@@ -140,6 +141,7 @@ class ExperimentForm(forms.Form):
 
         self.owner = owner
         self.config: PPOConfig | None = None
+        self.refused = False  # a field's YAML was refused (see ``_refuse``)
         self.warnings: list[str] = []
         datasets = dataset_list_for_user(user=owner)
         self.fields["train_dataset"].queryset = datasets
@@ -195,9 +197,19 @@ class ExperimentForm(forms.Form):
         return initial
 
     # -- building the config -------------------------------------------------------------------
+    def _refuse(self, field: str, error: YamlLimitError) -> None:
+        """Show a field's text the YAML reader refused (an alias, a huge value), and stop there.
+
+        ``clean`` then leaves ``config`` None and runs no checks: the preview answers 400.
+        """
+        self.refused = True
+        self.add_error(field, error.message)
+
     def _set(self, config: PPOConfig, key: str, value: Any, field: str) -> None:
         try:
             set_value(config, key, value)
+        except YamlLimitError as exc:
+            self._refuse(field, exc)
         except ConfigFieldError as exc:
             self.add_error(field, exc.message)
 
@@ -219,7 +231,10 @@ class ExperimentForm(forms.Form):
             kwargs_text = (self.cleaned_data.get(f"reward_kwargs__{name}") or "").strip()
             try:
                 kwargs = yaml_load(kwargs_text, f"{name} kwargs") if kwargs_text else {}
-            except Exception as exc:
+            except YamlLimitError as exc:
+                self._refuse(f"reward_kwargs__{name}", exc)
+                return None
+            except ConfigError as exc:
                 self.add_error(f"reward_kwargs__{name}", str(exc))
                 return None
             components.append({"name": name, "weight": weight, "kwargs": kwargs or {}})
@@ -234,7 +249,10 @@ class ExperimentForm(forms.Form):
                 continue
             try:
                 value = self._schema_value(spec, cleaned[name])
-            except Exception as exc:
+            except YamlLimitError as exc:
+                self._refuse(name, exc)
+                continue
+            except ConfigError as exc:
                 self.add_error(name, str(exc))
                 continue
             self._set(config, spec.key, value, name)
@@ -254,6 +272,8 @@ class ExperimentForm(forms.Form):
                 set_value(config, COMPONENTS_KEY, components)
             except ConfigFieldError as exc:
                 self.add_error(self.field_for_key(exc.key), exc.message)
+        if self.refused:
+            return cleaned
         self.config = config
         try:
             self.warnings = config_check(owner=self.owner, config=config)
@@ -313,6 +333,11 @@ class YamlImportForm(forms.Form):
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
         upload = cleaned.get("yaml_file")
+        if upload is not None and upload.size > MAX_YAML_BYTES:
+            raise forms.ValidationError(
+                f"the file is {upload.size:,} bytes, over the limit of {MAX_YAML_BYTES:,}; "
+                "a config is a few kilobytes"
+            )
         if upload is not None:
             try:
                 cleaned["text"] = upload.read().decode("utf-8")

@@ -175,7 +175,8 @@ def builder_preview(request: HttpRequest) -> JsonResponse:
         if name != "name"
     }
     text = config_to_yaml(form.config) if form.config is not None else ""
-    return JsonResponse({"yaml": text, "errors": errors, "warnings": form.warnings})
+    status = 400 if form.refused else 200  # a field's YAML was refused: nothing was checked
+    return JsonResponse({"yaml": text, "errors": errors, "warnings": form.warnings}, status=status)
 
 
 @login_required

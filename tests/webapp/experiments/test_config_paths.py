@@ -1,0 +1,302 @@
+"""What a config may name on a shared server: paths on the resolved config, server keys, bounds.
+
+Every check runs against real PostgreSQL rows (datasets, runs) and real folders and symlinks.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+from django.utils.html import escape
+
+from engine.config import ConfigValidationError
+from engine.config.loader import MAX_YAML_BYTES, schema_keys
+from engine.config.schema import RESOURCES
+from tests.engine.config.test_yaml_bounds import alias_bomb
+from tests.webapp.fixtures import builder_data, errors_by_key, make_experiment, tiny_config
+from webapp.datasets.services import dataset_create
+from webapp.experiments.configs import STUDIO_MANAGED_KEYS, config_check, resource_keys
+from webapp.experiments.forms import ExperimentForm, field_name
+from webapp.experiments.models import Experiment
+from webapp.experiments.services import experiment_create
+from webapp.runs.models import Run, RunStatus
+from webapp.runs.services import run_dir
+
+pytestmark = pytest.mark.django_db
+
+MODEL = "actor_rollout_ref.model.path"
+NO_ROOTS = (
+    "not a place a run may read: a run reads only your uploaded datasets, your own runs' "
+    "checkpoints and exports, tiny:// assets and the model roots an administrator lists in "
+    "POSTTRAIN_MODEL_ROOTS (none yet)"
+)
+
+
+def finished_run(user) -> Run:
+    """Return a finished run of ``user`` whose folder holds an exported model."""
+    run = Run.objects.create(
+        experiment=make_experiment(user),
+        owner=user,
+        number=1,
+        status=RunStatus.SUCCEEDED,
+        config={},
+    )
+    model_folder(run_dir(run.pk) / "checkpoints" / "global_step_1" / "huggingface")
+    return run
+
+
+def model_folder(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+def studio_errors(owner, **values) -> dict[str, str]:
+    """Return config_check's errors by key for grpo_tiny with dotted keys set ({}: it passes)."""
+    try:
+        config_check(owner=owner, config=tiny_config(**values))
+    except ConfigValidationError as exc:
+        return errors_by_key(exc)
+    return {}
+
+
+def test_every_schema_key_that_names_a_file_folder_code_or_host_is_classified():
+    keys = set(schema_keys())
+    classified = {key for resource in RESOURCES for key in resource_keys(resource)}
+    named_like_a_path = {key for key in keys if re.search(r"(path|files|dir|tokenizer)$", key)}
+    assert named_like_a_path - classified == set(), "give these keys a resource= in the schema"
+    named_like_a_host = {k for k in keys if re.search(r"(address|host|port|url|uri)$", k)}
+    assert named_like_a_host <= set(resource_keys("server"))
+    assert set(resource_keys("path")) == {
+        "data.tokenizer",
+        "data.train_files",
+        "data.val_files",
+        "actor_rollout_ref.model.path",
+        "actor_rollout_ref.model.tokenizer_path",
+        "critic.model.path",
+        "critic.model.tokenizer_path",
+        "reward_model.model.path",
+        "reward_model.model.input_tokenizer",
+        "trainer.resume_from_path",
+    }
+    assert set(resource_keys("code")) == {
+        "custom_reward_function.path",
+        "actor_rollout_ref.rollout.multi_turn.interaction_path",
+    }
+    assert set(resource_keys("server")) == {
+        "trainer.default_local_dir",
+        "ray_init.num_cpus",
+        "ray_init.address",
+        "ray_init.include_dashboard",
+    }
+    assert set(resource_keys("server")) <= set(STUDIO_MANAGED_KEYS)
+
+
+def test_another_users_run_folder_is_refused_however_the_path_is_spelled(
+    owner, other_user, studio_dirs, monkeypatch
+):
+    theirs = finished_run(other_user)
+    mine = finished_run(owner)
+    target = run_dir(theirs.pk) / "checkpoints" / "global_step_1" / "huggingface"
+    link = run_dir(mine.pk) / "checkpoints" / "theirs"
+    link.symlink_to(target)
+    monkeypatch.setenv("HOME", str(studio_dirs / "data"))
+    spellings = [
+        {MODEL: str(target)},
+        {
+            MODEL: f"{studio_dirs}/data/uploads/../runs/{theirs.pk}/checkpoints/global_step_1/huggingface"
+        },
+        {MODEL: f"~/runs/{theirs.pk}/checkpoints/global_step_1/huggingface"},
+        {MODEL: str(link)},
+        {MODEL: "${trainer.project_name}/global_step_1/huggingface"},
+        {"actor_rollout_ref.model.tokenizer_path": str(target)},
+        {"critic.model.path": str(target)},
+        {"reward_model.model.path": str(target)},
+        {"data.tokenizer": str(target)},
+    ]
+    for values in spellings:
+        project = {"trainer.project_name": str(run_dir(theirs.pk) / "checkpoints")}
+        dotted = {k.replace(".", "__"): v for k, v in {**project, **values}.items()}
+        found = studio_errors(owner, **dotted)
+        (key,) = values
+        assert found == {key: NO_ROOTS}, values  # the engine's "does not exist" is left out
+    with pytest.raises(ConfigValidationError) as exc:
+        config_check(owner=owner, config=tiny_config(actor_rollout_ref__model__path=str(link)))
+    assert str(target) not in str(exc.value)  # the link's target is not shown
+    assert studio_errors(owner, actor_rollout_ref__model__path="/etc") == {MODEL: NO_ROOTS}
+    assert studio_errors(owner, actor_rollout_ref__model__path="models/qwen") == {MODEL: NO_ROOTS}
+
+
+def test_the_owners_datasets_runs_and_tiny_assets_are_allowed_and_empty_values_pass(
+    owner, other_user
+):
+    mine = finished_run(owner)
+    exported = run_dir(mine.pk) / "checkpoints" / "global_step_1" / "huggingface"
+    upload = SimpleUploadedFile("math.jsonl", b'{"prompt": "1+1=", "ground_truth": "2"}\n')
+    dataset = dataset_create(owner=owner, name="math", upload=upload)
+    theirs = dataset_create(owner=other_user, name="theirs", upload=upload)
+    assert (
+        studio_errors(
+            owner,
+            actor_rollout_ref__model__path=str(exported),
+            critic__model__path=str(exported),
+            data__train_files=dataset.path,
+            data__val_files="tiny://val.parquet",
+            data__tokenizer="",
+        )
+        == {}
+    )
+    assert studio_errors(owner, data__val_files=[dataset.path, theirs.path]) == {
+        "data.val_files": (
+            "this file is not one of your datasets; upload it or pick one (a run reads only your "
+            "uploaded datasets, your own runs' checkpoints and exports, tiny:// assets and the "
+            "model roots an administrator lists in POSTTRAIN_MODEL_ROOTS (none yet))"
+        )
+    }
+
+
+def test_model_roots_are_read_at_call_time_and_named_as_configured(
+    owner, settings, studio_dirs, monkeypatch
+):
+    monkeypatch.setenv("HOME", str(studio_dirs / "home"))
+    shared = model_folder(studio_dirs / "home" / "models" / "qwen")
+    served = model_folder(studio_dirs / "srv" / "tok")
+    outside = model_folder(studio_dirs / "private" / "m")
+    (studio_dirs / "srv" / "escape").symlink_to(outside)
+    settings.POSTTRAIN_MODEL_ROOTS = f"~/models:{studio_dirs}/srv, "
+    assert (
+        studio_errors(
+            owner, actor_rollout_ref__model__path="~/models/qwen", data__tokenizer=str(served)
+        )
+        == {}
+    )
+    found = studio_errors(owner, actor_rollout_ref__model__path=f"{studio_dirs}/srv/escape")
+    assert found == {
+        MODEL: (
+            "not a place a run may read: a run reads only your uploaded datasets, your own runs' "
+            f"checkpoints and exports, tiny:// assets and the model roots ~/models, {studio_dirs}/srv"
+        )
+    }
+    assert str(shared) not in found[MODEL]
+    settings.POSTTRAIN_MODEL_ROOTS = "models"
+    with pytest.raises(ImproperlyConfigured, match="entry 'models' is not an absolute path"):
+        studio_errors(owner, actor_rollout_ref__model__path="~/models/qwen")
+
+
+def test_code_runs_only_from_the_reward_modules_after_interpolation(owner, studio_dirs):
+    rewards = studio_dirs / "rewards"
+    (studio_dirs / "elsewhere.py").write_text("def compute_score(*a):\n    return 1.0\n")
+    key = "actor_rollout_ref.rollout.multi_turn.interaction_path"
+    for path in (f"{rewards}/../elsewhere.py", "${trainer.project_name}/elsewhere.py"):
+        found = studio_errors(
+            owner,
+            actor_rollout_ref__rollout__multi_turn__interaction_path=path,
+            trainer__project_name=str(studio_dirs),
+        )
+        assert found[key].startswith("code runs only from the reward modules installed in")
+    inside = f"{rewards}/house_rewards.py"
+    assert (
+        studio_errors(owner, actor_rollout_ref__rollout__multi_turn__interaction_path=inside) == {}
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "default"),
+    [
+        ("ray_init.address", "ray://10.0.0.9:10001", "None"),
+        ("ray_init.num_cpus", 64, "None"),
+        ("ray_init.include_dashboard", True, "False"),
+        (
+            "trainer.default_local_dir",
+            "/tmp/elsewhere",
+            "'checkpoints/${trainer.project_name}/${trainer.experiment_name}'",
+        ),
+    ],
+)
+def test_server_keys_keep_their_defaults_and_the_form_does_not_show_them(
+    owner, key, value, default
+):
+    assert studio_errors(owner, **{key.replace(".", "__"): value}) == {
+        key: f"the server sets {key}, not the experiment; leave it at its default ({default})"
+    }
+    assert field_name(key) not in ExperimentForm(owner=owner).fields
+
+
+def test_a_resumed_runs_config_keeps_its_own_checkpoint_folder(owner, other_user):
+    mine, theirs = finished_run(owner), finished_run(other_user)
+    own = str(run_dir(mine.pk) / "checkpoints")
+    assert studio_errors(owner, trainer__default_local_dir=own) == {}
+    found = studio_errors(owner, trainer__default_local_dir=str(run_dir(theirs.pk)))
+    assert list(found) == ["trainer.default_local_dir"]
+
+
+@pytest.mark.parametrize("steps", [2**31, 10**12])
+def test_the_builder_shows_a_step_count_over_the_maximum_next_to_its_field(client_in, owner, steps):
+    data = builder_data(tiny_config(), owner, trainer__total_training_steps=str(steps))
+    response = client_in.post(reverse("experiments:new"), data)
+    assert response.status_code == 400
+    message = "must be <= 2147483647 (step numbers are stored as 32-bit integers); lower it"
+    assert response.context["form"].errors["trainer__total_training_steps"] == [message]
+    assert escape(message) in response.content.decode()
+    assert not Experiment.objects.exists() and not Run.objects.exists()
+
+
+def test_the_preview_refuses_an_alias_bomb_with_a_400_in_well_under_a_second(client_in, owner):
+    url = reverse("experiments:preview")
+    flow = "{" + alias_bomb().replace("\n", ", ") + "}"
+    fields = {
+        "actor_rollout_ref__model__override_config": flow,
+        "data__train_files": "[" + flow + "]",
+        "reward_kwargs__format": flow,
+    }
+    for name, text in fields.items():
+        data = builder_data(tiny_config(), owner, **{name: text})
+        if name.startswith("reward_kwargs"):
+            data["reward_weight__format"] = "1"
+        response = client_in.post(url, data)
+        assert response.status_code == 400, name
+        body = response.json()
+        assert body["yaml"] == ""
+        assert "an alias (*l0) is not accepted" in body["errors"][name][0], name
+    data = builder_data(tiny_config(), owner, actor_rollout_ref__model__override_config=flow)
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        assert client_in.post(url, data).status_code == 400
+        times.append(time.perf_counter() - start)
+    print(f"preview refuses the alias bomb in {statistics.median(times) * 1000:.1f} ms (median)")
+    assert statistics.median(times) < 1.0
+    response = client_in.post(reverse("experiments:new"), data)
+    assert response.status_code == 400 and "an alias (*l0) is not accepted" in response.text
+    assert not Experiment.objects.exists()
+
+
+def test_a_yaml_import_with_aliases_or_over_the_size_limit_is_refused(client_in):
+    url = reverse("experiments:import")
+    response = client_in.post(url, {"yaml_text": alias_bomb()})
+    assert response.status_code == 400
+    assert "an alias (*l0) is not accepted" in response.text
+    big = SimpleUploadedFile("big.yaml", b"#" * (MAX_YAML_BYTES + 1))
+    response = client_in.post(url, {"yaml_file": big})
+    assert response.status_code == 400
+    assert "the file is 262,145 bytes, over the limit of 262,144" in response.text
+
+
+def test_an_experiment_stored_before_these_rules_fails_its_launch_with_the_key(owner):
+    experiment = experiment_create(owner=owner, name="ok", config=tiny_config())
+    Experiment.objects.filter(pk=experiment.pk).update(
+        config={**experiment.config, "ray_init": {"address": "ray://elsewhere:10001"}}
+    )
+    experiment.refresh_from_db()
+    from webapp.runs.services import run_create
+
+    with pytest.raises(ConfigValidationError) as exc:
+        run_create(experiment=experiment)
+    assert "ray_init.address" in errors_by_key(exc.value)
