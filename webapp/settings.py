@@ -263,6 +263,29 @@ if _plotly is not None and _plotly.submodule_search_locations:
 MEDIA_ROOT = POSTTRAIN_DATA_DIR / "uploads"
 MEDIA_URL = "/media/"
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+# Every upload streams through the size cap first: a file past POSTTRAIN_UPLOAD_MAX_BYTES is
+# dropped (its temporary file deleted) as the bytes arrive. The other limits bound what a
+# dataset's validation and preview read of the file.
+FILE_UPLOAD_HANDLERS = [
+    "webapp.datasets.uploads.UploadSizeCapHandler",
+    "django.core.files.uploadhandler.MemoryFileUploadHandler",
+    "django.core.files.uploadhandler.TemporaryFileUploadHandler",
+]
+
+
+def _env_count(name: str, default: int) -> int:
+    value = os.environ.get(name) or str(default)
+    if not value.isdigit() or int(value) <= 0:
+        raise ImproperlyConfigured(
+            f"{name}={value!r} is not a positive whole number; set it like {name}={default}"
+        )
+    return int(value)
+
+
+POSTTRAIN_UPLOAD_MAX_BYTES = _env_count("POSTTRAIN_UPLOAD_MAX_BYTES", 512 * 1024**2)
+POSTTRAIN_DATASET_MAX_ROWS = _env_count("POSTTRAIN_DATASET_MAX_ROWS", 10_000_000)
+POSTTRAIN_DATASET_MAX_LINE_BYTES = _env_count("POSTTRAIN_DATASET_MAX_LINE_BYTES", 8 * 1024**2)
+POSTTRAIN_PREVIEW_MAX_BYTES = _env_count("POSTTRAIN_PREVIEW_MAX_BYTES", 64 * 1024**2)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 20 * 1024 * 1024
 
 LANGUAGE_CODE = "en-us"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from django import forms
+from django.conf import settings
 
 from engine.data.rows import MAP_TARGETS
+from webapp.datasets.uploads import size_text
 
 KEY_MAP_HELP = {
     "prompt": "Column with the prompt (text or chat messages). Empty: 'prompt'.",
@@ -43,8 +45,22 @@ class KeyMapForm(forms.Form):
 
 class DatasetUploadForm(KeyMapForm):
     name = forms.CharField(max_length=200, required=False, help_text="Empty: the file name.")
-    file = forms.FileField(
-        help_text="JSON lines (.jsonl), parquet (.parquet) or CSV with a header."
-    )
+    file = forms.FileField()
 
     field_order = ["name", "file"]
+
+    def __init__(self, *args, refused_file: str = "", **kwargs) -> None:
+        """``refused_file``: why the upload handler dropped the file while it streamed in."""
+        super().__init__(*args, **kwargs)
+        self.refused_file = refused_file
+        self.fields["file"].required = not refused_file
+        self.fields["file"].help_text = (
+            "verl parquet, JSON Lines (one object per line) or CSV with a header, in UTF-8; up to "
+            f"{size_text(settings.POSTTRAIN_UPLOAD_MAX_BYTES)}. The format is read from the "
+            "content, not the name."
+        )
+
+    def clean_file(self):
+        if self.refused_file:
+            raise forms.ValidationError(self.refused_file)
+        return self.cleaned_data["file"]

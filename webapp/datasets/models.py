@@ -16,6 +16,11 @@ class DatasetFormat(models.TextChoices):
     CSV = "csv", "CSV"
 
 
+class DatasetStatus(models.TextChoices):
+    READY = "ready", "Ready"
+    INVALID = "invalid", "Needs a fix"
+
+
 def dataset_upload_to(instance: Dataset, filename: str) -> str:
     """Return a path under MEDIA_ROOT that no two uploads share: ``datasets/<owner>/<uuid>/<name>``."""
     return f"datasets/{instance.owner_id}/{uuid.uuid4().hex}/{PurePath(filename).name}"
@@ -35,6 +40,12 @@ class Dataset(models.Model):
         default=dict, blank=True, help_text="data.data_key_map: file column -> engine field."
     )
     preview = models.JSONField(default=dict, blank=True, help_text="The first rows, as previewed.")
+    status = models.CharField(
+        max_length=10,
+        choices=DatasetStatus.choices,
+        default=DatasetStatus.READY,
+        help_text="Ready when the last preview found no error; only ready datasets feed a run.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -9,28 +9,33 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from webapp.datasets.forms import DatasetUploadForm, KeyMapForm
-from webapp.datasets.selectors import dataset_list_for_user
+from webapp.datasets.selectors import dataset_all_for_user
 from webapp.datasets.services import (
     DatasetRejected,
     dataset_create,
     dataset_delete,
     dataset_set_key_map,
 )
+from webapp.datasets.uploads import upload_refusals
 
 
 def _dataset(request: HttpRequest, dataset_id: int):
-    return get_object_or_404(dataset_list_for_user(user=request.user), pk=dataset_id)
+    return get_object_or_404(dataset_all_for_user(user=request.user), pk=dataset_id)
 
 
 @login_required
 def dataset_list(request: HttpRequest) -> HttpResponse:
-    datasets = dataset_list_for_user(user=request.user)
+    datasets = dataset_all_for_user(user=request.user)
     return render(request, "datasets/list.html", {"datasets": datasets})
 
 
 @login_required
 def dataset_upload(request: HttpRequest) -> HttpResponse:
-    form = DatasetUploadForm(request.POST or None, request.FILES or None)
+    form = DatasetUploadForm(
+        request.POST or None,
+        request.FILES or None,
+        refused_file=upload_refusals(request).get("file", "") if request.method == "POST" else "",
+    )
     if request.method == "POST" and form.is_valid():
         try:
             dataset = dataset_create(

@@ -41,7 +41,7 @@ def test_dataset_upload_previews_rows_and_remaps_columns(client_in, owner):
     download = client_in.get(reverse("datasets:download", kwargs={"dataset_id": dataset.pk}))
     assert b"".join(download.streaming_content) == text
     bad = client_in.post(reverse("datasets:upload"), {"file": SimpleUploadedFile("x.txt", b"hi")})
-    assert "unsupported file type &#x27;.txt&#x27;" in bad.content.decode()
+    assert "x.txt: neither parquet, JSON Lines nor CSV" in bad.content.decode()
     path = Path(dataset.path)
     client_in.post(reverse("datasets:delete", kwargs={"dataset_id": dataset.pk}))
     assert not Dataset.objects.exists() and not path.exists()
