@@ -22,6 +22,8 @@ import traceback
 
 logger = logging.getLogger("workers.driver")
 
+DB_CONNECT_TIMEOUT_S = 5
+
 
 class HeartbeatThread(threading.Thread):
     """Beat a running run's heartbeat every ``interval_s`` seconds until stopped."""
@@ -120,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     import django
 
     django.setup()
+    from django.db import connections
+
+    # An unreachable (not refusing) server must not hold a step for minutes on each try.
+    options = connections["default"].settings_dict.setdefault("OPTIONS", {})
+    options.setdefault("connect_timeout", DB_CONNECT_TIMEOUT_S)
     status = drive(args.run_id)
     print(f"run {args.run_id}: {status}", flush=True)
     return 0 if status in ("succeeded", "cancelled", "skipped") else 1
