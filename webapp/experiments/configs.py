@@ -125,7 +125,7 @@ def _own_run_folder(owner: Any, path: Path) -> bool:
 
 def _path_error(owner: Any, key: str, value: str) -> ConfigFieldError | None:
     """Return why ``owner``'s run may not read ``value`` (resolved), or None if it may."""
-    from webapp.datasets.models import Dataset
+    from webapp.datasets.selectors import DatasetUnusable, dataset_usable_for
 
     if value.startswith(_TINY):
         return None
@@ -134,14 +134,11 @@ def _path_error(owner: Any, key: str, value: str) -> ConfigFieldError | None:
         resolved = place.resolve()
         uploads = Path(settings.MEDIA_ROOT).expanduser().resolve()
         if _inside(resolved, uploads):
-            name = str(resolved.relative_to(uploads))
-            if Dataset.objects.filter(owner=owner, file=name).exists():
-                return None
-            return ConfigFieldError(
-                key,
-                value,
-                f"this file is not one of your datasets; upload it or pick one ({allowed_places()})",
-            )
+            try:
+                dataset_usable_for(owner=owner, path=str(resolved))
+            except DatasetUnusable as exc:
+                return ConfigFieldError(key, value, f"{exc} ({allowed_places()})")
+            return None
         if _own_run_folder(owner, resolved):
             return None
         if any(_inside(resolved, root) for _, root in model_roots()):

@@ -17,6 +17,8 @@ from django.core.files.uploadhandler import SkipFile
 from django.test import RequestFactory
 from django.urls import reverse
 
+from engine.config import ConfigValidationError
+from tests.webapp.fixtures import tiny_config
 from webapp.datasets.models import Dataset, DatasetStatus
 from webapp.datasets.selectors import (
     DatasetUnusable,
@@ -26,6 +28,7 @@ from webapp.datasets.selectors import (
 )
 from webapp.datasets.services import dataset_set_key_map
 from webapp.datasets.uploads import UploadSizeCapHandler
+from webapp.experiments.configs import config_check, studio_config_errors
 
 pytestmark = pytest.mark.django_db
 ROW = b'{"prompt": "1+1=", "ground_truth": "2"}\n'
@@ -153,9 +156,16 @@ def test_dataset_whose_rows_do_not_map_is_kept_but_offered_to_no_experiment(clie
     page = client_in.get(dataset.get_absolute_url()).content.decode()
     assert "Experiments cannot use this dataset until the errors below are fixed" in page
     assert "Needs a fix" in client_in.get(reverse("datasets:list")).content.decode()
+    # A config typed by hand that names it is refused too, with the dataset's own error.
+    config = tiny_config(data__train_files=dataset.path)
+    with pytest.raises(ConfigValidationError, match="dataset 'qa' did not pass its check"):
+        config_check(owner=owner, config=config)
     dataset_set_key_map(dataset=dataset, key_map={"prompt": "question"})
     assert dataset.status == DatasetStatus.READY
     assert list(dataset_list_for_user(user=owner)) == [dataset]
     assert dataset_usable_for(owner=owner, path=dataset.path) == dataset
+    assert not any(
+        e.key == "data.train_files" for e in studio_config_errors(owner=owner, config=config)
+    )
     with pytest.raises(DatasetUnusable, match="not one of your datasets"):
         dataset_usable_for(owner=owner, path=str(Path(settings.MEDIA_ROOT) / "other.jsonl"))
