@@ -143,6 +143,9 @@ POSTTRAIN_MAX_ACTIVE_RUNS_PER_USER = int(os.environ.get("POSTTRAIN_MAX_ACTIVE_RU
 POSTTRAIN_MAX_RANKS = int(os.environ.get("POSTTRAIN_MAX_RANKS", "8"))
 POSTTRAIN_MAX_REWARD_WORKERS = int(os.environ.get("POSTTRAIN_MAX_REWARD_WORKERS", "16"))
 POSTTRAIN_MAX_TRAINING_STEPS = int(os.environ.get("POSTTRAIN_MAX_TRAINING_STEPS", "100000"))
+# Runs with a driver at once on this server (0: no limit); the others wait queued, oldest first.
+# One suits a single machine, where two runs would share its cores; raise it for a Ray cluster.
+POSTTRAIN_MAX_RUNNING_RUNS = int(os.environ.get("POSTTRAIN_MAX_RUNNING_RUNS", "1"))
 # Folders (colon- or comma-separated) whose models and data any user's run may read, besides
 # their own uploads and runs and the tiny:// assets; empty: none (webapp.experiments.configs).
 POSTTRAIN_MODEL_ROOTS = os.environ.get("POSTTRAIN_MODEL_ROOTS", "")
@@ -221,6 +224,7 @@ CELERY_WORKER_REDIRECT_STDOUTS = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "mark-lost-runs": {"task": "workers.tasks.mark_lost_runs", "schedule": 15.0},
+    "dispatch-queued-runs": {"task": "workers.tasks.dispatch_queued_runs", "schedule": 5.0},
 }
 
 # django-axes first: it refuses a locked-out username+address before the password is checked.

@@ -23,6 +23,8 @@ from django.db import connections
 
 from engine.env import CPU_PROCESS_ENV
 from webapp.runs.recording import (
+    driver_slots_taken,
+    queued_run_ids,
     run_claim_for_start,
     run_finish,
     run_set_driver,
@@ -76,6 +78,8 @@ def driver_settings_env() -> dict[str, str]:
         "DATABASE_URL": database_url(),
         "REDIS_URL": settings.REDIS_URL,
         "POSTTRAIN_DATA_DIR": str(settings.POSTTRAIN_DATA_DIR),
+        # The driver beats at a quarter of the sweep's timeout; a Ray node must not guess it.
+        "POSTTRAIN_HEARTBEAT_TIMEOUT_S": str(settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S),
     }
     # A thread count the operator set for the worker carries over to the driver.
     for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -133,10 +137,14 @@ def submit_ray_job(run_id: int, address: str) -> str:
 
 @app.task(name="workers.tasks.start_run", ignore_result=True)
 def start_run(run_id: int) -> str:
-    """Start the driver of a queued run; do nothing for a run another delivery already started."""
-    run = run_claim_for_start(run_id=run_id)
+    """Start the driver of a queued run; do nothing for a run another delivery already started.
+
+    While ``POSTTRAIN_MAX_RUNNING_RUNS`` runs have a driver the run stays queued, and
+    :func:`dispatch_queued_runs` starts it when a slot frees.
+    """
+    run = run_claim_for_start(run_id=run_id, max_running=settings.POSTTRAIN_MAX_RUNNING_RUNS)
     if run is None:
-        logger.info("run %s is not queued; nothing to start", run_id)
+        logger.info("run %s is not queued, or every driver slot is taken; not started", run_id)
         return "skipped"
     try:
         address = settings.RAY_ADDRESS
@@ -151,6 +159,35 @@ def start_run(run_id: int) -> str:
     run_set_driver(run_id=run_id, driver=driver)
     logger.info("run %s started: %s", run_id, driver)
     return driver
+
+
+@app.task(name="workers.tasks.dispatch_queued_runs", ignore_result=True)
+def dispatch_queued_runs() -> list[int]:
+    """Start queued runs, oldest first, while driver slots are free; return the ids started.
+
+    This is how a run waits its turn on a full server, and how a run whose start message the
+    broker lost (a Redis restart between the launch and the worker) still starts. A run whose
+    message arrives later is already started, so that delivery does nothing.
+    """
+    started = []
+    for run_id in queued_run_ids():
+        try:
+            outcome = start_run(run_id)
+        except Exception:
+            logger.exception("run %s could not be started by the sweep", run_id)
+            continue
+        if outcome == "skipped":
+            if driver_slots_full():
+                break
+            continue
+        started.append(run_id)
+    return started
+
+
+def driver_slots_full() -> bool:
+    """Return whether ``POSTTRAIN_MAX_RUNNING_RUNS`` runs have a driver (never, when it is 0)."""
+    limit = settings.POSTTRAIN_MAX_RUNNING_RUNS
+    return limit > 0 and driver_slots_taken() >= limit
 
 
 @app.task(name="workers.tasks.mark_lost_runs", ignore_result=True)

@@ -101,11 +101,42 @@ def transition(
     return moved
 
 
-def run_claim_for_start(*, run_id: int) -> Run | None:
-    """Move a queued run to ``starting`` and return it; None when another delivery got it first."""
-    if not transition(run_id, [RunStatus.QUEUED], RunStatus.STARTING, heartbeat_at=timezone.now()):
-        return None
+# The key of the advisory lock every start decision takes, so two workers never both take the
+# last driver slot.
+_START_LOCK = 0x706F7374
+
+
+def driver_slots_taken() -> int:
+    """Return how many runs have a driver (starting or running), on every host."""
+    return Run.objects.filter(status__in=DRIVER_STATUSES).count()
+
+
+def run_claim_for_start(*, run_id: int, max_running: int = 0) -> Run | None:
+    """Move a queued run to ``starting`` and return it; None when another delivery got it first.
+
+    With ``max_running`` > 0 it is also None while that many runs already have a driver: the run
+    stays queued for the dispatch sweep to start when a slot frees.
+    """
+    with transaction.atomic():
+        if max_running > 0:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_START_LOCK])
+            if driver_slots_taken() >= max_running:
+                return None
+        if not transition(
+            run_id, [RunStatus.QUEUED], RunStatus.STARTING, heartbeat_at=timezone.now()
+        ):
+            return None
     return Run.objects.get(pk=run_id)
+
+
+def queued_run_ids() -> list[int]:
+    """Return the ids of the queued runs, oldest first (the order the sweep starts them in)."""
+    return list(
+        Run.objects.filter(status=RunStatus.QUEUED)
+        .order_by("created_at", "pk")
+        .values_list("pk", flat=True)
+    )
 
 
 def run_set_driver(*, run_id: int, driver: str) -> None:
