@@ -65,7 +65,8 @@ def test_the_driver_gets_only_the_allowed_variables_and_its_own_secret_key(monke
     assert env["PATH"] == os.environ["PATH"]
     # A Ray Job starts from its node's environment: it gets the settings variables only.
     settings_names = {"DJANGO_SETTINGS_MODULE", "DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL"}
-    assert set(driver_settings_env()) == {*CPU_PROCESS_ENV, *settings_names, "POSTTRAIN_DATA_DIR"}
+    posttrain_names = {"POSTTRAIN_DATA_DIR", "POSTTRAIN_HEARTBEAT_TIMEOUT_S"}
+    assert set(driver_settings_env()) == {*CPU_PROCESS_ENV, *settings_names, *posttrain_names}
 
 
 @pytest.mark.django_db

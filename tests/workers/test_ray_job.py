@@ -1,0 +1,83 @@
+"""A run whose driver is a Ray Job: ``RAY_ADDRESS`` names the job server of a real Ray head.
+
+The head is started with ``ray start`` (its dashboard and job server on free ports, a temporary
+folder of its own) in the environment of a bare host with the venv activated: no database, Redis
+or Django variables, so what the driver needs can only arrive with the job. The Celery worker
+(``test_lifecycle``'s) submits the driver; the run must go queued -> succeeded, and Ray's own job
+client must agree.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from django.conf import settings
+from django.urls import reverse
+
+from tests.engine.distributed.ray_nodes import kill_node, start_head
+from tests.webapp.fixtures import make_experiment
+from tests.workers.test_lifecycle import SMALL, start_worker, tiny_cache, wait_for  # noqa: F401
+from webapp.runs.models import MetricPoint, Run, RunStatus
+from workers.tasks import database_url
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def ray_head():
+    """Start a two-CPU Ray head with its job server; kill exactly its processes afterwards."""
+    head = start_head(num_cpus=2, dashboard=True)
+    yield head
+    kill_node(head)
+
+
+def job_status(client, job_id: str, timeout: float):
+    """Return the job's status once it is terminal (the driver exits after recording the end)."""
+    deadline = time.monotonic() + timeout
+    while not (status := client.get_job_status(job_id)).is_terminal():
+        assert time.monotonic() < deadline, f"job {job_id} is still {status}"
+        time.sleep(0.2)
+    return status
+
+
+def test_a_ray_job_run_goes_queued_to_succeeded(client, owner, start_worker, ray_head, monkeypatch):  # noqa: F811
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    monkeypatch.setenv("RAY_ADDRESS", ray_head.dashboard)  # the worker's, as in docker-compose
+    monkeypatch.setenv("POSTTRAIN_HEARTBEAT_TIMEOUT_S", "30")
+    client.force_login(owner)
+    experiment = make_experiment(
+        owner,
+        **SMALL,
+        trainer__total_training_steps=2,
+        trainer__val_before_train=False,
+        trainer__test_freq=-1,
+        trainer__controller="ray",  # the driver's ranks are actors on the same cluster
+    )
+    client.post(reverse("experiments:launch", kwargs={"experiment_id": experiment.pk}))
+    run = Run.objects.get()
+    assert run.status == RunStatus.QUEUED
+    start_worker()
+    jobs = JobSubmissionClient(ray_head.dashboard)
+    try:
+        seen = wait_for(run, lambda r: r.status == RunStatus.SUCCEEDED, 300, "succeed")
+    except pytest.fail.Exception:
+        job_id = f"posttrain-run-{run.pk}"
+        print(jobs.get_job_logs(job_id) if jobs.list_jobs() else "(no job was submitted)")
+        raise
+    assert seen[0] == RunStatus.QUEUED and RunStatus.RUNNING in seen
+    assert list(MetricPoint.objects.filter(run=run).values_list("step", flat=True)) == [1, 2]
+
+    assert run.driver == f"ray:posttrain-run-{run.pk}"
+    job_id = run.driver.removeprefix("ray:")
+    assert job_status(jobs, job_id, 60) == JobStatus.SUCCEEDED
+    info = jobs.get_job_info(job_id)
+    assert info.entrypoint == f"python -m workers.driver {run.pk}"
+    env = info.runtime_env["env_vars"]
+    assert env["DATABASE_URL"] == database_url()  # the test database, not the node's default
+    assert env["POSTTRAIN_DATA_DIR"] == str(settings.POSTTRAIN_DATA_DIR)
+    assert env["POSTTRAIN_HEARTBEAT_TIMEOUT_S"] == "30"  # the sweep's timeout, known to the beat
+    assert env["DJANGO_SECRET_KEY"] != os.environ["DJANGO_SECRET_KEY"]  # never the site's key
+    assert f"run {run.pk}: succeeded" in jobs.get_job_logs(job_id)
