@@ -1,4 +1,8 @@
-"""ASGI entry point: HTTP through Django, WebSockets through Channels with session auth."""
+"""ASGI entry point: HTTP through Django, WebSockets through Channels with session auth.
+
+Every HTTP request passes ``webapp.body_limit.RequestBodyLimit`` first: a body past
+``POSTTRAIN_UPLOAD_MAX_BYTES`` (plus 1 MiB of form fields) is answered 413 before Django spools it.
+"""
 
 import os
 
@@ -17,11 +21,12 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from webapp.body_limit import RequestBodyLimit  # noqa: E402
 from webapp.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": RequestBodyLimit(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),
