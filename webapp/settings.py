@@ -208,12 +208,26 @@ TEMPLATES = [
 DATABASES = {"default": database_from_url(os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E402
+
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         # redis-py 8 gives every read a 5 s socket timeout, as long as the layer's blocking receive
         # waits: without a longer one an idle consumer dies every 5 s (channels_redis issue 422).
-        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}]},
+        # After a Redis restart the layer's pooled connections are stale and the first command on
+        # each fails: one immediate retry on a fresh connection hides that from the next socket.
+        # A refused connect fails within socket_connect_timeout, so a send never hangs for long.
+        "CONFIG": {
+            "hosts": [
+                {
+                    "address": REDIS_URL,
+                    "socket_timeout": 15,
+                    "socket_connect_timeout": 2,
+                    "retry_on_error": [RedisConnectionError],
+                }
+            ]
+        },
     }
 }
 

@@ -88,13 +88,18 @@ export class SeriesStore {
 // A WebSocket to /ws/runs/<id>/ that reconnects with the last step it saw. With `since` (a step)
 // it skips the metric backlog from the start: the server sends the run's status, the steps after
 // `since`, then its events (what the sample inspector follows).
+// Any close but a refusal (4401, 4403) is retried with a doubling delay: a server restart, or the
+// server's 4503 when it loses Redis (it may accept and close again until Redis is back). The
+// state stays "reconnecting" until the server's first message, which proves it joined the run's
+// group; only then is the socket "live" and the delay reset.
 export class RunStream {
   constructor(runId, {onMessage, onState, since = null}) {
     this.runId = runId;
     this.onMessage = onMessage;
     this.onState = onState || (() => {});
     this.lastStep = since;
-    this.hasBacklog = since !== null;
+    this.hasBacklog = since !== null; // a complete backlog arrived: reconnect with ?since=
+    this.sawBacklog = false;
     this.delay = 500;
     this.closed = false;
   }
@@ -106,20 +111,26 @@ export class RunStream {
   }
 
   open() {
-    this.onState(this.hasBacklog ? "reconnecting" : "connecting");
+    this.onState(this.socket || this.hasBacklog ? "reconnecting" : "connecting");
     const socket = new WebSocket(this.url());
     this.socket = socket;
+    let answered = false;
     socket.onopen = () => {
       performance.mark(`posttrain:socket-open:${this.runId}`);
-      this.delay = 500;
-      this.onState("live");
     };
     socket.onmessage = (event) => {
       const receivedAt = performance.timeOrigin + performance.now();
       const message = JSON.parse(event.data);
+      if (!answered) {
+        answered = true;
+        this.delay = 500;
+        this.onState("live");
+      }
       if (message.type === "backlog") {
-        if (!this.hasBacklog) performance.mark(`posttrain:first-backlog:${this.runId}`);
-        this.hasBacklog = true;
+        if (!this.sawBacklog) performance.mark(`posttrain:first-backlog:${this.runId}`);
+        this.sawBacklog = true;
+        // A backlog cut off half-way is asked for again whole, not with ?since=.
+        if (message.complete) this.hasBacklog = true;
         if (message.last_step !== null) this.lastStep = Math.max(this.lastStep ?? 0, message.last_step);
       } else if (message.type === "metrics" && message.points.length) {
         this.lastStep = Math.max(this.lastStep ?? 0, message.points[message.points.length - 1].step);
@@ -133,7 +144,7 @@ export class RunStream {
         this.onState("refused", REFUSED[event.code]);
         return;
       }
-      this.onState("offline");
+      this.onState("reconnecting");
       setTimeout(() => this.open(), this.delay);
       this.delay = Math.min(this.delay * 2, RECONNECT_MAX_MS);
     };

@@ -11,6 +11,10 @@ at once), then every other series up to the same step, in messages under Daphne'
 A client that reconnects passes ``?since=<last step>`` (or sends ``{"since_step": N}`` at any
 time) and gets exactly the steps after N, not the backlog again.
 
+When the channel layer loses Redis (a restart, a network cut) the socket closes with 4503: its
+group memberships lived in Redis and may be gone, so a socket kept open could stay silent for
+good. The page reconnects with ``?since=`` and reads the steps it missed from PostgreSQL.
+
 Messages to the browser (JSON, ``type`` first):
 
 - ``backlog``: ``run`` (id, status, progress...), ``panels``, ``series`` (see
@@ -23,12 +27,16 @@ Messages to the browser (JSON, ``type`` first):
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from webapp.accounts.sessions import session_group_name
 from webapp.runs.metrics import (
@@ -45,8 +53,11 @@ from webapp.runs.models import Run, run_group_name
 from webapp.runs.progress import run_progress_of
 from webapp.runs.selectors import run_list_for_user
 
+logger = logging.getLogger(__name__)
+
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
+CLOSE_LAYER_UNAVAILABLE = 4503  # Redis is unreachable: reconnect (WebSocket's 1011 is Daphne's)
 # Daphne refuses messages over 1 MiB: a backlog message carries at most this many points
 # (about 0.5 MB of JSON), a catch-up message at most this many steps of 50-odd metrics.
 BACKLOG_POINTS_PER_MESSAGE = 12_000
@@ -86,6 +97,15 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
     last_step: int | None = None
     session_group: str | None = None
     closed_for_session: bool = False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            # One line, not one traceback per open page; the browser reconnects on this code.
+            logger.warning("run socket closed with 4503: the channel layer lost Redis (%s)", exc)
+            with contextlib.suppress(Exception):  # the client may be gone already
+                await send({"type": "websocket.close", "code": CLOSE_LAYER_UNAVAILABLE})
 
     async def connect(self) -> None:
         # Accept first so the browser sees the close code (a refused handshake shows none).
