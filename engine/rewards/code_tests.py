@@ -102,9 +102,10 @@ def read_reports(raw: bytes, nonce: str) -> Reports:
             continue
         try:
             index, value, error = json.loads(line[len(prefix) :])
-        except (ValueError, TypeError):
-            continue
-        reports.setdefault(int(index), (value, error))
+            index = int(index)
+        except (ValueError, TypeError, OverflowError):
+            continue  # malformed: only a candidate under the local guard can write one
+        reports.setdefault(index, (value, error))
     return reports
 
 
@@ -120,8 +121,12 @@ def score(suite: TestSuite, reported: Reports, timed_out: bool, fallback: str) -
             error = error or ("timed out" if timed_out else fallback or "no result")
             continue
         value, case_error = reported[index]
-        ok = same_output(value, suite.outputs[index]) if suite.mode == "stdio" else value is True
-        passed += int(ok and (suite.mode == "assert" or case_error is None))
+        if suite.mode == "stdio":  # the right output from a program that then failed fails
+            ok = isinstance(value, str) and same_output(value, suite.outputs[index])
+            ok = ok and case_error is None
+        else:
+            ok = value is True
+        passed += int(ok)
         if not ok and not error:
             error = case_error or f"test {index}: wrong output"
     return {
