@@ -38,9 +38,14 @@ from engine.algorithms import (
     kl_penalty,
     logprobs_from_logits,
 )
+from engine.algorithms.policy_loss import normalised_over
 from engine.data import DataProto
 from engine.lean import LeanModel, causal_mask, checkpointing
 from engine.rollout.sampling import new_kv_cache, shared_prompts, trim_left_padding, with_cache
+from engine.workers.batch_sizes import global_batch
+from engine.workers.seqlen_balancing import restore_order, split_micro_batches
+
+PPO_MAX_TOKEN_LEN_KEY = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
 
 
 def response_logits(
@@ -114,7 +119,8 @@ def response_logits(
     if len(buckets) > 1:
         order = torch.cat([rows for rows, _ in buckets])
         logits = logits[torch.argsort(order)]  # back to batch order
-    logits = logits.float()
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()  # fp32 losses under bf16 compute; fp32/fp64 models keep theirs
     return logits / temperature if temperature and temperature != 1.0 else logits
 
 
@@ -288,20 +294,34 @@ class PolicyActor:
 
     @torch.no_grad()
     def compute_log_prob(
-        self, data: DataProto, *, micro_batch_size: int, temperature: float, with_entropy: bool
+        self,
+        data: DataProto,
+        *,
+        micro_batch_size: int,
+        temperature: float,
+        with_entropy: bool,
+        max_token_len: int | None = None,
+        max_token_len_key: str = "log_prob_max_token_len_per_gpu",
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Return ``(log_probs, entropy)`` each (bs, R); entropy is None unless asked for."""
+        """Return ``(log_probs, entropy)`` each (bs, R); entropy is None unless asked for.
+
+        Micro-batches hold ``micro_batch_size`` rows, or with ``max_token_len`` (dynamic batch
+        size) at most that many tokens; the outputs come back in batch order either way.
+        """
         was_training = self.model.training
         set_training(self.model, False)
         log_probs, entropies = [], []
-        for micro in data.split(micro_batch_size):
+        micros, order = split_micro_batches(
+            data, micro_batch_size, max_token_len, max_token_len_key
+        )
+        for micro in micros:
             logits = response_logits(self.model, micro.batch, temperature)
             log_probs.append(logprobs_from_logits(logits, micro.batch["responses"]))
             if with_entropy:
                 entropies.append(entropy_from_logits(logits))
         set_training(self.model, was_training)
-        entropy = torch.cat(entropies) if with_entropy else None
-        return torch.cat(log_probs), entropy
+        entropy = restore_order(torch.cat(entropies), order) if with_entropy else None
+        return restore_order(torch.cat(log_probs), order), entropy
 
     def _policy_loss_kwargs(self) -> dict[str, Any]:
         cfg = self.config
@@ -327,12 +347,23 @@ class PolicyActor:
         return kwargs
 
     def update_policy(
-        self, data: DataProto, *, mini_batch_size: int, micro_batch_size: int, temperature: float
+        self,
+        data: DataProto,
+        *,
+        mini_batch_size: int,
+        micro_batch_size: int,
+        temperature: float,
+        max_token_len: int | None = None,
     ) -> dict[str, float]:
         """Run ``ppo_epochs`` passes of mini-batch updates; return the averaged metrics.
 
         ``data`` carries ``advantages`` (bs, R), and ``old_log_probs`` (bs, R) unless the update
-        is on-policy, and ``ref_log_prob`` (bs, R) when ``use_kl_loss``.
+        is on-policy, and ``ref_log_prob`` (bs, R) when ``use_kl_loss``. Micro-batches hold
+        ``micro_batch_size`` rows, or at most ``max_token_len`` tokens (``use_dynamic_bsz``).
+        Every loss term is normalised over the mini-batch's tokens (or sequences) on all ranks
+        (``batch_sizes.global_batch``), so the gradient is that of the mini-batch however it
+        was split; ``actor/pg_loss``, ``actor/kl_loss`` and ``actor/entropy`` are the
+        mini-batch's losses, the sums of their micro-batch shares.
         """
         assert self.optimizer is not None, "update_policy needs an optimizer"
         cfg = self.config
@@ -354,38 +385,48 @@ class PolicyActor:
             mini_batches = epoch_data.split(mini_batch_size)
             for mini in mini_batches:
                 self.optimizer.zero_grad(set_to_none=True)
-                micros = mini.split(micro_batch_size)
+                micros, _ = split_micro_batches(
+                    mini, micro_batch_size, max_token_len, PPO_MAX_TOKEN_LEN_KEY
+                )
+                counts = global_batch(mini.batch["response_mask"], loss_scale_factor=None)
+                totals: dict[str, float] = defaultdict(float)
                 for micro in micros:
                     batch = micro.batch
                     mask = batch["response_mask"]
                     logits = response_logits(self.model, batch, temperature)  # (b, R, V)
                     log_prob = logprobs_from_logits(logits, batch["responses"])  # (b, R)
                     old_log_prob = log_prob.detach() if on_policy else batch["old_log_probs"]
-                    pg_loss, pg_metrics = policy_loss_fn(
-                        old_log_prob, log_prob, batch["advantages"], mask, **loss_kwargs
-                    )
-                    loss = pg_loss
-                    if cfg.entropy_coeff != 0:
-                        entropy = entropy_from_logits(logits)
-                        entropy_loss = agg_loss(entropy, mask, cfg.loss_agg_mode)
-                        loss = loss - cfg.entropy_coeff * entropy_loss
-                    else:
-                        with torch.no_grad():
+                    with normalised_over(counts):  # every agg_loss: over the mini-batch
+                        pg_loss, pg_metrics = policy_loss_fn(
+                            old_log_prob, log_prob, batch["advantages"], mask, **loss_kwargs
+                        )
+                        loss = pg_loss
+                        if cfg.entropy_coeff != 0:
                             entropy_loss = agg_loss(
                                 entropy_from_logits(logits), mask, cfg.loss_agg_mode
                             )
-                    if cfg.use_kl_loss:
-                        kld = kl_penalty(log_prob, batch["ref_log_prob"], cfg.kl_loss_type)
-                        kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode)
-                        loss = loss + cfg.kl_loss_coef * kl_loss
-                        metrics["actor/kl_loss"].append(kl_loss.item())
-                        metrics["actor/kl_coef"].append(cfg.kl_loss_coef)
-                    # Each micro-batch's share of the mini-batch mean.
-                    (loss * (len(micro) / len(mini))).backward()
-                    metrics["actor/pg_loss"].append(pg_loss.item())
-                    metrics["actor/entropy"].append(entropy_loss.item())
+                            loss = loss - cfg.entropy_coeff * entropy_loss
+                        else:
+                            with torch.no_grad():
+                                entropy_loss = agg_loss(
+                                    entropy_from_logits(logits), mask, cfg.loss_agg_mode
+                                )
+                        if cfg.use_kl_loss:
+                            kld = kl_penalty(log_prob, batch["ref_log_prob"], cfg.kl_loss_type)
+                            kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode)
+                            loss = loss + cfg.kl_loss_coef * kl_loss
+                            totals["actor/kl_loss"] += kl_loss.item()
+                    loss.backward()
+                    totals["actor/pg_loss"] += pg_loss.item()
+                    totals["actor/entropy"] += entropy_loss.item()
                     for key, value in pg_metrics.items():
                         metrics[key].append(float(value))
+                # Each share carries the factor dp_size (FSDP averages gradients over ranks):
+                # the worker group's mean over ranks of these sums is the mini-batch's loss.
+                for key, value in totals.items():
+                    metrics[key].append(value)
+                if cfg.use_kl_loss:
+                    metrics["actor/kl_coef"].append(cfg.kl_loss_coef)
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
                 if torch.isfinite(grad_norm):
                     self.optimizer.step()

@@ -114,6 +114,14 @@ class ActorRolloutRefWorker:
         self.ref_micro_batch_size = (
             arr.ref.log_prob_micro_batch_size_per_gpu or self.log_prob_micro_batch_size
         )
+        # use_dynamic_bsz: token budgets instead of row counts (None: the row counts above).
+        self.max_token_len = (
+            arr.actor.ppo_max_token_len_per_gpu if arr.actor.use_dynamic_bsz else None
+        )
+        self.log_prob_max_token_len, self.ref_max_token_len = (
+            section.log_prob_max_token_len_per_gpu if section.log_prob_use_dynamic_bsz else None
+            for section in (arr.rollout, arr.ref)
+        )
 
     # -- rollout -----------------------------------------------------------------------------
     def sampling_params(self, validate: bool) -> dict[str, Any]:
@@ -156,6 +164,8 @@ class ActorRolloutRefWorker:
             micro_batch_size=self.log_prob_micro_batch_size,
             temperature=self.config.actor_rollout_ref.rollout.temperature,
             with_entropy=True,
+            max_token_len=self.log_prob_max_token_len,
+            max_token_len_key="actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
         )
         return DataProto.from_dict({"old_log_probs": log_probs, "entropys": entropy})
 
@@ -172,6 +182,8 @@ class ActorRolloutRefWorker:
                 micro_batch_size=self.ref_micro_batch_size,
                 temperature=self.config.actor_rollout_ref.rollout.temperature,
                 with_entropy=False,
+                max_token_len=self.ref_max_token_len,
+                max_token_len_key="actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
             )
         return DataProto.from_dict({"ref_log_prob": log_probs})
 
@@ -182,6 +194,7 @@ class ActorRolloutRefWorker:
             mini_batch_size=self.mini_batch_size,
             micro_batch_size=self.micro_batch_size,
             temperature=self.config.actor_rollout_ref.rollout.temperature,
+            max_token_len=self.max_token_len,
         )
 
     # -- checkpoints -------------------------------------------------------------------------

@@ -3,9 +3,17 @@
 ``ppo_mini_batch_size`` counts prompts over the whole group (times ``rollout.n`` samples each);
 ``*_micro_batch_size_per_gpu`` is already per rank. A global size that does not divide by the
 rank count is refused here, in the one message every caller uses.
+
+The loss of a micro-batch is normalised by counts over its whole mini-batch on every rank
+(:func:`global_batch`), so the gradient does not depend on how the mini-batch was split.
 """
 
 from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from engine.algorithms.policy_loss import GlobalBatch
 
 
 def per_rank_size(global_size: int, world_size: int, key: str) -> int:
@@ -22,3 +30,31 @@ def per_rank_size(global_size: int, world_size: int, key: str) -> int:
 def micro_size(per_gpu: int | None, mini_batch_size: int) -> int:
     """Return the micro-batch: ``per_gpu`` when set, never more than the mini-batch."""
     return min(per_gpu or mini_batch_size, mini_batch_size)
+
+
+def data_parallel_size() -> int:
+    """Return the ranks of the default process group (1 when torch.distributed is not set up).
+
+    A rank's workers train in the default group (``RankWorker`` joins one per pool), and FSDP2
+    averages gradients over it.
+    """
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return 1
+
+
+def global_batch(response_mask: torch.Tensor, loss_scale_factor: float | None) -> GlobalBatch:
+    """Return the mini-batch's counts for :func:`~engine.algorithms.policy_loss.agg_loss`.
+
+    ``response_mask`` (bs, R) is this rank's whole mini-batch; its valid tokens and the rows with
+    one are summed over the data-parallel ranks with one all-reduce when there are several (as
+    verl's FSDP engine sums ``batch_num_tokens``); one rank's counts are its own.
+    """
+    counts = torch.stack(
+        [response_mask.sum(), (response_mask.sum(-1) > 0).sum()]
+    ).double()  # (2,) tokens, sequences
+    dp_size = data_parallel_size()
+    if dp_size > 1:
+        dist.all_reduce(counts, op=dist.ReduceOp.SUM)
+    tokens, sequences = counts.tolist()
+    return GlobalBatch(tokens, sequences, dp_size, loss_scale_factor)

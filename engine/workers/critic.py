@@ -13,8 +13,13 @@ from typing import Any
 import torch
 
 from engine.algorithms import compute_value_loss, masked_mean
+from engine.algorithms.policy_loss import normalised_over
 from engine.data import DataProto
-from engine.workers.batch_sizes import micro_size, per_rank_size
+from engine.workers.batch_sizes import global_batch, micro_size, per_rank_size
+from engine.workers.seqlen_balancing import restore_order, split_micro_batches
+
+# verl's critic.forward_max_token_len_per_gpu defaults to this key; the values pass uses it.
+CRITIC_MAX_TOKEN_LEN_KEY = "critic.ppo_max_token_len_per_gpu"
 
 
 def response_values(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -26,7 +31,8 @@ def response_values(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> t
         position_ids=batch["position_ids"],
         use_cache=False,
     )
-    return out.logits[:, -response_length - 1 : -1, 0].float()
+    values = out.logits[:, -response_length - 1 : -1, 0]  # (bs, R)
+    return values.float() if values.dtype in (torch.float16, torch.bfloat16) else values
 
 
 class ValueCritic:
@@ -45,41 +51,66 @@ class ValueCritic:
         self.lr_scheduler = lr_scheduler
 
     @torch.no_grad()
-    def compute_values(self, data: DataProto, *, micro_batch_size: int) -> torch.Tensor:
-        """Return values (bs, R), zero outside the response mask."""
+    def compute_values(
+        self, data: DataProto, *, micro_batch_size: int, max_token_len: int | None = None
+    ) -> torch.Tensor:
+        """Return values (bs, R), zero outside the response mask, in batch order.
+
+        Micro-batches hold ``micro_batch_size`` rows, or at most ``max_token_len`` tokens.
+        """
         self.model.eval()
+        micros, order = split_micro_batches(
+            data, micro_batch_size, max_token_len, CRITIC_MAX_TOKEN_LEN_KEY
+        )
         values = [
             response_values(self.model, micro.batch) * micro.batch["response_mask"]
-            for micro in data.split(micro_batch_size)
+            for micro in micros
         ]
-        return torch.cat(values)
+        return restore_order(torch.cat(values), order)
 
     def update_critic(
-        self, data: DataProto, *, mini_batch_size: int, micro_batch_size: int
+        self,
+        data: DataProto,
+        *,
+        mini_batch_size: int,
+        micro_batch_size: int,
+        max_token_len: int | None = None,
     ) -> dict[str, float]:
-        """Fit values to ``returns`` (bs, R) for ``ppo_epochs`` passes; return averaged metrics."""
+        """Fit values to ``returns`` (bs, R) for ``ppo_epochs`` passes; return averaged metrics.
+
+        As the actor's update: micro-batches by rows or by ``max_token_len`` tokens, the value
+        loss normalised over the mini-batch on every rank; ``critic/vf_loss`` is the
+        mini-batch's loss.
+        """
         cfg = self.config
         self.model.train()
         metrics: dict[str, list[float]] = defaultdict(list)
         for _ in range(cfg.ppo_epochs):
             for mini in data.split(mini_batch_size):
                 self.optimizer.zero_grad(set_to_none=True)
-                for micro in mini.split(micro_batch_size):
+                micros, _ = split_micro_batches(
+                    mini, micro_batch_size, max_token_len, CRITIC_MAX_TOKEN_LEN_KEY
+                )
+                counts = global_batch(mini.batch["response_mask"], loss_scale_factor=None)
+                vf_loss_total = 0.0
+                for micro in micros:
                     batch = micro.batch
                     mask = batch["response_mask"]
                     vpreds = response_values(self.model, batch)
-                    vf_loss, vf_clipfrac = compute_value_loss(
-                        vpreds,
-                        batch["returns"],
-                        batch["values"],
-                        mask,
-                        cliprange_value=cfg.cliprange_value,
-                        loss_agg_mode=cfg.loss_agg_mode,
-                    )
-                    (vf_loss * (len(micro) / len(mini))).backward()
-                    metrics["critic/vf_loss"].append(vf_loss.item())
+                    with normalised_over(counts):
+                        vf_loss, vf_clipfrac = compute_value_loss(
+                            vpreds,
+                            batch["returns"],
+                            batch["values"],
+                            mask,
+                            cliprange_value=cfg.cliprange_value,
+                            loss_agg_mode=cfg.loss_agg_mode,
+                        )
+                    vf_loss.backward()
+                    vf_loss_total += vf_loss.item()
                     metrics["critic/vf_clipfrac"].append(float(vf_clipfrac))
                     metrics["critic/vpred_mean"].append(masked_mean(vpreds, mask).item())
+                metrics["critic/vf_loss"].append(vf_loss_total)
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
                 if torch.isfinite(grad_norm):
                     self.optimizer.step()
@@ -128,16 +159,25 @@ class CriticWorker:
         self.micro_batch_size = micro_size(
             critic_config.ppo_micro_batch_size_per_gpu, self.mini_batch_size
         )
+        # use_dynamic_bsz: micro-batches by a token budget instead of a row count.
+        self.max_token_len = (
+            critic_config.ppo_max_token_len_per_gpu if critic_config.use_dynamic_bsz else None
+        )
 
     def compute_values(self, data: DataProto) -> DataProto:
         """Return ``values`` (bs, R)."""
-        values = self.critic.compute_values(data, micro_batch_size=self.micro_batch_size)
+        values = self.critic.compute_values(
+            data, micro_batch_size=self.micro_batch_size, max_token_len=self.max_token_len
+        )
         return DataProto.from_dict({"values": values})
 
     def update_critic(self, data: DataProto) -> dict[str, float]:
         """Fit the value model to ``returns`` and return its metrics."""
         return self.critic.update_critic(
-            data, mini_batch_size=self.mini_batch_size, micro_batch_size=self.micro_batch_size
+            data,
+            mini_batch_size=self.mini_batch_size,
+            micro_batch_size=self.micro_batch_size,
+            max_token_len=self.max_token_len,
         )
 
     def state_dict(self) -> dict[str, Any]:

@@ -1,0 +1,168 @@
+"""Micro-batching does not change the result: a tiny fp64 Qwen2 policy and value model.
+
+The gradient after one mini-batch is the same however it was cut (1, 2 or 7 micro-batches by
+rows, or by a token budget), for every ``loss_agg_mode``, with the entropy bonus and the KL loss
+on; log-probs and values by token budget equal the fixed-size ones, in batch order. The
+optimizer is SGD with lr 1 and no clipping, so ``before - after`` is the gradient itself.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForTokenClassification
+
+from engine.algorithms.names import LOSS_AGG_MODES
+from engine.config.schema import PPOConfig
+from engine.workers.actor import PolicyActor
+from engine.workers.critic import ValueCritic
+from engine.workers.seqlen_balancing import dynamic_micro_batches
+from tests.engine.distributed.helpers import tiny_policy, update_batch
+
+VOCAB = 40
+PROMPT = 4
+LENGTHS = [1, 6, 3, 6, 2, 5, 4]  # response tokens of the 7 rows: 4 + these tokens each
+# (rows, token budget): 1, 2 and 7 micro-batches by rows; two budgets, 27 and 10 tokens.
+SPLITS = [(7, None), (4, None), (1, None), (7, 27), (7, 10)]
+
+
+def policy_batch():
+    batch = update_batch(len(LENGTHS), PROMPT, LENGTHS, VOCAB)
+    g = torch.Generator().manual_seed(3)
+    mask = batch.batch["response_mask"]
+    batch.batch["advantages"] = batch.batch["advantages"].double()
+    batch.batch["old_log_probs"] = -torch.rand(mask.shape, generator=g, dtype=torch.float64) * 3
+    batch.batch["ref_log_prob"] = -torch.rand(mask.shape, generator=g, dtype=torch.float64) * 3
+    batch.batch["returns"] = torch.randn(mask.shape, generator=g, dtype=torch.float64) * mask
+    batch.batch["values"] = torch.randn(mask.shape, generator=g, dtype=torch.float64) * mask
+    return batch
+
+
+def actor_config(mode: str):
+    cfg = copy.deepcopy(PPOConfig().actor_rollout_ref.actor)
+    cfg.loss_agg_mode = mode
+    cfg.entropy_coeff = 0.01
+    cfg.use_kl_loss = True
+    cfg.kl_loss_coef = 0.1
+    cfg.grad_clip = 1e9
+    cfg.clip_ratio_low = cfg.clip_ratio_high = 0.2
+    return cfg
+
+
+def weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def minus(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: a[k] - b[k] for k in a}
+
+
+def max_diff(a, b) -> float:
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_the_policy_gradient_does_not_depend_on_how_the_mini_batch_was_cut(mode):
+    batch = policy_batch()
+    base = tiny_policy(VOCAB, seed=1).double()
+    grads, losses = [], []
+    for rows, budget in SPLITS:
+        model = copy.deepcopy(base)
+        actor = PolicyActor(model, actor_config(mode), torch.optim.SGD(model.parameters(), lr=1))
+        before = weights(model)
+        metrics = actor.update_policy(
+            batch, mini_batch_size=7, micro_batch_size=rows, temperature=1.0, max_token_len=budget
+        )
+        grad = minus(before, model.state_dict())
+        grads.append(grad)
+        losses.append([metrics[k] for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy")])
+    assert max(g.abs().max().item() for g in grads[0].values()) > 1e-3  # a real gradient
+    for grad, loss in zip(grads[1:], losses[1:], strict=True):
+        assert max_diff(grad, grads[0]) < 1e-6
+        assert loss == pytest.approx(losses[0], abs=1e-9)  # the mini-batch's losses
+
+
+def value_model() -> Qwen2ForTokenClassification:
+    torch.manual_seed(2)
+    config = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=32,
+        num_labels=1,
+        classifier_dropout=0.0,  # the update must be deterministic
+    )
+    return Qwen2ForTokenClassification(config).double()
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_the_value_gradient_does_not_depend_on_how_the_mini_batch_was_cut(mode):
+    batch = policy_batch()
+    cfg = copy.deepcopy(PPOConfig().critic)
+    cfg.ppo_epochs, cfg.grad_clip, cfg.loss_agg_mode = 1, 1e9, mode
+    base = value_model()
+    grads = []
+    for rows, budget in SPLITS:
+        model = copy.deepcopy(base)
+        critic = ValueCritic(model, cfg, torch.optim.SGD(model.parameters(), lr=1))
+        before = weights(model)
+        critic.update_critic(batch, mini_batch_size=7, micro_batch_size=rows, max_token_len=budget)
+        grad = minus(before, model.state_dict())
+        grads.append(grad)
+    for grad in grads[1:]:
+        assert max_diff(grad, grads[0]) < 1e-6
+
+
+def test_log_probs_entropy_and_values_by_token_budget_equal_the_fixed_size_ones():
+    batch = policy_batch()
+    actor = PolicyActor(tiny_policy(VOCAB, seed=1).double(), actor_config("token-mean"))
+    fixed = actor.compute_log_prob(batch, micro_batch_size=2, temperature=0.7, with_entropy=True)
+    dynamic = actor.compute_log_prob(
+        batch, micro_batch_size=2, temperature=0.7, with_entropy=True, max_token_len=12
+    )
+    mask = batch.batch["response_mask"].bool()  # padding positions hold no prediction
+    for a, b in zip(fixed, dynamic, strict=True):
+        assert a.dtype == torch.float64 and a.shape == mask.shape
+        torch.testing.assert_close(a[mask], b[mask], atol=1e-6, rtol=0)
+    critic = ValueCritic(value_model(), PPOConfig().critic, optimizer=None)  # type: ignore[arg-type]
+    torch.testing.assert_close(
+        critic.compute_values(batch, micro_batch_size=2),
+        critic.compute_values(batch, micro_batch_size=2, max_token_len=12),
+        atol=1e-6,
+        rtol=0,
+    )
+
+
+def test_micro_batches_fit_the_budget_cover_every_row_once_and_are_balanced():
+    mask = policy_batch().batch["attention_mask"]  # tokens per row: 5 10 7 10 6 9 8 = 55
+    parts = dynamic_micro_batches(mask, 20, "x")
+    tokens = [sum(4 + LENGTHS[i] for i in part) for part in parts]
+    assert sorted(i for part in parts for i in part) == list(range(7))
+    assert len(parts) == 3 and max(tokens) <= 20  # ceil(55 / 20) = 3 parts suffice
+    assert sorted(tokens) == [17, 18, 20]  # the differencing heuristic; the optimum is 18 18 19
+    # A budget the balanced partition cannot meet with ceil(total / budget) parts gets more.
+    parts = dynamic_micro_batches(mask, 10, "x")
+    assert all(sum(4 + LENGTHS[i] for i in part) <= 10 for part in parts)
+    assert len(parts) == 7  # no two rows fit in 10 tokens together (5 + 6 > 10)
+
+
+def test_a_sequence_over_the_budget_is_refused_naming_the_key_and_the_fix():
+    actor = PolicyActor(tiny_policy(VOCAB, seed=1).double(), actor_config("token-mean"))
+    with pytest.raises(ValueError) as info:
+        actor.compute_log_prob(
+            policy_batch(),
+            micro_batch_size=2,
+            temperature=1.0,
+            with_entropy=False,
+            max_token_len=9,
+            max_token_len_key="actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+        )
+    assert str(info.value) == (
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=9 is smaller than a sequence "
+        "of 10 tokens (prompt + response); set it to at least 10 (data.max_prompt_length + "
+        "data.max_response_length holds any sequence), or turn off use_dynamic_bsz"
+    )
