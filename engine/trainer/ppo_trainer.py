@@ -47,6 +47,7 @@ from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
 from engine.workers.critic import CriticWorker
 from engine.workers.models import resolve_device, resolve_path
 from engine.workers.protocols import ActorRolloutRef, Critic
+from engine.workers.seqlen_balancing import balanced_order
 
 
 @contextmanager
@@ -226,11 +227,14 @@ class PPOTrainer:
         if config.algorithm.adv_estimator == "remax":
             with timer("gen_max", timing):
                 batch.batch["reward_baselines"] = self.greedy_baselines(prompts, n)
+        metrics: dict[str, float] = {}
+        restore = None
+        if config.trainer.balance_batch:
+            restore = self.balance_batch(batch, metrics)
         with timer("reward", timing):
             result = self.reward_fn(batch, return_dict=True)
         batch.batch["token_level_scores"] = result["reward_tensor"]
         reward_info = result.get("reward_extra_info", {})
-        metrics: dict[str, float] = {}
         if self.arr.needs_old_log_prob(len(batch)):
             with timer("old_log_prob", timing):
                 old = self.arr.compute_log_prob(batch)
@@ -272,6 +276,9 @@ class PPOTrainer:
         if self.global_step > config.trainer.critic_warmup or self.critic is None:
             with timer("update_actor", timing):
                 metrics.update(self.arr.update_actor(batch))
+        if restore is not None:  # samples are recorded in rollout order (i % n, groups)
+            batch.reorder(restore)
+            reward_info = {k: _reordered(v, restore) for k, v in reward_info.items()}
         step_seconds = time.perf_counter() - step_start
         timing["step"] = step_seconds
         num_tokens = int(batch.batch["attention_mask"].sum())
@@ -289,6 +296,29 @@ class PPOTrainer:
         if failed:
             metrics["reward/failed"] = float(failed)
         return metrics, batch, reward_info
+
+    @property
+    def dp_size(self) -> int:
+        """Return the policy's data-parallel ranks (the worker group's size, else one)."""
+        group = getattr(self.arr, "group", None)
+        return group.world_size if group is not None else 1
+
+    def balance_batch(self, batch: DataProto, metrics: dict[str, float]) -> torch.Tensor | None:
+        """Reorder ``batch`` in place so each rank's share holds nearly equal work (verl's
+        ``_balance_batch``); record ``global_seqlen/*``; return the order that undoes it (None
+        when nothing moved).
+
+        Ranks take contiguous equal shares of the update batch, so balancing is an order:
+        Karmarkar-Karp over the rows' workloads (``seqlen_balancing.balanced_order``). On one
+        rank the order is the identity and only the metrics are recorded (verl sorts that rank's
+        rows for pipeline bubbles, which this engine does not have).
+        """
+        order, balance_metrics = balanced_order(batch.batch["attention_mask"], self.dp_size)
+        metrics.update(balance_metrics)
+        if torch.equal(order, torch.arange(len(order))):
+            return None
+        batch.reorder(order)
+        return torch.argsort(order)
 
     def greedy_baselines(self, prompts: DataProto, n: int) -> torch.Tensor:
         """Return ReMax's baseline (bs * n, R): the reward of each prompt's greedy response."""
@@ -524,6 +554,15 @@ def build_reward_manager(config: Any, tokenizer: Any) -> Any:
         num_workers=config.reward.num_workers,
         components=components or None,
     )
+
+
+def _reordered(values: Any, order: torch.Tensor) -> Any:
+    """Return a per-row list or array of reward info in ``order`` (other values unchanged)."""
+    if isinstance(values, np.ndarray):
+        return values[order.numpy()]
+    if isinstance(values, list):
+        return [values[i] for i in order.tolist()]
+    return values
 
 
 def _maybe_str(value: Any) -> str | None:

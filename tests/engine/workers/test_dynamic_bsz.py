@@ -28,8 +28,8 @@ LENGTHS = [1, 6, 3, 6, 2, 5, 4]  # response tokens of the 7 rows: 4 + these toke
 SPLITS = [(7, None), (4, None), (1, None), (7, 27), (7, 10)]
 
 
-def policy_batch():
-    batch = update_batch(len(LENGTHS), PROMPT, LENGTHS, VOCAB)
+def policy_batch(lengths: list[int] = LENGTHS):
+    batch = update_batch(len(lengths), PROMPT, lengths, VOCAB)
     g = torch.Generator().manual_seed(3)
     mask = batch.batch["response_mask"]
     batch.batch["advantages"] = batch.batch["advantages"].double()
@@ -166,3 +166,57 @@ def test_a_sequence_over_the_budget_is_refused_naming_the_key_and_the_fix():
         "of 10 tokens (prompt + response); set it to at least 10 (data.max_prompt_length + "
         "data.max_response_length holds any sequence), or turn off use_dynamic_bsz"
     )
+
+
+# Two ranks: rank 0 gets rows with 1 + 6 + 3 + 6 = 16 response tokens, rank 1 2 + 5 + 4 + 2 = 13.
+TWO_RANK_LENGTHS = [*LENGTHS, 2]
+
+
+def _rank_update(rank: int, port: int, mode: str, rows: int, budget: int | None, out: str):
+    """One of two gloo ranks: FSDP2-shard the policy, update on this rank's half, save the
+    gradient of the full weights (rank 0)."""
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from engine.distributed.fsdp import apply_fsdp2, gather_full_state_dict
+    from engine.distributed.process_group import build_device_mesh, init_process_group
+
+    torch.set_num_threads(1)
+    init_process_group(rank=rank, world_size=2, host="127.0.0.1", port=port, backend="gloo")
+    model = tiny_policy(VOCAB, seed=1).double()
+    before = weights(model)
+    fsdp = SimpleNamespace(param_offload=False, mixed_precision="fp32", reshard_after_forward=True)
+    apply_fsdp2(model, build_device_mesh("cpu", 2), fsdp, "cpu", "actor")
+    actor = PolicyActor(model, actor_config(mode), torch.optim.SGD(model.parameters(), lr=1))
+    half = policy_batch(TWO_RANK_LENGTHS)[rank * 4 : (rank + 1) * 4]
+    metrics = actor.update_policy(
+        half, mini_batch_size=4, micro_batch_size=rows, temperature=1.0, max_token_len=budget
+    )
+    after = gather_full_state_dict(model)
+    if rank == 0:
+        torch.save({"grad": minus(before, after), "metrics": metrics}, out)
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("mode", "rows", "budget"), [("token-mean", 1, None), ("seq-mean-token-mean", 4, 12)]
+)
+def test_two_fsdp2_ranks_give_the_one_rank_gradient(tmp_path, mode, rows, budget):
+    import torch.multiprocessing as mp
+
+    from engine.distributed.process_group import free_port
+
+    out = str(tmp_path / "rank0.pt")
+    mp.start_processes(
+        _rank_update, args=(free_port(), mode, rows, budget, out), nprocs=2, start_method="spawn"
+    )
+    two = torch.load(out)
+    model = tiny_policy(VOCAB, seed=1).double()
+    actor = PolicyActor(model, actor_config(mode), torch.optim.SGD(model.parameters(), lr=1))
+    before = weights(model)
+    actor.update_policy(
+        policy_batch(TWO_RANK_LENGTHS), mini_batch_size=8, micro_batch_size=8, temperature=1.0
+    )
+    assert max_diff(two["grad"], minus(before, model.state_dict())) < 1e-6
