@@ -48,8 +48,15 @@ def fmt(value: float) -> str:
 
 
 def record_samples_in_driver_thread(run_id: int, samples: list[SampleRecord]) -> None:
-    """Record one step's samples from another thread, as the run driver does (with its event)."""
-    in_driver_thread(run_id, lambda recorder: recorder.on_samples(samples[0].step, samples))
+    """Record one step from another thread, as the run driver does: its samples, then its
+    metrics, which is when the recorder writes the whole step and sends its events."""
+    step = samples[0].step
+
+    def record(recorder) -> None:
+        recorder.on_samples(step, samples)
+        recorder.on_step(step, {"critic/score/mean": 0.5})
+
+    in_driver_thread(run_id, record)
 
 
 def shown_value(title: str) -> float:
