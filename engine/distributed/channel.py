@@ -53,7 +53,14 @@ def enabled() -> bool:
 
 
 class RankChannelError(RuntimeError):
-    """A rank's connection closed or failed: the rank process died or its node went away."""
+    """A rank's connection closed or failed: the rank process died or its node went away.
+
+    ``rank`` is the rank whose connection was lost (None when no connection was made).
+    """
+
+    def __init__(self, message: str, rank: int | None = None) -> None:
+        super().__init__(message)
+        self.rank = rank
 
 
 def pack(value: Any) -> bytes:
@@ -251,7 +258,8 @@ class RankChannels:
         return RankChannelError(
             f"rank {rank} (pid {self.pids[rank]}) closed its connection during a call ({exc}): "
             "the rank process died (killed, out of memory or crashed; its output is in the Ray "
-            "session's worker logs) or its node went away"
+            "session's worker logs) or its node went away",
+            rank,
         )
 
     def close(self) -> None:

@@ -1,10 +1,18 @@
 """Resource pools, Ray worker groups and the proxies the controller calls instead of local workers.
 
 A :class:`ResourcePool` is ``trainer.nnodes`` x ``trainer.n_gpus_per_node`` rank slots (a GPU
-each, or CPU slots when ``trainer.device=cpu``), reserved as one Ray placement group per node.
-A :class:`RayWorkerGroup` starts one :class:`~engine.distributed.rank_worker.RankWorker` actor
-per slot and joins them in a process group; the roles mapped to the pool are built on every rank
-(by default one shared pool: actor, rollout, reference and critic colocated).
+each, or CPU slots when ``trainer.device=cpu``), reserved as one Ray placement group with one
+bundle per node holding that node's slots. ``nnodes`` counts machines, as in verl: the bundles
+are placed ``STRICT_SPREAD``, each on a different Ray node, even where one node could hold them
+all (CPU ranks, a big GPU node). A :class:`RayWorkerGroup` starts one
+:class:`~engine.distributed.rank_worker.RankWorker` actor per slot and joins them in a process
+group; the roles mapped to the pool are built on every rank (by default one shared pool: actor,
+rollout, reference and critic colocated).
+
+A rank whose process dies, alone or with its node, ends the call with :class:`RankDiedError`
+naming the rank, its pid and its node (id, address, custom resources) and whether the node died:
+Ray marks a node dead some seconds after it stops answering (about 15 s by default), so the
+group waits up to ``NODE_DEATH_WAIT_S`` for Ray's verdict before raising.
 
 The proxies :class:`ActorRolloutRefGroup` and :class:`CriticGroup` expose the local workers'
 method names, so the single-process loop drives them unchanged. Two dispatch modes, as verl's:
@@ -29,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,10 +46,14 @@ import torch
 
 from engine.data import DataProto
 from engine.distributed import channel
-from engine.distributed.channel import RankChannels, pack, result_of
+from engine.distributed.channel import RankChannelError, RankChannels, pack, result_of
 from engine.env import CPU_PROCESS_ENV
 
 PLACEMENT_TIMEOUT_S = 120
+# Ray's default node health check gives up on a node after 5 missed checks 3 s apart.
+NODE_DEATH_WAIT_S = 30.0
+# Ray's own resources of every node; the others are the operator's (``--resources``).
+RAY_NODE_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
 # Placement group names must be unique in the cluster: two groups of one process differ here.
 GROUP_IDS = itertools.count()
 
@@ -68,6 +81,43 @@ class ResourcePool:
         if self.device_type == "cuda":
             return {"CPU": self.cpus_per_rank, "GPU": 1.0}
         return {"CPU": self.cpus_per_rank}
+
+    def node_bundles(self) -> list[dict[str, float]]:
+        """Return one placement-group bundle per node: the resources of all its rank slots."""
+        return [
+            {key: value * count for key, value in self.bundle().items()}
+            for count in self.process_on_nodes
+        ]
+
+
+class RankDiedError(RankChannelError):
+    """A rank process died, alone or with its node; the message names the rank and its node."""
+
+
+def describe_node(node: dict[str, Any]) -> str:
+    """Return ``<address>, head, resources a, b`` for an entry of ``ray.nodes()``."""
+    resources = node.get("Resources", {})
+    custom = sorted(
+        key
+        for key in resources
+        if key not in RAY_NODE_RESOURCES and not key.startswith(("node:", "accelerator_type:"))
+    )
+    parts = [node.get("NodeManagerAddress", "?")]
+    if "node:__internal_head__" in resources:
+        parts.append("head")
+    if custom:
+        parts.append("resources " + ", ".join(custom))
+    return ", ".join(parts)
+
+
+def node_death(node_id: str) -> str | None:
+    """Return why Ray marked node ``node_id`` dead, or None while it counts it alive."""
+    import ray
+
+    for node in ray.nodes():
+        if node["NodeID"] == node_id and not node["Alive"]:
+            return node.get("DeathReasonMessage") or "no reason given"
+    return None
 
 
 def init_ray(ray_init: Any) -> None:
@@ -219,29 +269,29 @@ class RayWorkerGroup:
 
     def __init__(self, pool: ResourcePool, *, env_vars: dict[str, str] | None = None) -> None:
         import ray
-        from ray.util.placement_group import placement_group
+        from ray.util.placement_group import placement_group, placement_group_table
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         from engine.distributed.rank_worker import RankWorker
 
         self.pool = pool
-        self.placement_groups: list[Any] = []
-        for node, count in enumerate(pool.process_on_nodes):
-            group = placement_group(
-                [pool.bundle() for _ in range(count)],
-                strategy="STRICT_PACK",
-                name=f"{pool.name}_node{node}_{os.getpid()}_{next(GROUP_IDS)}",
-            )
-            self.placement_groups.append(group)
-        ready = [group.ready() for group in self.placement_groups]
-        done, _ = ray.wait(ready, num_returns=len(ready), timeout=PLACEMENT_TIMEOUT_S)
-        if len(done) < len(ready):
+        nodes = len(pool.process_on_nodes)
+        group = placement_group(
+            pool.node_bundles(),
+            strategy="STRICT_SPREAD" if nodes > 1 else "STRICT_PACK",
+            name=f"{pool.name}_{os.getpid()}_{next(GROUP_IDS)}",
+        )
+        self.placement_groups: list[Any] = [group]
+        done, _ = ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT_S)
+        if not done:
+            alive = sum(1 for node in ray.nodes() if node["Alive"])
             self.shutdown()
             raise RuntimeError(
                 f"the Ray cluster cannot host resource pool {pool.name!r}: it needs "
                 f"{pool.world_size} slots of {pool.bundle()} ({list(pool.process_on_nodes)} per "
-                f"node) but has {ray.available_resources()} free; lower trainer.n_gpus_per_node "
-                "/ trainer.nnodes or add resources (ray_init.num_cpus on a CPU machine)"
+                f"node, on {nodes} different nodes) but has {ray.available_resources()} free on "
+                f"{alive} nodes; lower trainer.n_gpus_per_node / trainer.nnodes or add resources "
+                "or nodes (ray_init.num_cpus on a CPU machine)"
             )
         env = dict(CPU_PROCESS_ENV if pool.device_type == "cpu" else {})
         if pool.device_type == "cpu":  # as many torch threads as the CPUs the rank reserves
@@ -251,21 +301,32 @@ class RayWorkerGroup:
         env.update(env_vars or {})
         remote: Any = ray.remote(RankWorker)
         self.workers: list[Any] = []
-        for node, group in enumerate(self.placement_groups):
-            for index in range(pool.process_on_nodes[node]):
+        # Each rank takes its share of its node's bundle.
+        bundle_node_ids = placement_group_table(group)["bundles_to_node_id"]
+        self.node_ids: list[str] = []
+        for node, count in enumerate(pool.process_on_nodes):
+            for _ in range(count):
                 rank = len(self.workers)
+                self.node_ids.append(bundle_node_ids[node])
                 self.workers.append(
                     remote.options(
                         num_cpus=pool.cpus_per_rank,
                         num_gpus=1 if pool.device_type == "cuda" else 0,
                         scheduling_strategy=PlacementGroupSchedulingStrategy(
-                            placement_group=group, placement_group_bundle_index=index
+                            placement_group=group, placement_group_bundle_index=node
                         ),
                         runtime_env={"env_vars": env},
                     ).remote(rank, pool.world_size, pool.device_type)
                 )
+        # Described now: a dead node's entry in ray.nodes() lists no resources.
+        self.nodes = {
+            node["NodeID"]: describe_node(node)
+            for node in ray.nodes()
+            if node["NodeID"] in self.node_ids
+        }
         host, port = ray.get(self.workers[0].free_address.remote())
         self.pids = ray.get([w.init_process_group.remote(host, port) for w in self.workers])
+        self.rank_lost = False  # a rank died in a call through Ray (the channel has its own flag)
         self.channels: RankChannels | None = None
         if channel.enabled():
             try:
@@ -307,16 +368,62 @@ class RayWorkerGroup:
 
     def dispatch(self, requests: list[bytes]) -> list[Any]:
         """Send packed request ``i`` to rank ``i`` over the direct channel (or through Ray when it
-        is off); return the results in rank order, raising a rank's error with its traceback."""
+        is off); return the results in rank order, raising a rank's error with its traceback,
+        or :class:`RankDiedError` as soon as a rank's process is gone."""
         if self.channels is not None:
-            return self.channels.call(requests)
+            try:
+                return self.channels.call(requests)
+            except RankChannelError as exc:
+                if exc.rank is None:
+                    raise
+                raise self.rank_died(exc.rank, str(exc)) from exc
         import ray
 
         futures = [w.call_packed.remote(r) for w, r in zip(self.workers, requests, strict=True)]
-        return [
-            result_of(reply, rank, pid)
-            for rank, (reply, pid) in enumerate(zip(ray.get(futures), self.pids, strict=True))
-        ]
+        ranks = {future: rank for rank, future in enumerate(futures)}
+        replies: dict[int, Any] = {}
+        while ranks:  # as they come: a dead rank is named while the others wait for it
+            (future,), _ = ray.wait(list(ranks), num_returns=1)
+            rank = ranks.pop(future)
+            try:
+                replies[rank] = ray.get(future)
+            except ray.exceptions.RayActorError as exc:
+                self.rank_lost = True
+                raise self.rank_died(rank, str(exc)) from exc
+        return [result_of(replies[rank], rank, pid) for rank, pid in enumerate(self.pids)]
+
+    def rank_died(self, rank: int, cause: str) -> RankDiedError:
+        """Return the error for rank ``rank``, whose process is gone: its node, and whether the
+        node died with it (Ray's verdict, awaited up to ``NODE_DEATH_WAIT_S``)."""
+        node_id = self.node_ids[rank]
+        where = f"rank {rank} (pid {self.pids[rank]}) on node {node_id} ({self.nodes[node_id]})"
+        return RankDiedError(f"{where} {self._death_verdict(rank)}\n({cause})", rank)
+
+    def _death_verdict(self, rank: int) -> str:
+        import ray
+        from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
+
+        node_id = self.node_ids[rank]
+        deadline = time.monotonic() + NODE_DEATH_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                ray.get(self.workers[rank].__ray_ready__.remote(), timeout=1)
+                return "lost its connection to the controller, but its process still answers Ray"
+            except ActorDiedError:
+                if (reason := node_death(node_id)) is not None:
+                    return f"died with its node ({reason}): the node left the Ray cluster"
+                return (
+                    "died: the rank process died (killed, out of memory or crashed; its output "
+                    "is in the Ray session's worker logs); its node is alive"
+                )
+            except (RayActorError, GetTimeoutError):  # unreachable: its node may be going
+                if (reason := node_death(node_id)) is not None:
+                    return f"died with its node ({reason}): the node left the Ray cluster"
+                time.sleep(0.5)
+        return (
+            f"died or is unreachable: Ray cannot reach its process and has not marked its node "
+            f"dead after {NODE_DEATH_WAIT_S:.0f} s"
+        )
 
     def shutdown(self) -> None:
         """Leave the process group, kill the actors and free the placement groups."""
@@ -325,7 +432,9 @@ class RayWorkerGroup:
 
         channels = getattr(self, "channels", None)
         # After a rank died the others may sit in a collective waiting for it: kill them.
-        graceful = channels is None or not channels.broken
+        graceful = not getattr(self, "rank_lost", False) and (
+            channels is None or not channels.broken
+        )
         if channels is not None:
             channels.close()
             self.channels = None
