@@ -120,7 +120,10 @@ def spawn_local_driver(run_id: int) -> str:
 def submit_ray_job(run_id: int, address: str) -> str:
     """Submit the driver as a Ray Job on the cluster at ``address``; return ``ray:<job id>``.
 
-    The submission id is fixed per run, so Ray itself refuses a second submission.
+    The submission id is fixed per run, so Ray itself refuses a second submission. The entrypoint
+    runs the ``python`` on the head node's PATH in the folder ``ray start`` ran in: start the head
+    from the studio's folder with its environment activated, as the image does (``/app``);
+    elsewhere the job fails at import and the run is marked lost when its heartbeat times out.
     """
     from ray.job_submission import JobSubmissionClient
 
