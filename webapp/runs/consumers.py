@@ -186,8 +186,9 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
         points = await database_sync_to_async(run_metric_points_since)(
             run_id=self.run.pk, since_step=since
         )
-        if points:
-            self.last_step = max(self.last_step or 0, points[-1]["step"])
+        # The client now holds every step up to the newest it was sent or said it had.
+        held = [since] + ([self.last_step] if self.last_step is not None else [])
+        self.last_step = max(held + [point["step"] for point in points[-1:]])
         for start in range(0, max(len(points), 1), SINCE_POINTS_PER_MESSAGE):
             await self._send_points(points[start : start + SINCE_POINTS_PER_MESSAGE])
 
@@ -223,8 +224,15 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
         kind = event.get("event")
         if kind == "metrics":
             step = int(event["step"])
-            if self.last_step is not None and step <= self.last_step:
+            sent = -1 if self.last_step is None else self.last_step
+            if step <= sent:
                 return
+            if step > sent + 1:
+                # Events went missing (a slow socket's full channel, a Redis hiccup): read the
+                # gap, this step included, from PostgreSQL, where the step landed before its event.
+                await self.send_since(sent)
+                if self.last_step is not None and step <= self.last_step:
+                    return
             self.last_step = step
             time = epoch_seconds(datetime.fromisoformat(event["wall_time"]))
             await self._send_points([{"step": step, "time": time, "metrics": event["metrics"]}])
@@ -236,6 +244,8 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
                 await self.close(code=CLOSE_FORBIDDEN)
                 return
             self.run = fresh
+            if self.last_step is not None and fresh.latest_step > self.last_step:
+                await self.send_since(self.last_step)  # steps whose events went missing
             await self.send_json(
                 {"type": "status", "run": run_state(fresh), "progress": self._progress()}
             )

@@ -81,6 +81,15 @@ def publish_steps(run_id: int, steps: list[int]) -> None:
         connection.close()
 
 
+def finish_run(run_id: int) -> None:
+    publisher = driver_publisher()
+    try:
+        RunRecorder(run_id, publisher).on_finish(status="succeeded")
+    finally:
+        publisher.close()
+        connection.close()
+
+
 @pytest.fixture
 def run_with_steps(owner):
     run = running_run(owner, total_steps=5000)
@@ -206,4 +215,23 @@ async def test_an_idle_socket_outlives_the_redis_read_timeout(owner):
     await asyncio.sleep(6.5)
     await asyncio.to_thread(publish_steps, run.pk, [1])
     assert [p["step"] for p in (await receive(communicator, "metrics"))["points"]] == [1]
+    await communicator.disconnect()
+
+
+async def test_steps_whose_events_went_missing_are_read_from_the_database(run_with_steps, owner):
+    run = run_with_steps
+    communicator = await open_socket(f"/ws/runs/{run.pk}/?since=4000", owner)
+    await receive(communicator, "status")
+    await receive(communicator, "metrics")  # nothing after 4000 yet
+    # Steps 4001-4002 land in PostgreSQL but their events are lost (a full channel, a restart).
+    await database_sync_to_async(record_steps)(run, range(4001, 4003))
+    await asyncio.to_thread(publish_steps, run.pk, [4003])
+    healed = await receive(communicator, "metrics")
+    assert [p["step"] for p in healed["points"]] == [4001, 4002, 4003]
+    # A lost tail is read when the run's status changes (here: it ends).
+    await database_sync_to_async(record_steps)(run, range(4004, 4006))
+    await asyncio.to_thread(finish_run, run.pk)
+    tail = await receive(communicator, "metrics")
+    assert [p["step"] for p in tail["points"]] == [4004, 4005]
+    assert (await receive(communicator, "status"))["run"]["status"] == "succeeded"
     await communicator.disconnect()
