@@ -6,6 +6,12 @@ per-sample group id (the prompt's uid): a sequence (numpy array, list) of any ha
 row. Group statistics are computed with scatter-adds over a dense group id instead of verl's
 per-sample Python loop; the formulas, and verl's conventions for a group of one (mean 0, std 1),
 are the same. All estimators run under ``torch.no_grad()``: advantages are targets, not graphs.
+
+verl's ``*_vectorized`` estimators are kept under their names with their own arithmetic, which is
+not quite the loop versions': ``grpo_vectorized`` floors the group variance at ``epsilon``
+(``std = sqrt(max(var, epsilon))``) and ``rloo_vectorized`` gives a group of one advantage 0
+where ``rloo`` keeps its score. The optimal token baselines need the policy's token
+probabilities: ``old_log_probs`` and ``sum_pi_squared`` (``sum_v pi_v^2`` per token).
 """
 
 from __future__ import annotations
@@ -33,6 +39,10 @@ class AdvantageEstimator(StrEnum):
     OPO = "opo"
     GRPO_PASSK = "grpo_passk"
     GPG = "gpg"
+    RLOO_VECTORIZED = "rloo_vectorized"
+    GRPO_VECTORIZED = "grpo_vectorized"
+    OPTIMAL_TOKEN_BASELINE = "optimal_token_baseline"
+    TIR_OPTIMAL_TOKEN_BASELINE = "tir_optimal_token_baseline"
 
 
 ADV_ESTIMATOR_REGISTRY: dict[str, AdvantageFn] = {}
@@ -351,3 +361,197 @@ def compute_gpg_outcome_advantage(
         advantages = alpha * (scores - mean) / f_norm
         advantages = advantages.unsqueeze(-1) * response_mask  # (bs, L)
     return advantages, advantages
+
+
+@register_adv_est(AdvantageEstimator.GRPO_VECTORIZED)
+def compute_grpo_vectorized_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Hashable],
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return GRPO's advantage from verl's vectorised group statistics (``group_mean_std``).
+
+    GRPO, DeepSeekMath, arXiv 2402.03300, as ``grpo`` but with the group variance from sums and
+    sums of squares, floored at ``epsilon``: ``std_g = sqrt(max(var_g, epsilon))``, so a group
+    whose scores are all equal has std ``sqrt(epsilon)`` (its advantages are 0 either way).
+    A group of one has mean 0 and std 1. Shapes: token_level_rewards, response_mask ``(bs, L)``,
+    index ``(bs,)`` -> two ``(bs, L)``.
+    """
+    check_same_shape(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)  # (bs,)
+        group, keys = _group_ids(index, scores)  # (bs,)
+        zeros = scores.new_zeros(len(keys))  # (G,)
+        count = torch.bincount(group, minlength=len(keys)).to(scores.dtype)  # (G,)
+        s1 = zeros.index_add(0, group, scores)  # (G,)
+        s2 = zeros.index_add(0, group, scores * scores)  # (G,)
+        mean = s1 / count  # (G,)
+        var = (s2 - s1 * s1 / count) / (count - 1).clamp(min=1)  # (G,)
+        std = torch.sqrt(var.clamp(min=epsilon))  # (G,)
+        single = count <= 1  # (G,)
+        mean = torch.where(single, torch.zeros_like(mean), mean)  # (G,)
+        std = torch.where(single, torch.ones_like(std), std)  # (G,)
+        advantages = scores - mean[group]  # (bs,)
+        if norm_adv_by_std_in_grpo:
+            advantages = advantages / (std[group] + epsilon)  # (bs,)
+        advantages = advantages.unsqueeze(-1) * response_mask  # (bs, L)
+    return advantages, advantages
+
+
+@register_adv_est(AdvantageEstimator.RLOO_VECTORIZED)
+def compute_rloo_vectorized_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Hashable],
+    epsilon: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return RLOO's advantage ``(n * s_i - sum_g) / (n - 1)`` in verl's vectorised form.
+
+    RLOO, Ahmadian et al., arXiv 2402.14740: equal to ``rloo`` for groups of two or more; a
+    group of one gets 0 here (``rloo`` keeps its score), as in verl. ``epsilon`` is accepted as
+    verl does, unused. Shapes: token_level_rewards, response_mask ``(bs, L)``, index ``(bs,)``
+    -> two ``(bs, L)``.
+    """
+    check_same_shape(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)  # (bs,)
+        group, keys = _group_ids(index, scores)  # (bs,)
+        count = torch.bincount(group, minlength=len(keys)).to(scores.dtype)[group]  # (bs,)
+        total = scores.new_zeros(len(keys)).index_add(0, group, scores)[group]  # (bs,)
+        advantages = (count * scores - total) / (count - 1).clamp(min=1) * (count > 1)  # (bs,)
+        advantages = advantages.unsqueeze(-1) * response_mask  # (bs, L)
+    return advantages, advantages
+
+
+def _path_variance(
+    response_mask: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    sum_pi_squared: torch.Tensor,
+    rollout_is_weights: torch.Tensor | None,
+) -> torch.Tensor:
+    """Return the cumulative path-variance proxy ``W_t = sum_{j<=t} m_j rho_j^2 (1 - 2 pi_j +
+    sum_v pi_v^2)``, ``(bs, L)``; ``rho`` is 1 without rollout importance weights."""
+    w = 1 - 2 * torch.exp(old_log_probs) + sum_pi_squared  # (bs, L): ||score fn of token j||^2
+    if rollout_is_weights is not None:
+        w = w * rollout_is_weights**2  # (bs, L)
+    return (w * response_mask).cumsum(dim=-1)  # (bs, L)
+
+
+def _zero_longest_tail(baselines: torch.Tensor, lengths: torch.Tensor, members: list[int]) -> None:
+    """Zero, in place, the baseline of a group's longest trajectory past the second-longest
+    length, when that trajectory is the only one of its length: no other sample estimates it."""
+    group_lengths = lengths[members]  # (k,)
+    second, longest = torch.sort(group_lengths).values[-2:].tolist()
+    at_max = torch.nonzero(group_lengths == longest).squeeze(-1)  # (j,)
+    if at_max.numel() == 1 and longest > second:
+        baselines[members[int(at_max[0])], int(second) :] = 0.0
+
+
+@register_adv_est(AdvantageEstimator.OPTIMAL_TOKEN_BASELINE)
+def compute_optimal_token_baseline_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Hashable],
+    old_log_probs: torch.Tensor,
+    sum_pi_squared: torch.Tensor,
+    rollout_is_weights: torch.Tensor | None = None,
+    handle_zero_tail: bool = False,
+    epsilon: float = 1e-8,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return the Optimal Token Baseline advantage ``A_t = G_t - B_t`` and the returns ``G``.
+
+    Optimal Token Baseline (verl's ``optimal_token_baseline``): a baseline per token position
+    and group, ``B_t = sum_i G_it W_it / (sum_i W_it + epsilon)`` over the group's valid tokens,
+    weighting each sample's reward-to-go ``G`` by its cumulative path variance ``W_t = sum_{j<=t}
+    (1 - 2 pi_j + sum_v pi_v^2)`` (times ``rho_j^2`` with rollout IS weights), the variance-
+    minimising baseline for the score function (Greensmith et al., JMLR 2004). A group of one
+    has no baseline. ``handle_zero_tail`` zeroes the baseline of a group's unique longest sample
+    past the second-longest length. Positions are the columns of the mask.
+    Shapes: token_level_rewards, response_mask, old_log_probs, sum_pi_squared,
+    rollout_is_weights ``(bs, L)``, index ``(bs,)`` -> advantages, returns ``(bs, L)``.
+    """
+    check_same_shape(
+        token_level_rewards=token_level_rewards,
+        response_mask=response_mask,
+        old_log_probs=old_log_probs,
+        sum_pi_squared=sum_pi_squared,
+    )
+    with torch.no_grad():
+        mask = response_mask.to(token_level_rewards.dtype)  # (bs, L)
+        returns = (token_level_rewards * mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
+        w = _path_variance(mask, old_log_probs, sum_pi_squared, rollout_is_weights)  # (bs, L)
+        group, keys = _group_ids(index, returns)  # (bs,)
+        zeros = returns.new_zeros(len(keys), returns.shape[1])  # (G, L)
+        numerator = zeros.index_add(0, group, returns * w * mask)  # (G, L)
+        denominator = zeros.index_add(0, group, w * mask) + epsilon  # (G, L)
+        count = torch.bincount(group, minlength=len(keys))[group]  # (bs,)
+        baselines = (numerator / denominator)[group] * (count > 1).unsqueeze(-1)  # (bs, L)
+        if handle_zero_tail:
+            lengths = mask.sum(dim=-1)  # (bs,)
+            for g in range(len(keys)):
+                members = torch.nonzero(group == g).squeeze(-1).tolist()
+                if len(members) > 1:
+                    _zero_longest_tail(baselines, lengths, members)
+        advantages = (returns - baselines) * mask  # (bs, L)
+    return advantages, returns
+
+
+@register_adv_est(AdvantageEstimator.TIR_OPTIMAL_TOKEN_BASELINE)
+def compute_multi_turn_optimal_token_baseline_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Hashable],
+    old_log_probs: torch.Tensor,
+    sum_pi_squared: torch.Tensor,
+    rollout_is_weights: torch.Tensor | None = None,
+    handle_zero_tail: bool = True,
+    epsilon: float = 1e-8,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return the Optimal Token Baseline for multi-turn (tool-integrated) responses.
+
+    As ``optimal_token_baseline``, but position ``k`` is a sample's k-th *generated* token, not
+    the k-th column: a multi-turn mask has gaps where a tool or user spoke, and the baseline
+    compares the samples' own tokens. Samples with no generated token take no part and get 0;
+    ``handle_zero_tail`` is on by default, as in verl.
+    Shapes: token_level_rewards, response_mask, old_log_probs, sum_pi_squared,
+    rollout_is_weights ``(bs, L)``, index ``(bs,)`` -> advantages, returns ``(bs, L)``.
+    """
+    check_same_shape(
+        token_level_rewards=token_level_rewards,
+        response_mask=response_mask,
+        old_log_probs=old_log_probs,
+        sum_pi_squared=sum_pi_squared,
+    )
+    with torch.no_grad():
+        mask = response_mask.to(token_level_rewards.dtype)  # (bs, L)
+        returns = (token_level_rewards * mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
+        w = _path_variance(mask, old_log_probs, sum_pi_squared, rollout_is_weights)  # (bs, L)
+        valid = mask.bool()  # (bs, L)
+        rows, cols = torch.nonzero(valid, as_tuple=True)  # (T,), (T,)
+        pos = (valid.long().cumsum(dim=-1) - 1)[rows, cols]  # (T,): k-th generated token
+        lengths = valid.sum(dim=-1)  # (bs,)
+        width = int(lengths.max()) if lengths.numel() else 0
+        packed_w = w.new_zeros(w.shape[0], width)  # (bs, K): tokens packed to the left
+        packed_w[rows, pos] = w[rows, cols]
+        packed_returns = torch.zeros_like(packed_w)  # (bs, K)
+        packed_returns[rows, pos] = returns[rows, cols]
+        group, keys = _group_ids(index, returns)  # (bs,)
+        group = torch.where(lengths > 0, group, len(keys))  # (bs,): empty rows in a spare group
+        zeros = packed_w.new_zeros(len(keys) + 1, width)  # (G + 1, K)
+        numerator = zeros.index_add(0, group, packed_returns * packed_w)  # (G + 1, K)
+        denominator = zeros.index_add(0, group, packed_w) + epsilon  # (G + 1, K)
+        count = torch.bincount(group, minlength=len(keys) + 1)  # (G + 1,)
+        count[len(keys)] = 0  # the spare group never has a baseline
+        baselines = (numerator / denominator)[group] * (count[group] > 1).unsqueeze(-1)
+        if handle_zero_tail:
+            for g in range(len(keys)):
+                members = torch.nonzero(group == g).squeeze(-1).tolist()
+                if len(members) > 1:
+                    _zero_longest_tail(baselines, lengths, members)
+        packed_advantages = packed_returns - baselines  # (bs, K)
+        advantages = torch.zeros_like(returns)  # (bs, L)
+        advantages[rows, cols] = packed_advantages[rows, pos]
+        advantages = advantages * mask  # (bs, L)
+    return advantages, returns

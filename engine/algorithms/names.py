@@ -17,9 +17,29 @@ ADV_ESTIMATORS = (
     "grpo_passk",
     "opo",
     "gpg",
+    "grpo_vectorized",
+    "rloo_vectorized",
+    "optimal_token_baseline",
+    "tir_optimal_token_baseline",
 )
 # Estimators whose baseline comes from the other samples of the same prompt.
-GROUP_ESTIMATORS = ("grpo", "rloo", "grpo_passk", "opo", "reinforce_plus_plus_baseline", "gpg")
+GROUP_ESTIMATORS = (
+    "grpo",
+    "rloo",
+    "grpo_passk",
+    "opo",
+    "reinforce_plus_plus_baseline",
+    "gpg",
+    "grpo_vectorized",
+    "rloo_vectorized",
+    "optimal_token_baseline",
+    "tir_optimal_token_baseline",
+)
+# Estimators that need the policy's token probabilities: old_log_probs and sum_pi_squared.
+TOKEN_BASELINE_ESTIMATORS = ("optimal_token_baseline", "tir_optimal_token_baseline")
+
+# algorithm.pf_ppo.reweight_method: engine.algorithms.pf_ppo.pf_ppo_weights.
+PF_PPO_REWEIGHT_METHODS = ("pow", "max_min", "max_random")
 
 # actor.policy_loss.loss_mode: engine.algorithms.policy_loss' registry.
 POLICY_LOSS_MODES = ("vanilla", "gspo", "gpg", "cispo", "clip_cov", "kl_cov")

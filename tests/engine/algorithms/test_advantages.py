@@ -1,6 +1,11 @@
-"""Advantage estimators against hand-computed values on 4x3 / 2x3 batches, and their properties."""
+"""Advantage estimators against hand-computed values on 4x3 / 2x3 batches, and their properties.
+
+The optimal token baselines are also compared, on random batches, with verl's own loops, ported
+below as reference implementations.
+"""
 
 import math
+from collections import defaultdict
 
 import numpy as np
 import pytest
@@ -13,11 +18,15 @@ from engine.algorithms import (
     compute_gpg_outcome_advantage,
     compute_grpo_outcome_advantage,
     compute_grpo_passk_outcome_advantage,
+    compute_grpo_vectorized_outcome_advantage,
+    compute_multi_turn_optimal_token_baseline_advantage,
     compute_opo_outcome_advantage,
+    compute_optimal_token_baseline_advantage,
     compute_reinforce_plus_plus_baseline_outcome_advantage,
     compute_reinforce_plus_plus_outcome_advantage,
     compute_remax_outcome_advantage,
     compute_rloo_outcome_advantage,
+    compute_rloo_vectorized_outcome_advantage,
     get_adv_estimator_fn,
     register_adv_est,
 )
@@ -185,6 +194,11 @@ def test_registry_holds_every_estimator_under_verl_names():
     assert set(ADV_ESTIMATOR_REGISTRY) == {e.value for e in AdvantageEstimator}
     assert get_adv_estimator_fn("grpo") is compute_grpo_outcome_advantage
     assert get_adv_estimator_fn(AdvantageEstimator.GAE) is compute_gae_advantage_return
+    assert get_adv_estimator_fn("rloo_vectorized") is compute_rloo_vectorized_outcome_advantage
+    assert (
+        get_adv_estimator_fn(AdvantageEstimator.TIR_OPTIMAL_TOKEN_BASELINE)
+        is compute_multi_turn_optimal_token_baseline_advantage
+    )
     assert AdvantageEstimator("rloo") == "rloo"
 
 
@@ -195,3 +209,260 @@ def test_registry_rejects_unknown_and_duplicate_names():
         get_adv_estimator_fn("ppo")
     with pytest.raises(ValueError, match="'grpo' is already registered"):
         register_adv_est("grpo")(lambda: None)
+
+
+def test_grpo_vectorized_matches_grpo_and_floors_the_group_variance():
+    advantages, returns = compute_grpo_vectorized_outcome_advantage(REWARDS, MASK, INDEX)
+    s7 = math.sqrt(7) + 1e-6  # scores 1, 2, 6: (41 - 81/3) / 2 = 7
+    expected = torch.tensor([-2 / s7, -1 / s7, 3 / s7, 5 / (1 + 1e-6)])
+    torch.testing.assert_close(_per_sample(advantages), expected)
+    assert returns is advantages
+    # Scores 0 and 1e-4: variance 5e-9 is floored at epsilon=1e-6, so std = 1e-3 (grpo: 7.1e-5).
+    tiny = torch.tensor([[0.0], [1e-4]])
+    advantages, _ = compute_grpo_vectorized_outcome_advantage(tiny, torch.ones(2, 1), [0, 0])
+    torch.testing.assert_close(advantages[:, 0], torch.tensor([-5e-5, 5e-5]) / (1e-3 + 1e-6))
+    plain, _ = compute_grpo_vectorized_outcome_advantage(
+        REWARDS, MASK, INDEX, norm_adv_by_std_in_grpo=False
+    )
+    torch.testing.assert_close(_per_sample(plain), torch.tensor([-2.0, -1.0, 3.0, 5.0]))
+
+
+def test_rloo_vectorized_gives_a_group_of_one_zero():
+    advantages, _ = compute_rloo_vectorized_outcome_advantage(REWARDS, MASK, INDEX)
+    # (3 * 1 - 9) / 2, (3 * 2 - 9) / 2, (3 * 6 - 9) / 2; "b" alone: 0 (rloo keeps its 5).
+    torch.testing.assert_close(_per_sample(advantages), torch.tensor([-3.0, -1.5, 4.5, 0.0]))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_vectorized_estimators_equal_the_loop_ones_on_random_groups(seed):
+    generator = torch.Generator().manual_seed(seed)
+    rewards = torch.randn(24, 5, generator=generator)
+    mask = (torch.rand(24, 5, generator=generator) > 0.3).float()
+    index = np.repeat(np.array(["p", "q", "r", "s"], dtype=object), [2, 4, 8, 10])
+    for norm in (True, False):
+        grpo, _ = compute_grpo_outcome_advantage(rewards, mask, index, norm_adv_by_std_in_grpo=norm)
+        vec, _ = compute_grpo_vectorized_outcome_advantage(
+            rewards, mask, index, norm_adv_by_std_in_grpo=norm
+        )
+        torch.testing.assert_close(vec, grpo, atol=1e-6, rtol=0)
+    rloo, _ = compute_rloo_outcome_advantage(rewards, mask, index)
+    vec, _ = compute_rloo_vectorized_outcome_advantage(rewards, mask, index)
+    torch.testing.assert_close(vec, rloo, atol=1e-6, rtol=0)
+
+
+# Two samples of group "a": pi = 0.5 and sum_v pi_v^2 = 0.5 on every token, so each token adds
+# w = 1 - 2 * 0.5 + 0.5 = 0.5 to the path variance. Row 0 stops after one token.
+OTB_REWARDS = torch.tensor([[2.0, 0.0], [0.0, 4.0]])  # returns: [2, 0] and [4, 4]
+OTB_MASK = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+OTB_LOGP = torch.full((2, 2), math.log(0.5))
+OTB_PI2 = torch.full((2, 2), 0.5)
+
+
+def test_optimal_token_baseline_weights_returns_by_cumulative_path_variance():
+    advantages, returns = compute_optimal_token_baseline_advantage(
+        OTB_REWARDS, OTB_MASK, ["a", "a"], OTB_LOGP, OTB_PI2
+    )
+    torch.testing.assert_close(returns, torch.tensor([[2.0, 0.0], [4.0, 4.0]]))
+    # t=0: W = 0.5, 0.5 -> B = (2 + 4) / 2 = 3; t=1: only row 1 (W = 1) -> B = 4.
+    torch.testing.assert_close(advantages, torch.tensor([[-1.0, 0.0], [1.0, 0.0]]))
+    # Row 1 alone is longest: past row 0's length its baseline is zeroed, A = G = 4.
+    tail, _ = compute_optimal_token_baseline_advantage(
+        OTB_REWARDS, OTB_MASK, ["a", "a"], OTB_LOGP, OTB_PI2, handle_zero_tail=True
+    )
+    torch.testing.assert_close(tail, torch.tensor([[-1.0, 0.0], [1.0, 4.0]]))
+    # Rollout IS weight rho = 2 on row 0 scales its w by 4: B_0 = (2 * 2 + 4 * 0.5) / 2.5 = 2.4.
+    rho = torch.tensor([[2.0, 2.0], [1.0, 1.0]])
+    weighted, _ = compute_optimal_token_baseline_advantage(
+        OTB_REWARDS, OTB_MASK, ["a", "a"], OTB_LOGP, OTB_PI2, rollout_is_weights=rho
+    )
+    torch.testing.assert_close(weighted[:, 0], torch.tensor([-0.4, 1.6]))
+    # A deterministic token (pi = 1, sum pi^2 = 1) has w = 0: the baseline follows row 1.
+    certain = torch.tensor([[0.0, 0.0], [math.log(0.5)] * 2])
+    pi2 = torch.tensor([[1.0, 1.0], [0.5, 0.5]])
+    follows, _ = compute_optimal_token_baseline_advantage(
+        OTB_REWARDS, OTB_MASK, ["a", "a"], certain, pi2
+    )
+    torch.testing.assert_close(follows, torch.tensor([[-2.0, 0.0], [0.0, 0.0]]))
+
+
+def test_optimal_token_baseline_leaves_a_group_of_one_its_return():
+    advantages, returns = compute_optimal_token_baseline_advantage(
+        OTB_REWARDS, OTB_MASK, ["a", "b"], OTB_LOGP, OTB_PI2
+    )
+    torch.testing.assert_close(advantages, returns * OTB_MASK)
+
+
+def test_tir_optimal_token_baseline_aligns_generated_tokens_across_gaps():
+    rewards = torch.tensor([[0.0, 0.0, 2.0], [0.0, 4.0, 0.0], [0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])  # a tool spoke at 1
+    logp, pi2 = torch.full((3, 3), math.log(0.5)), torch.full((3, 3), 0.5)
+    index = ["a", "a", "a"]
+    advantages, returns = compute_multi_turn_optimal_token_baseline_advantage(
+        rewards, mask, index, logp, pi2
+    )
+    torch.testing.assert_close(returns[:2], torch.tensor([[2.0, 2.0, 2.0], [4.0, 4.0, 0.0]]))
+    # Generated tokens k=0, 1 of both rows: W = 0.5, 1; G = 2, 2 and 4, 4 -> B = 3, 3.
+    # The empty row takes no part and gets 0.
+    expected = torch.tensor([[-1.0, 0.0, -1.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    torch.testing.assert_close(advantages, expected)
+    # By column, row 0's second token meets nothing of row 1 (B = its own return, 2).
+    by_column, _ = compute_optimal_token_baseline_advantage(rewards, mask, index, logp, pi2)
+    torch.testing.assert_close(by_column[:2], torch.tensor([[-1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]))
+
+
+def test_optimal_token_baselines_name_a_mismatched_input():
+    with pytest.raises(ValueError, match=r"sum_pi_squared has shape \(2, 1\)"):
+        compute_optimal_token_baseline_advantage(
+            OTB_REWARDS, OTB_MASK, ["a", "a"], OTB_LOGP, OTB_PI2[:, :1]
+        )
+
+
+# Reference implementations for parity: verl's loops (verl/trainer/ppo/core_algos.py,
+# compute_optimal_token_baseline_advantage and compute_multi_turn_optimal_token_baseline_
+# advantage), ported verbatim apart from the docstrings and comments.
+def verl_optimal_token_baseline(
+    token_level_rewards,
+    response_mask,
+    index,
+    old_log_probs,
+    sum_pi_squared,
+    rollout_is_weights=None,
+    handle_zero_tail=False,
+    epsilon=1e-8,
+):
+    with torch.no_grad():
+        batch_size, seq_len = token_level_rewards.shape
+        device = token_level_rewards.device
+        returns = (
+            (token_level_rewards * response_mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
+        )
+        pi_t = torch.exp(old_log_probs)
+        w_per_timestep = 1 - 2 * pi_t + sum_pi_squared
+        if rollout_is_weights is not None:
+            w_per_timestep = w_per_timestep * (rollout_is_weights**2)
+        w_cumulative = (w_per_timestep * response_mask).cumsum(dim=-1)
+        prompt_groups = defaultdict(list)
+        for i in range(batch_size):
+            prompt_groups[index[i]].append(i)
+        baselines = torch.zeros_like(returns)
+        for _, trajectory_indices in prompt_groups.items():
+            N = len(trajectory_indices)
+            if N == 1:
+                continue
+            traj_idx = torch.tensor(trajectory_indices, device=device)
+            returns_group = returns[traj_idx]
+            w_cumulative_group = w_cumulative[traj_idx]
+            mask_group = response_mask[traj_idx]
+            numerator = (returns_group * w_cumulative_group * mask_group).sum(dim=0)
+            denominator = (w_cumulative_group * mask_group).sum(dim=0) + epsilon
+            baseline_per_step = numerator / denominator
+            baselines[traj_idx] = baseline_per_step.unsqueeze(0).expand(N, -1)
+            if handle_zero_tail:
+                response_lengths = mask_group.sum(dim=-1)
+                sorted_lengths, _ = torch.sort(response_lengths)
+                max_length = int(sorted_lengths[-1].item())
+                second_max_length = int(sorted_lengths[-2].item())
+                max_length_idx = (response_lengths == max_length).nonzero(as_tuple=True)[0]
+                if max_length_idx.numel() == 1 and max_length > second_max_length:
+                    max_length_traj_idx = trajectory_indices[int(max_length_idx[0])]
+                    baselines[max_length_traj_idx, second_max_length:] = 0.0
+        advantages = (returns - baselines) * response_mask
+    return advantages, returns
+
+
+def verl_multi_turn_optimal_token_baseline(
+    token_level_rewards,
+    response_mask,
+    index,
+    old_log_probs,
+    sum_pi_squared,
+    rollout_is_weights=None,
+    handle_zero_tail=True,
+    epsilon=1e-8,
+):
+    with torch.no_grad():
+        token_returns = (
+            (token_level_rewards * response_mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
+        )
+        pi_t = torch.exp(old_log_probs)
+        w_per_timestep = 1 - 2 * pi_t + sum_pi_squared
+        if rollout_is_weights is not None:
+            w_per_timestep = w_per_timestep * (rollout_is_weights**2)
+        w_cumulative = (w_per_timestep * response_mask).cumsum(dim=-1)
+        response_lengths = response_mask.sum(dim=-1).to(dtype=torch.long)
+        max_response_length = (
+            int(response_lengths.max().item()) if response_lengths.numel() > 0 else 0
+        )
+        all_w_values = w_cumulative.new_zeros((len(response_lengths), max_response_length))
+        all_returns = torch.zeros_like(all_w_values)
+        for i in range(len(response_lengths)):
+            length = int(response_lengths[i].item())
+            if length == 0:
+                continue
+            mask = response_mask[i].bool()
+            all_w_values[i, :length] = w_cumulative[i, mask]
+            all_returns[i, :length] = token_returns[i, mask]
+        prompt_groups = defaultdict(list)
+        for i in range(len(response_lengths)):
+            if response_lengths[i] == 0:
+                continue
+            prompt_groups[index[i]].append(i)
+        baselines = torch.zeros_like(all_returns)
+        for _, trajectory_indices in prompt_groups.items():
+            N = len(trajectory_indices)
+            traj_idx = torch.tensor(trajectory_indices, device=all_returns.device)
+            if N == 1:
+                baselines[traj_idx[0]] = 0.0
+                continue
+            w_group = all_w_values[traj_idx]
+            R_group = all_returns[traj_idx]
+            b_star = (R_group * w_group).sum(dim=0) / (w_group.sum(dim=0) + epsilon)
+            baselines[traj_idx] = b_star.to(baselines.dtype)
+            if handle_zero_tail:
+                response_lengths_group = response_lengths[traj_idx]
+                sorted_lengths, _ = torch.sort(response_lengths_group)
+                max_length = int(sorted_lengths[-1].item())
+                second_max_length = int(sorted_lengths[-2].item())
+                max_length_idx = (response_lengths_group == max_length).nonzero(as_tuple=True)[0]
+                if max_length_idx.numel() == 1 and max_length > second_max_length:
+                    max_length_traj_idx = trajectory_indices[int(max_length_idx[0])]
+                    baselines[max_length_traj_idx, second_max_length:] = 0.0
+        all_advantages = all_returns - baselines
+        advantages = torch.zeros_like(token_returns)
+        for i in range(len(response_lengths)):
+            if response_lengths[i] == 0:
+                continue
+            advantages[i, response_mask[i].bool()] = all_advantages[i, : response_lengths[i]]
+        advantages = advantages * response_mask
+    return advantages, token_returns
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("handle_zero_tail", [False, True])
+def test_optimal_token_baselines_match_verl_on_random_batches(seed, handle_zero_tail):
+    generator = torch.Generator().manual_seed(seed)
+    bs, length = 16, 7
+    rewards = torch.randn(bs, length, generator=generator)
+    # Multi-turn masks: random gaps, random ends, one empty row, a unique longest row per group.
+    mask = (torch.rand(bs, length, generator=generator) > 0.25).float()
+    mask[3] = 0.0
+    mask[0] = 1.0
+    probs = torch.softmax(torch.randn(bs, length, 11, generator=generator), dim=-1)
+    logp = torch.log(probs[..., 0])  # (bs, L): the sampled token is token 0
+    pi2 = (probs**2).sum(-1)  # (bs, L)
+    rho = torch.rand(bs, length, generator=generator) + 0.5
+    index = np.array(list("aaaabbbbbcccccdd"), dtype=object)
+    index[15] = "e"  # a group of one
+    for is_weights in (None, rho):
+        for ours, theirs in (
+            (compute_optimal_token_baseline_advantage, verl_optimal_token_baseline),
+            (
+                compute_multi_turn_optimal_token_baseline_advantage,
+                verl_multi_turn_optimal_token_baseline,
+            ),
+        ):
+            args = (rewards, mask, index, logp, pi2, is_weights, handle_zero_tail)
+            mine, my_returns = ours(*args)
+            reference, reference_returns = theirs(*args)
+            torch.testing.assert_close(mine, reference, atol=1e-6, rtol=1e-6)
+            torch.testing.assert_close(my_returns, reference_returns)
