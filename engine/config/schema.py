@@ -30,6 +30,7 @@ from engine.algorithms.names import (
     KL_ESTIMATORS,  # noqa: F401
     KL_TYPES,
     LOSS_AGG_MODES,
+    PF_PPO_REWEIGHT_METHODS,
     POLICY_LOSS_MODES,
 )
 from engine.rewards.names import REWARD_COMPONENTS, REWARD_FN_NAMES  # noqa: F401
@@ -508,6 +509,17 @@ class KLControlConfig(_Section):
 
 
 @dataclass
+class PFPPOConfig(_Section):
+    reweight_method: str = _f(
+        "pow",
+        "How a response's score weighs its chance to be drawn: pow |s|^weight_pow, max_min "
+        "(only the batch's best and worst), max_random (best 0.4, others 0.1).",
+        choices=PF_PPO_REWEIGHT_METHODS,
+    )
+    weight_pow: float = _f(2.0, "pow: the exponent of |score|.", ge=0)
+
+
+@dataclass
 class AlgorithmConfig(_Section):
     gamma: float = _f(1.0, "Discount factor.", ge=0, le=1)
     lam: float = _f(1.0, "GAE lambda.", ge=0, le=1)
@@ -517,6 +529,12 @@ class AlgorithmConfig(_Section):
     kl_penalty: str = _f("kl", "KL estimator of the reward penalty.", choices=KL_TYPES)
     kl_ctrl: KLControlConfig = _section(KLControlConfig, "KL-in-reward coefficient control.")
     allow_single_sample_groups: bool = _f(False, "Let group estimators run with rollout.n=1.")
+    use_pf_ppo: bool = _f(
+        False,
+        "PF-PPO (arXiv 2409.06957): update on the batch resampled, with replacement, by weights "
+        "of the responses' scores.",
+    )
+    pf_ppo: PFPPOConfig = _section(PFPPOConfig, "PF-PPO's resampling weights.")
 
 
 @dataclass

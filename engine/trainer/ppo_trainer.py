@@ -21,6 +21,7 @@ import torch
 
 from engine.algorithms import (
     apply_kl_penalty,
+    compute_pf_ppo_reweight_data,
     get_adv_estimator_fn,
     get_kl_controller,
     mask_span_end,
@@ -68,21 +69,38 @@ def compute_advantage(batch: DataProto, algorithm: Any) -> tuple[torch.Tensor, t
     """Return ``(advantages, returns)`` (bs, R) from the estimator named in the config.
 
     Each estimator takes the subset of the batch's tensors and hyper-parameters its signature
-    names (verl's estimators differ: GAE wants values, GRPO the group index, ReMax baselines).
+    names (verl's estimators differ: GAE wants values, GRPO the group index, ReMax baselines,
+    the optimal token baselines the policy's token probabilities).
     """
     fn = get_adv_estimator_fn(algorithm.adv_estimator)
+    b = batch.batch
     available = {
-        "token_level_rewards": batch.batch["token_level_rewards"],
-        "response_mask": batch.batch["response_mask"],
-        "values": batch.batch.get("values"),
-        "reward_baselines": batch.batch.get("reward_baselines"),
+        "token_level_rewards": b["token_level_rewards"],
+        "response_mask": b["response_mask"],
+        "values": b.get("values"),
+        "reward_baselines": b.get("reward_baselines"),
         "index": batch.non_tensor_batch["uid"],
         "gamma": algorithm.gamma,
         "lam": algorithm.lam,
         "norm_adv_by_std_in_grpo": algorithm.norm_adv_by_std_in_grpo,
+        # On-policy steps skip the old log-prob pass: the rollout's are the policy's (verl's
+        # bypass mode).
+        "old_log_probs": b.get("old_log_probs", b.get("rollout_log_probs")),
+        "sum_pi_squared": b.get("sum_pi_squared"),
+        "rollout_is_weights": b.get("rollout_is_weights"),
     }
     params = inspect.signature(fn).parameters
     kwargs = {k: v for k, v in available.items() if k in params and v is not None}
+    missing = [
+        name
+        for name, param in params.items()
+        if param.default is inspect.Parameter.empty and name not in kwargs
+    ]
+    if missing:
+        raise ValueError(
+            f"algorithm.adv_estimator={algorithm.adv_estimator!r} needs {', '.join(missing)} "
+            "in the batch and this step did not compute it; choose another estimator."
+        )
     return fn(**kwargs)
 
 
@@ -270,12 +288,17 @@ class PPOTrainer:
                 batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
             advantages, returns = compute_advantage(batch, config.algorithm)
             batch.batch["advantages"], batch.batch["returns"] = advantages, returns
+        # PF-PPO updates on a resample of the batch; the samples are recorded as generated.
+        update = batch
+        if config.algorithm.use_pf_ppo:
+            pf_ppo = config.algorithm.pf_ppo
+            update = compute_pf_ppo_reweight_data(batch, pf_ppo.reweight_method, pf_ppo.weight_pow)
         if self.critic is not None:
             with timer("update_critic", timing):
-                metrics.update(self.critic.update_critic(batch))
+                metrics.update(self.critic.update_critic(update))
         if self.global_step > config.trainer.critic_warmup or self.critic is None:
             with timer("update_actor", timing):
-                metrics.update(self.arr.update_actor(batch))
+                metrics.update(self.arr.update_actor(update))
         if restore is not None:  # samples are recorded in rollout order (i % n, groups)
             batch.reorder(restore)
             reward_info = {k: _reordered(v, restore) for k, v in reward_info.items()}
@@ -284,7 +307,7 @@ class PPOTrainer:
         num_tokens = int(batch.batch["attention_mask"].sum())
         metrics.update(
             compute_data_metrics(
-                batch,
+                update,
                 use_critic=self.critic is not None,
                 max_response_length=config.data.max_response_length,
             )
