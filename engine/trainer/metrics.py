@@ -1,8 +1,15 @@
-"""Per-step metrics under verl's names (``verl/trainer/ppo/metric_utils.py``)."""
+"""Per-step metrics under verl's names (``verl/trainer/ppo/metric_utils.py``).
+
+Validation metrics are verl's ``process_validation_metrics``: per prompt, best/worst/majority of
+``n`` responses estimated by bootstrap (1000 draws, seed 42), then averaged over the prompts of
+each data source. The draws are verl's; max and min are taken over all draws at once instead of
+verl's per-draw Python loop, which gives the same numbers.
+"""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -69,42 +76,158 @@ def compute_throughput_metrics(
     }
 
 
-def compute_validation_metrics(
-    data_sources: list[str],
-    uids: list[str],
-    scores: list[float],
-    preds: list[Any] | None = None,
-) -> dict[str, float]:
-    """Return ``val-core/<source>/reward/mean@n`` and, for n > 1, best@n / worst@n / maj@n.
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float | np.integer | np.floating | np.bool_)
 
-    Each uid is one prompt with n sampled responses; best@n is the mean over prompts of the
-    best of its n scores (pass@n for 0/1 rewards); maj@n scores the most frequent prediction
-    when the reward function reports one under ``pred``.
+
+def _subset_sizes(n_resps: int) -> list[int]:
+    """Return verl's bootstrap subset sizes ``2, 4, 8, ... < n_resps`` and ``n_resps``."""
+    if n_resps <= 1:
+        return []
+    sizes, n = [], 2
+    while n < n_resps:
+        sizes.append(n)
+        n *= 2
+    return [*sizes, n_resps]
+
+
+def bootstrap_indices(n_data: int, subset_size: int, n_bootstrap: int, seed: int) -> np.ndarray:
+    """Return verl's bootstrap draws ``(n_bootstrap, subset_size)``, with replacement.
+
+    The same numbers as verl's ``np.random.seed(seed); np.random.choice(...)``, from a private
+    ``RandomState`` so numpy's global generator is left as it was.
     """
-    groups: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
-    for i, (source, uid) in enumerate(zip(data_sources, uids, strict=True)):
-        groups[source][uid].append(i)
+    rng = np.random.RandomState(seed)
+    return rng.choice(n_data, size=(n_bootstrap, subset_size), replace=True)
+
+
+def majority_value(votes: Sequence[Any], values: Sequence[float]) -> float:
+    """Return the value of the first sample that voted for the most common prediction; a tie
+    goes to the prediction seen first (verl's ``calc_maj_val``)."""
+    counts = Counter(votes)  # insertion-ordered, so max() keeps the first of equal counts
+    top = max(counts, key=counts.__getitem__)
+    return values[list(votes).index(top)]
+
+
+def process_validation_metrics(
+    data_sources: Sequence[str],
+    sample_uids: Sequence[Any],
+    infos_dict: dict[str, Sequence[Any]],
+    seed: int = 42,
+    n_bootstrap: int = 1000,
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Return ``{data_source: {var: {metric: value}}}`` as verl's ``process_validation_metrics``.
+
+    For each prompt (uid) and numeric variable of ``infos_dict`` over its ``N`` responses:
+    ``mean@N``, ``std@N`` (population std, N > 1) and, for ``n`` in ``2, 4, ... < N`` and
+    ``N``, the bootstrap (``n_bootstrap`` draws of ``n`` responses with replacement, ``seed``)
+    mean and std of the best (``best@n/*``), the worst (``worst@n/*``) and, when
+    ``infos_dict`` has ``pred``, the majority-vote value (``maj@n/*``); each metric is then
+    averaged over a data source's prompts. Unlike verl, which skips a variable whose first
+    value is a string, a variable is skipped for a prompt when any of its values is not a
+    number (a reward function's ``None`` or text), instead of failing the validation.
+    """
+    grouped: dict[str, dict[Any, dict[str, list[Any]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
+    for i, (source, uid) in enumerate(zip(data_sources, sample_uids, strict=True)):
+        for var, values in infos_dict.items():
+            grouped[source][uid][var].append(values[i])
+    per_prompt: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
+    draws: dict[tuple[int, int], np.ndarray] = {}
+    for source, by_uid in grouped.items():
+        for var2vals in by_uid.values():
+            preds = var2vals.get("pred")
+            for var, raw in var2vals.items():
+                if not raw or not all(_is_number(v) for v in raw):
+                    continue
+                values = np.asarray(raw, dtype=np.float64)  # (N,)
+                n_resps = len(values)
+                metric = {f"mean@{n_resps}": float(np.mean(values))}
+                if n_resps > 1:
+                    metric[f"std@{n_resps}"] = float(np.std(values))
+                for n in _subset_sizes(n_resps):
+                    if (n_resps, n) not in draws:
+                        draws[n_resps, n] = bootstrap_indices(n_resps, n, n_bootstrap, seed)
+                    idx = draws[n_resps, n]  # (n_bootstrap, n)
+                    best, worst = values[idx].max(axis=1), values[idx].min(axis=1)  # (B,)
+                    metric[f"best@{n}/mean"], metric[f"best@{n}/std"] = _mean_std(best)
+                    metric[f"worst@{n}/mean"], metric[f"worst@{n}/std"] = _mean_std(worst)
+                    if preds is not None:
+                        votes = [[_vote(preds[j]) for j in row] for row in idx]
+                        majority = np.array(
+                            [
+                                majority_value(v, values[row])
+                                for v, row in zip(votes, idx, strict=True)
+                            ]
+                        )  # (B,)
+                        metric[f"maj@{n}/mean"], metric[f"maj@{n}/std"] = _mean_std(majority)
+                for name, value in metric.items():
+                    per_prompt[source][var][name].append(value)
+    return {
+        source: {
+            var: {name: float(np.mean(vals)) for name, vals in metrics.items()}
+            for var, metrics in var2metrics.items()
+        }
+        for source, var2metrics in per_prompt.items()
+    }
+
+
+def _mean_std(values: np.ndarray) -> tuple[float, float]:
+    return float(np.mean(values)), float(np.std(values))
+
+
+def _vote(pred: Any) -> Any:
+    """Return a prediction as a hashable vote (a list or dict answer votes by its repr)."""
+    try:
+        hash(pred)
+    except TypeError:
+        return repr(pred)
+    return pred
+
+
+def validation_metric_names(
+    data_src2var2metric2val: dict[str, dict[str, dict[str, float]]],
+) -> dict[str, float]:
+    """Return ``val-core/<source>/<var>/<metric>`` and ``val-aux/...`` as verl's ``_validate``.
+
+    The core variable is ``acc`` when the reward reports it, else ``reward``; its ``mean``,
+    ``maj`` and ``best`` metrics at the largest ``n`` are ``val-core``, everything else
+    ``val-aux``.
+    """
     metrics: dict[str, float] = {}
-    score_arr = np.asarray(scores, dtype=np.float64)
-    for source, by_prompt in groups.items():
-        n = max(len(idx) for idx in by_prompt.values())
-        prefix = "val-core"
-        per_prompt = [score_arr[idx] for idx in by_prompt.values()]
-        metrics[f"{prefix}/{source}/reward/mean@{n}"] = float(
-            np.mean([s.mean() for s in per_prompt])
-        )
-        if n > 1:
-            metrics[f"{prefix}/{source}/reward/best@{n}/mean"] = float(
-                np.mean([s.max() for s in per_prompt])
-            )
-            metrics[f"{prefix}/{source}/reward/worst@{n}/mean"] = float(
-                np.mean([s.min() for s in per_prompt])
-            )
-            if preds is not None:
-                majority = []
-                for idx in by_prompt.values():
-                    votes = Counter(str(preds[i]) for i in idx)
-                    top = votes.most_common(1)[0][0]
-                    majority.append(next(score_arr[i] for i in idx if str(preds[i]) == top))
-                metrics[f"{prefix}/{source}/reward/maj@{n}/mean"] = float(np.mean(majority))
+    for source, var2metric in data_src2var2metric2val.items():
+        core_var = "acc" if "acc" in var2metric else "reward"
+        for var, metric2val in var2metric.items():
+            n_max = max(int(name.split("@")[-1].split("/")[0]) for name in metric2val)
+            for name, value in metric2val.items():
+                core = (
+                    var == core_var
+                    and name.startswith(("mean", "maj", "best"))
+                    and f"@{n_max}" in name
+                )
+                section = "val-core" if core else "val-aux"
+                metrics[f"{section}/{source}/{var}/{name}"] = value
     return metrics
+
+
+def compute_validation_metrics(
+    data_sources: Sequence[str],
+    uids: Sequence[Any],
+    scores: Sequence[float],
+    preds: Sequence[Any] | None = None,
+    extra_infos: dict[str, Sequence[Any]] | None = None,
+) -> dict[str, float]:
+    """Return verl's validation metrics for responses grouped by prompt ``uid``.
+
+    ``scores`` are the summed rewards (variable ``reward``); ``extra_infos`` are the reward
+    function's other per-response keys (``acc`` becomes the core variable, ``pred`` the vote of
+    ``maj@n``); ``preds`` is a shorthand for ``extra_infos["pred"]``. See
+    :func:`process_validation_metrics` and :func:`validation_metric_names`.
+    """
+    infos: dict[str, Sequence[Any]] = {"reward": list(scores), **(extra_infos or {})}
+    if preds is not None:
+        infos["pred"] = preds
+    return validation_metric_names(process_validation_metrics(data_sources, uids, infos))

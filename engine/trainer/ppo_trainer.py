@@ -353,11 +353,19 @@ class PPOTrainer:
 
     # -- validation --------------------------------------------------------------------------
     def validate(self) -> tuple[dict[str, float], list[SampleRecord]]:
-        """Score the validation set with ``val_kwargs`` sampling; return metrics and samples."""
+        """Score the validation set with ``val_kwargs`` sampling; return metrics and samples.
+
+        The metrics are verl's ``_validate``: ``reward`` and each numeric key the reward
+        function reports (``acc``, ...; ``pred`` votes for ``maj@n``) per data source, see
+        ``engine.trainer.metrics.compute_validation_metrics``; ``val-aux/num_turns/*`` for
+        multi-turn rollouts. The manager's ``score`` (the reward again) and ``reward_error``
+        are left out.
+        """
         assert self.val_dataset is not None
         val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
         batch_size = self.config.data.val_batch_size or len(self.val_dataset)
-        sources, uids, scores, preds, records = [], [], [], [], []
+        sources, uids, scores, records, turns = [], [], [], [], []
+        infos: dict[str, list] = {}
         for start in range(0, len(self.val_dataset), batch_size):
             items = [
                 self.val_dataset[i]
@@ -374,14 +382,21 @@ class PPOTrainer:
             result = self.reward_fn(batch, return_dict=True)
             batch.batch["token_level_scores"] = result["reward_tensor"]
             info = result.get("reward_extra_info", {})
-            score = result["reward_tensor"].sum(-1).tolist()
+            # A key a batch lacks is None for its samples (skipped, never averaged as 0).
+            for key in info.keys() - infos.keys() - {"score", "reward_error"}:
+                infos[key] = [None] * len(scores)
+            for key, values in infos.items():
+                values += list(info.get(key, [None] * len(batch)))
+            scores += result["reward_tensor"].sum(-1).tolist()
             sources += [str(s) for s in batch.non_tensor_batch["data_source"]]
             uids += list(batch.non_tensor_batch["uid"])
-            scores += score
-            preds += list(info.get("pred", [None] * len(batch)))
+            turns += list(batch.non_tensor_batch.get("num_turns", []))
             records += self.sample_records(batch, info, split="val", n=val_kwargs.n)
-        has_preds = any(p is not None for p in preds)
-        metrics = compute_validation_metrics(sources, uids, scores, preds if has_preds else None)
+        metrics = compute_validation_metrics(sources, uids, scores, extra_infos=infos)
+        if turns:
+            metrics["val-aux/num_turns/min"] = float(np.min(turns))
+            metrics["val-aux/num_turns/max"] = float(np.max(turns))
+            metrics["val-aux/num_turns/mean"] = float(np.mean(turns))
         return metrics, records
 
     # -- samples for the recorder ------------------------------------------------------------

@@ -66,10 +66,13 @@ def test_validation_metrics_by_hand():
     preds = ["7", "8", "3", "3", "5", "5"]
     metrics = compute_validation_metrics(sources, uids, scores, preds)
     assert metrics["val-core/a/reward/mean@2"] == pytest.approx(0.25)
-    assert metrics["val-core/a/reward/best@2/mean"] == pytest.approx(0.5)
-    assert metrics["val-core/a/reward/worst@2/mean"] == pytest.approx(0.0)
-    # p1 ties 1:1 and the first vote ("7", correct) wins; p2's majority "3" is wrong.
-    assert metrics["val-core/a/reward/maj@2/mean"] == pytest.approx(0.5)
+    # best/worst/maj of 2 are verl's bootstraps (1000 draws of 2 with replacement): p1's best
+    # is 1 with probability 3/4, its worst with 1/4; p2 scores 0 throughout.
+    assert metrics["val-core/a/reward/best@2/mean"] == pytest.approx(0.75 / 2, abs=0.03)
+    assert metrics["val-aux/a/reward/worst@2/mean"] == pytest.approx(0.25 / 2, abs=0.03)
+    # p1's draws tie 1:1 unless both pick one answer; the first vote wins, "7" (correct) half
+    # the time. p2's majority "3" is wrong.
+    assert metrics["val-core/a/reward/maj@2/mean"] == pytest.approx(0.5 / 2, abs=0.03)
     assert metrics["val-core/b/reward/mean@2"] == pytest.approx(1.0)
 
 
