@@ -466,3 +466,28 @@ def test_optimal_token_baselines_match_verl_on_random_batches(seed, handle_zero_
             reference, reference_returns = theirs(*args)
             torch.testing.assert_close(mine, reference, atol=1e-6, rtol=1e-6)
             torch.testing.assert_close(my_returns, reference_returns)
+
+
+def test_the_trainer_names_what_an_optimal_token_baseline_lacks():
+    from engine.config.schema import AlgorithmConfig
+    from engine.data import DataProto
+    from engine.trainer.ppo_trainer import compute_advantage
+
+    batch = DataProto.from_dict(
+        {
+            "token_level_rewards": OTB_REWARDS,
+            "response_mask": OTB_MASK,
+            "rollout_log_probs": OTB_LOGP,
+        },
+        non_tensors={"uid": np.array(["a", "a"], dtype=object)},
+    )
+    algorithm = AlgorithmConfig(adv_estimator="optimal_token_baseline")
+    with pytest.raises(
+        ValueError,
+        match="adv_estimator='optimal_token_baseline' needs sum_pi_squared in the batch and "
+        "this step did not compute it; choose another estimator.",
+    ):
+        compute_advantage(batch, algorithm)
+    batch.batch["sum_pi_squared"] = OTB_PI2  # the rollout's log-probs stand in for old ones
+    advantages, _ = compute_advantage(batch, algorithm)
+    torch.testing.assert_close(advantages, torch.tensor([[-1.0, 0.0], [1.0, 0.0]]))
