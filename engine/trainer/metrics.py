@@ -9,7 +9,7 @@ verl's per-draw Python loop, which gives the same numbers.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -101,18 +101,18 @@ def bootstrap_indices(n_data: int, subset_size: int, n_bootstrap: int, seed: int
     return rng.choice(n_data, size=(n_bootstrap, subset_size), replace=True)
 
 
-def majority_value(votes: Sequence[Any], values: Sequence[float]) -> float:
+def majority_value(votes: Sequence[Any], values: Sequence[float] | np.ndarray) -> float:
     """Return the value of the first sample that voted for the most common prediction; a tie
     goes to the prediction seen first (verl's ``calc_maj_val``)."""
     counts = Counter(votes)  # insertion-ordered, so max() keeps the first of equal counts
     top = max(counts, key=counts.__getitem__)
-    return values[list(votes).index(top)]
+    return float(values[list(votes).index(top)])
 
 
 def process_validation_metrics(
     data_sources: Sequence[str],
     sample_uids: Sequence[Any],
-    infos_dict: dict[str, Sequence[Any]],
+    infos_dict: Mapping[str, Sequence[Any]],
     seed: int = 42,
     n_bootstrap: int = 1000,
 ) -> dict[str, dict[str, dict[str, float]]]:
@@ -131,8 +131,8 @@ def process_validation_metrics(
         lambda: defaultdict(lambda: defaultdict(list))
     )
     for i, (source, uid) in enumerate(zip(data_sources, sample_uids, strict=True)):
-        for var, values in infos_dict.items():
-            grouped[source][uid][var].append(values[i])
+        for var, column in infos_dict.items():
+            grouped[source][uid][var].append(column[i])
     per_prompt: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
     )
@@ -218,7 +218,7 @@ def compute_validation_metrics(
     uids: Sequence[Any],
     scores: Sequence[float],
     preds: Sequence[Any] | None = None,
-    extra_infos: dict[str, Sequence[Any]] | None = None,
+    extra_infos: Mapping[str, Sequence[Any]] | None = None,
 ) -> dict[str, float]:
     """Return verl's validation metrics for responses grouped by prompt ``uid``.
 

@@ -364,7 +364,8 @@ class PPOTrainer:
         assert self.val_dataset is not None
         val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
         batch_size = self.config.data.val_batch_size or len(self.val_dataset)
-        sources, uids, scores, records, turns = [], [], [], [], []
+        sources, uids, records, turns = [], [], [], []
+        scores: list[float] = []
         infos: dict[str, list] = {}
         for start in range(0, len(self.val_dataset), batch_size):
             items = [
