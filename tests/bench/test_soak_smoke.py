@@ -24,7 +24,8 @@ def test_a_short_soak_samples_the_driver_and_the_web_process(tmp_path):
     out = tmp_path / "soak.json"
     database = (os.environ.get("POSTTRAIN_TEST_DATABASE") or "test_posttrain") + "_soak"
     command = [sys.executable, "-m", "bench.web.soak", "--steps", str(STEPS), "--viewers", "2"]
-    command += ["--interval", "0.5", "--save-freq", "30", "--test-freq", "30"]
+    # Sample often: on a quiet machine 60 steps take under 10 s.
+    command += ["--interval", "0.1", "--save-freq", "30", "--test-freq", "30"]
     command += ["--database", database, "--json", str(out)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=240)

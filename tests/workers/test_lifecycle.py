@@ -179,7 +179,9 @@ def test_cancel_stops_within_a_step_and_resume_continues_the_numbering(client, o
     step_at_cancel = parent.latest_step
     wait_for(parent, lambda r: r.status == RunStatus.CANCELLED, 300, "stop after the cancel")
     last = max(MetricPoint.objects.filter(run=parent).values_list("step", flat=True))
-    assert step_at_cancel <= last <= step_at_cancel + 1
+    # The step in progress when the cancel landed (recorded latest + 1) may already have passed
+    # its cancel check; the one after it may not.
+    assert step_at_cancel <= last <= step_at_cancel + 2
     checkpoint = run_latest_checkpoint(run=parent)
     assert checkpoint is not None and checkpoint.name == f"global_step_{last}"
 
