@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from engine.algorithms.names import TOKEN_BASELINE_ESTIMATORS
 from engine.config.introspect import get_value
 from engine.config.loader import (
     _REFERENCE,
@@ -319,6 +320,15 @@ def _check_algorithm(report: _Report, critic_enable: bool | None) -> None:
     cfg = report.cfg
     algo, actor, rollout = cfg.algorithm, cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
     estimator = algo.adv_estimator
+    if estimator in TOKEN_BASELINE_ESTIMATORS:
+        # The functions exist (engine.algorithms.advantages); the actor's log-prob pass does not
+        # compute the per-token sum of squared probabilities they weigh by yet.
+        report.error(
+            "algorithm.adv_estimator",
+            f"{estimator} needs sum_pi_squared (each token's sum of squared probabilities over "
+            "the vocabulary), which this engine's actor does not compute yet; choose grpo, "
+            "rloo or another estimator",
+        )
     if estimator in GROUP_ESTIMATORS and rollout.n < 2 and not algo.allow_single_sample_groups:
         report.error(
             f"{_ARR}.rollout.n",

@@ -77,7 +77,8 @@ def test_group_estimators_need_groups(estimator):
         "actor_rollout_ref.rollout.n=1",
         "algorithm.allow_single_sample_groups=True",
     ]
-    assert problems(allowed) == {}
+    # The token-baseline estimators are refused on their own key until their input exists.
+    assert set(problems(allowed)) <= {"algorithm.adv_estimator"}
 
 
 def test_reinforce_plus_plus_runs_single_samples():

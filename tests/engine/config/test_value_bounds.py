@@ -143,3 +143,12 @@ def test_a_batch_that_is_no_multiple_still_gets_its_divisor_quickly():
     assert found["actor_rollout_ref.actor.ppo_mini_batch_size"] == (
         "data.train_batch_size=1048575 is not a multiple of it; use a divisor such as 349525"
     )
+
+
+def test_the_token_baseline_estimators_are_refused_until_the_actor_computes_their_input():
+    from engine.config import ConfigValidationError, load_config, validate_config
+
+    for estimator in ("optimal_token_baseline", "tir_optimal_token_baseline"):
+        config = load_config("grpo_tiny", overrides=[f"algorithm.adv_estimator={estimator}"])
+        with pytest.raises(ConfigValidationError, match=f"{estimator} needs sum_pi_squared"):
+            validate_config(config)
