@@ -9,6 +9,7 @@
 // steps it missed. compare.js reuses RunStream and ChartGrid to overlay several runs.
 
 import {element} from "./dom.js";
+import {RunSummary} from "./run_summary.js";
 import {RunStream, SeriesStore, emaNext, emaStart, emptySeries, mergeRange} from "./stream.js";
 import {panelTraces, xValues} from "./traces.js";
 
@@ -379,11 +380,13 @@ function announce(name, detail) {
 }
 
 // Follow one run: feed its socket's messages to a grid; announce what arrived on `document`.
-export function followRun(grid, runId, {onStatus} = {}) {
+// `onMessage` also gets every message (the run page's summary beside the charts).
+export function followRun(grid, runId, {onStatus, onMessage} = {}) {
   const stream = new RunStream(runId, {
     onState: (state, detail) => showConnection(grid.root, state, detail),
     onMessage: (message, receivedAt) => {
       if (message.progress) showProgress(runId, message.progress);
+      if (onMessage) onMessage(message);
       if (message.type === "backlog") {
         grid.setSeries(runId, message.panels, message.series, message.last_step);
         announce("run-live:backlog", {runId, complete: message.complete, receivedAt});
@@ -416,10 +419,12 @@ function start() {
     pngName: `run-${runId}`,
   });
   window.postTrainCharts = grid;
+  const summary = document.getElementById("run-summary") ? new RunSummary(document) : null;
   window.postTrainStream = followRun(grid, runId, {
     onStatus: (run) => {
       root.dataset.status = run.status;
     },
+    onMessage: summary ? (message) => summary.take(message) : undefined,
   });
 }
 

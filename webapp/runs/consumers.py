@@ -69,17 +69,31 @@ def run_for_owner(*, user: Any, run_id: int) -> Run | None:
     return run_list_for_user(user=user).filter(pk=run_id).first()
 
 
+def _seconds(moment: datetime | None) -> float | None:
+    return None if moment is None else epoch_seconds(moment)
+
+
 def run_state(run: Run) -> dict[str, Any]:
-    """Return what the page shows about a run beside its charts (status, steps, times)."""
+    """Return what the page shows about a run beside its charts (status, steps, times, buttons).
+
+    Times are Unix seconds; ``is_active`` shows the cancel button, ``can_resume`` the resume one
+    (enabled when ``latest_checkpoint`` is set).
+    """
     return {
         "id": run.pk,
         "status": run.status,
         "latest_step": run.latest_step,
         "start_step": run.start_step,
         "total_steps": run.total_steps,
-        "started_at": None if run.started_at is None else epoch_seconds(run.started_at),
-        "finished_at": None if run.finished_at is None else epoch_seconds(run.finished_at),
+        "started_at": _seconds(run.started_at),
+        "finished_at": _seconds(run.finished_at),
         "cancel_requested": run.cancel_requested,
+        "heartbeat_at": _seconds(run.heartbeat_at),
+        "stalled_since": _seconds(run.stalled_since),
+        "latest_checkpoint": run.latest_checkpoint,
+        "driver": run.driver,
+        "is_active": run.is_active,
+        "can_resume": run.can_resume,
     }
 
 
