@@ -218,7 +218,10 @@ CHANNEL_LAYERS = {
         # After a Redis restart the layer's pooled connections are stale and the first command on
         # each fails: one immediate retry on a fresh connection hides that from the next socket.
         # A refused connect fails within socket_connect_timeout, so a send never hangs for long.
+        # A channel holds up to 1,000 events (channels_redis keeps 100): a slow viewer of a fast
+        # run falls behind before it loses an event, and a gap is then read from PostgreSQL.
         "CONFIG": {
+            "capacity": 1000,
             "hosts": [
                 {
                     "address": REDIS_URL,
@@ -226,7 +229,7 @@ CHANNEL_LAYERS = {
                     "socket_connect_timeout": 2,
                     "retry_on_error": [RedisConnectionError],
                 }
-            ]
+            ],
         },
     }
 }
