@@ -9,6 +9,7 @@ optimizer is SGD with lr 1 and no clipping, so ``before - after`` is the gradien
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import torch
@@ -196,7 +197,13 @@ def _rank_update(rank: int, port: int, mode: str, rows: int, budget: int | None,
     after = gather_full_state_dict(model)
     if rank == 0:
         torch.save({"grad": minus(before, after), "metrics": metrics}, out)
+    # Neither rank tears gloo down while the other may still use it (a lone early destroy
+    # aborted a rank with "terminate called without an active exception").
+    dist.barrier()
     dist.destroy_process_group()
+    # Gloo's threads can still be joinable at interpreter exit, where their destructors call
+    # std::terminate (SIGABRT); the result is saved, so leave without running destructors.
+    os._exit(0)
 
 
 @pytest.mark.slow
