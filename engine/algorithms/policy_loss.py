@@ -4,7 +4,8 @@ Every loss takes ``(old_log_prob, log_prob, advantages, response_mask)``, all
 ``(bs, response_length)``, then ``loss_agg_mode`` and keyword hyper-parameters named like the
 actor config keys with verl's defaults. Every loss accepts the PPO clip keys (``clip_ratio``,
 ``clip_ratio_low``, ``clip_ratio_high``, ``clip_ratio_c``), so one call site serves all modes;
-mode-specific keys (``clip_cov_*``, ``kl_cov_ratio``, ``ppo_kl_coef``) belong to their mode only.
+mode-specific keys (``clip_cov_*``, ``kl_cov_ratio``, ``ppo_kl_coef``, ``tau_pos``,
+``tau_neg``) belong to their mode only.
 Each returns ``(pg_loss, metrics)``: a scalar tensor with its graph, and a dict of floats under
 verl's metric names, holding only the metrics that mean something for that loss.
 """
@@ -405,3 +406,93 @@ def compute_policy_loss_kl_cov(
     pg_losses = torch.where(penalised, pg_losses_kl, pg_losses1)  # (bs, L)
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
     return pg_loss, {"actor/ppo_kl": ppo_kl_abs.item()}
+
+
+@register_policy_loss("sapo")
+def compute_policy_loss_sapo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Return SAPO's loss, a smooth sigmoid gate on the ratio in place of the hard clip.
+
+    Soft Adaptive Policy Optimization, Gao et al., arXiv 2511.20347.
+    ``r = exp(clamp(logp - old_logp, -20, 20))``; ``tau = tau_pos`` where ``A > 0``, else
+    ``tau_neg``; ``f(r) = sigmoid(tau (r - 1)) * 4 / tau`` (slope 1 at ``r = 1``, so on-policy
+    its gradient is the policy gradient's, fading as ``r`` moves away); ``L = -f(r) A``. The
+    paper's defaults ``tau_pos = 1.0``, ``tau_neg = 1.05`` damp negative updates harder.
+    The objective is a mean over sequences of token means, so the loss always aggregates with
+    ``seq-mean-token-mean`` whatever ``loss_agg_mode`` says, as verl does. The clip keys are
+    unused. Metric: ``actor/ppo_kl``. Shapes: all ``(bs, L)``.
+    """
+    _check_inputs(old_log_prob, log_prob, advantages, response_mask)
+    if tau_pos <= 0 or tau_neg <= 0:
+        raise ValueError(
+            f"tau_pos and tau_neg must be greater than 0, got {tau_pos} and {tau_neg}; "
+            "the paper's defaults are 1.0 and 1.05."
+        )
+    negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)  # (bs, L)
+    ratio = torch.exp(negative_approx_kl)  # (bs, L)
+    taus = torch.where(advantages > 0, tau_pos, tau_neg).to(ratio.dtype)  # (bs, L)
+    gates = torch.sigmoid(taus * (ratio - 1.0)) * (4.0 / taus)  # (bs, L) f(r)
+    pg_losses = -gates * advantages  # (bs, L)
+    pg_loss = agg_loss(pg_losses, response_mask, "seq-mean-token-mean")
+    ppo_kl = masked_mean(-negative_approx_kl, response_mask)
+    return pg_loss, {"actor/ppo_kl": ppo_kl.item()}
+
+
+@register_policy_loss("geo_mean")
+def compute_policy_loss_geo_mean(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Return GMPO's loss, which weights each sequence by the geometric mean of its ratios.
+
+    Geometric-Mean Policy Optimization, Zhao et al., arXiv 2507.20673. Per token the log-ratio
+    ``d = logp - old_logp`` is clipped in log space, on the side the advantage's sign pushes:
+    ``d' = sign(A) min(sign(A) d, sign(A) clamp(d, -low, high))``. Per sequence,
+    ``R_i = exp(mean_t d')`` and ``A_i = mean_t A`` over its valid tokens (sequence-level
+    advantages, as the paper assumes); ``L_i = -A_i R_i``, averaged over the sequences that
+    hold a valid token (through :func:`agg_loss`, so over the mini-batch's sequences in the
+    trainer); ``loss_agg_mode`` does not apply. ``clip_ratio_c`` is unused. Metrics:
+    ``actor/pg_clipfrac`` (share of tokens clipped with ``A > 0``), ``actor/pg_clipfrac_lower``
+    (with ``A < 0``), ``actor/ppo_kl``. Shapes: inputs ``(bs, L)``.
+    """
+    _check_inputs(old_log_prob, log_prob, advantages, response_mask)
+    low, high = _clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
+    negative_approx_kl = log_prob - old_log_prob  # (bs, L)
+    ppo_kl = masked_mean(-negative_approx_kl, response_mask)
+    sign = torch.sign(advantages)  # (bs, L)
+    clamped = torch.clamp(negative_approx_kl, -low, high)  # (bs, L)
+    clipped_log_ratio = sign * torch.minimum(sign * negative_approx_kl, sign * clamped)  # (bs, L)
+
+    seq_tokens = response_mask.sum(dim=-1) + 1e-8  # (bs,)
+    seq_ratio = torch.exp(masked_sum(clipped_log_ratio, response_mask, axis=-1) / seq_tokens)
+    seq_advantage = masked_sum(advantages, response_mask, axis=-1) / seq_tokens  # (bs,)
+    seq_losses = (-seq_advantage * seq_ratio).unsqueeze(-1)  # (bs, 1)
+    seq_valid = (response_mask.sum(dim=-1, keepdim=True) > 0).to(seq_losses.dtype)  # (bs, 1)
+    pg_loss = agg_loss(seq_losses, seq_valid, "seq-mean-token-sum")
+
+    clipped = torch.ne(negative_approx_kl, clamped)  # (bs, L)
+    pg_clipfrac = masked_mean((clipped & (advantages > 0)).float(), response_mask)
+    pg_clipfrac_lower = masked_mean((clipped & (advantages < 0)).float(), response_mask)
+    return pg_loss, {
+        "actor/pg_clipfrac": pg_clipfrac.item(),
+        "actor/ppo_kl": ppo_kl.item(),
+        "actor/pg_clipfrac_lower": pg_clipfrac_lower.item(),
+    }

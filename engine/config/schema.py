@@ -311,6 +311,8 @@ class ActorConfig(_Section):
     clip_ratio_low: float | None = _f(None, "Lower clip range; null: clip_ratio.", gt=0)
     clip_ratio_high: float | None = _f(None, "Upper clip range; null: clip_ratio.", gt=0)
     clip_ratio_c: float = _f(3.0, "Dual-clip constant c (> 1) for negative advantages.")
+    tau_pos: float = _f(1.0, "sapo: gate temperature of tokens with A > 0.", gt=0)
+    tau_neg: float = _f(1.05, "sapo: gate temperature of tokens with A <= 0.", gt=0)
     loss_agg_mode: str = _f("token-mean", "How token losses are averaged.", choices=LOSS_AGG_MODES)
     entropy_coeff: float = _f(0.0, "Entropy bonus coefficient.", basic=True)
     use_kl_loss: bool = _f(False, "Add a KL-to-reference loss (GRPO).", basic=True)

@@ -344,6 +344,8 @@ class PolicyActor:
             kwargs.update(
                 kl_cov_ratio=policy_loss.kl_cov_ratio, ppo_kl_coef=policy_loss.ppo_kl_coef
             )
+        elif mode == "sapo":
+            kwargs.update(tau_pos=cfg.tau_pos, tau_neg=cfg.tau_neg)
         return kwargs
 
     def update_policy(

@@ -1,6 +1,7 @@
 """Policy losses and loss aggregation against hand-computed values, and their clipping properties."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,6 +16,12 @@ from engine.algorithms import (
     compute_policy_loss_kl_cov,
     compute_policy_loss_vanilla,
     get_policy_loss_fn,
+)
+from engine.algorithms.policy_loss import (
+    GlobalBatch,
+    compute_policy_loss_geo_mean,
+    compute_policy_loss_sapo,
+    normalised_over,
 )
 
 # Ratios 1, 1.5, 0.5 with A = +1; ratios 1.1, 4, 0.5 with A = -1, -1, +1 (last token masked).
@@ -195,7 +202,16 @@ def test_agg_loss_rejects_unknown_mode_and_shapes():
 
 
 def test_registry_lists_valid_loss_modes():
-    assert set(POLICY_LOSS_REGISTRY) == {"vanilla", "gspo", "gpg", "cispo", "clip_cov", "kl_cov"}
+    assert set(POLICY_LOSS_REGISTRY) == {
+        "vanilla",
+        "gspo",
+        "gpg",
+        "cispo",
+        "clip_cov",
+        "kl_cov",
+        "sapo",
+        "geo_mean",
+    }
     assert get_policy_loss_fn("vanilla") is compute_policy_loss_vanilla
     with pytest.raises(
         ValueError, match="Unknown policy loss mode 'ppo'; valid loss modes are: cispo, clip_cov"
@@ -222,3 +238,183 @@ def test_every_loss_accepts_the_common_clip_keys():
 def test_policy_losses_name_mismatched_shapes():
     with pytest.raises(ValueError, match=r"advantages has shape \(2, 2\)"):
         compute_policy_loss_vanilla(OLD, OLD, ADV[:, :2], MASK)
+
+
+def test_sapo_hand_values_and_gate_gradient():
+    """Inputs ``(2, 3)``: ratios 1, 1 (A = +1); 1, 2 (A = -1); the last token masked."""
+    log_prob = torch.tensor([[0.0, 0.0, 0.0], [0.0, math.log(2.0), 7.0]], requires_grad=True)
+    adv = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]])  # (2, 3)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])  # (2, 3)
+    loss, metrics = compute_policy_loss_sapo(OLD, log_prob, adv, mask, tau_pos=1.0, tau_neg=2.0)
+    s = 1 / (1 + math.exp(-2.0))  # sigmoid(tau_neg * (2 - 1))
+    # f(r) = sigmoid(tau (r - 1)) * 4 / tau: row 0 (tau 1) f(1) = 2, 2, L = -2, -2, mean -2;
+    # row 1 (tau 2) f(1) = 1, f(2) = 2 s, L = +1, +2 s, mean (1 + 2 s) / 2; then mean of rows.
+    assert loss.item() == pytest.approx((-2 + (1 + 2 * s) / 2) / 2)
+    assert metrics == pytest.approx({"actor/ppo_kl": -math.log(2.0) / 4})
+    loss.backward()
+    # dL/dlogp = -A f'(r) r / (tokens of the row * 2 rows); f'(1) = 1, f'(r) = 4 s' = 4 s (1 - s).
+    expected = torch.tensor([[-0.25, -0.25, 0.0], [0.25, 4 * s * (1 - s) * 2 / 4, 0.0]])
+    torch.testing.assert_close(log_prob.grad, expected)
+
+
+def test_sapo_aggregates_by_sequence_whatever_loss_agg_mode_says():
+    by_sequence, _ = compute_policy_loss_sapo(OLD, RATIOS.log(), ADV, MASK)
+    for mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"):
+        other, _ = compute_policy_loss_sapo(OLD, RATIOS.log(), ADV, MASK, loss_agg_mode=mode)
+        assert other.item() == pytest.approx(by_sequence.item()), mode
+
+
+def test_sapo_rejects_a_temperature_not_above_zero():
+    with pytest.raises(
+        ValueError, match="tau_pos and tau_neg must be greater than 0, got 1.0 and 0"
+    ):
+        compute_policy_loss_sapo(OLD, OLD, ADV, MASK, tau_neg=0)
+
+
+def test_geo_mean_clips_log_ratios_on_the_advantage_side():
+    """Inputs ``(2, 3)``; clip range 0.2 in log space; row 1's last token masked (log-ratio 9)."""
+    log_prob = torch.tensor([[0.1, 0.5, -0.4], [0.5, -0.4, 9.0]], requires_grad=True)
+    loss, metrics = compute_policy_loss_geo_mean(OLD, log_prob, ADV, MASK)
+    # Row 0 (A = +1): min(d, clamp(d)) = 0.1, 0.2, -0.4, mean -0.1 / 3, L = -exp(-1/30).
+    # Row 1 (A = -1): max(d, clamp(d)) = 0.5, -0.2, mean 0.15, L = +exp(0.15). Mean of rows.
+    assert loss.item() == pytest.approx((math.exp(0.15) - math.exp(-1 / 30)) / 2)
+    # Clamp changes 0.5, -0.4 in row 0 (A > 0) and 0.5, -0.4 in row 1 (A < 0), of 5 tokens.
+    assert metrics == pytest.approx(
+        {"actor/pg_clipfrac": 2 / 5, "actor/pg_clipfrac_lower": 2 / 5, "actor/ppo_kl": -0.3 / 5}
+    )
+    loss.backward()
+    # dL/dd_t = -A_i R_i / (tokens of row i * 2 rows) where the min/max kept d itself, else 0.
+    r0, r1 = math.exp(-1 / 30), math.exp(0.15)
+    expected = torch.tensor([[-r0 / 6, 0.0, -r0 / 6], [r1 / 4, 0.0, 0.0]])
+    torch.testing.assert_close(log_prob.grad, expected)
+
+
+def test_geo_mean_averages_sequence_advantages():
+    # Token advantages 1, 3 average to A = 2; ratios 1 give L = -2 for the one sequence.
+    loss, _ = compute_policy_loss_geo_mean(
+        torch.zeros(1, 2), torch.zeros(1, 2), torch.tensor([[1.0, 3.0]]), torch.ones(1, 2)
+    )
+    assert loss.item() == pytest.approx(-2.0)
+
+
+@pytest.mark.parametrize("fn", [compute_policy_loss_sapo, compute_policy_loss_geo_mean])
+def test_new_losses_sum_over_micro_batches_to_the_mini_batch_loss(fn):
+    """A ``(6, 5)`` mini-batch split in micro-batches of 2 rows, normalised over all 6."""
+    gen = torch.Generator().manual_seed(3)
+    old, new, adv = torch.randn(3, 6, 5, generator=gen, dtype=torch.float64) * 0.3  # (6, 5)
+    mask = (torch.rand(6, 5, generator=gen) > 0.3).double()  # (6, 5)
+    mask[:, 0] = 1
+    whole, _ = fn(old, new, adv, mask)
+    counts = GlobalBatch(tokens=mask.sum().item(), sequences=6.0)
+    with normalised_over(counts):
+        parts = [
+            fn(old[i : i + 2], new[i : i + 2], adv[i : i + 2], mask[i : i + 2])[0]
+            for i in (0, 2, 4)
+        ]
+    # The whole batch alone divides by 6 + 1e-8 sequences, hence rel, not exact.
+    assert sum(p.item() for p in parts) == pytest.approx(whole.item(), rel=1e-8)
+
+
+# --- Reference implementation: verl's SAPO and GMPO losses -------------------------------------
+# Copied from volcengine/verl, verl/trainer/ppo/core_algos.py (commit b178a3cd, January 2026),
+# compute_policy_loss_sapo and compute_policy_loss_geo_mean, with verl_F.masked_mean / agg_loss
+# reduced to the local (no global batch) case they take here, the ActorConfig argument replaced
+# by a namespace, and the unused rollout-correction weights left out. Used for parity only.
+
+
+def _verl_masked_mean(values, mask):
+    s = (torch.where(mask.bool(), values, torch.zeros_like(values)) * mask).sum()
+    return s / (mask.sum() + 1e-8)
+
+
+def _verl_agg_seq_mean_token_mean(loss_mat, loss_mask):
+    seq_mask = torch.sum(loss_mask, dim=-1)
+    seq_losses = torch.sum(loss_mat * loss_mask, dim=-1) / (seq_mask + 1e-8)
+    seq_mask = (seq_mask > 0).float().to(loss_mat.dtype)
+    return (seq_losses * seq_mask).sum() / seq_mask.sum()
+
+
+def _verl_sapo(old_log_prob, log_prob, advantages, response_mask, config):
+    tau_pos = torch.as_tensor(config.tau_pos, dtype=advantages.dtype, device=advantages.device)
+    tau_neg = torch.as_tensor(config.tau_neg, dtype=advantages.dtype, device=advantages.device)
+
+    def gate_function(x, tau):
+        return torch.sigmoid(tau * (x - 1.0)) * (4.0 / tau)
+
+    negative_approx_kl = log_prob - old_log_prob
+    negative_approx_kl = torch.clamp(negative_approx_kl, min=-20.0, max=20.0)
+    ratio = torch.exp(negative_approx_kl)
+    taus = torch.where(condition=advantages > 0, input=tau_pos, other=tau_neg)
+    gates = gate_function(ratio, taus)
+    pg_losses = -gates * advantages
+    pg_loss = _verl_agg_seq_mean_token_mean(pg_losses, response_mask)
+    ppo_kl = _verl_masked_mean(-negative_approx_kl, response_mask)
+    return pg_loss, {"actor/ppo_kl": ppo_kl.detach().item()}
+
+
+def _verl_geo_mean(old_log_prob, log_prob, advantages, response_mask, config):
+    clip_ratio = config.clip_ratio
+    cliprange_low = config.clip_ratio_low if config.clip_ratio_low is not None else clip_ratio
+    cliprange_high = config.clip_ratio_high if config.clip_ratio_high is not None else clip_ratio
+    negative_approx_kl = log_prob - old_log_prob
+    ppo_kl = _verl_masked_mean(-negative_approx_kl, response_mask)
+    sgn_advantage = torch.sign(advantages)
+    negative_approx_kl_clamp = torch.clamp(negative_approx_kl, -cliprange_low, cliprange_high)
+    negative_approx_kl_min = torch.min(
+        sgn_advantage * negative_approx_kl, sgn_advantage * negative_approx_kl_clamp
+    )
+    negative_approx_kl_min = sgn_advantage * negative_approx_kl_min
+    response_mask_sum = response_mask.sum(dim=-1)
+    ratio = torch.exp(
+        (negative_approx_kl_min * response_mask).sum(dim=-1) / (response_mask_sum + 1e-8)
+    )
+    advantage = (advantages * response_mask).sum(dim=-1) / (response_mask_sum + 1e-8)
+    pg_losses = -advantage * ratio
+    pg_loss = torch.mean(pg_losses)
+    clipped = torch.ne(negative_approx_kl, negative_approx_kl_clamp)
+    pg_clipfrac = _verl_masked_mean((clipped * (advantages > 0)).float(), response_mask)
+    pg_clipfrac_lower = _verl_masked_mean((clipped * (advantages < 0)).float(), response_mask)
+    return pg_loss, {
+        "actor/pg_clipfrac": pg_clipfrac.detach().item(),
+        "actor/ppo_kl": ppo_kl.detach().item(),
+        "actor/pg_clipfrac_lower": pg_clipfrac_lower.detach().item(),
+    }
+
+
+# --- End of reference implementation ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(
+    ("ours", "reference", "keys"),
+    [
+        (compute_policy_loss_sapo, _verl_sapo, {"tau_pos": 1.0, "tau_neg": 1.05}),
+        (compute_policy_loss_sapo, _verl_sapo, {"tau_pos": 0.5, "tau_neg": 3.0}),
+        (compute_policy_loss_geo_mean, _verl_geo_mean, {"clip_ratio": 0.2}),
+        (
+            compute_policy_loss_geo_mean,
+            _verl_geo_mean,
+            {"clip_ratio": 0.2, "clip_ratio_low": 0.1, "clip_ratio_high": 0.4},
+        ),
+    ],
+)
+def test_new_losses_match_verl_on_random_batches(ours, reference, keys, seed):
+    """Random ``(8, 16)`` inputs; every row keeps at least its first token."""
+    gen = torch.Generator().manual_seed(seed)
+    old = torch.randn(8, 16, generator=gen, dtype=torch.float64) * 0.5 - 2  # (8, 16)
+    new = (old + torch.randn(8, 16, generator=gen, dtype=torch.float64) * 0.3).requires_grad_()
+    adv = torch.randn(8, 1, generator=gen, dtype=torch.float64).expand(8, 16)  # (8, 16) per row
+    mask = (torch.rand(8, 16, generator=gen) > 0.4).double()  # (8, 16)
+    mask[:, 0] = 1
+    config = SimpleNamespace(
+        **{"clip_ratio": 0.2, "clip_ratio_low": None, "clip_ratio_high": None, **keys}
+    )
+    loss, metrics = ours(old, new, adv, mask, **keys)
+    (grad,) = torch.autograd.grad(loss, new)
+    ref_loss, ref_metrics = reference(old, new, adv, mask, config)
+    (ref_grad,) = torch.autograd.grad(ref_loss, new)
+    assert abs(loss.item() - ref_loss.item()) < 1e-6
+    torch.testing.assert_close(grad, ref_grad, atol=1e-6, rtol=0)
+    assert metrics.keys() <= ref_metrics.keys()
+    for key, value in metrics.items():
+        assert abs(value - ref_metrics[key]) < 1e-6, key
