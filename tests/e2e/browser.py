@@ -12,6 +12,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from asgiref.sync import SyncToAsync
+from channels.testing import ChannelsLiveServerTestCase
+from daphne.testing import DaphneProcess
+
 from bench.web.live_common import CHROMIUM, CHROMIUM_ARGS
 
 
@@ -68,3 +72,74 @@ def in_driver_thread(run_id: int, record: Callable[[Any], None]) -> None:
     thread = threading.Thread(target=drive)
     thread.start()
     thread.join(30)
+
+
+class ForkedDaphneProcess(DaphneProcess):
+    """Daphne in a forked child, with a fresh thread for ``database_sync_to_async``.
+
+    A fork copies the parent's single-thread executor but not its thread: if an earlier test in
+    this process used it, every ORM call of the server's consumers would wait forever.
+    """
+
+    def run(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        SyncToAsync.single_thread_executor = ThreadPoolExecutor(max_workers=1)
+        super().run()
+
+
+class LiveBrowserTestCase(ChannelsLiveServerTestCase):
+    """A live Daphne on a private Redis layer, one Chromium, and a page logged in as ``alice``.
+
+    Each test gets ``self.owner``, ``self.context``, ``self.page`` and ``self.errors`` (the
+    page's uncaught errors).
+    """
+
+    ProtocolServerProcess = ForkedDaphneProcess
+
+    @classmethod
+    def setUpClass(cls):
+        import pytest
+        from django.conf import settings
+        from django.test import override_settings
+        from playwright.sync_api import sync_playwright
+
+        from tests.webapp.live import private_channel_layers
+
+        if not Path(CHROMIUM).exists():
+            pytest.skip(f"{CHROMIUM} is missing; apt-get install chromium")
+        # Playwright's sync API runs an event loop in this thread; the ORM calls here are sync.
+        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
+        cls._layers = override_settings(
+            CHANNEL_LAYERS=private_channel_layers(settings.CHANNEL_LAYERS)
+        )
+        cls._layers.enable()
+        super().setUpClass()
+        cls._playwright = sync_playwright().start()
+        cls.browser = cls._playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.browser.close()
+        cls._playwright.stop()
+        super().tearDownClass()
+        cls._layers.disable()
+
+    def setUp(self):
+        from django.contrib.auth import get_user_model
+        from django.test import Client
+
+        self.owner = get_user_model().objects.create_user("alice", password="alice-pass")
+        client = Client()
+        client.force_login(self.owner)
+        self.context = self.browser.new_context(viewport={"width": 1400, "height": 1000})
+        session = client.cookies["sessionid"].value
+        self.context.add_cookies(
+            [{"name": "sessionid", "value": session, "url": self.live_server_url}]
+        )
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.page.on("pageerror", lambda error: self.errors.append(str(error)))
+
+    def tearDown(self):
+        self.context.close()

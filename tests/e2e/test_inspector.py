@@ -28,8 +28,13 @@ from django.test import override_settings
 from django.urls import reverse
 
 from engine.trainer.recorder import SampleRecord
-from tests.e2e.browser import CHROMIUM, artifacts, in_driver_thread, logged_in_page
-from tests.e2e.test_live_charts import ForkedDaphneProcess
+from tests.e2e.browser import (
+    CHROMIUM,
+    ForkedDaphneProcess,
+    artifacts,
+    in_driver_thread,
+    logged_in_page,
+)
 from tests.webapp.fixtures import make_experiment
 from tests.webapp.live import private_channel_layers
 from webapp.runs.models import Run, RunStatus, Sample

@@ -6,24 +6,15 @@ thread through the driver's ``RunRecorder`` and ``RunEventPublisher`` over the R
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-from asgiref.sync import SyncToAsync
-from channels.testing import ChannelsLiveServerTestCase
-from daphne.testing import DaphneProcess
-from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
-from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, in_driver_thread
+from tests.e2e.browser import LiveBrowserTestCase, in_driver_thread
 from tests.e2e.browser import artifacts as artifacts_dir
-from tests.webapp.live import T0, private_channel_layers, record_steps, running_run, step_metrics
+from tests.webapp.live import T0, record_steps, running_run, step_metrics
 
 # The number of points in the raw trace of one metric in one panel.
 TRACE_POINTS = """([panel, name, source]) => {
@@ -47,68 +38,10 @@ def record_in_driver_thread(run_id: int, steps: range, finish: str | None = None
     in_driver_thread(run_id, record)
 
 
-class ForkedDaphneProcess(DaphneProcess):
-    """Daphne in a forked child, with a fresh thread for ``database_sync_to_async``.
-
-    A fork copies the parent's single-thread executor but not its thread: if an earlier test in
-    this process used it, every ORM call of the server's consumers would wait forever.
-    """
-
-    def run(self):
-        SyncToAsync.single_thread_executor = ThreadPoolExecutor(max_workers=1)
-        super().run()
-
-
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-class LiveChartsTest(ChannelsLiveServerTestCase):
-    ProtocolServerProcess = ForkedDaphneProcess
-
-    @classmethod
-    def setUpClass(cls):
-        if not Path(CHROMIUM).exists():
-            pytest.skip(f"{CHROMIUM} is missing; apt-get install chromium")
-        # Playwright's sync API runs an event loop in this thread; the ORM calls here are sync.
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
-        cls._layers = override_settings(
-            CHANNEL_LAYERS=private_channel_layers(settings.CHANNEL_LAYERS)
-        )
-        cls._layers.enable()
-        super().setUpClass()
-        from playwright.sync_api import sync_playwright
-
-        cls._playwright = sync_playwright().start()
-        cls.browser = cls._playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.browser.close()
-        cls._playwright.stop()
-        super().tearDownClass()
-        cls._layers.disable()
-
-    def setUp(self):
-        self.owner = get_user_model().objects.create_user("alice", password="alice-pass")
-        client = Client()
-        client.force_login(self.owner)
-        self.context = self.browser.new_context(viewport={"width": 1400, "height": 1000})
-        self.context.add_cookies(
-            [
-                {
-                    "name": "sessionid",
-                    "value": client.cookies["sessionid"].value,
-                    "url": self.live_server_url,
-                }
-            ]
-        )
-        self.page = self.context.new_page()
-        self.errors: list[str] = []
-        self.page.on("pageerror", lambda error: self.errors.append(str(error)))
-
-    def tearDown(self):
-        self.context.close()
-
+class LiveChartsTest(LiveBrowserTestCase):
     def test_the_reward_chart_gains_points_without_a_reload(self):
         t0 = timezone.now() - timedelta(seconds=60)
         run = running_run(self.owner, total_steps=40, t0=t0)

@@ -7,22 +7,15 @@ another thread, over the Redis layer, as in ``test_live_charts``.
 
 from __future__ import annotations
 
-import os
 import re
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
-from channels.testing import ChannelsLiveServerTestCase
-from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.test import Client, override_settings
 
 from engine.trainer.recorder import SampleRecord
-from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, in_driver_thread
+from tests.e2e.browser import LiveBrowserTestCase, in_driver_thread
 from tests.e2e.browser import artifacts as artifacts_dir
-from tests.e2e.test_live_charts import ForkedDaphneProcess
-from tests.webapp.live import private_channel_layers, running_run, step_metrics
+from tests.webapp.live import running_run, step_metrics
 from webapp.runs.metrics import epoch_seconds
 from webapp.runs.models import RunStatus
 from webapp.runs.recording import (
@@ -59,52 +52,7 @@ def as_sent(moment: datetime) -> str:
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-class LiveRunPageTest(ChannelsLiveServerTestCase):
-    ProtocolServerProcess = ForkedDaphneProcess
-
-    @classmethod
-    def setUpClass(cls):
-        if not Path(CHROMIUM).exists():
-            pytest.skip(f"{CHROMIUM} is missing; apt-get install chromium")
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
-        cls._layers = override_settings(
-            CHANNEL_LAYERS=private_channel_layers(settings.CHANNEL_LAYERS)
-        )
-        cls._layers.enable()
-        super().setUpClass()
-        from playwright.sync_api import sync_playwright
-
-        cls._playwright = sync_playwright().start()
-        cls.browser = cls._playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.browser.close()
-        cls._playwright.stop()
-        super().tearDownClass()
-        cls._layers.disable()
-
-    def setUp(self):
-        self.owner = get_user_model().objects.create_user("alice", password="alice-pass")
-        client = Client()
-        client.force_login(self.owner)
-        self.context = self.browser.new_context(viewport={"width": 1400, "height": 1000})
-        self.context.add_cookies(
-            [
-                {
-                    "name": "sessionid",
-                    "value": client.cookies["sessionid"].value,
-                    "url": self.live_server_url,
-                }
-            ]
-        )
-        self.page = self.context.new_page()
-        self.errors: list[str] = []
-        self.page.on("pageerror", lambda error: self.errors.append(str(error)))
-
-    def tearDown(self):
-        self.context.close()
-
+class LiveRunPageTest(LiveBrowserTestCase):
     def wait_for(self, field: str, predicate: str) -> dict:
         """Wait until ``predicate`` (JS over ``value``) holds for a field; return every field."""
         self.page.wait_for_function(

@@ -19,8 +19,8 @@ from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from tests.e2e.browser import CHROMIUM, logged_in_page
-from tests.e2e.test_live_charts import TRACE_POINTS, ForkedDaphneProcess, record_in_driver_thread
+from tests.e2e.browser import CHROMIUM, ForkedDaphneProcess, logged_in_page
+from tests.e2e.test_live_charts import TRACE_POINTS, record_in_driver_thread
 from tests.webapp.live import private_channel_layers, record_steps, running_run
 from tests.webapp.outage import closed_port
 from tests.webapp.runs.test_redis_restart import PrivateRedis

@@ -20,8 +20,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from tests.e2e.browser import in_driver_thread
-from tests.e2e.test_live_charts import ForkedDaphneProcess
+from tests.e2e.browser import ForkedDaphneProcess, in_driver_thread
 from tests.webapp.live import private_channel_layers, running_run, step_metrics
 
 VIEWERS = 50
