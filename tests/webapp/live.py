@@ -9,6 +9,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+from django.db import connection
+
 from tests.webapp.fixtures import make_experiment
 from webapp.runs.models import MetricPoint, Run, RunStatus
 
@@ -24,6 +27,22 @@ def private_channel_layers(layers: dict[str, Any]) -> dict[str, Any]:
     private = copy.deepcopy(layers)
     private["default"]["CONFIG"]["prefix"] = f"test-live-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     return private
+
+
+@pytest.fixture
+def private_redis_layer(settings: Any) -> None:
+    """Give the test's channel layer a key prefix of its own (a socket test's autouse fixture)."""
+    settings.CHANNEL_LAYERS = private_channel_layers(settings.CHANNEL_LAYERS)
+
+
+@pytest.fixture
+def short_lived_connections() -> Any:
+    """Let the consumer's database thread close its connections, so the test database can go."""
+    settings_dict = connection.settings_dict
+    kept = settings_dict["CONN_MAX_AGE"]
+    settings_dict["CONN_MAX_AGE"] = 0
+    yield
+    settings_dict["CONN_MAX_AGE"] = kept
 
 
 def running_run(

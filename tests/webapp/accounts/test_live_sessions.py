@@ -10,29 +10,21 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.sessions.models import Session
-from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from tests.webapp.live import private_channel_layers, running_run
+from tests.webapp.live import (  # noqa: F401  (fixtures)
+    private_redis_layer,
+    running_run,
+    short_lived_connections,
+)
 from webapp.asgi import application
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
-
-
-@pytest.fixture(autouse=True)
-def redis_layer(settings):
-    settings.CHANNEL_LAYERS = private_channel_layers(settings.CHANNEL_LAYERS)
-
-
-@pytest.fixture(autouse=True)
-def short_lived_connections():
-    """Let the consumer's database thread close its connections, so the test database can go."""
-    settings_dict = connection.settings_dict
-    kept = settings_dict["CONN_MAX_AGE"]
-    settings_dict["CONN_MAX_AGE"] = 0
-    yield
-    settings_dict["CONN_MAX_AGE"] = kept
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(60),
+    pytest.mark.usefixtures("private_redis_layer", "short_lived_connections"),
+]
 
 
 def logged_in_client() -> Client:

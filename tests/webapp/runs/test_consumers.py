@@ -17,28 +17,23 @@ from django.db import connection
 from django.test import Client
 
 from engine.trainer.recorder import SampleRecord
-from tests.webapp.live import private_channel_layers, record_steps, running_run, step_metrics
+from tests.webapp.live import (  # noqa: F401  (fixtures)
+    private_redis_layer,
+    record_steps,
+    running_run,
+    short_lived_connections,
+    step_metrics,
+)
 from webapp.asgi import application
 from webapp.runs.metrics import HEADLINE_METRICS
 from workers.publish import RunEventPublisher
 from workers.recorder import RunRecorder
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
-
-
-@pytest.fixture(autouse=True)
-def redis_layer(settings):
-    settings.CHANNEL_LAYERS = private_channel_layers(settings.CHANNEL_LAYERS)
-
-
-@pytest.fixture(autouse=True)
-def short_lived_connections():
-    """Let the consumer's database thread close its connections, so the test database can go."""
-    settings_dict = connection.settings_dict
-    kept = settings_dict["CONN_MAX_AGE"]
-    settings_dict["CONN_MAX_AGE"] = 0
-    yield
-    settings_dict["CONN_MAX_AGE"] = kept
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(60),
+    pytest.mark.usefixtures("private_redis_layer", "short_lived_connections"),
+]
 
 
 def session_cookie(user) -> str:
