@@ -449,6 +449,37 @@ def _zero_longest_tail(baselines: torch.Tensor, lengths: torch.Tensor, members: 
         baselines[members[int(at_max[0])], int(second) :] = 0.0
 
 
+def _group_baselines(
+    returns: torch.Tensor,
+    weights: torch.Tensor,
+    group: torch.Tensor,
+    n_groups: int,
+    lengths: torch.Tensor,
+    handle_zero_tail: bool,
+    epsilon: float,
+) -> torch.Tensor:
+    """Return each sample's baseline ``sum_i G_i W_i / (sum_i W_i + epsilon)`` over its group,
+    position by position.
+
+    ``returns`` and ``weights`` are zero outside valid tokens; ``group`` holds ids in
+    ``[0, n_groups]``, where ``n_groups`` is a spare group that never has a baseline. A group of
+    one has none either. Shapes: returns, weights ``(bs, K)``, group, lengths ``(bs,)`` ->
+    ``(bs, K)``.
+    """
+    zeros = weights.new_zeros(n_groups + 1, weights.shape[1])  # (G + 1, K)
+    numerator = zeros.index_add(0, group, returns * weights)  # (G + 1, K)
+    denominator = zeros.index_add(0, group, weights) + epsilon  # (G + 1, K)
+    count = torch.bincount(group, minlength=n_groups + 1)  # (G + 1,)
+    count[n_groups] = 0  # the spare group never has a baseline
+    baselines = (numerator / denominator)[group] * (count[group] > 1).unsqueeze(-1)  # (bs, K)
+    if handle_zero_tail:
+        for g in range(n_groups):
+            members = torch.nonzero(group == g).squeeze(-1).tolist()
+            if len(members) > 1:
+                _zero_longest_tail(baselines, lengths, members)
+    return baselines
+
+
 @register_adv_est(AdvantageEstimator.OPTIMAL_TOKEN_BASELINE)
 def compute_optimal_token_baseline_advantage(
     token_level_rewards: torch.Tensor,
@@ -483,17 +514,9 @@ def compute_optimal_token_baseline_advantage(
         returns = (token_level_rewards * mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
         w = _path_variance(mask, old_log_probs, sum_pi_squared, rollout_is_weights)  # (bs, L)
         group, keys = _group_ids(index, returns)  # (bs,)
-        zeros = returns.new_zeros(len(keys), returns.shape[1])  # (G, L)
-        numerator = zeros.index_add(0, group, returns * w * mask)  # (G, L)
-        denominator = zeros.index_add(0, group, w * mask) + epsilon  # (G, L)
-        count = torch.bincount(group, minlength=len(keys))[group]  # (bs,)
-        baselines = (numerator / denominator)[group] * (count > 1).unsqueeze(-1)  # (bs, L)
-        if handle_zero_tail:
-            lengths = mask.sum(dim=-1)  # (bs,)
-            for g in range(len(keys)):
-                members = torch.nonzero(group == g).squeeze(-1).tolist()
-                if len(members) > 1:
-                    _zero_longest_tail(baselines, lengths, members)
+        baselines = _group_baselines(
+            returns * mask, w * mask, group, len(keys), mask.sum(dim=-1), handle_zero_tail, epsilon
+        )  # (bs, L)
         advantages = (returns - baselines) * mask  # (bs, L)
     return advantages, returns
 
@@ -539,17 +562,9 @@ def compute_multi_turn_optimal_token_baseline_advantage(
         packed_returns[rows, pos] = returns[rows, cols]
         group, keys = _group_ids(index, returns)  # (bs,)
         group = torch.where(lengths > 0, group, len(keys))  # (bs,): empty rows in a spare group
-        zeros = packed_w.new_zeros(len(keys) + 1, width)  # (G + 1, K)
-        numerator = zeros.index_add(0, group, packed_returns * packed_w)  # (G + 1, K)
-        denominator = zeros.index_add(0, group, packed_w) + epsilon  # (G + 1, K)
-        count = torch.bincount(group, minlength=len(keys) + 1)  # (G + 1,)
-        count[len(keys)] = 0  # the spare group never has a baseline
-        baselines = (numerator / denominator)[group] * (count[group] > 1).unsqueeze(-1)
-        if handle_zero_tail:
-            for g in range(len(keys)):
-                members = torch.nonzero(group == g).squeeze(-1).tolist()
-                if len(members) > 1:
-                    _zero_longest_tail(baselines, lengths, members)
+        baselines = _group_baselines(
+            packed_returns, packed_w, group, len(keys), lengths, handle_zero_tail, epsilon
+        )  # (bs, K)
         packed_advantages = packed_returns - baselines  # (bs, K)
         advantages = torch.zeros_like(returns)  # (bs, L)
         advantages[rows, cols] = packed_advantages[rows, pos]
