@@ -88,32 +88,69 @@ class ForkedDaphneProcess(DaphneProcess):
         super().run()
 
 
-class LiveBrowserTestCase(ChannelsLiveServerTestCase):
+class SyncBrowserTestCase(ChannelsLiveServerTestCase):
+    """A live server whose test thread calls the ORM while Playwright's sync API runs an event
+    loop in it (Django refuses that unless ``DJANGO_ALLOW_ASYNC_UNSAFE`` is set); the variable
+    is restored afterwards."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls._async_unsafe = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        super().tearDownClass()
+        if cls._async_unsafe is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = cls._async_unsafe
+
+
+class LiveLayerTestCase(SyncBrowserTestCase):
+    """A live Daphne (forked) whose channel layer is this test class's own: a private key prefix
+    on the shared Redis, or whatever :meth:`channel_layers` returns."""
+
+    ProtocolServerProcess = ForkedDaphneProcess
+
+    @classmethod
+    def channel_layers(cls) -> dict:
+        """Return the ``CHANNEL_LAYERS`` the server and the test use."""
+        from django.conf import settings
+
+        from tests.webapp.live import private_channel_layers
+
+        return private_channel_layers(settings.CHANNEL_LAYERS)
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        from django.test import override_settings
+
+        cls._layers = override_settings(CHANNEL_LAYERS=cls.channel_layers())
+        cls._layers.enable()
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        super().tearDownClass()
+        cls._layers.disable()
+
+
+class LiveBrowserTestCase(LiveLayerTestCase):
     """A live Daphne on a private Redis layer, one Chromium, and a page logged in as ``alice``.
 
     Each test gets ``self.owner``, ``self.context``, ``self.page`` and ``self.errors`` (the
     page's uncaught errors).
     """
 
-    ProtocolServerProcess = ForkedDaphneProcess
-
     @classmethod
     def setUpClass(cls):
         import pytest
-        from django.conf import settings
-        from django.test import override_settings
         from playwright.sync_api import sync_playwright
-
-        from tests.webapp.live import private_channel_layers
 
         if not Path(CHROMIUM).exists():
             pytest.skip(f"{CHROMIUM} is missing; apt-get install chromium")
-        # Playwright's sync API runs an event loop in this thread; the ORM calls here are sync.
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
-        cls._layers = override_settings(
-            CHANNEL_LAYERS=private_channel_layers(settings.CHANNEL_LAYERS)
-        )
-        cls._layers.enable()
         super().setUpClass()
         cls._playwright = sync_playwright().start()
         cls.browser = cls._playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -123,7 +160,6 @@ class LiveBrowserTestCase(ChannelsLiveServerTestCase):
         cls.browser.close()
         cls._playwright.stop()
         super().tearDownClass()
-        cls._layers.disable()
 
     def setUp(self):
         from django.contrib.auth import get_user_model

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
 import tempfile
@@ -20,8 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-from channels.testing import ChannelsLiveServerTestCase
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connections
 from django.test import override_settings
@@ -30,13 +27,12 @@ from django.urls import reverse
 from engine.trainer.recorder import SampleRecord
 from tests.e2e.browser import (
     CHROMIUM,
-    ForkedDaphneProcess,
+    LiveLayerTestCase,
     artifacts,
     in_driver_thread,
     logged_in_page,
 )
 from tests.webapp.fixtures import make_experiment
-from tests.webapp.live import private_channel_layers
 from webapp.runs.models import Run, RunStatus, Sample
 from webapp.runs.recording import samples_write
 from webapp.runs.services import run_create
@@ -72,30 +68,8 @@ def shown_value(title: str) -> float:
 
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
-class InspectorInTheBrowser(ChannelsLiveServerTestCase):
+class InspectorInTheBrowser(LiveLayerTestCase):
     serve_static = True
-    ProtocolServerProcess = ForkedDaphneProcess
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        # Playwright's sync API runs an event loop in this thread; the ORM calls stay synchronous.
-        cls._async_unsafe = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
-        # The live run's events go through Redis under a prefix of this test class's own.
-        cls._layers = override_settings(
-            CHANNEL_LAYERS=private_channel_layers(settings.CHANNEL_LAYERS)
-        )
-        cls._layers.enable()
-        super().setUpClass()
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        super().tearDownClass()
-        cls._layers.disable()
-        if cls._async_unsafe is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = cls._async_unsafe
 
     def setUp(self) -> None:
         from engine.env import data_dir

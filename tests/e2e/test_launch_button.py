@@ -6,36 +6,19 @@ run is created and no task message is sent; what is under test is the page's own
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-from channels.testing import ChannelsLiveServerTestCase
 from django.contrib.auth import get_user_model
 
-from tests.e2e.browser import CHROMIUM, logged_in_page
+from tests.e2e.browser import CHROMIUM, SyncBrowserTestCase, logged_in_page
 from tests.webapp.fixtures import make_experiment
 
 
 @pytest.mark.e2e
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
-class LaunchButtonInTheBrowser(ChannelsLiveServerTestCase):
+class LaunchButtonInTheBrowser(SyncBrowserTestCase):
     serve_static = True
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        # Playwright's sync API runs an event loop in this thread; the ORM calls stay synchronous.
-        cls._async_unsafe = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
-        super().setUpClass()
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        super().tearDownClass()
-        if cls._async_unsafe is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = cls._async_unsafe
 
     def test_a_double_click_sends_one_launch_with_the_forms_key(self) -> None:
         from playwright.sync_api import expect

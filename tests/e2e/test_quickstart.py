@@ -6,36 +6,19 @@ takes (``$POSTTRAIN_TEST_ARTIFACTS/quickstart-import.png``, copied to ``docs/ima
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-from channels.testing import ChannelsLiveServerTestCase
 from django.contrib.auth import get_user_model
 
-from tests.e2e.browser import CHROMIUM, artifacts, logged_in_page
+from tests.e2e.browser import CHROMIUM, SyncBrowserTestCase, artifacts, logged_in_page
 from tests.engine.test_quickstart import YAML_SNIPPET
 
 
 @pytest.mark.e2e
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
-class QuickstartInTheBrowser(ChannelsLiveServerTestCase):
+class QuickstartInTheBrowser(SyncBrowserTestCase):
     serve_static = True
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        # Playwright's sync API runs an event loop in this thread; the ORM calls stay synchronous.
-        cls._async_unsafe = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
-        super().setUpClass()
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        super().tearDownClass()
-        if cls._async_unsafe is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = cls._async_unsafe
 
     def test_the_tutorial_yaml_opens_in_the_builder_with_verls_keys(self) -> None:
         from playwright.sync_api import expect

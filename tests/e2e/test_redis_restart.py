@@ -7,21 +7,18 @@ PostgreSQL only, and the page reads them with ``?since=`` once it is back.
 
 from __future__ import annotations
 
-import os
 import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from channels.testing import ChannelsLiveServerTestCase
-from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.test import Client, override_settings
+from django.test import Client
 from django.utils import timezone
 
-from tests.e2e.browser import CHROMIUM, ForkedDaphneProcess, logged_in_page
+from tests.e2e.browser import CHROMIUM, LiveLayerTestCase, logged_in_page
 from tests.e2e.test_live_charts import TRACE_POINTS, record_in_driver_thread
-from tests.webapp.live import private_channel_layers, record_steps, running_run
+from tests.webapp.live import record_steps, running_run
 from tests.webapp.outage import closed_port
 from tests.webapp.runs.test_redis_restart import PrivateRedis
 
@@ -41,26 +38,24 @@ KL_STEPS = """() => {
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.timeout(90)
-class RedisRestartPageTest(ChannelsLiveServerTestCase):
-    ProtocolServerProcess = ForkedDaphneProcess
+class RedisRestartPageTest(LiveLayerTestCase):
+    @classmethod
+    def channel_layers(cls) -> dict:
+        layers = super().channel_layers()
+        layers["default"]["CONFIG"]["hosts"][0]["address"] = f"redis://127.0.0.1:{cls.redis.port}/0"
+        return layers
 
     @classmethod
     def setUpClass(cls):
         if not Path(CHROMIUM).exists():
             pytest.skip(f"{CHROMIUM} is missing; apt-get install chromium")
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
         cls.redis = PrivateRedis(closed_port())
         cls.redis.start()
-        layers = private_channel_layers(settings.CHANNEL_LAYERS)
-        layers["default"]["CONFIG"]["hosts"][0]["address"] = f"redis://127.0.0.1:{cls.redis.port}/0"
-        cls._layers = override_settings(CHANNEL_LAYERS=layers)
-        cls._layers.enable()
         super().setUpClass()
 
     @classmethod
     def tearDownClass(cls):
         super().tearDownClass()
-        cls._layers.disable()
         cls.redis.kill()
 
     def test_the_page_shows_reconnecting_then_gets_every_step_after_a_redis_restart(self):

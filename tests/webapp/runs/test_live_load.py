@@ -8,20 +8,17 @@ Origin, as a browser tab would; the steps are recorded from another thread by th
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from datetime import timedelta
 
 import aiohttp
 import pytest
-from channels.testing import ChannelsLiveServerTestCase
-from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.test import Client, override_settings
+from django.test import Client
 from django.utils import timezone
 
-from tests.e2e.browser import ForkedDaphneProcess, in_driver_thread
-from tests.webapp.live import private_channel_layers, running_run, step_metrics
+from tests.e2e.browser import LiveLayerTestCase, in_driver_thread
+from tests.webapp.live import running_run, step_metrics
 
 VIEWERS = 50
 STEPS = 120
@@ -56,23 +53,7 @@ async def watch(url: str, origin: str, session: str, steps: list[int], ready: as
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-class LiveLoadTest(ChannelsLiveServerTestCase):
-    ProtocolServerProcess = ForkedDaphneProcess
-
-    @classmethod
-    def setUpClass(cls):
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
-        cls._layers = override_settings(
-            CHANNEL_LAYERS=private_channel_layers(settings.CHANNEL_LAYERS)
-        )
-        cls._layers.enable()
-        super().setUpClass()
-
-    @classmethod
-    def tearDownClass(cls):
-        super().tearDownClass()
-        cls._layers.disable()
-
+class LiveLoadTest(LiveLayerTestCase):
     def test_fifty_viewers_each_receive_every_step_in_order(self):
         owner = get_user_model().objects.create_user("alice", password="alice-pass")
         client = Client()
