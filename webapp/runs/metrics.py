@@ -28,7 +28,7 @@ import numpy as np
 from django.db import DataError, connection, transaction
 from django.db.models import F, Func
 
-from webapp.runs.history import history_q, history_where, run_history
+from webapp.runs.history import Segment, history_q, history_where, run_history
 from webapp.runs.models import MetricPoint
 from webapp.spreadsheet import spreadsheet_text
 
@@ -150,9 +150,9 @@ def epoch_seconds(moment: datetime) -> float:
     return round(moment.timestamp(), 3)
 
 
-def _points(run_id: int) -> Iterator[tuple[int, float, dict[str, Any]]]:
+def _points(history: list[Segment]) -> Iterator[tuple[int, float, dict[str, Any]]]:
     """Yield every ``(step, unix_seconds, metrics)`` of a run's history in step order (exports)."""
-    where, params = history_where(run_history(run_id=run_id))
+    where, params = history_where(history)
     sql = (
         "SELECT step, extract(epoch FROM wall_time)::float8, metrics::text "
         f"FROM {MetricPoint._meta.db_table} WHERE {where} ORDER BY step"
@@ -165,7 +165,7 @@ def _points(run_id: int) -> Iterator[tuple[int, float, dict[str, Any]]]:
 
 
 def _table(
-    run_id: int, names: Sequence[str], step_min: int | None, step_max: int | None
+    history: list[Segment], names: Sequence[str], step_min: int | None, step_max: int | None
 ) -> np.ndarray:
     """Return ``(steps, 2 + len(names))`` float64: step, Unix seconds, then each metric (nan: none).
 
@@ -174,7 +174,7 @@ def _table(
     written otherwise (a string, a boolean) fails the cast, and the slower query that checks each
     value's JSON type runs instead.
     """
-    where, params = history_where(run_history(run_id=run_id), step_min, step_max)
+    where, params = history_where(history, step_min, step_max)
 
     def fetch(number: str, keys: list[str]) -> list[tuple]:
         columns = "".join(f", {number}" for _ in names)
@@ -215,8 +215,9 @@ def run_metric_series(
         raise ValueError(
             f"max_points={max_points} is out of range; ask for 4 to {MAX_POINTS_LIMIT} points"
         )
-    names = run_metric_names(run_id=run_id) if names is None else list(dict.fromkeys(names))
-    table = _table(run_id, names, step_min, step_max)
+    history = run_history(run_id=run_id)
+    names = _metric_names(history) if names is None else list(dict.fromkeys(names))
+    table = _table(history, names, step_min, step_max)
     steps = table[:, 0].astype(np.int64)
     times = np.array([round(t, 3) for t in table[:, 1].tolist()])  # as the exports round them
     series, downsampled = {}, False
@@ -254,8 +255,12 @@ def run_metric_points_since(*, run_id: int, since_step: int) -> list[dict[str, A
 
 def run_metric_names(*, run_id: int) -> list[str]:
     """Return every metric name the run's history recorded, sorted."""
+    return _metric_names(run_history(run_id=run_id))
+
+
+def _metric_names(history: list[Segment]) -> list[str]:
     keys = (
-        MetricPoint.objects.filter(history_q(run_history(run_id=run_id)))
+        MetricPoint.objects.filter(history_q(history))
         .annotate(key=Func(F("metrics"), function="jsonb_object_keys"))
         .order_by()
         .values_list("key", flat=True)
@@ -276,9 +281,10 @@ def run_metrics_csv_rows(*, run_id: int) -> Iterator[list[str]]:
     axis), then every metric name sorted. Numbers are written in full (``repr``) precision; a
     name a spreadsheet would run as a formula gets a leading apostrophe (``webapp.spreadsheet``).
     """
-    names = run_metric_names(run_id=run_id)
+    history = run_history(run_id=run_id)
+    names = _metric_names(history)
     yield ["step", "wall_time", "time", *map(spreadsheet_text, names)]
-    for step, seconds, metrics in _points(run_id):
+    for step, seconds, metrics in _points(history):
         wall_time = datetime.fromtimestamp(seconds, UTC).isoformat()
         row = [str(step), wall_time, repr(round(seconds, 3))]
         yield row + [_csv_number(metrics.get(name)) for name in names]
@@ -289,11 +295,12 @@ def run_metrics_json(*, run_id: int) -> dict[str, Any]:
 
     ``values[name][i]`` is the value at ``step[i]`` (null where the step did not record it).
     """
-    names = run_metric_names(run_id=run_id)
+    history = run_history(run_id=run_id)
+    names = _metric_names(history)
     steps: list[int] = []
     times: list[float] = []
     values: dict[str, list[float | None]] = {name: [] for name in names}
-    for step, seconds, metrics in _points(run_id):
+    for step, seconds, metrics in _points(history):
         steps.append(step)
         times.append(round(seconds, 3))
         for name in names:
