@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import importlib.util
 import math
 import os
 import re
@@ -45,6 +46,7 @@ from engine.config.schema import (
     Limit,
     PPOConfig,
 )
+from engine.rollout import SGLANG_MISSING
 
 _REMOTE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 _ARR = "actor_rollout_ref"
@@ -557,11 +559,19 @@ def _check_rollout_and_rewards(report: _Report) -> None:
         cfg.actor_rollout_ref.rollout,
         cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node,
     )
-    if rollout.name == "vllm" and cfg.trainer.device == "cpu":
+    engine = {"vllm": "vLLM", "sglang": "SGLang"}.get(rollout.name)
+    if engine and cfg.trainer.device == "cpu":
         report.error(
-            f"{_ARR}.rollout.name", "vLLM needs a CUDA GPU; use actor_rollout_ref.rollout.name=hf"
+            f"{_ARR}.rollout.name",
+            f"{engine} needs a CUDA GPU; use actor_rollout_ref.rollout.name=hf",
         )
-    if rollout.name == "vllm" and rollout.tensor_model_parallel_size > workers:
+    elif (
+        rollout.name == "sglang"
+        and cfg.trainer.controller == "local"  # built here; a Ray actor raises it where it runs
+        and importlib.util.find_spec("sglang") is None
+    ):
+        report.error(f"{_ARR}.rollout.name", SGLANG_MISSING)
+    if engine and rollout.tensor_model_parallel_size > workers:
         report.error(
             f"{_ARR}.rollout.tensor_model_parallel_size", f"exceeds the {workers} workers; lower it"
         )

@@ -1,7 +1,8 @@
 """Rollout engines by ``actor_rollout_ref.rollout.name``: a registry, as verl keeps one.
 
-``hf`` is the lean sampling loop over the policy module itself (CPU and GPU); ``vllm`` an
-adapter around a vLLM engine that loads the model from ``model.path`` (GPU). A backend is a
+``hf`` is the lean sampling loop over the policy module itself (CPU and GPU); ``vllm`` and
+``sglang`` adapters around a vLLM or SGLang engine that loads the model from ``model.path``
+(GPU). A backend is a
 function ``(model, tokenizer, rollout_config, model_path) -> RolloutEngine``;
 :func:`register_rollout` adds one under a name in :data:`ROLLOUT_NAMES` (the config's choices
 come from that list, so the two cannot drift). Importing this package loads no backend: each
@@ -13,7 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-ROLLOUT_NAMES = ("hf", "vllm")
+ROLLOUT_NAMES = ("hf", "vllm", "sglang")
+# Here, not in sglang_rollout, so that config validation can say it without importing torch.
+SGLANG_MISSING = (
+    "SGLang is not installed: pip install -e .[sglang] on a CUDA machine, or use "
+    "actor_rollout_ref.rollout.name=hf"
+)
 
 RolloutBuilder = Callable[[Any, Any, Any, "str | None"], Any]
 _BUILDERS: dict[str, RolloutBuilder] = {}
@@ -53,13 +59,25 @@ def _hf(model: Any, tokenizer: Any, rollout_config: Any, model_path: str | None)
     return HFRollout(model, tokenizer, rollout_config)
 
 
-@register_rollout("vllm")
-def _vllm(model: Any, tokenizer: Any, rollout_config: Any, model_path: str | None) -> Any:
+def _require_model_path(name: str, engine: str, model_path: str | None) -> str:
     if model_path is None:
         raise ValueError(
-            "actor_rollout_ref.rollout.name=vllm loads the model from "
-            "actor_rollout_ref.model.path; set it (a live hf_model cannot be handed to vLLM)"
+            f"actor_rollout_ref.rollout.name={name} loads the model from "
+            f"actor_rollout_ref.model.path; set it (a live hf_model cannot be handed to {engine})"
         )
+    return model_path
+
+
+@register_rollout("vllm")
+def _vllm(model: Any, tokenizer: Any, rollout_config: Any, model_path: str | None) -> Any:
     from engine.rollout.vllm_rollout import VLLMRollout
 
-    return VLLMRollout(model_path, tokenizer, rollout_config)
+    return VLLMRollout(_require_model_path("vllm", "vLLM", model_path), tokenizer, rollout_config)
+
+
+@register_rollout("sglang")
+def _sglang(model: Any, tokenizer: Any, rollout_config: Any, model_path: str | None) -> Any:
+    from engine.rollout.sglang_rollout import SGLangRollout
+
+    path = _require_model_path("sglang", "SGLang", model_path)
+    return SGLangRollout(path, tokenizer, rollout_config)

@@ -125,6 +125,40 @@ def assemble_responses(
     return responses.to(device), mask.to(device), logp.to(device), truncated
 
 
+def response_batch(
+    prompts: DataProto,
+    token_ids: list[list[int]],
+    log_probs: list[list[float]],
+    *,
+    eos_ids: list[int],
+    pad_token_id: int,
+) -> DataProto:
+    """Return the rollout contract's ``DataProto`` for an engine's sampled ids and log-probs.
+
+    ``prompts`` holds the left-padded ``input_ids`` / ``attention_mask`` (bs, P). Adds
+    ``prompts`` (bs, P), ``responses``, ``response_mask``, ``rollout_log_probs`` (bs, T),
+    ``input_ids`` / ``attention_mask`` / ``position_ids`` (bs, P + T) and the non-tensor
+    ``truncated`` flags (see :func:`assemble_responses`).
+    """
+    prompt_ids = prompts.batch["input_ids"]  # (bs, P)
+    prompt_mask = prompts.batch["attention_mask"]  # (bs, P)
+    responses, response_mask, logp, truncated = assemble_responses(
+        token_ids, log_probs, eos_ids=eos_ids, pad_token_id=pad_token_id, device=prompt_ids.device
+    )
+    attention_mask = torch.cat([prompt_mask, response_mask], dim=-1)  # (bs, P + T)
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (bs, P + T)
+    tensors = {
+        "prompts": prompt_ids,
+        "responses": responses,
+        "response_mask": response_mask,
+        "input_ids": torch.cat([prompt_ids, responses], dim=-1),
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "rollout_log_probs": logp,
+    }
+    return DataProto.from_dict(tensors, {"truncated": truncated.numpy()})
+
+
 def iter_buckets(weights: NamedTensors, bucket_bytes: int) -> Iterator[list[tuple[str, Any]]]:
     """Yield ``(name, tensor)`` lists of at most ``bucket_bytes`` each, in the given order.
 
@@ -316,22 +350,10 @@ class VLLMRollout:
             sampled_log_probs(tokens, out.outputs[0].logprobs)
             for tokens, out in zip(token_ids, outputs, strict=True)
         ]
-        responses, response_mask, logp, truncated = assemble_responses(
+        return response_batch(
+            prompts,
             token_ids,
             log_probs,
             eos_ids=[] if sampling.get("ignore_eos") else self.eos_ids,
             pad_token_id=self.pad_id,
-            device=prompt_ids.device,
         )
-        attention_mask = torch.cat([prompt_mask, response_mask], dim=-1)  # (bs, P + T)
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        tensors = {
-            "prompts": prompt_ids,
-            "responses": responses,
-            "response_mask": response_mask,
-            "input_ids": torch.cat([prompt_ids, responses], dim=-1),
-            "attention_mask": attention_mask,
-            "position_ids": position_ids,
-            "rollout_log_probs": logp,
-        }
-        return DataProto.from_dict(tensors, {"truncated": truncated.numpy()})

@@ -95,7 +95,9 @@ class ActorRolloutRefWorker:
             self.model,
             self.tokenizer,
             arr.rollout,
-            model_path=resolve_path(arr.model.path) if arr.rollout.name == "vllm" else None,
+            model_path=(
+                resolve_path(arr.model.path) if arr.rollout.name in ("vllm", "sglang") else None
+            ),
         )
         # Each rank samples its own prompts: give each its own random stream.
         self.generator = torch.Generator(device="cpu").manual_seed(config.trainer.seed + rank)

@@ -21,10 +21,11 @@ def test_an_unlisted_or_twice_registered_backend_is_refused():
         register_rollout("lightllm")(lambda *a: None)
     with pytest.raises(ValueError, match="'hf' is registered twice"):
         register_rollout("hf")(lambda *a: None)
-    with pytest.raises(ValueError, match="unknown actor_rollout_ref.rollout.name='sglang'"):
-        get_rollout_builder("sglang")
+    with pytest.raises(ValueError, match="unknown actor_rollout_ref.rollout.name='lightllm'"):
+        get_rollout_builder("lightllm")
 
 
-def test_vllm_needs_a_model_path_not_a_live_module():
+@pytest.mark.parametrize("name", ["vllm", "sglang"])
+def test_engine_backends_need_a_model_path_not_a_live_module(name):
     with pytest.raises(ValueError, match="loads the model from actor_rollout_ref.model.path"):
-        get_rollout_builder("vllm")(None, None, None, None)
+        get_rollout_builder(name)(None, None, None, None)

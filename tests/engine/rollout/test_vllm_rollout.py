@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from engine.config import RolloutConfig
-from engine.data import DataProto
 from engine.rollout.vllm_rollout import (
     VLLM_MISSING,
     VLLMRollout,
@@ -22,8 +21,17 @@ from engine.rollout.vllm_rollout import (
 )
 from engine.tiny.tokenizer import build_tokenizer
 from engine.workers.actor_rollout_ref import get_rollout
+from tests.engine.rollout.contract import (
+    EOS,
+    GREEDY,
+    PAD,
+    SCRIPT,
+    assert_matches_hf_and_reload_changes_outputs,
+    assert_scripted_batch,
+    gpu_rollout_config,
+    prompt_batch,
+)
 
-PAD, EOS = 0, 2
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
@@ -76,18 +84,6 @@ def make_rollout(tmp_path, engine, **overrides) -> VLLMRollout:
     )
 
 
-def prompt_batch() -> DataProto:
-    ids = torch.tensor([[PAD, PAD, 7, 8], [9, 10, 11, 12]])
-    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
-    return DataProto.from_dict({"input_ids": ids, "attention_mask": mask})
-
-
-SCRIPT = {
-    (7, 8): ([20, 21, EOS], [-0.5, -0.25, -0.125]),  # ends with EOS
-    (9, 10, 11, 12): ([30, 31], [-1.0, -2.0]),  # hits max_tokens: truncated
-}
-
-
 def test_sampling_kwargs_map_training_and_greedy_validation():
     train = {"do_sample": True, "temperature": 0.7, "top_k": 20, "top_p": 0.9}
     greedy = {"do_sample": False, "temperature": 0.0, "top_k": -1, "top_p": 1.0}
@@ -124,17 +120,9 @@ def test_generate_sends_unpadded_token_ids_and_the_sampling_params(tmp_path):
 def test_generate_assembles_padded_responses_masks_and_log_probs(tmp_path):
     rollout = make_rollout(tmp_path, FakeLLM(SCRIPT))
     sampling = {"do_sample": True, "temperature": 1.0, "top_k": -1, "top_p": 1.0}
-    out = rollout.generate_sequences(prompt_batch(), max_new_tokens=3, sampling=sampling)
-    b = out.batch
-    assert torch.equal(b["responses"], torch.tensor([[20, 21, EOS], [30, 31, PAD]]))
-    assert torch.equal(b["response_mask"], torch.tensor([[1, 1, 1], [1, 1, 0]]))
-    expected_logp = torch.tensor([[-0.5, -0.25, -0.125], [-1.0, -2.0, 0.0]])
-    torch.testing.assert_close(b["rollout_log_probs"], expected_logp)
-    assert torch.equal(b["prompts"], prompt_batch().batch["input_ids"])
-    assert torch.equal(b["input_ids"][0], torch.tensor([PAD, PAD, 7, 8, 20, 21, EOS]))
-    assert torch.equal(b["attention_mask"][1], torch.tensor([1, 1, 1, 1, 1, 1, 0]))
-    assert torch.equal(b["position_ids"][0], torch.tensor([0, 0, 0, 1, 2, 3, 4]))
-    assert out.non_tensor_batch["truncated"].tolist() == [False, True]
+    assert_scripted_batch(
+        rollout.generate_sequences(prompt_batch(), max_new_tokens=3, sampling=sampling)
+    )
 
 
 def test_assemble_masks_tokens_after_the_first_eos():
@@ -190,7 +178,7 @@ def test_sleep_mode_follows_the_hybrid_engine_order(tmp_path):
     rollout = make_rollout(tmp_path, engine, enable_sleep_mode=True, free_cache_engine=True)
     assert engine.calls == [("sleep", 1)]  # asleep while the trainer builds its model
     engine.calls.clear()
-    sampling = {"do_sample": False, "temperature": 0.0, "top_k": -1, "top_p": 1.0}
+    sampling = GREEDY
     for _ in range(2):  # two steps: update weights, then generate
         rollout.load_weights([("w", torch.zeros(2))])
         rollout.generate_sequences(prompt_batch(), max_new_tokens=3, sampling=sampling)
@@ -208,7 +196,7 @@ def test_sleep_mode_follows_the_hybrid_engine_order(tmp_path):
 def test_generating_without_a_weight_load_wakes_weights_then_cache(tmp_path):
     engine = FakeLLM(SCRIPT)
     rollout = make_rollout(tmp_path, engine, enable_sleep_mode=True, free_cache_engine=False)
-    sampling = {"do_sample": False, "temperature": 0.0, "top_k": -1, "top_p": 1.0}
+    sampling = GREEDY
     rollout.generate_sequences(prompt_batch(), max_new_tokens=3, sampling=sampling)
     rollout.generate_sequences(prompt_batch(), max_new_tokens=3, sampling=sampling)
     assert engine.calls == [
@@ -224,7 +212,7 @@ def test_without_sleep_mode_the_engine_is_never_put_to_sleep(tmp_path):
     engine = FakeLLM(SCRIPT)
     rollout = make_rollout(tmp_path, engine, enable_sleep_mode=False, free_cache_engine=True)
     rollout.load_weights([("w", torch.zeros(2))])
-    sampling = {"do_sample": False, "temperature": 0.0, "top_k": -1, "top_p": 1.0}
+    sampling = GREEDY
     rollout.generate_sequences(prompt_batch(), max_new_tokens=3, sampling=sampling)
     assert engine.calls == [("apply_model",), ("reset_prefix_cache",), ("generate",)]
 
@@ -254,92 +242,11 @@ needs_vllm_gpu = pytest.mark.skipif(
 )
 
 
-def random_qwen2(tokenizer, seed: int):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,  # head_dim 64: supported by vLLM's attention kernels
-        num_key_value_heads=1,
-        intermediate_size=256,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    model = Qwen2ForCausalLM(config)
-    with torch.no_grad():  # larger logits than the default init, so that outputs differ
-        model.lm_head.weight.normal_(0.0, 0.5)
-    return model
-
-
-def hf_response_log_probs(model, out) -> torch.Tensor:
-    """Return log p(response token) (bs, T) under ``model`` at temperature 1, by full forward."""
-    b = {k: v.cuda() for k, v in out.batch.items()}
-    with torch.no_grad():
-        logits = model(
-            input_ids=b["input_ids"],
-            attention_mask=b["attention_mask"],
-            position_ids=b["position_ids"],
-        ).logits.float()
-    width = b["responses"].shape[1]
-    logits = logits[:, -width - 1 : -1]
-    logp = torch.log_softmax(logits, -1).gather(-1, b["responses"][..., None]).squeeze(-1)
-    return (logp * b["response_mask"]).cpu()
-
-
 @gpu
 @needs_vllm_gpu
 def test_vllm_log_probs_match_hf_and_a_weight_reload_changes_outputs(tmp_path):
-    tokenizer = build_tokenizer()
-    model = random_qwen2(tokenizer, seed=0)
-    model.save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
-    config = RolloutConfig(
-        name="vllm",
-        dtype="bfloat16",
-        gpu_memory_utilization=0.2,
-        enable_sleep_mode=True,
-        free_cache_engine=True,
-        max_num_seqs=16,
-        max_num_batched_tokens=2048,
-    )
-    rollout = VLLMRollout(str(tmp_path), tokenizer, config, max_model_len=128, seed=0)
-    texts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False
-        )
-        for q in ("12+35=", "7*8=", "hello", "1+1=")
-    ]
-    enc = tokenizer(texts, padding=True, return_tensors="pt", add_special_tokens=False)
-    prompts = DataProto.from_dict(
-        {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
-    )
-    sampling = {"do_sample": True, "temperature": 1.0, "top_k": -1, "top_p": 1.0}
-    out = rollout.generate_sequences(prompts, max_new_tokens=12, sampling=sampling)
-    hf = model.cuda().to(torch.bfloat16)
-    mask = out.batch["response_mask"].bool()
-    assert mask.sum() > 0
-    expected = hf_response_log_probs(hf, out)
-    torch.testing.assert_close(
-        out.batch["rollout_log_probs"][mask], expected[mask], atol=0.05, rtol=0.05
-    )
+    def build(model_path, tokenizer):
+        config = gpu_rollout_config("vllm")
+        return VLLMRollout(model_path, tokenizer, config, max_model_len=128, seed=0)
 
-    greedy = {"do_sample": False, "temperature": 0.0, "top_k": -1, "top_p": 1.0}
-    before = rollout.generate_sequences(prompts, max_new_tokens=12, sampling=greedy)
-    new_model = random_qwen2(tokenizer, seed=1).cuda().to(torch.bfloat16)
-    stats = rollout.load_weights(new_model)
-    assert stats["tensors"] > 0
-    after = rollout.generate_sequences(prompts, max_new_tokens=12, sampling=greedy)
-    assert not torch.equal(before.batch["responses"], after.batch["responses"])
-    mask = after.batch["response_mask"].bool()
-    torch.testing.assert_close(
-        after.batch["rollout_log_probs"][mask],
-        hf_response_log_probs(new_model, after)[mask],
-        atol=0.05,
-        rtol=0.05,
-    )
+    assert_matches_hf_and_reload_changes_outputs(build, tmp_path)

@@ -1,0 +1,218 @@
+"""The ``sglang`` rollout backend: generation with SGLang's offline engine, colocated (GPU).
+
+Same contract as the ``vllm`` backend (:mod:`engine.rollout.vllm_rollout`): left-padded token
+ids in, the same ``DataProto`` columns out, the same weight-sync and sleep/wake hooks, so the
+trainer cannot tell the backends apart. The two share the padding, bucketing and batch-assembly
+helpers; only the calls into the engine differ.
+
+Choices, and why:
+
+- SGLang is imported lazily, inside the constructor: its wheels pin their own torch (not the
+  one vLLM pins), so it lives in its own ``sglang`` extra and CPU machines never import it.
+- Prompts go in as ``input_ids`` with ``skip_tokenizer_init=True``: the trainer already holds
+  the ids. Each prompt arrives already repeated ``rollout.n`` times, so every request has
+  ``n=1``. Greedy decoding (``do_sample=False``, validation's default) is ``temperature=0``.
+- Log-probs: ``return_logprob=True`` returns ``meta_info["output_token_logprobs"]``, one
+  ``(logprob, token_id, text)`` per sampled token, taken after temperature scaling (SGLang's
+  default; ``SGLANG_RETURN_ORIGINAL_LOGPROB`` would return the unscaled ones and is refused).
+  The response ids are read from the same list, so ids and log-probs cannot drift apart.
+- Hybrid engine: with ``enable_sleep_mode`` the engine is built with ``enable_memory_saver``
+  (and ``enable_weights_cpu_backup``, as vLLM's sleep level 1 offloads weights to the CPU, so a
+  generation without a weight load in between still has its weights). It sleeps
+  (``release_memory_occupation``) while the actor trains and wakes
+  (``resume_memory_occupation``) in verl's order: weights, then the new policy into them, then
+  the KV cache; ``free_cache_engine`` puts it back to sleep after each generation.
+- Weight sync pushes ``(name, tensor)`` buckets through ``Engine.update_weights_from_tensor``
+  (the model's ``load_weights`` maps Hugging Face names), then flushes the radix cache once,
+  since cached prefixes were computed with the old weights.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from engine.data import DataProto
+from engine.rollout import SGLANG_MISSING
+from engine.rollout.vllm_rollout import (
+    DEFAULT_BUCKET_BYTES,
+    DTYPES,
+    NamedTensors,
+    _generation_eos_ids,
+    _named_weights,
+    iter_buckets,
+    response_batch,
+    unpad_prompts,
+)
+
+MEMORY_TAGS = ("weights", "kv_cache")
+
+
+def sampling_params(sampling: dict[str, Any], max_new_tokens: int, eos_ids: list[int]) -> dict:
+    """Return SGLang's ``sampling_params`` dict for one rollout call.
+
+    ``sampling`` is the worker's dict (``do_sample``, ``temperature``, ``top_k``, ``top_p``,
+    ``ignore_eos``); greedy decoding (``do_sample=False`` or temperature 0) becomes
+    ``temperature=0``; ``ignore_eos`` samples to ``max_new_tokens`` with no stop tokens.
+    ``no_stop_trim`` keeps the EOS in the output, where the response mask expects it.
+    """
+    ignore_eos = bool(sampling.get("ignore_eos", False))
+    greedy = not sampling.get("do_sample", True) or float(sampling.get("temperature", 1.0)) <= 0
+    top_k = int(sampling.get("top_k", -1))
+    return {
+        "n": 1,
+        "temperature": 0.0 if greedy else float(sampling.get("temperature", 1.0)),
+        "top_k": top_k if top_k > 0 else -1,
+        "top_p": float(sampling.get("top_p", 1.0)),
+        "max_new_tokens": int(max_new_tokens),
+        "stop_token_ids": [] if ignore_eos else list(eos_ids),
+        "ignore_eos": ignore_eos,
+        "no_stop_trim": True,
+    }
+
+
+def sampled_tokens(output: dict[str, Any]) -> tuple[list[int], list[float]]:
+    """Return one request's sampled token ids and their log-probs from SGLang's output dict."""
+    entries = output.get("meta_info", {}).get("output_token_logprobs")
+    if entries is None:
+        raise RuntimeError(
+            "SGLang returned no output_token_logprobs; the rollout asks for return_logprob=True, "
+            "check that the engine accepts it for this model"
+        )
+    return [int(e[1]) for e in entries], [float(e[0]) for e in entries]
+
+
+def _original_logprobs_requested() -> bool:
+    value = os.environ.get("SGLANG_RETURN_ORIGINAL_LOGPROB", "")
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+class SGLangRollout:
+    """Generate ``responses`` with an ``sglang.Engine`` and load the policy's weights into it."""
+
+    def __init__(
+        self,
+        model_path: str,
+        tokenizer: Any,
+        rollout_config: Any,
+        *,
+        max_model_len: int | None = None,
+        seed: int = 0,
+        engine_kwargs: dict[str, Any] | None = None,
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+    ) -> None:
+        """Build the engine from ``model_path``.
+
+        ``engine_kwargs`` go to ``sglang.Engine`` on top of those mapped from ``rollout_config``
+        (any of SGLang's server arguments, e.g. ``attention_backend``).
+        """
+        self.config = rollout_config
+        self.tokenizer = tokenizer
+        self.model_path = model_path
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.eos_ids = _generation_eos_ids(tokenizer, model_path)
+        self.dtype = DTYPES[rollout_config.dtype]
+        self.bucket_bytes = bucket_bytes
+        self.sleep_mode = bool(rollout_config.enable_sleep_mode)
+        self.asleep: set[str] = set()
+        self.engine = self._build_engine(max_model_len, seed, engine_kwargs or {})
+        if self.sleep_mode:
+            self.sleep()  # the trainer builds its model and optimizer next; give it the memory
+
+    def _build_engine(self, max_model_len: int | None, seed: int, extra: dict[str, Any]) -> Any:
+        try:
+            import sglang
+        except ImportError as exc:
+            raise ImportError(SGLANG_MISSING) from exc
+        if _original_logprobs_requested():
+            raise ValueError(
+                "SGLANG_RETURN_ORIGINAL_LOGPROB is set: SGLang would return log-probs before "
+                "temperature scaling, which the actor does not recompute; unset it"
+            )
+        cfg = self.config
+        kwargs: dict[str, Any] = {
+            "model_path": self.model_path,
+            "tp_size": cfg.tensor_model_parallel_size,
+            "mem_fraction_static": cfg.gpu_memory_utilization,
+            "dtype": cfg.dtype,
+            "random_seed": seed,
+            "disable_cuda_graph": cfg.enforce_eager,
+            "max_running_requests": cfg.max_num_seqs,
+            "chunked_prefill_size": cfg.max_num_batched_tokens,
+            "skip_tokenizer_init": True,
+            "enable_memory_saver": self.sleep_mode,
+            "log_level": "error",
+        }
+        if self.sleep_mode:
+            kwargs["enable_weights_cpu_backup"] = True
+        if max_model_len or getattr(cfg, "max_model_len", None):
+            kwargs["context_length"] = max_model_len or cfg.max_model_len
+        kwargs.update(extra)
+        return sglang.Engine(**kwargs)
+
+    # -- hybrid engine memory ------------------------------------------------------------------
+    def sleep(self) -> None:
+        """Release the weights (backed up on the CPU) and the KV cache while the actor trains."""
+        if self.sleep_mode and not self.asleep:
+            self.engine.release_memory_occupation(tags=list(MEMORY_TAGS))
+            self.asleep = set(MEMORY_TAGS)
+
+    def wake_up(self, tags: tuple[str, ...] = MEMORY_TAGS) -> None:
+        """Bring back the sleeping parts named in ``tags``, one tag at a time, in that order."""
+        for tag in tags:
+            if tag in self.asleep:
+                self.engine.resume_memory_occupation(tags=[tag])
+                self.asleep.discard(tag)
+
+    # -- weight sync ---------------------------------------------------------------------------
+    def load_weights(self, weights: torch.nn.Module | NamedTensors) -> dict[str, float]:
+        """Push a module's weights or ``(name, tensor)`` pairs into the engine, in buckets.
+
+        Wakes the weights first (not the KV cache) and flushes the radix cache afterwards.
+        Returns ``{"buckets": ..., "tensors": ..., "bytes": ...}``.
+        """
+        self.wake_up(("weights",))
+        buckets = tensors = nbytes = 0
+        cast = ((name, t.detach().to(self.dtype)) for name, t in _named_weights(weights))
+        for bucket in iter_buckets(cast, self.bucket_bytes):
+            result = self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=False)
+            if isinstance(result, tuple) and result and not result[0]:
+                raise RuntimeError(f"SGLang refused the weight update: {result[1]}")
+            buckets += 1
+            tensors += len(bucket)
+            nbytes += sum(t.numel() * t.element_size() for _, t in bucket)
+        self.engine.flush_cache()
+        return {"buckets": float(buckets), "tensors": float(tensors), "bytes": float(nbytes)}
+
+    # -- generation ----------------------------------------------------------------------------
+    def generate_sequences(
+        self,
+        prompts: DataProto,
+        *,
+        max_new_tokens: int,
+        sampling: dict[str, Any],
+        generator: torch.Generator | None = None,
+    ) -> DataProto:
+        """Return the response tensors for ``prompts`` (already repeated ``n`` times).
+
+        The same columns as :meth:`engine.rollout.vllm_rollout.VLLMRollout.generate_sequences`.
+        ``generator`` is unused: SGLang samples from its own RNG, seeded at construction.
+        """
+        ids = unpad_prompts(prompts.batch["input_ids"], prompts.batch["attention_mask"])
+        params = sampling_params(sampling, max_new_tokens, self.eos_ids)
+        self.wake_up(("weights", "kv_cache"))
+        outputs = self.engine.generate(input_ids=ids, sampling_params=params, return_logprob=True)
+        if self.config.free_cache_engine:
+            self.sleep()
+        if len(outputs) != len(ids):
+            raise RuntimeError(f"SGLang returned {len(outputs)} outputs for {len(ids)} prompts")
+        sampled = [sampled_tokens(out) for out in outputs]
+        return response_batch(
+            prompts,
+            [tokens for tokens, _ in sampled],
+            [values for _, values in sampled],
+            eos_ids=[] if sampling.get("ignore_eos") else self.eos_ids,
+            pad_token_id=self.pad_id,
+        )
