@@ -55,6 +55,7 @@ from engine.distributed.process_group import (
 )
 from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
 from engine.workers.critic import CriticWorker
+from engine.workers.lora import adapter_settings
 from engine.workers.models import frozen_copy
 
 ROLLOUT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -209,6 +210,7 @@ class ShardedActorRolloutRef:
         state = sharded_state_dict(self.worker.model, actor.optimizer)
         state["lr_scheduler"] = actor.lr_scheduler.state_dict() if actor.lr_scheduler else None
         state["generator"] = self.worker.generator.get_state()
+        state["lora"] = adapter_settings(self.worker.model)
         state["rank"], state["world_size"] = self.rank, self.world_size
         return state
 

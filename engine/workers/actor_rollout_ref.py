@@ -21,7 +21,7 @@ from engine.rollout import get_rollout_builder
 from engine.rollout.multi_turn import MultiTurnRollout
 from engine.workers.actor import PolicyActor, is_on_policy
 from engine.workers.batch_sizes import micro_size, per_rank_size
-from engine.workers.lora import adapter_disabled, export_lora, is_lora
+from engine.workers.lora import adapter_disabled, adapter_settings, export_lora, is_lora
 from engine.workers.models import frozen_copy, load_policy, load_tokenizer, resolve_path
 from engine.workers.optim import build_lr_scheduler, build_optimizer
 from engine.workers.protocols import RolloutEngine
@@ -201,13 +201,15 @@ class ActorRolloutRefWorker:
 
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Return everything needed to continue exactly: weights, optimizer, schedule, RNG."""
+        """Return everything needed to continue exactly: weights, optimizer, schedule, RNG (and
+        the LoRA settings, which ``engine.model_merger`` needs to fold the adapter in)."""
         actor = self.actor
         return {
             "model": self.model.state_dict(),
             "optimizer": actor.optimizer.state_dict() if actor.optimizer else None,
             "lr_scheduler": actor.lr_scheduler.state_dict() if actor.lr_scheduler else None,
             "generator": self.generator.get_state(),
+            "lora": adapter_settings(self.model),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -70,6 +70,25 @@ def apply_lora(model: torch.nn.Module, model_config: Any) -> torch.nn.Module:
     return peft_model
 
 
+def adapter_settings(model: Any) -> dict[str, Any] | None:
+    """Return the active adapter's ``r``, ``lora_alpha``, ``target_modules`` and ``use_rslora``
+    as plain values, or None for a model without LoRA.
+
+    Checkpoints keep them beside the weights, so ``engine.model_merger`` can fold the adapter
+    into the base weights (the scale ``alpha / r`` is not recoverable from the tensors).
+    """
+    if not is_lora(model):
+        return None
+    config = model.peft_config[model.active_adapter]
+    targets = config.target_modules
+    return {
+        "r": int(config.r),
+        "lora_alpha": float(config.lora_alpha),
+        "target_modules": targets if isinstance(targets, str) else sorted(targets),
+        "use_rslora": bool(config.use_rslora),
+    }
+
+
 @contextmanager
 def adapter_disabled(model: Any) -> Iterator[Any]:
     """Run the block with the adapter off, so ``model`` computes the base (reference) policy."""
