@@ -170,6 +170,7 @@ INSTALLED_APPS = [
     "webapp.runs",
     "webapp.datasets",
     "webapp.samples",
+    "webapp.sweeps",
 ]
 
 MIDDLEWARE = [

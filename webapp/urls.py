@@ -10,5 +10,6 @@ urlpatterns = [
     path("datasets/", include("webapp.datasets.urls")),
     path("runs/", include("webapp.runs.urls")),
     path("runs/<int:run_id>/samples/", include("webapp.samples.urls")),
+    path("sweeps/", include("webapp.sweeps.urls")),
     path("", include("webapp.experiments.urls")),
 ]

@@ -142,12 +142,12 @@ def submit_ray_job(run_id: int, address: str) -> str:
 def start_run(run_id: int) -> str:
     """Start the driver of a queued run; do nothing for a run another delivery already started.
 
-    While ``POSTTRAIN_MAX_RUNNING_RUNS`` runs have a driver the run stays queued, and
-    :func:`dispatch_queued_runs` starts it when a slot frees.
+    While ``POSTTRAIN_MAX_RUNNING_RUNS`` runs have a driver, or its sweep is at its concurrency,
+    the run stays queued, and :func:`dispatch_queued_runs` starts it when a slot frees.
     """
     run = run_claim_for_start(run_id=run_id, max_running=settings.POSTTRAIN_MAX_RUNNING_RUNS)
     if run is None:
-        logger.info("run %s is not queued, or every driver slot is taken; not started", run_id)
+        logger.info("run %s is not queued, or no slot is free for it; not started", run_id)
         return "skipped"
     try:
         address = settings.RAY_ADDRESS

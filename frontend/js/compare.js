@@ -1,5 +1,6 @@
 // Run comparison: the same metric panels with one colour per run, each run on its own socket,
-// so the live ones keep moving. Panels are the union of every run's metric names.
+// so the live ones keep moving. Panels are the union of every run's metric names, or the panel
+// keys the section's data-panels lists (the sweep page overlays the reward only).
 import {ChartGrid, SeriesStore, followRun} from "./charts.js";
 import {colourAt} from "./palette.js";
 
@@ -17,11 +18,17 @@ function start() {
     const swatch = run.node.querySelector(".swatch");
     if (swatch) swatch.style.background = run.color;
   }
+  const only = root.dataset.panels ? new Set(root.dataset.panels.split(",")) : null;
   const grid = new ChartGrid(root, {
     sources: runs,
     seriesUrl: (id) => root.dataset.seriesUrlTemplate.replace("/0/", `/${id}/`),
     pngName: `compare-${runs.map((r) => r.id).join("-")}`,
   });
+  if (only) {
+    // Panels outside the list are never added, so their series are never drawn.
+    const addPanels = grid.addPanels.bind(grid);
+    grid.addPanels = (panels) => addPanels(panels.filter((p) => only.has(p.key)));
+  }
   window.postTrainCharts = grid;
   for (const run of runs) {
     followRun(grid, run.id, {

@@ -25,12 +25,14 @@ from webapp.experiments.models import Experiment
 from webapp.runs.models import Run, RunStatus
 from webapp.runs.recording import samples_write
 from webapp.runs.services import run_create
+from webapp.sweeps.models import Sweep
+from webapp.sweeps.services import sweep_create
 
 pytestmark = pytest.mark.django_db
 
 SECRET = "alice-secret"
 # URL arguments that name one of the owner's objects: the other user must get a 404.
-OBJECT_KWARGS = ("experiment_id", "run_id", "other_run_id", "dataset_id")
+OBJECT_KWARGS = ("experiment_id", "run_id", "other_run_id", "dataset_id", "sweep_id")
 
 
 def walk(patterns, namespace="", chain=()):
@@ -81,11 +83,18 @@ def world(owner, studio_dirs):
         "secret.jsonl", f'{{"prompt": "{SECRET}", "ground_truth": "1"}}\n'.encode()
     )
     dataset = dataset_create(owner=owner, name=f"{SECRET} dataset", upload=upload)
+    sweep = sweep_create(
+        experiment=experiment,
+        name=f"{SECRET} sweep",
+        spec={"mode": "grid", "params": {"actor_rollout_ref.actor.optim.lr": [1e-6]}},
+        concurrency=1,
+    )
     return {
         "experiment_id": experiment.pk,
         "run_id": running.pk,
         "other_run_id": stopped.pk,
         "dataset_id": dataset.pk,
+        "sweep_id": sweep.pk,
         "object_id": str(experiment.pk),
         "app_label": "experiments",
         "content_type_id": ContentType.objects.get_for_model(Experiment).pk,
@@ -100,6 +109,7 @@ def snapshot():
         "experiments": list(Experiment.objects.values_list("pk", "name", "archived", "tags")),
         "runs": list(Run.objects.values_list("pk", "status", "cancel_requested").order_by("pk")),
         "datasets": list(Dataset.objects.values_list("pk", "name", "key_map")),
+        "sweeps": list(Sweep.objects.values_list("pk", "name", "cancelled_at")),
     }
 
 

@@ -93,8 +93,9 @@ def render_builder(
     import_form: YamlImportForm | None = None,
     source: str = "",
     status: int = 200,
+    extra: dict[str, Any] | None = None,
 ) -> HttpResponse:
-    """Render the builder page around ``form``."""
+    """Render the builder page around ``form`` (``extra``: more context, e.g. its sweep form)."""
     context = {
         "form": form,
         "import_form": import_form or YamlImportForm(),
@@ -105,6 +106,7 @@ def render_builder(
         "basic_groups": form.field_groups(advanced=False),
         "advanced_groups": form.field_groups(advanced=True),
         "reward_rows": form.reward_rows(),
+        **(extra or {}),
     }
     return render(request, "experiments/builder.html", context, status=status)
 

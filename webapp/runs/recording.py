@@ -114,15 +114,20 @@ def driver_slots_taken() -> int:
 def run_claim_for_start(*, run_id: int, max_running: int = 0) -> Run | None:
     """Move a queued run to ``starting`` and return it; None when another delivery got it first.
 
-    With ``max_running`` > 0 it is also None while that many runs already have a driver: the run
-    stays queued for the dispatch sweep to start when a slot frees.
+    With ``max_running`` > 0 it is also None while that many runs already have a driver, and for
+    a member of a sweep at its concurrency (``webapp.sweeps.slots``): the run stays queued for the
+    dispatch sweep to start when a slot frees.
     """
+    from webapp.sweeps.slots import sweep_member_may_start
+
     with transaction.atomic():
         if max_running > 0:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_START_LOCK])
             if driver_slots_taken() >= max_running:
                 return None
+        if not sweep_member_may_start(run_id=run_id):
+            return None
         if not transition(
             run_id, [RunStatus.QUEUED], RunStatus.STARTING, heartbeat_at=timezone.now()
         ):

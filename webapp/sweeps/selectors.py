@@ -1,0 +1,161 @@
+"""Read queries on sweeps: a user's sweeps with their status, and each member's headline metrics.
+
+The headline metrics are the reward mean (``critic/score/mean``: the reward function's score,
+before any KL penalty) and the validation score: the mean over data sources of verl's
+``val-core/<source>/<var>/mean@<n>`` (``engine.trainer.metrics.validation_metric_names``). Each
+is reported at its last recorded step (final) and at its best step (the highest value).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+from django.db.models import Case, Count, Exists, OuterRef, Q, QuerySet, Value, When
+
+from webapp.runs.models import ACTIVE_STATUSES, MetricPoint, Run
+from webapp.sweeps.models import Sweep, SweepMember, SweepStatus
+
+REWARD_METRIC = "critic/score/mean"
+VALIDATION_PATTERN = r"^val-core/.+/mean@[0-9]+$"
+
+
+def sweep_list_for_user(*, user: Any) -> QuerySet[Sweep]:
+    """Return ``user``'s sweeps, newest first, with ``status`` and ``member_count`` annotated."""
+    active = Run.objects.filter(sweep_member__sweep=OuterRef("pk"), status__in=ACTIVE_STATUSES)
+    return (
+        Sweep.objects.filter(owner=user)
+        .select_related("experiment")
+        .annotate(
+            member_count=Count("members"),
+            status=Case(
+                When(cancelled_at__isnull=False, then=Value(SweepStatus.CANCELLED.value)),
+                When(Exists(active), then=Value(SweepStatus.RUNNING.value)),
+                default=Value(SweepStatus.FINISHED.value),
+            ),
+            active_count=Count("members", filter=Q(members__run__status__in=ACTIVE_STATUSES)),
+        )
+    )
+
+
+@dataclass
+class Headline:
+    """A metric's value at the member's last step that recorded it, and its best value."""
+
+    final: float | None = None
+    best: float | None = None
+    step: int | None = None  # the step of ``final``
+
+    def take(self, step: int, value: float | None) -> None:
+        if value is None or not math.isfinite(value):
+            return
+        self.final, self.step = value, step
+        self.best = value if self.best is None else max(self.best, value)
+
+
+@dataclass
+class MemberRow:
+    member: SweepMember
+    run: Run
+    values: list[Any]  # in the order of the sweep's keys
+    values_text: list[str]
+    reward: Headline
+    validation: Headline
+
+
+def _headlines(run_ids: list[int]) -> dict[int, tuple[Headline, Headline]]:
+    """Return (reward, validation) headlines per run, read step by step in one query."""
+    table = MetricPoint._meta.db_table
+    out: dict[int, tuple[Headline, Headline]] = defaultdict(lambda: (Headline(), Headline()))
+    if not run_ids:
+        return out
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT run_id, step,
+              CASE WHEN jsonb_typeof(metrics -> %s) = 'number'
+                   THEN (metrics ->> %s)::float8 END,
+              (SELECT avg((value #>> '{{}}')::float8) FROM jsonb_each(metrics)
+               WHERE key ~ %s AND jsonb_typeof(value) = 'number')
+            FROM {table} WHERE run_id = ANY(%s) ORDER BY run_id, step
+            """,  # noqa: S608 - the table name is the model's, the values are parameters
+            [REWARD_METRIC, REWARD_METRIC, VALIDATION_PATTERN, run_ids],
+        )
+        for run_id, step, reward, validation in cursor.fetchall():
+            row = out[run_id]
+            row[0].take(step, reward)
+            row[1].take(step, validation)
+    return out
+
+
+def sweep_keys(sweep: Sweep) -> list[str]:
+    """Return the swept config keys in the spec's order."""
+    return list(sweep.keys)
+
+
+def value_text(value: Any) -> str:
+    """Return a swept value for a table: floats to 4 significant digits (``3e-06``)."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "null" if value is None else str(value)
+
+
+def sweep_member_rows(*, sweep: Sweep) -> list[MemberRow]:
+    """Return each member with its run, swept values and headline metrics, in member order."""
+    members = list(sweep.members.select_related("run", "run__experiment").order_by("index"))
+    headlines = _headlines([m.run_id for m in members])
+    keys = sweep_keys(sweep)
+    return [
+        MemberRow(
+            member=m,
+            run=m.run,
+            values=[m.values.get(key) for key in keys],
+            values_text=[value_text(m.values.get(key)) for key in keys],
+            reward=headlines[m.run_id][0],
+            validation=headlines[m.run_id][1],
+        )
+        for m in members
+    ]
+
+
+def _dimension(label: str, values: list[Any]) -> dict[str, Any]:
+    """Return a Plotly parcoords dimension; text and booleans become ticks of their own."""
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        return {"label": label, "values": values}
+    names = sorted({str(v) for v in values})
+    return {
+        "label": label,
+        "values": [names.index(str(v)) for v in values],
+        "tickvals": list(range(len(names))),
+        "ticktext": names,
+    }
+
+
+def sweep_parallel_coordinates(*, sweep: Sweep, rows: list[MemberRow]) -> dict[str, Any]:
+    """Return the parallel-coordinates figure: swept values -> final reward (and validation).
+
+    Only members with a final reward are lines; ``members`` lists their indexes.
+    """
+    done = [row for row in rows if row.reward.final is not None]
+    dimensions = [
+        _dimension(key, [row.values[i] for row in done]) for i, key in enumerate(sweep_keys(sweep))
+    ]
+    final = [row.reward.final for row in done]
+    dimensions.append({"label": f"final {REWARD_METRIC}", "values": final})
+    if done and all(row.validation.final is not None for row in done):
+        dimensions.append(
+            {"label": "final validation score", "values": [row.validation.final for row in done]}
+        )
+    return {
+        "members": [row.member.index for row in done],
+        "data": [
+            {
+                "type": "parcoords",
+                "dimensions": dimensions,
+                "line": {"color": final, "colorscale": "Viridis", "showscale": True},
+            }
+        ],
+    }

@@ -1,0 +1,117 @@
+"""Sweep pages: create from the builder, list, detail (table, chart, live overlay), cancel.
+
+Views parse and authorise; ``services`` decide. Another user's sweep is a 404 everywhere.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from engine.config import ConfigValidationError
+from webapp.experiments.forms import ExperimentForm
+from webapp.experiments.services import experiment_create
+from webapp.experiments.views import render_builder
+from webapp.runs.quotas import LaunchRefused
+from webapp.sweeps.forms import SweepForm
+from webapp.sweeps.models import Sweep
+from webapp.sweeps.selectors import (
+    REWARD_METRIC,
+    sweep_keys,
+    sweep_list_for_user,
+    sweep_member_rows,
+    sweep_parallel_coordinates,
+)
+from webapp.sweeps.services import SweepAlreadyCreated, SweepInvalid, sweep_cancel, sweep_create
+
+# The live overlay opens one socket per member; past this many it shows the first ones.
+OVERLAY_MAX_MEMBERS = 24
+
+
+def _sweep(request: HttpRequest, sweep_id: int) -> Sweep:
+    return get_object_or_404(sweep_list_for_user(user=request.user), pk=sweep_id)
+
+
+@login_required
+def sweep_list(request: HttpRequest) -> HttpResponse:
+    return render(request, "sweeps/list.html", {"sweeps": sweep_list_for_user(user=request.user)})
+
+
+@login_required
+@require_POST
+def sweep_new(request: HttpRequest) -> HttpResponse:
+    """Create the builder's experiment and a sweep over it, or show the builder with the errors."""
+    form = ExperimentForm(request.POST, owner=request.user)
+    sweep_form = SweepForm(request.POST)
+    experiment_ok, sweep_ok = form.is_valid(), sweep_form.is_valid()
+    if experiment_ok and sweep_ok:
+        data = sweep_form.cleaned_data
+        try:
+            with transaction.atomic():
+                experiment = experiment_create(
+                    owner=request.user,
+                    name=form.cleaned_data["name"],
+                    config=form.config,
+                    description=form.cleaned_data["description"],
+                    tags=form.cleaned_data["tags"],
+                    preset=form.cleaned_data["preset"],
+                )
+                sweep = sweep_create(
+                    experiment=experiment,
+                    name=experiment.name,
+                    spec=sweep_form.spec,
+                    concurrency=data["concurrency"],
+                    launch_key=request.POST.get("launch_key", ""),
+                )
+        except SweepInvalid as exc:
+            sweep_form.add_sweep_errors(exc)
+        except ConfigValidationError as exc:
+            form.add_config_errors(exc)
+        except LaunchRefused as exc:
+            sweep_form.add_error(None, str(exc))
+        except SweepAlreadyCreated as exc:  # the experiment this POST made is rolled back
+            messages.info(request, "This sweep was already created from this page.")
+            return redirect(exc.sweep)
+        else:
+            count = sweep.members.count()
+            messages.success(request, f"Sweep {sweep.name} queued: {count} runs.")
+            return redirect(sweep)
+    return render_builder(request, form, status=400, extra={"sweep_form": sweep_form})
+
+
+@login_required
+def sweep_detail(request: HttpRequest, sweep_id: int) -> HttpResponse:
+    sweep = _sweep(request, sweep_id)
+    rows = sweep_member_rows(sweep=sweep)
+    context_keys = sweep_keys(sweep)
+    overlay = []
+    for row in rows[:OVERLAY_MAX_MEMBERS]:
+        keys = (key.rsplit(".", 1)[-1] for key in context_keys)
+        shown = ", ".join(f"{k}={v}" for k, v in zip(keys, row.values_text, strict=True))
+        row.run.overlay_label = f"#{row.member.index} {shown}"
+        overlay.append(row.run)
+    context = {
+        "sweep": sweep,
+        "keys": context_keys,
+        "rows": rows,
+        "overlay": overlay,
+        "overlay_cut": len(rows) > OVERLAY_MAX_MEMBERS,
+        "overlay_max": OVERLAY_MAX_MEMBERS,
+        "reward_metric": REWARD_METRIC,
+        "parcoords": sweep_parallel_coordinates(sweep=sweep, rows=rows),
+    }
+    return render(request, "sweeps/detail.html", context)
+
+
+@login_required
+@require_POST
+def sweep_cancel_view(request: HttpRequest, sweep_id: int) -> HttpResponse:
+    sweep = sweep_cancel(sweep=_sweep(request, sweep_id))
+    messages.success(
+        request, f"Sweep {sweep.name} cancelled; running members stop after their step."
+    )
+    return redirect(sweep)
