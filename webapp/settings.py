@@ -170,6 +170,8 @@ INSTALLED_APPS = [
     "webapp.runs",
     "webapp.datasets",
     "webapp.samples",
+    "ninja",  # the API docs page's scripts as static files, no CDN
+    "webapp.api",
     "webapp.sweeps",
 ]
 

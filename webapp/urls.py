@@ -3,11 +3,15 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from webapp.api.api import api
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("webapp.accounts.urls")),
+    path("accounts/tokens/", include("webapp.api.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("datasets/", include("webapp.datasets.urls")),
+    path("api/", api.urls),
     path("runs/", include("webapp.runs.urls")),
     path("runs/<int:run_id>/samples/", include("webapp.samples.urls")),
     path("sweeps/", include("webapp.sweeps.urls")),

@@ -19,6 +19,8 @@ from django.utils.http import urlsafe_base64_encode
 
 from engine.trainer.recorder import SampleRecord
 from tests.webapp.fixtures import make_experiment
+from webapp.api.models import ApiToken
+from webapp.api.tokens import token_create
 from webapp.datasets.models import Dataset
 from webapp.datasets.services import dataset_create
 from webapp.experiments.models import Experiment
@@ -32,7 +34,7 @@ pytestmark = pytest.mark.django_db
 
 SECRET = "alice-secret"
 # URL arguments that name one of the owner's objects: the other user must get a 404.
-OBJECT_KWARGS = ("experiment_id", "run_id", "other_run_id", "dataset_id", "sweep_id")
+OBJECT_KWARGS = ("experiment_id", "run_id", "other_run_id", "dataset_id", "sweep_id", "token_id")
 
 
 def walk(patterns, namespace="", chain=()):
@@ -83,6 +85,7 @@ def world(owner, studio_dirs):
         "secret.jsonl", f'{{"prompt": "{SECRET}", "ground_truth": "1"}}\n'.encode()
     )
     dataset = dataset_create(owner=owner, name=f"{SECRET} dataset", upload=upload)
+    token, _ = token_create(owner=owner, name=f"{SECRET} token")
     sweep = sweep_create(
         experiment=experiment,
         name=f"{SECRET} sweep",
@@ -95,6 +98,7 @@ def world(owner, studio_dirs):
         "other_run_id": stopped.pk,
         "dataset_id": dataset.pk,
         "sweep_id": sweep.pk,
+        "token_id": token.pk,
         "object_id": str(experiment.pk),
         "app_label": "experiments",
         "content_type_id": ContentType.objects.get_for_model(Experiment).pk,
@@ -110,6 +114,7 @@ def snapshot():
         "runs": list(Run.objects.values_list("pk", "status", "cancel_requested").order_by("pk")),
         "datasets": list(Dataset.objects.values_list("pk", "name", "key_map")),
         "sweeps": list(Sweep.objects.values_list("pk", "name", "cancelled_at")),
+        "tokens": list(ApiToken.objects.values_list("pk", "name")),
     }
 
 
@@ -131,7 +136,10 @@ def test_another_user_sees_and_changes_nothing_on_any_url(world, other_user):
             url = reverse(name, kwargs={k: world[k] for k in names})
         for method in ("get", "post"):
             client.force_login(other_user)
-            response = getattr(client, method)(url)
+            # The API speaks JSON: its bodies are JSON, so ownership is what answers.
+            api_post = method == "post" and url.startswith("/api/")
+            body = {"data": "{}", "content_type": "application/json"} if api_post else {}
+            response = getattr(client, method)(url, **body)
             body = response.content.decode(errors="replace")
             where = f"{method.upper()} {url} ({name})"
             assert SECRET not in body, f"{where} shows the owner's data"

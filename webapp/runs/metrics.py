@@ -215,6 +215,8 @@ def run_metric_series(
         raise ValueError(
             f"max_points={max_points} is out of range; ask for 4 to {MAX_POINTS_LIMIT} points"
         )
+    if step_min is not None and step_max is not None and step_min > step_max:
+        raise ValueError(f"from={step_min} is after to={step_max}; swap them")
     history = run_history(run_id=run_id)
     names = _metric_names(history) if names is None else list(dict.fromkeys(names))
     table = _table(history, names, step_min, step_max)

@@ -176,8 +176,6 @@ def run_metrics_series(request: HttpRequest, run_id: int) -> JsonResponse:
         step_min = _whole_number(request, "from", None)
         step_max = _whole_number(request, "to", None)
         points = _whole_number(request, "points", DEFAULT_MAX_POINTS)
-        if step_min is not None and step_max is not None and step_min > step_max:
-            raise ValueError(f"from={step_min} is after to={step_max}; swap them")
         names = request.GET.getlist("name") or None
         result = run_metric_series(
             run_id=run.pk, names=names, step_min=step_min, step_max=step_max, max_points=points

@@ -24,7 +24,7 @@ from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, StreamingHttpResponse
 
-from webapp.samples.selectors import EXPORT_FIELDS, TOKEN_FIELDS
+from webapp.samples.selectors import EXPORT_FIELDS, TOKEN_FIELDS, SampleFilter, sample_export_rows
 from webapp.spreadsheet import spreadsheet_text
 
 EXPORT_CHUNK_ROWS = 1000
@@ -109,3 +109,19 @@ def export_response(
     response["Content-Disposition"] = f'attachment; filename="{filename}.{fmt}"'
     response["Cache-Control"] = "no-store"
     return response
+
+
+def sample_export_response(
+    request: HttpRequest, *, run: Any, filters: SampleFilter, fmt: str, tokens: bool = True
+) -> StreamingHttpResponse:
+    """Return the download of ``run``'s samples that pass ``filters`` (one step, or all).
+
+    JSONL carries the per-token arrays unless ``tokens`` is False; CSV never does.
+    """
+    with_tokens = fmt == "jsonl" and tokens
+    rows = sample_export_rows(
+        user=request.user, run_id=run.pk, filters=filters, with_tokens=with_tokens
+    )
+    step = "all" if filters.step is None else filters.step
+    name = f"run-{run.pk}-{filters.split}-step-{step}-samples"
+    return export_response(request, rows, fmt=fmt, with_tokens=with_tokens, filename=name)

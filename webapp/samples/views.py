@@ -18,7 +18,7 @@ from django.views.decorators.http import require_safe
 
 from webapp.runs.models import Run, SampleSplit
 from webapp.runs.selectors import run_list_for_user
-from webapp.samples.export import export_response
+from webapp.samples.export import sample_export_response
 from webapp.samples.forms import (
     COLOUR_CHOICES,
     PER_PAGE_CHOICES,
@@ -29,7 +29,6 @@ from webapp.samples.forms import (
 from webapp.samples.selectors import (
     SORTS,
     sample_across_runs,
-    sample_export_rows,
     sample_group,
     sample_neighbour_prompts,
     sample_page,
@@ -246,13 +245,8 @@ def _export(request: HttpRequest, run_id: int, fmt: str) -> HttpResponse:
     if not form.is_valid():
         return _bad_request(request, run, form)
     filters = form.filters(form.cleaned_data.get("step"))
-    with_tokens = fmt == "jsonl" and request.GET.get("tokens", "1") != "0"
-    rows = sample_export_rows(
-        user=request.user, run_id=run.pk, filters=filters, with_tokens=with_tokens
-    )
-    step = "all" if filters.step is None else filters.step
-    name = f"run-{run.pk}-{filters.split}-step-{step}-samples"
-    return export_response(request, rows, fmt=fmt, with_tokens=with_tokens, filename=name)
+    tokens = request.GET.get("tokens", "1") != "0"
+    return sample_export_response(request, run=run, filters=filters, fmt=fmt, tokens=tokens)
 
 
 @login_required

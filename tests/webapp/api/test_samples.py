@@ -1,0 +1,80 @@
+"""``/api/runs/{id}/samples``: the inspector's slices and exports, its filters and messages."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.trainer.recorder import SampleRecord
+from tests.webapp.api.helpers import errors_of
+from tests.webapp.live import running_run
+from webapp.runs.recording import samples_write
+from webapp.samples.forms import SampleFilterForm
+
+pytestmark = pytest.mark.django_db
+
+
+def record(step: int, prompt: int, sample: int, reward: float) -> SampleRecord:
+    return SampleRecord(
+        step=step, split="train", prompt_index=prompt, sample_index=sample, group_id=f"g{prompt}",
+        data_source="tiny", prompt_text=f"prompt {prompt}", response_text=f"answer {sample}",
+        ground_truth="1", reward=reward, tokens=["a", "b"], token_logprobs=[-0.5, -1.0],
+    )  # fmt: skip
+
+
+@pytest.fixture
+def run(owner):
+    run = running_run(owner)
+    rows = [record(step, p, s, float(s)) for step in (1, 2) for p in (0, 1) for s in (0, 1, 2)]
+    rows.append(record(2, 2, 0, float("nan")))
+    samples_write(run_id=run.pk, samples=rows)
+    return run
+
+
+def test_steps_pages_and_filters_follow_the_inspector(api, run):
+    assert api.get(f"/runs/{run.pk}/samples/steps").json() == {"train": [1, 2], "val": []}
+    latest = api.get(f"/runs/{run.pk}/samples").json()
+    assert latest["step"] == 2 and latest["count"] == 7
+    assert [s["reward"] for s in latest["samples"]][-1] is None  # NaN is not JSON
+    page = api.get(
+        f"/runs/{run.pk}/samples", {"step": 1, "sort": "-reward", "per_page": 25, "reward_min": 1}
+    ).json()
+    assert page["count"] == 4 and [s["reward"] for s in page["samples"]] == [2.0, 2.0, 1.0, 1.0]
+    assert api.get(f"/runs/{run.pk}/samples", {"q": "prompt 1", "step": 1}).json()["count"] == 3
+
+
+def test_bad_filters_get_the_inspectors_messages_by_name(api, run):
+    query = {"reward_min": 2, "reward_max": 1, "per_page": 7}
+    form = SampleFilterForm(query)
+    assert not form.is_valid()
+    response = api.get(f"/runs/{run.pk}/samples", query)
+    assert response.status_code == 400
+    errors = errors_of(response)
+    assert errors["per_page"] == form.errors["per_page"][0]
+    assert errors[None] == form.errors["__all__"][0]
+    assert api.get(f"/runs/{run.pk}/samples", {"step": -1}).status_code == 400
+
+
+def test_a_group_shows_its_members_tokens_and_grpo_normalisation(api, run):
+    group = api.get(f"/runs/{run.pk}/samples/group", {"prompt": 1, "step": 1}).json()
+    assert [m["sample_index"] for m in group["members"]] == [0, 1, 2]
+    assert group["reward_mean"] == pytest.approx(1.0) and group["reward_std"] == pytest.approx(1.0)
+    assert [round(m["normalized"], 4) for m in group["members"]] == [-1.0, 0.0, 1.0]
+    assert group["members"][0]["token_view"]["tokens"] == ["a", "b"]
+    missing = api.get(f"/runs/{run.pk}/samples/group", {"prompt": 9, "step": 1})
+    assert missing.status_code == 404 and "prompt" in errors_of(missing)
+    unnamed = api.get(f"/runs/{run.pk}/samples/group")
+    assert unnamed.status_code == 400
+    assert errors_of(unnamed)["prompt"] == "Name a prompt: add prompt=<prompt index>."
+
+
+def test_exports_stream_the_filtered_samples(api, run):
+    response = api.get(f"/runs/{run.pk}/samples/export", {"step": 1, "reward_min": 2})
+    assert response.status_code == 200
+    lines = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
+    assert [(r["prompt_index"], r["reward"]) for r in lines] == [(0, 2.0), (1, 2.0)]
+    assert lines[0]["tokens"] == ["a", "b"]
+    csv = api.get(f"/runs/{run.pk}/samples/export", {"format": "csv", "step": 2})
+    rows = b"".join(csv.streaming_content).decode().splitlines()
+    assert rows[0].startswith("run_id,step,split") and len(rows) == 8

@@ -1,0 +1,1 @@
+"""The studio's REST API (``/api/``) and the per-user tokens that authenticate it."""

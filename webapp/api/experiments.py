@@ -1,0 +1,173 @@
+"""``/api/experiments``: create from a YAML or JSON config, list, read, clone, archive, delete,
+launch. The config passes ``experiment_create``'s checks, a launch ``run_create``'s quotas."""
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+from ninja import Field, Query, Router, Schema, Status
+from ninja.pagination import paginate
+
+from engine.config import ConfigError, PPOConfig
+from webapp.api.errors import ApiError, ErrorOut, config_error
+from webapp.api.pagination import Pages
+from webapp.api.runs import RunOut, launched
+from webapp.experiments.configs import config_import_yaml
+from webapp.experiments.models import Experiment
+from webapp.experiments.selectors import experiment_list_for_user
+from webapp.experiments.services import (
+    experiment_create,
+    experiment_delete,
+    experiment_set_archived,
+)
+from webapp.runs.models import RunStatus
+from webapp.runs.services import LAUNCH_KEY_PATTERN, AlreadyLaunched, run_create
+
+router = Router(tags=["experiments"])
+ERRORS: dict[int | tuple[int, ...], Any] = {(400, 404, 409, 422, 429): ErrorOut}
+
+
+class ExperimentOut(Schema):
+    id: int
+    name: str
+    description: str
+    tags: list[str]
+    preset: str
+    archived: bool
+    created_at: datetime
+    updated_at: datetime
+    run_count: int = 0
+    latest_status: str | None = None
+
+
+class ExperimentDetail(ExperimentOut):
+    config: dict[str, Any] = Field(description="The validated engine config.")
+
+
+class ExperimentIn(Schema):
+    name: str = Field(max_length=200)
+    description: str = ""
+    tags: list[str] | str = Field(default_factory=list, description="A list or 'a, b'.")
+    config: dict[str, Any] | None = Field(
+        None, description="The engine config as JSON (verl's layout); or give config_yaml."
+    )
+    config_yaml: str | None = Field(
+        None, description="The engine config as YAML; 'defaults:' may name the presets."
+    )
+
+
+class CloneIn(Schema):
+    name: str | None = Field(None, max_length=200, description="Default: '<name> (copy)'.")
+
+
+class ArchiveIn(Schema):
+    archived: bool = True
+
+
+class LaunchIn(Schema):
+    launch_key: str = Field(
+        "",
+        pattern=f"^(?:{LAUNCH_KEY_PATTERN.pattern})?$",
+        description="Optional: the same key again returns the run it launched, not a new one.",
+    )
+
+
+class ExperimentFilters(Schema):
+    q: str = Field("", max_length=200, description="Matches name, description and tags.")
+    tag: str = Field("", max_length=50)
+    status: RunStatus | None = Field(None, description="The newest run's status.")
+    archived: bool | None = Field(False, description="null: archived and active together.")
+
+
+def owned_experiment(request: HttpRequest, experiment_id: int) -> Experiment:
+    """Return the user's experiment (annotated as the list is); another's is a 404."""
+    experiments = experiment_list_for_user(user=request.user, archived=None)
+    return get_object_or_404(experiments, pk=experiment_id)
+
+
+def parse_config(payload: ExperimentIn) -> PPOConfig:
+    """Return the config of a create request, read as the builder's YAML import reads it."""
+    if (payload.config is None) == (payload.config_yaml is None):
+        raise ApiError(400, [("config", "give the config as either config (JSON) or config_yaml")])
+    key = "config" if payload.config is not None else "config_yaml"
+    # JSON is YAML: one reader, with its size bounds and its rule that defaults name presets.
+    text = json.dumps(payload.config) if payload.config is not None else payload.config_yaml
+    try:
+        return config_import_yaml(text or "")
+    except ConfigError as exc:
+        raise config_error(exc, key) from None
+
+
+@router.get("", response=list[ExperimentOut])
+@paginate(Pages)
+def list_experiments(request: HttpRequest, filters: Query[ExperimentFilters]) -> Any:
+    """List your experiments, newest first (filters as on the experiments page)."""
+    return experiment_list_for_user(
+        user=request.user,
+        search=filters.q,
+        tag=filters.tag,
+        status=filters.status or "",
+        archived=filters.archived,
+    )
+
+
+@router.post("", response={201: ExperimentDetail, **ERRORS})
+def create_experiment(request: HttpRequest, payload: ExperimentIn) -> Any:
+    """Create an experiment from a config; every problem comes back keyed by its config key."""
+    experiment = experiment_create(
+        owner=request.user,
+        name=payload.name,
+        config=parse_config(payload),
+        description=payload.description,
+        tags=payload.tags,
+    )
+    return Status(201, owned_experiment(request, experiment.pk))
+
+
+@router.get("/{int:experiment_id}", response={200: ExperimentDetail, **ERRORS})
+def read_experiment(request: HttpRequest, experiment_id: int) -> Any:
+    """Read one experiment with its config."""
+    return owned_experiment(request, experiment_id)
+
+
+@router.post("/{int:experiment_id}/clone", response={201: ExperimentDetail, **ERRORS})
+def clone_experiment(request: HttpRequest, experiment_id: int, payload: CloneIn) -> Any:
+    """Create a new experiment with this one's config (checked again, as a new one is)."""
+    source = owned_experiment(request, experiment_id)
+    clone = experiment_create(
+        owner=request.user,
+        name=payload.name if payload.name is not None else f"{source.name} (copy)",
+        config=source.config,
+        description=source.description,
+        tags=source.tags,
+        preset=source.preset,
+    )
+    return Status(201, owned_experiment(request, clone.pk))
+
+
+@router.post("/{int:experiment_id}/archive", response={200: ExperimentDetail, **ERRORS})
+def archive_experiment(request: HttpRequest, experiment_id: int, payload: ArchiveIn) -> Any:
+    """Archive an experiment (``archived: false`` restores it)."""
+    experiment = owned_experiment(request, experiment_id)
+    experiment_set_archived(experiment=experiment, archived=payload.archived)
+    return owned_experiment(request, experiment_id)
+
+
+@router.delete("/{int:experiment_id}", response={204: None, **ERRORS})
+def delete_experiment(request: HttpRequest, experiment_id: int) -> Any:
+    """Delete an experiment with its runs (409 while one is active: cancel it first)."""
+    experiment_delete(experiment=owned_experiment(request, experiment_id))
+    return Status(204, None)
+
+
+@router.post("/{int:experiment_id}/launch", response={200: RunOut, 201: RunOut, **ERRORS})
+def launch_experiment(request: HttpRequest, experiment_id: int, payload: LaunchIn) -> Any:
+    """Queue a run (201); a repeated ``launch_key`` returns the run it made (200)."""
+    experiment = owned_experiment(request, experiment_id)
+    try:
+        run = run_create(experiment=experiment, launch_key=payload.launch_key)
+    except AlreadyLaunched as exc:
+        return Status(200, exc.run)
+    return Status(201, launched(run))

@@ -1,0 +1,172 @@
+"""``/api/runs``: list (by status and experiment), read, status, cancel, resume, and the metric
+series, downsampled by ``webapp.runs.metrics`` exactly as the charts draw them."""
+
+from datetime import datetime
+from typing import Any
+
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+from ninja import Field, Query, Router, Schema, Status
+from ninja.pagination import paginate
+
+from webapp.api.errors import ErrorOut, field_error
+from webapp.api.pagination import Pages
+from webapp.runs.metrics import DEFAULT_MAX_POINTS, run_metric_series, run_metrics_json
+from webapp.runs.models import Run, RunStatus
+from webapp.runs.selectors import run_list_for_user
+from webapp.runs.services import LAUNCH_KEY_PATTERN, AlreadyLaunched, run_cancel, run_resume
+
+router = Router(tags=["runs"])
+ERRORS: dict[int | tuple[int, ...], Any] = {(400, 404, 409, 422, 429): ErrorOut}
+
+
+class RunOut(Schema):
+    id: int
+    experiment_id: int
+    experiment_name: str = Field(alias="experiment.name")
+    number: int
+    parent_id: int | None
+    status: RunStatus
+    active: bool = Field(alias="is_active")
+    can_resume: bool
+    cancel_requested: bool
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    stalled_since: datetime | None
+    start_step: int
+    latest_step: int
+    total_steps: int | None
+    error: str = Field(description="Why the run failed, with the traceback.")
+
+
+class RunDetail(RunOut):
+    config: dict[str, Any] = Field(description="The resolved config the run was launched with.")
+
+
+class RunStatusOut(Schema):
+    id: int
+    status: RunStatus
+    active: bool = Field(alias="is_active")
+    cancel_requested: bool
+    latest_step: int
+    total_steps: int | None
+    error: str
+
+
+class RunFilters(Schema):
+    status: RunStatus | None = None
+    experiment: int | None = Field(None, description="Only the runs of this experiment.")
+
+
+class ResumeIn(Schema):
+    launch_key: str = Field(
+        "",
+        pattern=f"^(?:{LAUNCH_KEY_PATTERN.pattern})?$",
+        description="Optional: the same key again returns the run it made, not a new one.",
+    )
+
+
+class Series(Schema):
+    step: list[int]
+    time: list[float] = Field(description="Unix seconds.")
+    value: list[float]
+
+
+class MetricSeriesOut(Schema):
+    run_id: int
+    series: dict[str, Series]
+    last_step: int | None
+    points: int = Field(description="The steps in the range.")
+    downsampled: bool
+
+
+class MetricTableOut(Schema):
+    run_id: int
+    names: list[str]
+    step: list[int]
+    time: list[float]
+    values: dict[str, list[float | None]] = Field(description="values[name][i] is at step[i].")
+
+
+def owned_run(request: HttpRequest, run_id: int) -> Run:
+    """Return the user's run; another's is a 404."""
+    return get_object_or_404(run_list_for_user(user=request.user), pk=run_id)
+
+
+def launched(run: Run) -> Run:
+    """Return a just-queued run as stored once its start was handed to the broker.
+
+    Without a broker ``run_create`` ends the run failed with the reason in ``error``.
+    """
+    run.refresh_from_db()
+    return run
+
+
+@router.get("", response=list[RunOut])
+@paginate(Pages)
+def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> Any:
+    """List your runs, newest first."""
+    return run_list_for_user(
+        user=request.user, experiment_id=filters.experiment, status=filters.status
+    )
+
+
+@router.get("/{int:run_id}", response={200: RunDetail, **ERRORS})
+def read_run(request: HttpRequest, run_id: int) -> Any:
+    """Read one run with its resolved config."""
+    return owned_run(request, run_id)
+
+
+@router.get("/{int:run_id}/status", response={200: RunStatusOut, **ERRORS})
+def run_status(request: HttpRequest, run_id: int) -> Any:
+    """Read a run's status and progress (small: poll it)."""
+    return owned_run(request, run_id)
+
+
+@router.post("/{int:run_id}/cancel", response={200: RunOut, **ERRORS})
+def cancel_run(request: HttpRequest, run_id: int) -> Any:
+    """Cancel: a queued run ends now, a running one after its current step."""
+    return run_cancel(run=owned_run(request, run_id))
+
+
+@router.post("/{int:run_id}/resume", response={200: RunOut, 201: RunOut, **ERRORS})
+def resume_run(request: HttpRequest, run_id: int, payload: ResumeIn) -> Any:
+    """Queue a new run that continues this one from its last checkpoint (201)."""
+    run = owned_run(request, run_id)
+    try:
+        resumed = run_resume(run=run, launch_key=payload.launch_key)
+    except AlreadyLaunched as exc:
+        return Status(200, exc.run)
+    return Status(201, launched(resumed))
+
+
+class MetricQuery(Schema):
+    name: list[str] = Field([], description="Repeat for several; none: every metric.")
+    step_min: int | None = Field(None, alias="from", ge=0, description="First step.")
+    step_max: int | None = Field(None, alias="to", ge=0, description="Last step.")
+    points: int = Field(DEFAULT_MAX_POINTS, description="Points per series (min/max buckets).")
+
+
+@router.get("/{int:run_id}/metrics", response={200: MetricSeriesOut, **ERRORS})
+def metric_series(request: HttpRequest, run_id: int, query: Query[MetricQuery]) -> Any:
+    """Return the metric series downsampled to ``points`` each, as the run page's charts."""
+    run = owned_run(request, run_id)
+    try:
+        result = run_metric_series(
+            run_id=run.pk,
+            names=query.name or None,
+            step_min=query.step_min,
+            step_max=query.step_max,
+            max_points=query.points,
+        )
+    except ValueError as exc:  # the message starts with the parameter: "max_points=..."
+        parameter = str(exc).partition("=")[0]
+        raise field_error({"max_points": "points"}.get(parameter, parameter), str(exc)) from None
+    return {"run_id": run.pk, **result}
+
+
+@router.get("/{int:run_id}/metrics/all", response={200: MetricTableOut, **ERRORS})
+def metric_table(request: HttpRequest, run_id: int) -> Any:
+    """Return every recorded step of every metric, as the JSON export of the run page."""
+    return run_metrics_json(run_id=owned_run(request, run_id).pk)
