@@ -110,7 +110,7 @@ def fake_shards(state: dict, world_size: int, fsdp_size: int | None = None) -> d
     """Return the single-process state as a Ray run lays out FSDP2 shards: ``torch.chunk``
     along dim 0 within each shard group of ``fsdp_size`` ranks, the tied head listed once."""
     fsdp_size = fsdp_size or world_size
-    model = {k: v for k, v in state["model"].items() if k != "lm_head.weight"}
+    model = {k: v for k, v in state["model"].items() if not k.endswith("lm_head.weight")}
     ranks = []
     for rank in range(world_size):
         index = rank % fsdp_size
@@ -118,7 +118,9 @@ def fake_shards(state: dict, world_size: int, fsdp_size: int | None = None) -> d
         for name, tensor in model.items():
             chunks = torch.chunk(tensor, fsdp_size, dim=0)
             shards[name] = chunks[index].clone() if index < len(chunks) else tensor[:0].clone()
-        ranks.append({"model": shards, "rank": rank, "world_size": world_size})
+        ranks.append(
+            {"model": shards, "lora": state.get("lora"), "rank": rank, "world_size": world_size}
+        )
     return {"format": "fsdp2_sharded", "world_size": world_size, "ranks": ranks}
 
 
@@ -244,6 +246,12 @@ def test_a_lora_checkpoint_merges_the_adapter_into_a_plain_model(tmp_path):
     assert (adapter["r"], adapter["lora_alpha"]) == (4, 8)
     with_adapter = peft.PeftModel.from_pretrained(base, target / "lora_adapter")
     assert max_diff(logits(with_adapter, inputs), expected) < 1e-5
+    # The same adapter in two ranks' shards (lora_A split along r, lora_B along the output).
+    state = torch.load(actor / "state.pt", weights_only=True)
+    sharded = write_state(tmp_path / "sharded" / "actor", fake_shards(state, 2))
+    target = merge_checkpoint(sharded, tmp_path / "hf_sharded", hf_model_path=TINY)
+    merged = AutoModelForCausalLM.from_pretrained(target)
+    assert max_diff(logits(merged, inputs), expected) < 1e-5
 
 
 def test_save_lora_adapter_without_an_adapter_is_refused(ppo_run, tmp_path):
