@@ -1,0 +1,108 @@
+"""Sweeps in Debian's Chromium: mark a key in the builder, create the sweep, watch its members.
+
+The builder's "sweep" button puts the field's key and value in the sweep's keys; Create sweep
+posts the builder to the sweep view, which queues one run per member (to a Celery queue no
+worker reads, so nothing starts). A member's steps then arrive from the driver's recorder in
+another thread over the Redis layer: the sweep page's overlay draws the reward panel only, and
+after a reload the table and the parallel-coordinates chart show the member's final reward.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+from django.test import override_settings
+from django.utils import timezone
+
+from tests.e2e.browser import LiveBrowserTestCase, in_driver_thread
+from tests.e2e.browser import artifacts as artifacts_dir
+from tests.webapp.live import step_metrics
+from webapp.runs.models import Run, RunStatus
+from webapp.sweeps.models import Sweep
+from workers.celery_app import app
+
+LR = "actor_rollout_ref.actor.optim.lr"
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+class SweepBuilderTest(LiveBrowserTestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        # Set before the server forks: its runs' folders in a temporary place, its start
+        # messages on a queue of their own.
+        cls._data = tempfile.TemporaryDirectory()
+        data = Path(cls._data.name)
+        cls._dirs = override_settings(POSTTRAIN_DATA_DIR=data, MEDIA_ROOT=data / "uploads")
+        cls._dirs.enable()
+        cls._queue = app.conf.task_default_queue
+        app.conf.task_default_queue = f"posttrain-test-{uuid.uuid4().hex[:12]}"
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        super().tearDownClass()
+        app.conf.task_default_queue = cls._queue
+        cls._dirs.disable()
+        cls._data.cleanup()
+
+    def test_a_key_marked_in_the_builder_becomes_a_sweep_whose_page_follows_its_members(self):
+        page = self.page
+        page.goto(self.live_server_url + "/experiments/new/?preset=grpo_tiny")
+        page.fill("#id_name", "lr sweep")
+        mark = page.locator(f'button.sweep-mark[data-sweep-key="{LR}"]')
+        mark.click()
+        assert mark.get_attribute("aria-pressed") == "true"
+        params = page.locator("#id_sweep-params")
+        value = page.locator(f"#id_{LR.replace('.', '__')}").input_value()
+        assert params.input_value() == f"{LR}: [{value}]"
+        assert page.locator("#sweep-builder").evaluate("(node) => node.open")
+        params.fill(f"{LR}: [1e-6, 1e-5]")
+        page.fill("#id_sweep-concurrency", "1")
+        page.click("#sweep-create")
+        page.wait_for_url(re.compile(r"/sweeps/\d+/$"))
+        sweep = Sweep.objects.get()
+        runs = [m.run for m in sweep.members.order_by("index")]
+        assert [r.config["actor_rollout_ref"]["actor"]["optim"]["lr"] for r in runs] == [
+            1e-6,
+            1e-5,
+        ]
+        assert [r.status for r in runs] == [RunStatus.QUEUED, RunStatus.QUEUED]
+        assert page.locator("tr[data-member]").count() == 2
+
+        # The first member runs: its reward comes live to the overlay, the reward panel only.
+        now = timezone.now()
+        Run.objects.filter(pk=runs[0].pk).update(
+            status=RunStatus.RUNNING, started_at=now, heartbeat_at=now
+        )
+        page.wait_for_function(
+            "() => document.querySelectorAll('#compare-live .connection[data-state=live]').length"
+        )
+        in_driver_thread(
+            runs[0].pk, lambda rec: [rec.on_step(s, step_metrics(s)) for s in (1, 2, 3)]
+        )
+        page.wait_for_function(
+            "() => { const p = document.querySelector('[data-panel=score] .chart-plot');"
+            " return p && p.data && p.data.some((t) => t.x.length === 3); }",
+            timeout=10000,
+        )
+        panels = page.eval_on_selector_all(
+            "#compare-live [data-panel]", "(nodes) => nodes.map((n) => n.dataset.panel)"
+        )
+        assert panels == ["score"]  # the members' kl, entropy and length stay off this page
+
+        page.reload()
+        final = page.locator('tr[data-member="1"] [data-metric=reward-final]').text_content()
+        assert final == f"{step_metrics(3)['critic/score/mean']:.4f}"
+        assert page.locator('tr[data-member="2"] [data-metric=reward-final]').text_content() == "—"
+        page.wait_for_function(
+            "() => { const g = document.getElementById('sweep-parcoords');"
+            " return g && g.data && g.data[0].type === 'parcoords'; }"
+        )
+        page.screenshot(path=str(artifacts_dir() / "sweep_page.png"), full_page=True)
+        assert self.errors == []
