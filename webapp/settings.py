@@ -223,7 +223,10 @@ CHANNEL_LAYERS = {
         # A refused connect fails within socket_connect_timeout, so a send never hangs for long.
         # A channel holds up to 1,000 events (channels_redis keeps 100): a slow viewer of a fast
         # run falls behind before it loses an event, and a gap is then read from PostgreSQL.
+        # POSTTRAIN_CHANNEL_PREFIX keeps studios (or test sessions) that share a Redis apart; the
+        # workers and drivers inherit it, so their events reach the same web processes.
         "CONFIG": {
+            "prefix": os.environ.get("POSTTRAIN_CHANNEL_PREFIX") or "asgi",
             "capacity": 1000,
             "hosts": [
                 {

@@ -26,24 +26,37 @@ DB_CONNECT_TIMEOUT_S = 5
 
 
 class HeartbeatThread(threading.Thread):
-    """Beat a running run's heartbeat every ``interval_s`` seconds until stopped."""
+    """Beat a running run's heartbeat every ``interval_s`` seconds until stopped.
 
-    def __init__(self, run_id: int, interval_s: float) -> None:
+    With ``publish`` each beat is also a ``heartbeat`` event (on a publisher of the thread's
+    own: a publisher's loop serves one thread), so an open run page shows it during long steps.
+    """
+
+    def __init__(self, run_id: int, interval_s: float, *, publish: bool = False) -> None:
         super().__init__(name=f"heartbeat-{run_id}", daemon=True)
         self.run_id = run_id
         self.interval_s = interval_s
+        self.publish = publish
         self.stopped = threading.Event()
 
     def run(self) -> None:
         from django.db import connection
 
+        from webapp.runs.events import run_event
         from webapp.runs.recording import run_heartbeat
+        from workers.publish import RunEventPublisher
 
+        publisher = None
+        if self.publish:  # a layer of its own: closing it must not close the recorder's pools
+            from channels.layers import channel_layers
+
+            publisher = RunEventPublisher(channel_layers.make_backend("default"))
         failing = False
         try:
             while not self.stopped.wait(self.interval_s):
                 try:
-                    run_heartbeat(run_id=self.run_id)
+                    if run_heartbeat(run_id=self.run_id) and publisher is not None:
+                        publisher.publish(run_event(self.run_id, "heartbeat"))
                     failing = False
                 except Exception as exc:
                     # Logged once per outage; the next beat tries on a fresh connection.
@@ -52,6 +65,8 @@ class HeartbeatThread(threading.Thread):
                     failing = True
                     connection.close()
         finally:
+            if publisher is not None:
+                publisher.close()
             connection.close()
 
     def stop(self) -> None:
@@ -75,7 +90,7 @@ def drive(run_id: int, publish: bool = True) -> str:
     publisher = RunEventPublisher() if publish else None
     recorder = RunRecorder(run_id, publisher)
     beat_s = max(1.0, min(10.0, settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S / 4))
-    heartbeat = HeartbeatThread(run_id, beat_s)
+    heartbeat = HeartbeatThread(run_id, beat_s, publish=publish)
     heartbeat.start()
 
     def request_stop(signum: int, frame: object) -> None:

@@ -286,11 +286,14 @@ class RunRecorder(Recorder):
                 reward_mean=sum(finite) / len(finite) if finite else None,
             )
         if point is not None:
+            # The checkpoint rides along: the run page shows it the moment its step lands.
+            extra = {"checkpoint": write.checkpoint} if write.checkpoint else {}
             self._publish(
                 "metrics",
                 step=write.step,
                 wall_time=point.wall_time.isoformat(),
                 metrics=point.metrics,
+                **extra,
             )
 
     # -- the engine's hooks --------------------------------------------------------------------

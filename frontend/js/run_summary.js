@@ -1,7 +1,9 @@
 // The run page beside its charts, kept live from the run's socket (charts.js hands over each
 // message): status, step, start and end times, heartbeat, stall note, checkpoint, driver, sample
 // count, the latest-metrics table and the cancel/resume/delete buttons. The server renders the
-// first paint; this only updates the elements it marked with data-field="...".
+// first paint and embeds the run's state snapshot (#run-state), which this applies at once, as it
+// applies the snapshot every status and metrics message carries (a heartbeat of the driver is a
+// status message); it only updates the elements marked with data-field="...".
 //
 // The heartbeat is the newest of the last heartbeat time the socket sent (a status message) and
 // the time of the last step it sent (the driver beats it with each step), and ticks here; that
@@ -60,6 +62,10 @@ export class RunSummary {
     this.sampleBase = Number(this.field("sample-count").textContent);
     this.sampleCounts = new Map(); // "step/split" -> count, for samples after the first paint
     this.samplesAfter = this.metricsStep ?? -1;
+    // The server's snapshot of the run (webapp.runs.state.run_state), the very one each socket
+    // message carries: the first paint goes through the same code as every update after it.
+    const initial = readJson("run-state");
+    if (initial) this.showRun(initial);
     this.tick();
     this.timer = setInterval(() => this.tick(), TICK_MS);
   }

@@ -21,7 +21,9 @@ Messages to the browser (JSON, ``type`` first):
   ``webapp.runs.metrics.run_metric_series``), ``last_step``, ``complete`` (true on the last)
 - ``metrics``: ``points`` ``[{"step", "time", "metrics"}]``, ``progress``, and ``panels`` when
   a metric name appears for the first time
-- ``status``: ``run`` as in the backlog; ``samples``: ``step``, ``split``, ``count``,
+- ``status`` (on each status change and driver heartbeat, read afresh from PostgreSQL):
+  ``run`` as in the backlog (``webapp.runs.state.run_state``, as the page's first paint), which
+  every ``metrics`` message carries too; ``samples``: ``step``, ``split``, ``count``,
   ``reward_mean``; ``error``: ``message`` for a request the consumer could not read
 """
 
@@ -52,6 +54,7 @@ from webapp.runs.metrics import (
 from webapp.runs.models import Run, run_group_name
 from webapp.runs.progress import run_progress_of
 from webapp.runs.selectors import run_list_for_user
+from webapp.runs.state import run_state
 
 logger = logging.getLogger(__name__)
 
@@ -67,34 +70,6 @@ SINCE_POINTS_PER_MESSAGE = 200
 def run_for_owner(*, user: Any, run_id: int) -> Run | None:
     """Return the run if ``user`` owns it, else None."""
     return run_list_for_user(user=user).filter(pk=run_id).first()
-
-
-def _seconds(moment: datetime | None) -> float | None:
-    return None if moment is None else epoch_seconds(moment)
-
-
-def run_state(run: Run) -> dict[str, Any]:
-    """Return what the page shows about a run beside its charts (status, steps, times, buttons).
-
-    Times are Unix seconds; ``is_active`` shows the cancel button, ``can_resume`` the resume one
-    (enabled when ``latest_checkpoint`` is set).
-    """
-    return {
-        "id": run.pk,
-        "status": run.status,
-        "latest_step": run.latest_step,
-        "start_step": run.start_step,
-        "total_steps": run.total_steps,
-        "started_at": _seconds(run.started_at),
-        "finished_at": _seconds(run.finished_at),
-        "cancel_requested": run.cancel_requested,
-        "heartbeat_at": _seconds(run.heartbeat_at),
-        "stalled_since": _seconds(run.stalled_since),
-        "latest_checkpoint": run.latest_checkpoint,
-        "driver": run.driver,
-        "is_active": run.is_active,
-        "can_resume": run.can_resume,
-    }
 
 
 def _since(value: Any) -> int:
@@ -215,6 +190,7 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
         if points:
             self.run.latest_step = max(self.run.latest_step, points[-1]["step"])
         message["progress"] = self._progress()
+        message["run"] = run_state(self.run)
         await self.send_json(message)
 
     def _progress(self) -> dict[str, Any]:
@@ -248,9 +224,15 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
                 if self.last_step is not None and step <= self.last_step:
                     return
             self.last_step = step
-            time = epoch_seconds(datetime.fromisoformat(event["wall_time"]))
+            wall_time = datetime.fromisoformat(event["wall_time"])
+            time = epoch_seconds(wall_time)
+            # The step's write beat the heartbeat and ended a stall (recording.run_record_step).
+            self.run.heartbeat_at = max(self.run.heartbeat_at or wall_time, wall_time)
+            self.run.stalled_since = None
+            if event.get("checkpoint"):
+                self.run.latest_checkpoint = event["checkpoint"]
             await self._send_points([{"step": step, "time": time, "metrics": event["metrics"]}])
-        elif kind == "status":
+        elif kind in ("status", "heartbeat"):
             fresh = await database_sync_to_async(run_for_owner)(
                 user=self.scope["user"], run_id=self.run.pk
             )

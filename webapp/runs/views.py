@@ -51,6 +51,7 @@ from webapp.runs.services import (
     run_delete,
     run_resume,
 )
+from webapp.runs.state import run_state
 
 
 def _run(request: HttpRequest, run_id: int) -> Run:
@@ -69,6 +70,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "checkpoint": run_latest_checkpoint(run=run),
         "children": run.children.all(),
         "sample_count": run.samples.count(),
+        "run_state": run_state(run),
         "other_runs": run_list_for_user(user=request.user).exclude(pk=run.pk)[:50],
         "config_yaml": yaml.safe_dump(run.config, sort_keys=False, allow_unicode=True),
     }
