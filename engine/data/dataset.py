@@ -58,7 +58,10 @@ class RLHFDataset:
     ``config`` is any object with verl's data attributes (``prompt_key``, ``max_prompt_length``,
     ``truncation``, ``filter_overlong_prompts``, ``data_key_map``, ``reward_fn_key``); missing
     ones take verl's defaults. ``item["index"]`` is the row's position in the concatenated files
-    before filtering, so it names the same prompt whatever the filter drops.
+    before filtering, so it names the same prompt whatever the filter drops. Every item carries
+    the prompt's chat messages as ``raw_prompt`` (as verl 0.7's dataset does); with
+    ``return_raw_chat`` its ``extra_info`` also holds them under ``raw_prompt``, so the reward
+    function sees the conversation, not only the response.
     """
 
     def __init__(self, data_files: str | Path | Sequence[str | Path], tokenizer: Any, config: Any):
@@ -70,6 +73,7 @@ class RLHFDataset:
         self.filter_overlong_prompts = bool(_setting(config, "filter_overlong_prompts", False))
         self.reward_fn_key: str = _setting(config, "reward_fn_key", "data_source")
         self.key_map = check_key_map(_setting(config, "data_key_map", None))
+        self.return_raw_chat = bool(_setting(config, "return_raw_chat", False))
         if self.truncation not in TRUNCATION_MODES:
             raise DatasetError(
                 f"data.truncation='{self.truncation}' is not one of {list(TRUNCATION_MODES)}"
@@ -169,6 +173,10 @@ class RLHFDataset:
         }
         if self.reward_fn_key not in item:
             item[self.reward_fn_key] = row[self.reward_fn_key]
+        if self.return_raw_chat:
+            # The column is always in the batch (multi-turn rollouts start from it); the flag
+            # also hands the messages to the reward function, in its extra_info.
+            item["extra_info"] = {**(row["extra_info"] or {}), "raw_prompt": row["raw_prompt"]}
         return item
 
 

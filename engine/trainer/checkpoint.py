@@ -2,9 +2,15 @@
 
 Each checkpoint holds ``actor/state.pt`` (weights, optimizer, schedule and sampling RNG; a
 sharded run keeps each rank's shards), ``critic/state.pt`` when a critic trains, optionally
-``actor/huggingface/`` (``checkpoint.save_contents`` with ``hf_model``) and ``trainer_state.pt``
-(step, data position, KL controller, RNG). ``latest_checkpointed_iteration.txt`` names the newest
-complete one. Every file holds only tensors and plain containers and is read back with
+``actor/huggingface/`` and ``critic/huggingface/`` and ``trainer_state.pt`` (step, data position,
+KL controller, RNG). ``latest_checkpointed_iteration.txt`` names the newest complete one.
+
+What a worker's state file holds is verl's ``checkpoint.save_contents``: ``model`` (weights and
+LoRA settings), ``optimizer``, ``extra`` (learning-rate schedule and sampling RNG); ``hf_model``
+adds the ``huggingface/`` folder. The file lists what it holds under ``contents``, and a resume
+restores only ``checkpoint.load_contents`` (:func:`merge_contents`).
+
+Every file holds only tensors and plain containers and is read back with
 ``torch.load(weights_only=True)``, so loading a checkpoint never runs code. A checkpoint is
 written under a temporary name and renamed into place, so a crash mid-save never leaves a
 half-written folder that looks complete.
@@ -21,6 +27,15 @@ from typing import Any
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 STATE_FILE = "trainer_state.pt"
+HF_FOLDER = "huggingface"
+# The keys of a worker's state dict each ``checkpoint.save_contents`` entry covers.
+CONTENT_KEYS = {
+    "model": ("model", "lora"),
+    "optimizer": ("optimizer",),
+    "extra": ("lr_scheduler", "generator"),
+}
+# What checkpoints written before save_contents was honoured hold.
+LEGACY_CONTENTS = ("model", "optimizer", "extra")
 
 
 def step_dir(folder: str | Path, step: int) -> Path:
@@ -154,3 +169,58 @@ def restore_rng_states(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     name, keys, pos, has_gauss, cached_gaussian = state["numpy"]
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached_gaussian))
+
+
+def _per_rank(state: dict[str, Any], change: Callable[..., dict[str, Any]], *others: Any) -> Any:
+    """Apply ``change`` to a worker state, or to each rank's state of a sharded one."""
+    if state.get("format") == "fsdp2_sharded":
+        ranks = [
+            change(rank, *(o["ranks"][i] for o in others)) for i, rank in enumerate(state["ranks"])
+        ]
+        return {**state, "ranks": ranks}
+    return change(state, *others)
+
+
+def select_contents(state: dict[str, Any], contents: list[str]) -> dict[str, Any]:
+    """Return the worker ``state`` with only the keys ``contents`` names, plus its list.
+
+    Keys no content covers (a sharded state's rank and world size) are kept.
+    """
+    dropped = {key for name, keys in CONTENT_KEYS.items() if name not in contents for key in keys}
+
+    def keep(rank_state: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in rank_state.items() if k not in dropped}
+
+    saved = [name for name in CONTENT_KEYS if name in contents]
+    return {**_per_rank(state, keep), "contents": saved}
+
+
+def saved_contents(folder: Path, state: dict[str, Any]) -> list[str]:
+    """Return what the worker checkpoint in ``folder`` (``actor/``, ``critic/``) holds."""
+    contents = list(state.get("contents", LEGACY_CONTENTS))
+    if (folder / HF_FOLDER).is_dir():
+        contents.append("hf_model")
+    return contents
+
+
+def merge_contents(
+    current: dict[str, Any], saved: dict[str, Any], contents: list[str]
+) -> dict[str, Any]:
+    """Return ``current`` (a worker's live state) with the saved parts ``contents`` names.
+
+    What is not loaded keeps the worker's live value: a fresh optimizer, the schedule and RNG
+    it started with, or the weights it loaded from the model path.
+    """
+    sharded = saved.get("format") == "fsdp2_sharded"
+    if sharded != (current.get("format") == "fsdp2_sharded") or (
+        sharded and len(current["ranks"]) != len(saved["ranks"])
+    ):
+        return saved  # the worker's load refuses a checkpoint of another layout, with the fix
+    taken = {key for name in contents for key in CONTENT_KEYS.get(name, ())}
+
+    def merge(live: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
+        return {**live, **{k: v for k, v in stored.items() if k in taken}}
+
+    merged = _per_rank(current, merge, saved)
+    merged.pop("contents", None)
+    return merged

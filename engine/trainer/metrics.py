@@ -76,6 +76,37 @@ def compute_throughput_metrics(
     }
 
 
+def compute_rollout_probs_diff_metrics(
+    rollout_log_probs: torch.Tensor, old_log_probs: torch.Tensor, response_mask: torch.Tensor
+) -> dict[str, float]:
+    """Return how far the rollout engine's token probabilities are from the trainer's.
+
+    verl's ``calculate_debug_metrics`` (``verl/utils/debug/metrics.py``), recorded when
+    ``actor_rollout_ref.rollout.calculate_log_probs`` is set: over the response tokens, the
+    absolute difference ``|exp(old_log_probs) - exp(rollout_log_probs)|`` (max, mean, std) and
+    the Pearson correlation of the two probabilities (https://arxiv.org/abs/2506.13585).
+
+    Args:
+        rollout_log_probs: (bs, R) log-probs the rollout sampled with.
+        old_log_probs: (bs, R) log-probs of the same tokens recomputed by the actor.
+        response_mask: (bs, R) 1 on response tokens.
+    """
+    mask = response_mask.bool()  # (bs, R)
+    actor_probs = torch.exp(old_log_probs.float())[mask]  # (tokens,)
+    rollout_probs = torch.exp(rollout_log_probs.float())[mask]  # (tokens,)
+    diff = (actor_probs - rollout_probs).abs()  # (tokens,)
+    if diff.numel() == 0:
+        return {"training/rollout_probs_diff_valid": 0.0}
+    pearson = torch.corrcoef(torch.stack([actor_probs, rollout_probs]))[0, 1]
+    return {
+        "training/rollout_probs_diff_valid": 1.0,
+        "training/rollout_probs_diff_max": diff.max().item(),
+        "training/rollout_probs_diff_mean": diff.mean().item(),
+        "training/rollout_probs_diff_std": diff.std().item(),
+        "training/rollout_actor_probs_pearson_corr": pearson.item(),
+    }
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float | np.integer | np.floating | np.bool_)
 

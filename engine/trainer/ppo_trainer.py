@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import time
 import uuid
+import warnings
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -33,6 +34,7 @@ from engine.env import seed_everything
 from engine.trainer import checkpoint
 from engine.trainer.metrics import (
     compute_data_metrics,
+    compute_rollout_probs_diff_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
     compute_validation_metrics,
@@ -160,14 +162,20 @@ class PPOTrainer:
         from engine.workers.models import load_tokenizer
 
         self.tokenizer = load_tokenizer(config.actor_rollout_ref.model)
+        self.data_tokenizer = load_data_tokenizer(config, self.tokenizer)
         self.train_dataset = RLHFDataset(
-            resolve_files(config.data.train_files), self.tokenizer, config.data
+            resolve_files(config.data.train_files), self.data_tokenizer, config.data
         )
         self.val_dataset = (
-            RLHFDataset(resolve_files(config.data.val_files), self.tokenizer, config.data)
+            RLHFDataset(resolve_files(config.data.val_files), self.data_tokenizer, config.data)
             if config.data.val_files
             else None
         )
+        if config.trainer.val_only and self.val_dataset is None:
+            raise ValueError(
+                "trainer.val_only=True validates and stops, but data.val_files is not set; "
+                "set data.val_files or drop trainer.val_only"
+            )
         collate = partial(collate_prompts, pad_token_id=self.tokenizer.pad_token_id)
         self.collate = collate
         self.train_loader = PromptDataLoader(
@@ -188,6 +196,13 @@ class PPOTrainer:
             if config.algorithm.use_kl_in_reward
             else None
         )
+        sharded = config.trainer.controller == "ray" or self.device.type == "cuda"
+        if self.use_critic and sharded and "hf_model" in config.critic.checkpoint.save_contents:
+            raise ValueError(
+                "critic.checkpoint.save_contents=[..., hf_model]: a sharded critic (trainer."
+                "controller=ray or a CUDA device) cannot write a Hugging Face folder yet; drop "
+                "hf_model from critic.checkpoint.save_contents"
+            )
         self._build_workers()
 
     def _build_workers(self) -> None:
@@ -253,13 +268,22 @@ class PPOTrainer:
             result = self.reward_fn(batch, return_dict=True)
         batch.batch["token_level_scores"] = result["reward_tensor"]
         reward_info = result.get("reward_extra_info", {})
-        if self.arr.needs_old_log_prob(len(batch)):
+        # calculate_log_probs compares the rollout's log-probs with the actor's recomputation,
+        # so the old log-prob pass runs even where an on-policy update could skip it (as verl).
+        check_rollout = config.actor_rollout_ref.rollout.calculate_log_probs
+        if check_rollout or self.arr.needs_old_log_prob(len(batch)):
             with timer("old_log_prob", timing):
                 old = self.arr.compute_log_prob(batch)
             mask = batch.batch["response_mask"]
             metrics["actor/entropy"] = float((old.batch["entropys"] * mask).sum() / mask.sum())
             old.pop(batch_keys=["entropys"])
             batch = batch.union(old)
+            if check_rollout:
+                metrics.update(
+                    compute_rollout_probs_diff_metrics(
+                        batch.batch["rollout_log_probs"], batch.batch["old_log_probs"], mask
+                    )
+                )
         if self.need_ref:
             with timer("ref", timing):
                 ref = self.arr.compute_ref_log_prob(batch)
@@ -400,6 +424,17 @@ class PPOTrainer:
             metrics["val-aux/num_turns/mean"] = float(np.mean(turns))
         return metrics, records
 
+    def report_val_samples(self, step: int, records: list[SampleRecord]) -> None:
+        """Hand a validation pass's samples on: every one to the caller's recorder (the studio
+        keeps them all for its inspector), and the ``trainer.log_val_generations`` picked by
+        :func:`pick_val_generations` to ``trainer.logger``'s sinks (console table, jsonl,
+        trackers); 0 gives the sinks none."""
+        self.recorder.on_samples(step, records)
+        picked = pick_val_generations(records, self.config.trainer.log_val_generations)
+        if picked:
+            for sink in self.log_sinks:
+                sink.on_samples(step, picked)
+
     # -- samples for the recorder ------------------------------------------------------------
     def sample_records(
         self, batch: DataProto, reward_info: dict[str, list], *, split: str, n: int
@@ -448,15 +483,28 @@ class PPOTrainer:
         return records
 
     # -- checkpoints (the folder layout: engine.trainer.checkpoint) --------------------------
-    def save_checkpoint(self) -> Path:
-        """Write ``global_step_<N>/`` (actor, critic, trainer state) and mark it the latest."""
-        parts: dict[str, Any] = {
-            "actor/state.pt": partial(checkpoint.save_state, self.arr.state_dict())
-        }
-        if "hf_model" in self.config.actor_rollout_ref.actor.checkpoint.save_contents:
-            parts["actor/huggingface"] = self.arr.export_hf
+    def checkpointed_roles(self) -> list[tuple[str, Any, Any]]:
+        """Return ``(folder, worker, checkpoint settings)`` for each role a checkpoint holds."""
+        roles: list[tuple[str, Any, Any]] = [
+            ("actor", self.arr, self.config.actor_rollout_ref.actor.checkpoint)
+        ]
         if self.critic is not None:
-            parts["critic/state.pt"] = partial(checkpoint.save_state, self.critic.state_dict())
+            roles.append(("critic", self.critic, self.config.critic.checkpoint))
+        return roles
+
+    def save_checkpoint(self) -> Path:
+        """Write ``global_step_<N>/`` (actor, critic, trainer state) and mark it the latest.
+
+        Each worker's file holds what its ``checkpoint.save_contents`` lists; ``hf_model`` adds
+        a Hugging Face folder ``<role>/huggingface/``. The trainer state is always written.
+        """
+        parts: dict[str, Any] = {}
+        for role, worker, settings in self.checkpointed_roles():
+            contents = list(settings.save_contents)
+            state = checkpoint.select_contents(worker.state_dict(), contents)
+            parts[f"{role}/state.pt"] = partial(checkpoint.save_state, state)
+            if "hf_model" in contents:
+                parts[f"{role}/{checkpoint.HF_FOLDER}"] = worker.export_hf
         parts[checkpoint.STATE_FILE] = partial(checkpoint.save_state, self.trainer_state())
         target = checkpoint.write_checkpoint(self.local_dir, self.global_step, parts)
         checkpoint.prune(self.local_dir, self.config.trainer.max_actor_ckpt_to_keep)
@@ -493,9 +541,8 @@ class PPOTrainer:
         path = self.resume_dir()
         if path is None:
             return
-        self.arr.load_state_dict(checkpoint.load_state(path / "actor" / "state.pt"))
-        if self.critic is not None:
-            self.critic.load_state_dict(checkpoint.load_state(path / "critic" / "state.pt"))
+        for role, worker, settings in self.checkpointed_roles():
+            self.load_worker(path / role, worker, settings, role)
         state = checkpoint.load_state(path / checkpoint.STATE_FILE)
         self.global_step = state["global_step"]
         self.train_loader.load_state_dict(state["dataloader"])
@@ -503,6 +550,38 @@ class PPOTrainer:
             self.kl_ctrl.__dict__.update(state["kl_ctrl"])
         checkpoint.restore_rng_states(state["rng"])
         print(f"resumed from {path} at step {self.global_step}")
+
+    def load_worker(self, folder: Path, worker: Any, settings: Any, role: str) -> None:
+        """Restore one worker from ``folder`` with only its ``checkpoint.load_contents``.
+
+        A content the checkpoint lacks is refused; one left out keeps the worker's live value
+        (a fresh optimizer, the starting schedule and RNG, the model path's weights), with a
+        warning. ``hf_model`` loads nothing (the weights are ``model``): it only asks that the
+        checkpoint has the Hugging Face folder.
+        """
+        key = "actor_rollout_ref.actor.checkpoint" if role == "actor" else f"{role}.checkpoint"
+        contents = list(
+            settings.save_contents if settings.load_contents is None else settings.load_contents
+        )
+        saved = checkpoint.load_state(folder / "state.pt")
+        held = checkpoint.saved_contents(folder, saved)
+        lacking = [name for name in contents if name not in held]
+        if lacking:
+            raise ValueError(
+                f"{key}.load_contents asks for {lacking} but the checkpoint {folder} holds only "
+                f"{held}; drop them from {key}.load_contents (what is not loaded starts fresh) "
+                "or resume from a checkpoint saved with them"
+            )
+        skipped = [name for name in checkpoint.CONTENT_KEYS if name not in contents]
+        if skipped:
+            warnings.warn(
+                f"resuming {role} from {folder} without {skipped} ({key}.load_contents="
+                f"{contents}): {'; '.join(FRESH[name] for name in skipped)}",
+                UserWarning,
+                stacklevel=2,
+            )
+            saved = checkpoint.merge_contents(worker.state_dict(), saved, contents)
+        worker.load_state_dict(saved)
 
     # -- the loop ----------------------------------------------------------------------------
     def fit(self) -> RunStatus:
@@ -515,9 +594,15 @@ class PPOTrainer:
         self.report.on_start(
             config=config_to_dict(config), total_steps=self.total_steps, start_step=self.global_step
         )
+        if trainer_cfg.val_only:  # verl: validate at the start (or resumed) step, then stop
+            val_metrics, records = self.validate()
+            self.report_val_samples(self.global_step, records)
+            self.report.on_step(self.global_step, val_metrics)
+            self.report.on_finish(status=RunStatus.SUCCEEDED)
+            return RunStatus.SUCCEEDED
         if self.val_dataset is not None and trainer_cfg.val_before_train and self.global_step == 0:
             val_metrics, records = self.validate()
-            self.report.on_samples(0, records)
+            self.report_val_samples(0, records)
             self.report.on_step(0, val_metrics)
         status = RunStatus.SUCCEEDED
         while self.global_step < self.total_steps and status == RunStatus.SUCCEEDED:
@@ -542,7 +627,7 @@ class PPOTrainer:
                         val_metrics, records = self.validate()
                     metrics.update(val_metrics)
                     metrics["timing_s/testing"] = timing["testing"]
-                    self.report.on_samples(self.global_step, records)
+                    self.report_val_samples(self.global_step, records)
                 stop = self.report.should_stop()
                 save_freq = trainer_cfg.save_freq
                 if stop or (save_freq > 0 and (self.global_step % save_freq == 0 or last)):
@@ -568,6 +653,63 @@ def resolve_files(files: str | list[str]) -> list[str]:
     """Return local paths for ``data.train_files`` / ``data.val_files`` (str or list)."""
     items = [files] if isinstance(files, str) else list(files)
     return [resolve_path(f) for f in items]  # type: ignore[misc]
+
+
+def pick_val_generations(records: list[SampleRecord], n: int) -> list[SampleRecord]:
+    """Return ``n`` validation samples picked as verl's ``_maybe_log_val_generations`` does.
+
+    Sorted by input text, shuffled with ``np.random.RandomState(42)`` and cut to the first
+    ``n``: the same prompts every validation, so a tracker's table shows one set improve.
+    """
+    if n <= 0:
+        return []
+    picked = sorted(records, key=lambda r: r.prompt_text)
+    np.random.RandomState(42).shuffle(picked)  # type: ignore[arg-type]
+    return picked[:n]
+
+
+# What a worker keeps when a resume leaves a checkpoint content out (checkpoint.load_contents).
+FRESH = {
+    "model": "the weights stay those of the model path",
+    "optimizer": "the optimizer starts fresh (no moment estimates)",
+    "extra": "the learning-rate schedule and sampling RNG start afresh",
+}
+
+
+def load_data_tokenizer(config: Any, policy_tokenizer: Any) -> Any:
+    """Return the tokenizer that reads the data: ``data.tokenizer`` when set, else the policy's.
+
+    The prompt ids it produces are fed to the policy, so its vocabulary must be the policy's
+    (token for token); only its chat template and settings may differ. ``custom_chat_template``
+    applies to it as to the policy's tokenizer.
+    """
+    path = config.data.tokenizer
+    if not path:
+        return policy_tokenizer
+    from types import SimpleNamespace
+
+    from engine.workers.models import load_tokenizer
+
+    settings = SimpleNamespace(
+        path=path,
+        trust_remote_code=config.data.trust_remote_code,
+        custom_chat_template=config.actor_rollout_ref.model.custom_chat_template,
+    )
+    tokenizer = load_tokenizer(settings, path=path)
+    data_vocab, policy_vocab = tokenizer.get_vocab(), policy_tokenizer.get_vocab()
+    if data_vocab != policy_vocab:
+        differ = sorted(
+            token
+            for token in data_vocab.keys() | policy_vocab.keys()
+            if data_vocab.get(token) != policy_vocab.get(token)
+        )
+        raise ValueError(
+            f"data.tokenizer={path!r} has a different vocabulary from the policy's tokenizer "
+            f"({len(data_vocab)} vs {len(policy_vocab)} tokens; {len(differ)} differ, e.g. "
+            f"{differ[:3]}), so the prompt ids would mean other tokens to the model; point "
+            "data.tokenizer at a tokenizer with the policy's vocabulary, or unset it"
+        )
+    return tokenizer
 
 
 def build_reward_manager(config: Any, tokenizer: Any) -> Any:

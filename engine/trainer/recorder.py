@@ -152,6 +152,22 @@ class ConsoleRecorder(Recorder):
         line = f"[{bar}] step {step}/{self.total_steps} {elapsed:.0f}s " + " ".join(parts + val)
         print(line, file=self.stream, flush=True)
 
+    def on_samples(self, step: int, samples: list[SampleRecord]) -> None:
+        """Print validation samples as a small table: score, input, output (train: nothing).
+
+        The trainer hands this logger only the ``trainer.log_val_generations`` it picked.
+        """
+        rows = [s for s in samples if s.split == "val"]
+        if not rows:
+            return
+        lines = [
+            f"validation generations at step {step} ({len(rows)}):",
+            "  score | input | output",
+        ]
+        for s in rows:
+            lines.append(f"  {s.reward:5.2f} | {_cell(s.prompt_text)} | {_cell(s.response_text)}")
+        print("\n".join(lines), file=self.stream, flush=True)
+
     def on_checkpoint(self, step: int, path: str) -> None:
         print(f"checkpoint step {step}: {path}", file=self.stream, flush=True)
 
@@ -177,6 +193,12 @@ class JsonlRecorder(Recorder):
 
     def on_samples(self, step: int, samples: list[SampleRecord]) -> None:
         self._append("samples.jsonl", [s.to_dict() for s in samples])
+
+
+def _cell(text: str, width: int = 48) -> str:
+    """Return ``text`` on one line, cut to ``width`` characters for a console table."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
 def default_recorders(config: Any) -> list[Recorder]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -193,3 +194,9 @@ class CriticWorker:
         self.model.load_state_dict(state["model"])
         self.critic.optimizer.load_state_dict(state["optimizer"])
         self.critic.lr_scheduler.load_state_dict(state["lr_scheduler"])
+
+    def export_hf(self, directory: str | Path) -> Path:
+        """Save the value model as a Hugging Face folder (``AutoModelForTokenClassification``)."""
+        directory = Path(directory)
+        self.model.save_pretrained(directory)
+        return directory

@@ -43,14 +43,24 @@ def _check_model_dir(path: str, key: str) -> None:
         )
 
 
-def load_tokenizer(model_config: Any) -> Any:
-    """Return the live tokenizer from the config, or load it from tokenizer_path / path."""
-    tokenizer = getattr(model_config, "tokenizer", None)
+def load_tokenizer(model_config: Any, *, path: str | None = None) -> Any:
+    """Return the live tokenizer from the config, or load it from ``path`` (default:
+    tokenizer_path, else the model path).
+
+    ``custom_chat_template`` replaces the tokenizer's chat template, as verl's workers do, so
+    every prompt (dataset, multi-turn rollout) is rendered with it.
+    """
+    tokenizer = None if path else getattr(model_config, "tokenizer", None)
     if tokenizer is None:
-        path = resolve_path(getattr(model_config, "tokenizer_path", None) or model_config.path)
+        path = resolve_path(
+            path or getattr(model_config, "tokenizer_path", None) or model_config.path
+        )
         tokenizer = AutoTokenizer.from_pretrained(
             path, trust_remote_code=getattr(model_config, "trust_remote_code", False)
         )
+    template = getattr(model_config, "custom_chat_template", None)
+    if template:
+        tokenizer.chat_template = template
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
