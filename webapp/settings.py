@@ -172,6 +172,7 @@ INSTALLED_APPS = [
     "webapp.samples",
     "ninja",  # the API docs page's scripts as static files, no CDN
     "webapp.api",
+    "webapp.health",
     "webapp.sweeps",
 ]
 
@@ -313,6 +314,35 @@ POSTTRAIN_UPLOAD_MAX_BYTES = _env_count("POSTTRAIN_UPLOAD_MAX_BYTES", 512 * 1024
 POSTTRAIN_DATASET_MAX_ROWS = _env_count("POSTTRAIN_DATASET_MAX_ROWS", 10_000_000)
 POSTTRAIN_DATASET_MAX_LINE_BYTES = _env_count("POSTTRAIN_DATASET_MAX_LINE_BYTES", 8 * 1024**2)
 POSTTRAIN_PREVIEW_MAX_BYTES = _env_count("POSTTRAIN_PREVIEW_MAX_BYTES", 64 * 1024**2)
+
+
+def _env_positive(name: str, default: float) -> float:
+    value = os.environ.get(name) or str(default)
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    if not number > 0 or number == float("inf"):
+        raise ImproperlyConfigured(
+            f"{name}={value!r} is not a positive number; set it like {name}={default}"
+        )
+    return number
+
+
+# RL health checks on each recorded step (webapp.health.checks; docs/health.md): when they fire.
+POSTTRAIN_HEALTH_BASELINE_STEPS = _env_count("POSTTRAIN_HEALTH_BASELINE_STEPS", 3)
+POSTTRAIN_HEALTH_ENTROPY_FRACTION = _env_positive("POSTTRAIN_HEALTH_ENTROPY_FRACTION", 0.1)
+POSTTRAIN_HEALTH_ENTROPY_FLOOR = _env_positive("POSTTRAIN_HEALTH_ENTROPY_FLOOR", 0.01)
+POSTTRAIN_HEALTH_KL_TARGET_FACTOR = _env_positive("POSTTRAIN_HEALTH_KL_TARGET_FACTOR", 3.0)
+POSTTRAIN_HEALTH_KL_MAX = _env_positive("POSTTRAIN_HEALTH_KL_MAX", 1.0)
+POSTTRAIN_HEALTH_CLIPFRAC_MAX = _env_positive("POSTTRAIN_HEALTH_CLIPFRAC_MAX", 0.3)
+POSTTRAIN_HEALTH_HACKING_WINDOW = _env_count("POSTTRAIN_HEALTH_HACKING_WINDOW", 4)
+POSTTRAIN_HEALTH_HACKING_MIN_CHANGE = _env_positive("POSTTRAIN_HEALTH_HACKING_MIN_CHANGE", 0.05)
+POSTTRAIN_HEALTH_LENGTH_FRACTION = _env_positive("POSTTRAIN_HEALTH_LENGTH_FRACTION", 0.2)
+POSTTRAIN_HEALTH_LENGTH_CLIP_MAX = _env_positive("POSTTRAIN_HEALTH_LENGTH_CLIP_MAX", 0.5)
+POSTTRAIN_HEALTH_GRAD_NORM_FACTOR = _env_positive("POSTTRAIN_HEALTH_GRAD_NORM_FACTOR", 10.0)
+POSTTRAIN_HEALTH_GRAD_NORM_WINDOW = _env_count("POSTTRAIN_HEALTH_GRAD_NORM_WINDOW", 20)
+POSTTRAIN_HEALTH_REWARD_ERROR_RATE = _env_positive("POSTTRAIN_HEALTH_REWARD_ERROR_RATE", 0.1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 20 * 1024 * 1024
 
 LANGUAGE_CODE = "en-us"

@@ -9,6 +9,7 @@
 // steps it missed. compare.js reuses RunStream and ChartGrid to overlay several runs.
 
 import {element} from "./dom.js";
+import {RunHealth} from "./health.js";
 import {RunSummary} from "./run_summary.js";
 import {RunStream, SeriesStore, emaNext, emaStart, emptySeries, mergeRange} from "./stream.js";
 import {panelTraces, xValues} from "./traces.js";
@@ -420,11 +421,15 @@ function start() {
   });
   window.postTrainCharts = grid;
   const summary = document.getElementById("run-summary") ? new RunSummary(document) : null;
+  const health = document.getElementById("run-health") ? new RunHealth(document) : null;
   window.postTrainStream = followRun(grid, runId, {
     onStatus: (run) => {
       root.dataset.status = run.status;
     },
-    onMessage: summary ? (message) => summary.take(message) : undefined,
+    onMessage: (message) => {
+      summary?.take(message);
+      health?.take(message);
+    },
   });
 }
 

@@ -25,6 +25,9 @@ Messages to the browser (JSON, ``type`` first):
   ``run`` as in the backlog (``webapp.runs.state.run_state``, as the page's first paint), which
   every ``metrics`` message carries too; ``samples``: ``step``, ``split``, ``count``,
   ``reward_mean``; ``error``: ``message`` for a request the consumer could not read
+- ``health``: ``alerts`` ``[{"check", "label", "step", "message"}]`` of a health check that
+  fired (``webapp.health``); the last backlog message, and the status message of a ``?since=``
+  connect, carry every stored alert as ``health``
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from webapp.accounts.sessions import session_group_name
+from webapp.health.selectors import health_alerts_of_run
 from webapp.runs.metrics import (
     DEFAULT_MAX_POINTS,
     HEADLINE_METRICS,
@@ -124,8 +128,14 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
         else:
             names = await database_sync_to_async(run_metric_names)(run_id=run_id)
             self.known_names.update(names)
+            health = await database_sync_to_async(health_alerts_of_run)(run_id=run_id)
             await self.send_json(
-                {"type": "status", "run": run_state(self.run), "progress": self._progress()}
+                {
+                    "type": "status",
+                    "run": run_state(self.run),
+                    "progress": self._progress(),
+                    "health": health,
+                }
             )
             await self.send_since(since)
 
@@ -157,18 +167,21 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
 
     async def _send_backlog(self, series: dict, *, downsampled: bool, complete: bool) -> None:
         self.known_names.update(series)
-        await self.send_json(
-            {
-                "type": "backlog",
-                "run": run_state(self.run),
-                "progress": self._progress(),
-                "panels": metric_panels(series),
-                "series": series,
-                "last_step": self.last_step,
-                "downsampled": downsampled,
-                "complete": complete,
-            }
-        )
+        message = {
+            "type": "backlog",
+            "run": run_state(self.run),
+            "progress": self._progress(),
+            "panels": metric_panels(series),
+            "series": series,
+            "last_step": self.last_step,
+            "downsampled": downsampled,
+            "complete": complete,
+        }
+        if complete:  # the alerts stored so far: the page may predate some
+            message["health"] = await database_sync_to_async(health_alerts_of_run)(
+                run_id=self.run.pk
+            )
+        await self.send_json(message)
 
     async def send_since(self, since: int) -> None:
         """Send every step after ``since`` (a reconnecting client's last step), in chunks."""
@@ -248,6 +261,8 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
         elif kind == "samples":
             fields = ("step", "split", "count", "reward_mean")
             await self.send_json({"type": "samples", **{k: event.get(k) for k in fields}})
+        elif kind == "health":
+            await self.send_json({"type": "health", "alerts": [event["alert"]]})
 
     async def session_ended(self, event: dict[str, Any]) -> None:
         """Close the socket: its session ended (logged out, deleted or expired and cleared)."""

@@ -34,6 +34,7 @@ from django.utils import timezone
 
 from engine.data.preview import json_safe
 from engine.trainer.recorder import SampleRecord
+from webapp.health.services import health_record_step
 from webapp.runs.events import publish_run_event, status_event
 from webapp.runs.models import (
     DRIVER_STATUSES,
@@ -482,5 +483,6 @@ def run_record_step(
         if metrics is None:
             return None
         point = metric_point_upsert(run_id=run_id, step=step, metrics=metrics, wall_time=wall_time)
+        health_record_step(run_id=run_id, step=step, metrics=metrics)  # never raises
         run_heartbeat(run_id=run_id, step=step)
         return point
