@@ -26,6 +26,7 @@ from typing import Any
 
 from engine.config import ConfigFieldError, ConfigValidationError
 from engine.config.loader import schema_keys
+from webapp.experiments.configs import STUDIO_MANAGED_KEYS
 
 # More members than this is a mistake in the spec (a grid too fine), not a sweep to run.
 MAX_MEMBERS = 256
@@ -62,6 +63,8 @@ def _param(key: str, value: Any, mode: str) -> Any:
     """Return one key's entry in canonical form: a list (grid, or random choice) or a range."""
     if key not in schema_keys():
         raise ConfigFieldError(key, value, "not a config key; sweep keys are dotted config keys")
+    if key in STUDIO_MANAGED_KEYS:
+        raise ConfigFieldError(key, value, "the server sets this key for each run; sweep another")
     if isinstance(value, list):
         if not value:
             raise ConfigFieldError(key, value, "give at least one value to sweep")

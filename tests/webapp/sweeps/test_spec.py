@@ -81,6 +81,8 @@ def test_the_first_draws_do_not_depend_on_the_count():
 
 def test_refusals_name_the_key_and_the_fix():
     assert "not a config key" in errors({"mode": "grid", "params": {"actor.lr": [1]}})["actor.lr"]
+    resume = "trainer.resume_mode"
+    assert "the server sets" in errors({"mode": "grid", "params": {resume: ["auto"]}})[resume]
     assert "list of values" in errors({"mode": "grid", "params": {LR: {"uniform": [0, 1]}}})[LR]
     assert "at least one value" in errors({"mode": "grid", "params": {LR: []}})[LR]
     assert (
