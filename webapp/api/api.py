@@ -1,9 +1,10 @@
 """The studio's REST API: one ``NinjaAPI``, one router per resource, one error shape.
 
-Each resource module (``experiments``, ``runs``, ``samples``, ``datasets``) holds a ``router``
-that validates input, checks ownership through the selectors and calls the same services as
-the HTML views; a new resource is a new module and one ``add_router`` line here. The OpenAPI 3
-schema is generated from the code at ``/api/openapi.json``; the docs page is ``/api/docs``.
+Each resource module (``experiments``, ``runs``, ``samples``, ``datasets``, ``sweeps``) holds a
+``router`` that validates input, checks ownership through the selectors and calls the same
+services as the HTML views; a new resource is a new module and one ``add_router`` line here.
+The OpenAPI 3 schema is generated from the code at ``/api/openapi.json``; the docs page is
+``/api/docs``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from engine.config import ConfigError
-from webapp.api import datasets, experiments, runs, samples
+from webapp.api import datasets, experiments, runs, samples, sweeps
 from webapp.api.auth import API_AUTH
 from webapp.api.errors import ApiError, config_error, validation_errors
 from webapp.datasets.services import DatasetRejected
@@ -38,6 +39,7 @@ api.add_router("/experiments", experiments.router)
 api.add_router("/runs", runs.router)
 api.add_router("/runs", samples.router)
 api.add_router("/datasets", datasets.router)
+api.add_router("/sweeps", sweeps.router)
 
 
 def _errors(request: HttpRequest, status: int, errors: list[dict]) -> HttpResponse:

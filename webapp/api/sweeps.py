@@ -1,0 +1,130 @@
+"""``/api/sweeps``: create a sweep over one of your experiments, list, read (members with their
+values and headline metrics), cancel. The spec is ``webapp.sweeps.spec``'s JSON; every member is
+checked by ``sweep_create`` before anything is created, each error keyed by its config key."""
+
+from datetime import datetime
+from typing import Any
+
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+from ninja import Field, Router, Schema, Status
+from ninja.pagination import paginate
+
+from webapp.api.errors import ErrorOut
+from webapp.api.experiments import owned_experiment
+from webapp.api.pagination import Pages
+from webapp.runs.models import RunStatus
+from webapp.runs.services import LAUNCH_KEY_PATTERN
+from webapp.sweeps.models import Sweep, SweepStatus
+from webapp.sweeps.selectors import sweep_list_for_user, sweep_member_rows
+from webapp.sweeps.services import SweepAlreadyCreated, sweep_cancel, sweep_create
+
+router = Router(tags=["sweeps"])
+ERRORS: dict[int | tuple[int, ...], Any] = {(400, 404, 409, 422, 429): ErrorOut}
+
+
+class SweepOut(Schema):
+    id: int
+    name: str
+    experiment_id: int
+    spec: dict[str, Any] = Field(description="mode, params, and for random count and seed.")
+    keys: list[str] = Field(description="The swept config keys in the spec's order.")
+    concurrency: int
+    status: SweepStatus
+    member_count: int
+    active_count: int
+    created_at: datetime
+    cancelled_at: datetime | None
+
+
+class MemberOut(Schema):
+    index: int
+    run_id: int
+    run_number: int
+    status: RunStatus
+    values: dict[str, Any]
+    reward_final: float | None = Field(description="critic/score/mean at its last step.")
+    reward_best: float | None
+    validation_final: float | None = Field(description="Mean of val-core/.../mean@n.")
+    validation_best: float | None
+
+
+class SweepDetail(SweepOut):
+    members: list[MemberOut] = Field(alias="member_rows")
+
+
+class SweepIn(Schema):
+    experiment: int = Field(description="The experiment whose config every member starts from.")
+    name: str = Field("", max_length=200, description="Default: the experiment's name.")
+    spec: dict[str, Any] = Field(
+        description='e.g. {"mode": "grid", "params": {"actor_rollout_ref.actor.optim.lr": '
+        '[1e-6, 1e-5]}} or {"mode": "random", "count": 8, "seed": 0, "params": {key: '
+        '{"log_uniform": [lo, hi]} | {"uniform": ...} | {"int": ...} | [choices]}}'
+    )
+    concurrency: int = Field(1, ge=1, le=1000, description="Members running at once.")
+    launch_key: str = Field(
+        "",
+        pattern=f"^(?:{LAUNCH_KEY_PATTERN.pattern})?$",
+        description="Optional: the same key again returns the sweep it made, not a new one.",
+    )
+
+
+def owned_sweep(request: HttpRequest, sweep_id: int) -> Sweep:
+    """Return the user's sweep (annotated as the list is); another's is a 404."""
+    return get_object_or_404(sweep_list_for_user(user=request.user), pk=sweep_id)
+
+
+def detail(sweep: Sweep) -> Sweep:
+    """Return ``sweep`` holding its members' rows for ``SweepDetail``."""
+    sweep.member_rows = [  # type: ignore[attr-defined]
+        {
+            "index": row.member.index,
+            "run_id": row.run.pk,
+            "run_number": row.run.number,
+            "status": row.run.status,
+            "values": row.member.values,
+            "reward_final": row.reward.final,
+            "reward_best": row.reward.best,
+            "validation_final": row.validation.final,
+            "validation_best": row.validation.best,
+        }
+        for row in sweep_member_rows(sweep=sweep)
+    ]
+    return sweep
+
+
+@router.get("", response=list[SweepOut])
+@paginate(Pages)
+def list_sweeps(request: HttpRequest) -> Any:
+    """List your sweeps, newest first."""
+    return sweep_list_for_user(user=request.user)
+
+
+@router.post("", response={200: SweepDetail, 201: SweepDetail, **ERRORS})
+def create_sweep(request: HttpRequest, payload: SweepIn) -> Any:
+    """Create a sweep and queue its members (201); a repeated ``launch_key`` returns it (200)."""
+    experiment = owned_experiment(request, payload.experiment)
+    try:
+        sweep = sweep_create(
+            experiment=experiment,
+            name=payload.name or experiment.name,
+            spec=payload.spec,
+            concurrency=payload.concurrency,
+            launch_key=payload.launch_key,
+        )
+    except SweepAlreadyCreated as exc:
+        return Status(200, detail(owned_sweep(request, exc.sweep.pk)))
+    return Status(201, detail(owned_sweep(request, sweep.pk)))
+
+
+@router.get("/{int:sweep_id}", response={200: SweepDetail, **ERRORS})
+def read_sweep(request: HttpRequest, sweep_id: int) -> Any:
+    """Read a sweep with each member's swept values, status and headline metrics."""
+    return detail(owned_sweep(request, sweep_id))
+
+
+@router.post("/{int:sweep_id}/cancel", response={200: SweepDetail, **ERRORS})
+def cancel_sweep(request: HttpRequest, sweep_id: int) -> Any:
+    """Cancel: queued members end now and never start, running ones after their step."""
+    sweep_cancel(sweep=owned_sweep(request, sweep_id))
+    return detail(owned_sweep(request, sweep_id))
