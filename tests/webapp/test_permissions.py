@@ -111,7 +111,11 @@ def world(owner, studio_dirs):
 def snapshot():
     return {
         "experiments": list(Experiment.objects.values_list("pk", "name", "archived", "tags")),
-        "runs": list(Run.objects.values_list("pk", "status", "cancel_requested").order_by("pk")),
+        "runs": list(
+            Run.objects.values_list("pk", "status", "cancel_requested", "notes", "tags").order_by(
+                "pk"
+            )
+        ),
         "datasets": list(Dataset.objects.values_list("pk", "name", "key_map")),
         "sweeps": list(Sweep.objects.values_list("pk", "name", "cancelled_at")),
         "tokens": list(ApiToken.objects.values_list("pk", "name")),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.urls import reverse
 
@@ -108,6 +109,8 @@ class Run(models.Model):
         blank=True,
         help_text="Set while a running run's driver lives but has recorded no step since then.",
     )
+    notes = models.TextField(blank=True, help_text="The owner's notes on the run.")
+    tags = ArrayField(models.CharField(max_length=50), default=list, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -122,6 +125,7 @@ class Run(models.Model):
                 name="run_driver_heartbeat",
                 condition=models.Q(status__in=["starting", "running"]),
             ),
+            GinIndex(fields=["tags"], name="run_tags"),
         ]
 
     def __str__(self) -> str:

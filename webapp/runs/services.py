@@ -205,3 +205,59 @@ def run_delete(*, run: Run) -> None:
     folder = run_dir(run.pk)
     run.delete()
     shutil.rmtree(folder, ignore_errors=True)
+
+
+NOTES_MAX_CHARS = 10_000
+TAG_MAX_CHARS = 50  # Run.tags' column width
+TAGS_MAX = 20
+
+
+class RunAnnotationError(ValueError):
+    """Notes or tags the run cannot take; the message says what to change."""
+
+
+def run_set_notes(*, run: Run, notes: str) -> Run:
+    """Replace the run's notes (any status: notes describe a run, they do not change it)."""
+    notes = notes.replace("\r\n", "\n").strip()
+    if len(notes) > NOTES_MAX_CHARS:
+        raise RunAnnotationError(
+            f"notes are {len(notes):,} characters; keep them to {NOTES_MAX_CHARS:,}"
+        )
+    Run.objects.filter(pk=run.pk).update(notes=notes)
+    run.notes = notes
+    return run
+
+
+def run_add_tags(*, run: Run, tags: str) -> Run:
+    """Add comma-separated ``tags`` (lower-cased, de-duplicated) to the run's tags."""
+    from webapp.experiments.services import clean_tags
+
+    new = clean_tags(tags)
+    if not new:
+        raise RunAnnotationError("type a tag to add, e.g. baseline (several: baseline, lr-sweep)")
+    long = [t for t in new if len(t) > TAG_MAX_CHARS]
+    if long:
+        raise RunAnnotationError(f"tag {long[0]!r} is over {TAG_MAX_CHARS} characters; shorten it")
+    with transaction.atomic():
+        current = Run.objects.select_for_update().values_list("tags", flat=True).get(pk=run.pk)
+        merged = list(dict.fromkeys([*current, *new]))
+        if len(merged) > TAGS_MAX:
+            raise RunAnnotationError(
+                f"a run holds at most {TAGS_MAX} tags; remove some before adding more"
+            )
+        Run.objects.filter(pk=run.pk).update(tags=merged)
+    run.tags = merged
+    return run
+
+
+def run_remove_tag(*, run: Run, tag: str) -> Run:
+    """Remove ``tag`` from the run's tags; RunAnnotationError if the run does not have it."""
+    tag = tag.strip().lower()
+    with transaction.atomic():
+        current = Run.objects.select_for_update().values_list("tags", flat=True).get(pk=run.pk)
+        if tag not in current:
+            raise RunAnnotationError(f"run #{run.number} has no tag {tag!r}")
+        kept = [t for t in current if t != tag]
+        Run.objects.filter(pk=run.pk).update(tags=kept)
+    run.tags = kept
+    return run

@@ -5,6 +5,7 @@ from webapp.runs import views
 app_name = "runs"
 
 urlpatterns = [
+    path("", views.run_table_view, name="list"),
     path("<int:run_id>/", views.run_detail, name="detail"),
     path("compare/", views.run_compare, name="compare"),
     path("<int:run_id>/metrics/series/", views.run_metrics_series, name="metrics-series"),
@@ -13,6 +14,8 @@ urlpatterns = [
     path("<int:run_id>/cancel/", views.run_cancel_view, name="cancel"),
     path("<int:run_id>/resume/", views.run_resume_view, name="resume"),
     path("<int:run_id>/delete/", views.run_delete_view, name="delete"),
+    path("<int:run_id>/notes/", views.run_notes_view, name="notes"),
+    path("<int:run_id>/tags/", views.run_tags_view, name="tags"),
     path("<int:run_id>/clone/", views.run_clone, name="clone"),
     path("<int:run_id>/config.yaml", views.run_yaml, name="yaml"),
     path("<int:run_id>/diff/", views.run_diff_pick, name="diff-pick"),

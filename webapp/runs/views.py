@@ -1,4 +1,5 @@
-"""Run pages: detail, config diff, and the lifecycle actions (cancel, resume, clone, delete).
+"""Run pages: the runs table, detail, config diff, notes and tags, and the lifecycle actions
+(cancel, resume, clone, delete).
 
 The run page leaves a container for the live charts (``#run-live``, with the run's Channels
 group in ``data-group``) that the charts script fills.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import re
+from typing import Any
 
 import yaml
 from django.contrib import messages
@@ -17,9 +19,11 @@ from django.http import (
     HttpRequest,
     HttpResponse,
     JsonResponse,
+    QueryDict,
     StreamingHttpResponse,
 )
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from engine.config import ConfigValidationError
@@ -36,7 +40,7 @@ from webapp.runs.metrics import (
     run_metrics_csv_rows,
     run_metrics_json,
 )
-from webapp.runs.models import Run
+from webapp.runs.models import Run, RunStatus
 from webapp.runs.quotas import LaunchRefused
 from webapp.runs.selectors import (
     run_config_diff,
@@ -46,12 +50,26 @@ from webapp.runs.selectors import (
 )
 from webapp.runs.services import (
     AlreadyLaunched,
+    RunAnnotationError,
     RunStateError,
+    run_add_tags,
     run_cancel,
     run_delete,
+    run_remove_tag,
     run_resume,
+    run_set_notes,
 )
 from webapp.runs.state import run_state
+from webapp.runs.table import (
+    BASE_SORTS,
+    DEFAULT_SORT,
+    RunTableQuery,
+    RunTableQueryError,
+    parse_run_table_query,
+    run_table,
+    run_table_metric_names,
+    run_table_tags,
+)
 
 
 def _run(request: HttpRequest, run_id: int) -> Run:
@@ -241,3 +259,91 @@ def run_compare(request: HttpRequest) -> HttpResponse:
         "selected": set(ids),
     }
     return render(request, "runs/compare.html", context)
+
+
+def _table_url(query: RunTableQuery, **changes: Any) -> str:
+    """Return the runs table's URL for ``query`` with ``changes`` (metrics, sort) applied."""
+    params = QueryDict(mutable=True)
+    metrics = changes.get("metrics", query.metrics)
+    params.setlist("metric", [m.param for m in metrics])
+    params["sort"] = changes.get("sort", query.sort_param)
+    params.setlist("tag", list(query.tags))
+    params.setlist("status", list(query.statuses))
+    params.setlist("config", list(query.config_params))
+    return f"{reverse('runs:list')}?{params.urlencode(safe='/:')}"
+
+
+def _sort_url(query: RunTableQuery, column: str) -> dict[str, Any]:
+    """Return a header's link: sorted by ``column``, descending first, flipped when it is on."""
+    on = query.sort == column
+    descending = not query.descending if on else True
+    order = ("desc" if query.descending else "asc") if on else ""
+    return {"url": _table_url(query, sort=("-" if descending else "") + column), "order": order}
+
+
+@login_required
+def run_table_view(request: HttpRequest) -> HttpResponse:
+    """The member's runs across experiments, with metric columns, filters and sorting."""
+    context: dict[str, Any] = {
+        "metric_names": run_table_metric_names(user=request.user),
+        "tags": run_table_tags(user=request.user),
+        "statuses": RunStatus.values,
+    }
+    try:
+        query = parse_run_table_query(request.GET)
+    except RunTableQueryError as exc:
+        context.update(errors=exc.errors, query=RunTableQuery(), rows=[], total=0, colspan=7)
+        return render(request, "runs/list.html", context, status=400)
+    rows, total = run_table(user=request.user, query=query)
+    metrics = [
+        {
+            "column": metric,
+            "last": _sort_url(query, f"last:{metric.name}"),
+            "best": _sort_url(query, f"best:{metric.name}"),
+            "remove_url": _table_url(
+                query,
+                metrics=[m for m in query.metrics if m != metric],
+                sort=DEFAULT_SORT if query.sort.endswith(f":{metric.name}") else query.sort_param,
+            ),
+        }
+        for metric in query.metrics
+    ]
+    context.update(
+        query=query,
+        rows=[(row, row.cells(query.metrics)) for row in rows],
+        total=total,
+        shown=len(rows),
+        metrics=metrics,
+        sorts={column: _sort_url(query, column) for column in BASE_SORTS},
+        chosen_statuses=set(query.statuses),
+        colspan=7 + 2 * len(metrics),
+    )
+    return render(request, "runs/list.html", context)
+
+
+@login_required
+@require_POST
+def run_notes_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _run(request, run_id)
+    try:
+        run_set_notes(run=run, notes=request.POST.get("notes", ""))
+    except RunAnnotationError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Notes of run #{run.number} saved.")
+    return redirect(run)
+
+
+@login_required
+@require_POST
+def run_tags_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Add the comma-separated ``add`` tags, or remove the ``remove`` tag."""
+    run = _run(request, run_id)
+    try:
+        if "remove" in request.POST:
+            run_remove_tag(run=run, tag=request.POST["remove"])
+        else:
+            run_add_tags(run=run, tags=request.POST.get("add", ""))
+    except RunAnnotationError as exc:
+        messages.error(request, str(exc))
+    return redirect(run)

@@ -1,0 +1,292 @@
+"""The runs table (``/runs/``): a member's runs across experiments, with chosen metric columns.
+
+Everything the table shows comes from its query string, so a view is a shareable link:
+
+- ``metric=<name>`` (repeated): a column pair per metric, its last recorded value and its best.
+  Best is the maximum, or the minimum for names that read as costs (a loss, a KL, a timing);
+  ``metric=<name>:min`` or ``:max`` says which.
+- ``sort=<column>`` (``-<column>`` descending): ``run``, ``status``, ``step``, ``created``,
+  ``last:<name>`` or ``best:<name>`` of a chosen metric. Runs without a value sort last.
+- ``tag=<tag>`` (repeated: runs with every one), ``status=<status>`` (repeated: any of them),
+  ``config=<dotted key>=<value>`` (repeated: every one holds; the value is read as the schema
+  types the key, so ``actor_rollout_ref.actor.optim.lr=1e-6`` matches a stored ``1e-06``).
+
+A value that cannot be read is a :class:`RunTableQueryError` naming the parameter and the fix.
+The metric values come from one aggregate query over ``MetricPoint`` for the chosen names only
+(grouped by run and name: last by step, min and max), whatever the number of runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection
+from django.db.models import F, Func, QuerySet
+from django.http import QueryDict
+
+from engine.config import ConfigFieldError
+from engine.config.loader import coerce, resolve_key
+from webapp.runs.models import MetricPoint, Run, RunStatus
+from webapp.runs.selectors import run_list_for_user
+
+BASE_SORTS = {
+    "run": ("experiment__name", "number"),
+    "status": ("status",),
+    "step": ("latest_step",),
+    "created": ("created_at",),
+}
+DEFAULT_SORT = "-created"
+MAX_METRIC_COLUMNS = 12
+MAX_ROWS = 500
+# Name fragments of metrics where lower is better (the default direction of "best").
+LOWER_IS_BETTER = ("loss", "kl", "timing", "grad_norm")
+
+
+class RunTableQueryError(ValueError):
+    """The table's query string cannot be read; ``errors`` says what to change, one per line."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("; ".join(errors))
+        self.errors = errors
+
+
+def lower_is_better(name: str) -> bool:
+    """Return whether a metric's best value is its minimum (a loss, KL, grad norm or timing)."""
+    return any(part in name.lower() for part in LOWER_IS_BETTER)
+
+
+@dataclass(frozen=True)
+class MetricColumn:
+    name: str
+    lower_is_better: bool
+
+    @property
+    def param(self) -> str:
+        """Return the ``metric=`` value that asks for this column."""
+        default = lower_is_better(self.name)
+        if self.lower_is_better == default:
+            return self.name
+        return f"{self.name}:{'min' if self.lower_is_better else 'max'}"
+
+
+@dataclass(frozen=True)
+class RunTableQuery:
+    metrics: tuple[MetricColumn, ...] = ()
+    sort: str = "created"
+    descending: bool = True
+    tags: tuple[str, ...] = ()
+    statuses: tuple[str, ...] = ()
+    config: tuple[tuple[str, Any], ...] = ()  # (dotted key, value as the schema types it)
+    config_params: tuple[str, ...] = ()  # the ``config=`` values as given
+
+    @property
+    def sort_param(self) -> str:
+        return ("-" if self.descending else "") + self.sort
+
+
+def _metric_column(value: str) -> MetricColumn:
+    value = value.strip()
+    name, _, direction = value.rpartition(":")
+    if direction in ("min", "max") and name:
+        return MetricColumn(name, direction == "min")
+    return MetricColumn(value, lower_is_better(value))
+
+
+def _config_filter(value: str) -> tuple[str, Any]:
+    key, sep, raw = value.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ValueError(
+            f"config={value!r} is not <dotted key>=<value>; "
+            "e.g. config=actor_rollout_ref.actor.optim.lr=1e-6"
+        )
+    try:
+        path = resolve_key(key)
+        typed = coerce(raw.strip(), path.type, key) if raw.strip() != "null" else None
+    except ConfigFieldError as exc:
+        raise ValueError(f"config={value!r}: {exc}") from None
+    return key, typed
+
+
+def parse_run_table_query(params: QueryDict) -> RunTableQuery:
+    """Read the table's query string; RunTableQueryError lists every parameter it cannot read."""
+    errors: list[str] = []
+    known = {"metric", "sort", "tag", "status", "config"}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        errors.append(
+            f"unknown parameter {', '.join(unknown)}; the table reads {', '.join(sorted(known))}"
+        )
+    metrics: dict[str, MetricColumn] = {}
+    for value in params.getlist("metric"):
+        if not value.strip():  # the column picker's empty "add" box
+            continue
+        try:
+            column = _metric_column(value)
+        except ValueError as exc:
+            errors.append(str(exc))
+            continue
+        metrics.setdefault(column.name, column)
+    if len(metrics) > MAX_METRIC_COLUMNS:
+        errors.append(f"{len(metrics)} metric columns; pick at most {MAX_METRIC_COLUMNS}")
+    statuses = tuple(dict.fromkeys(s for s in params.getlist("status") if s))
+    bad = [s for s in statuses if s not in RunStatus.values]
+    if bad:
+        errors.append(f"status={bad[0]!r} is not a run status; use one of {', '.join(RunStatus)}")
+    tags = tuple(dict.fromkeys(t.strip().lower() for t in params.getlist("tag") if t.strip()))
+    config = []
+    config_params = tuple(v for v in params.getlist("config") if v.strip())
+    for value in config_params:
+        try:
+            config.append(_config_filter(value))
+        except ValueError as exc:
+            errors.append(str(exc))
+    sort_param = params.get("sort", "").strip() or DEFAULT_SORT
+    descending = sort_param.startswith("-")
+    sort = sort_param.lstrip("-")
+    kind, _, name = sort.partition(":")
+    if sort not in BASE_SORTS and not (kind in ("last", "best") and name in metrics):
+        choices = [*BASE_SORTS, *(f"last:{m}" for m in metrics), *(f"best:{m}" for m in metrics)]
+        errors.append(
+            f"sort={sort_param!r} is not a column of this table; sort by one of "
+            f"{', '.join(choices)} (prefix - for descending)"
+        )
+    if errors:
+        raise RunTableQueryError(errors)
+    return RunTableQuery(
+        metrics=tuple(metrics.values()),
+        sort=sort,
+        descending=descending,
+        tags=tags,
+        statuses=statuses,
+        config=tuple(config),
+        config_params=config_params,
+    )
+
+
+def _nested(key: str, value: Any) -> dict[str, Any]:
+    tree: Any = value
+    for part in reversed(key.split(".")):
+        tree = {part: tree}
+    return tree
+
+
+def run_table_runs(*, user: Any, query: RunTableQuery) -> QuerySet[Run]:
+    """Return ``user``'s runs that pass the query's tag, status and config filters."""
+    runs = run_list_for_user(user=user).defer("config", "error")
+    if query.tags:
+        runs = runs.filter(tags__contains=list(query.tags))
+    if query.statuses:
+        runs = runs.filter(status__in=query.statuses)
+    for key, value in query.config:
+        runs = runs.filter(config__contains=_nested(key, value))
+    return runs
+
+
+@dataclass(frozen=True)
+class MetricValues:
+    last: float | None = None
+    last_step: int | None = None
+    best: float | None = None
+
+
+@dataclass
+class RunRow:
+    run: Run
+    values: dict[str, MetricValues] = field(default_factory=dict)
+
+    def cells(self, metrics: tuple[MetricColumn, ...]) -> list[MetricValues]:
+        """Return the row's values in the order of ``metrics`` (empty where none was recorded)."""
+        return [self.values.get(m.name, MetricValues()) for m in metrics]
+
+
+# One pass over the chosen runs' points: per (run, name) the value at the last step that has it
+# as a number, and the min and max. A value that is not a JSON number (null) is skipped.
+METRIC_VALUES_SQL = f"""
+SELECT point.run_id, chosen.name,
+       (array_agg(point.step ORDER BY point.step DESC))[1],
+       (array_agg(value.v ORDER BY point.step DESC))[1],
+       min(value.v), max(value.v)
+FROM {MetricPoint._meta.db_table} AS point
+CROSS JOIN unnest(%(names)s::text[]) AS chosen(name)
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN jsonb_typeof(point.metrics -> chosen.name) = 'number'
+                THEN (point.metrics ->> chosen.name)::double precision END AS v
+) AS value
+WHERE point.run_id = ANY(%(runs)s) AND value.v IS NOT NULL
+GROUP BY point.run_id, chosen.name
+"""
+
+
+def run_metric_values(
+    *, run_ids: list[int], metrics: tuple[MetricColumn, ...]
+) -> dict[int, dict[str, MetricValues]]:
+    """Return ``{run id: {name: last, its step, best}}`` for the chosen metrics, in one query."""
+    if not run_ids or not metrics:
+        return {}
+    lower = {m.name: m.lower_is_better for m in metrics}
+    out: dict[int, dict[str, MetricValues]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(METRIC_VALUES_SQL, {"names": list(lower), "runs": run_ids})
+        for run_id, name, step, last, low, high in cursor.fetchall():
+            best = low if lower[name] else high
+            out.setdefault(run_id, {})[name] = MetricValues(last, step, best)
+    return out
+
+
+def run_table_metric_names(*, user: Any) -> list[str]:
+    """Return every metric name ``user``'s runs recorded, sorted (the column picker's choices)."""
+    keys = (
+        MetricPoint.objects.filter(run__owner=user)
+        .annotate(key=Func(F("metrics"), function="jsonb_object_keys"))
+        .order_by()
+        .values_list("key", flat=True)
+        .distinct()
+    )
+    return sorted(keys)
+
+
+def run_table_tags(*, user: Any) -> list[str]:
+    """Return every tag on ``user``'s runs, sorted."""
+    tags = (
+        Run.objects.filter(owner=user)
+        .annotate(tag=Func(F("tags"), function="unnest"))
+        .order_by()
+        .values_list("tag", flat=True)
+        .distinct()
+    )
+    return sorted(tags)
+
+
+def _sort_key(row: RunRow, query: RunTableQuery) -> tuple:
+    kind, _, name = query.sort.partition(":")
+    if query.sort in BASE_SORTS:
+        run = row.run
+        values = {
+            "run": (run.experiment.name.lower(), run.number),
+            "status": (run.status,),
+            "step": (run.latest_step,),
+            "created": (run.created_at,),
+        }[query.sort]
+        return (False, values)
+    cell = row.values.get(name, MetricValues())
+    value = cell.last if kind == "last" else cell.best
+    return (value is None, (value,) if value is not None else ())
+
+
+def run_table(*, user: Any, query: RunTableQuery) -> tuple[list[RunRow], int]:
+    """Return the table's rows (sorted, at most ``MAX_ROWS``) and how many runs passed the filters.
+
+    Two queries whatever the number of runs: the runs, then their values of the chosen metrics.
+    """
+    runs = list(run_table_runs(user=user, query=query))
+    values = run_metric_values(run_ids=[r.pk for r in runs], metrics=query.metrics)
+    rows = [RunRow(run, values.get(run.pk, {})) for run in runs]
+    # Two stable sorts: by the newest first, then by the column (runs without a value last).
+    rows.sort(key=lambda row: row.run.pk, reverse=True)
+    present = [r for r in rows if not _sort_key(r, query)[0]]
+    missing = [r for r in rows if _sort_key(r, query)[0]]
+    present.sort(key=lambda row: _sort_key(row, query)[1], reverse=query.descending)
+    rows = present + missing
+    return rows[:MAX_ROWS], len(runs)
