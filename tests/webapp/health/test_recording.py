@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import math
+from types import SimpleNamespace
 
 import pytest
 from channels.layers import channel_layers
 from django.db import connection
+from django.template import Context, Template
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from tests.webapp.fixtures import make_experiment
 from tests.webapp.live import private_redis_layer  # noqa: F401  (fixture)
 from webapp.health import checks
 from webapp.health.models import HealthAlert, RunHealthState
-from webapp.runs.models import MetricPoint
+from webapp.runs.models import MetricPoint, Run
 from webapp.runs.recording import run_claim_for_start, run_mark_running, run_record_step
 from webapp.runs.services import run_create
 from workers.recorder import RunRecorder
@@ -153,3 +156,25 @@ def test_a_healthy_run_shows_no_badges(client_in, running_run, django_assert_max
     assert listing.count('class="health-badge"') == 5
     # The alerts of all the runs come in one query, not one per run.
     assert sum("health_healthalert" in q["sql"] for q in queries.captured_queries) == 1
+
+
+@pytest.mark.django_db
+def test_rows_that_carry_runs_get_their_badges_in_one_query(running_run):
+    # The runs table's rows are (row, cells) pairs whose row has a ``run``.
+    experiment = running_run.experiment
+    runs = [running_run, run_create(experiment=experiment), run_create(experiment=experiment)]
+    for run in runs[1:]:
+        run_record_step(run_id=run.pk, step=3, metrics={"actor/grad_norm": math.inf})
+    rows = [(SimpleNamespace(run=Run.objects.get(pk=run.pk)), []) for run in runs]
+    template = Template(
+        "{% load health %}{% with_health_alerts rows as rows %}"
+        "{% for row, cells in rows %}[{{ row.run.number }}:{% health_badges row.run %}]{% endfor %}"
+    )
+    with CaptureQueriesContext(connection) as queries:
+        html = template.render(Context({"rows": rows}))
+    assert len(queries) == 1
+    badge = (
+        '<span class="health-badge" data-check="non_finite_loss" '
+        'title="step 3: actor/grad_norm is inf">NaN/inf loss</span>'
+    )
+    assert html.replace("\n", "") == f"[1:][2:{badge} ][3:{badge} ]"

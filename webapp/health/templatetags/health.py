@@ -1,4 +1,5 @@
-"""``{% run_health run %}`` (the run page's alert list) and ``{% health_badges run %}`` (a list row's)."""
+"""``{% run_health run %}`` (the run page's alert list), ``{% health_badges run %}`` (a list row's)
+and ``{% with_health_alerts runs as runs %}`` (one query for a list's badges)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,16 @@ def health_badges(run: Any) -> dict[str, Any]:
 
 
 @register.simple_tag
-def with_health_alerts(runs: Iterable[Any]) -> list[Any]:
-    """Return ``runs`` as a list with their alerts fetched in one query (``{% ... as runs %}``)."""
-    runs = list(runs)
-    prefetch_related_objects(runs, "health_alerts")
-    return runs
+def with_health_alerts(items: Iterable[Any]) -> list[Any]:
+    """Return ``items`` as a list, their runs' alerts fetched in one query (``{% ... as runs %}``).
+
+    An item is a run, or a row with a ``run`` (alone or first of a tuple, as the runs table's).
+    """
+    items = list(items)
+    prefetch_related_objects([_run_of(item) for item in items], "health_alerts")
+    return items
+
+
+def _run_of(item: Any) -> Any:
+    row = item[0] if isinstance(item, tuple) else item
+    return getattr(row, "run", row)
