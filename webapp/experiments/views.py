@@ -36,6 +36,7 @@ from webapp.runs.models import Run, RunStatus
 from webapp.runs.quotas import LaunchRefused
 from webapp.runs.selectors import run_list_for_user
 from webapp.runs.services import AlreadyLaunched, run_create
+from webapp.sweeps.forms import SweepForm
 
 
 def _experiment(request: HttpRequest, experiment_id: int) -> Experiment:
@@ -134,6 +135,10 @@ def experiment_new(request: HttpRequest) -> HttpResponse:
             config, preset = PPOConfig(), ""
         return builder_for_config(request, config, preset=preset, source=f"preset {preset}")
     form = ExperimentForm(request.POST, owner=request.user)
+    extra: dict[str, Any] = {}
+    if request.POST.get("sweep-params", "").strip():  # the builder's sweep section is filled in
+        form.add_error(None, "keys are marked to sweep: press Create sweep, or clear them")
+        extra["sweep_form"] = SweepForm(request.POST)
     if form.is_valid():
         data = form.cleaned_data
         try:
@@ -162,7 +167,7 @@ def experiment_new(request: HttpRequest) -> HttpResponse:
                 return redirect(experiment)
             flash_launched(request, run, f"Run #{run.number} queued.")
             return redirect(run)
-    return render_builder(request, form, status=400)
+    return render_builder(request, form, status=400, extra=extra)
 
 
 @login_required

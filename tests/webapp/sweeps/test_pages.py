@@ -77,6 +77,16 @@ def test_a_bad_member_shows_its_key_and_member_in_the_builder_and_nothing_is_cre
     assert not Sweep.objects.exists()
 
 
+def test_create_experiment_with_keys_marked_to_sweep_asks_for_create_sweep(client_in, owner):
+    data = sweep_post(owner, mode="grid", params=f"{LR}: [1e-6, 1e-5]", concurrency=1)
+    response = client_in.post(reverse("experiments:new"), data)
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "keys are marked to sweep: press Create sweep, or clear them" in page
+    assert f"{LR}: [1e-6, 1e-5]</textarea>" in page  # the marks are kept
+    assert not Experiment.objects.exists()
+
+
 def test_a_grid_with_a_count_and_unreadable_yaml_are_refused_by_the_form(client_in, owner):
     data = sweep_post(owner, mode="grid", params=f"{LR}: [1e-6", count=3, concurrency=1)
     page = client_in.post(reverse("sweeps:new"), data).content.decode()
