@@ -121,9 +121,26 @@ def sweep_member_rows(*, sweep: Sweep) -> list[MemberRow]:
     ]
 
 
-def _dimension(label: str, values: list[Any]) -> dict[str, Any]:
-    """Return a Plotly parcoords dimension; text and booleans become ticks of their own."""
+# Numbers spread over this many times their smallest are drawn on a log axis (a learning rate).
+LOG_AXIS_RATIO = 100
+
+
+def parcoords_dimension(label: str, values: list[Any]) -> dict[str, Any]:
+    """Return a Plotly parcoords dimension; text and booleans become ticks of their own.
+
+    Parallel coordinates have no log axis, so positive numbers spanning ``LOG_AXIS_RATIO`` or
+    more are drawn as their ``log10``, ticked at each power of ten.
+    """
     if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        if values and min(values) > 0 and max(values) >= LOG_AXIS_RATIO * min(values):
+            logs = [math.log10(v) for v in values]
+            decades = list(range(math.floor(min(logs)), math.ceil(max(logs)) + 1))
+            return {
+                "label": f"{label} (log)",
+                "values": logs,
+                "tickvals": decades,
+                "ticktext": [f"1e{d}" for d in decades],
+            }
         return {"label": label, "values": values}
     names = sorted({str(v) for v in values})
     return {
@@ -141,7 +158,8 @@ def sweep_parallel_coordinates(*, sweep: Sweep, rows: list[MemberRow]) -> dict[s
     """
     done = [row for row in rows if row.reward.final is not None]
     dimensions = [
-        _dimension(key, [row.values[i] for row in done]) for i, key in enumerate(sweep_keys(sweep))
+        parcoords_dimension(key, [row.values[i] for row in done])
+        for i, key in enumerate(sweep_keys(sweep))
     ]
     final = [row.reward.final for row in done]
     dimensions.append({"label": f"final {REWARD_METRIC}", "values": final})

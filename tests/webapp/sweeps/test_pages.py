@@ -167,6 +167,17 @@ def test_the_sweep_page_shows_each_members_values_metrics_and_the_chart_data(cli
     assert "js/compare.js" in page
 
 
+def test_a_value_spread_over_decades_is_drawn_on_a_log_axis():
+    from webapp.sweeps.selectors import parcoords_dimension
+
+    dimension = parcoords_dimension(LR, [1e-6, 1e-5, 1e-4])
+    assert dimension["label"] == f"{LR} (log)"
+    assert [round(v, 9) for v in dimension["values"]] == [-6, -5, -4]
+    assert dimension["tickvals"] == [-6, -5, -4]
+    assert dimension["ticktext"] == ["1e-6", "1e-5", "1e-4"]
+    assert parcoords_dimension(N, [2, 4, 8]) == {"label": N, "values": [2, 4, 8]}
+
+
 def test_the_list_shows_a_sweeps_status_and_the_nav_links_to_it(client_in, owner):
     sweep = sweep_create(
         experiment=make_experiment(owner),
