@@ -178,3 +178,18 @@ def test_rows_that_carry_runs_get_their_badges_in_one_query(running_run):
         'title="step 3: actor/grad_norm is inf">NaN/inf loss</span>'
     )
     assert html.replace("\n", "") == f"[1:][2:{badge} ][3:{badge} ]"
+
+
+@pytest.mark.django_db
+def test_the_badges_show_in_the_runs_table_in_one_query(client_in, running_run):
+    run_record_step(run_id=running_run.pk, step=7, metrics={"actor/pg_loss": math.inf})
+    other = run_create(experiment=running_run.experiment)
+    run_record_step(run_id=other.pk, step=2, metrics={"response_length/clip_ratio": 0.9})
+    with CaptureQueriesContext(connection) as queries:
+        page = client_in.get(reverse("runs:list")).content.decode()
+    assert (
+        '<span class="health-badge" data-check="non_finite_loss" '
+        'title="step 7: actor/pg_loss is inf">NaN/inf loss</span>'
+    ) in page
+    assert 'data-check="length_at_limit" title="step 2: 90% of responses reach' in page
+    assert sum("health_healthalert" in q["sql"] for q in queries.captured_queries) == 1
