@@ -1,9 +1,10 @@
 // The run page beside its charts, kept live from the run's socket (charts.js hands over each
-// message): status, step, start and end times, heartbeat, stall note, checkpoint, driver, sample
-// count, the latest-metrics table and the cancel/resume/delete buttons. The server renders the
-// first paint and embeds the run's state snapshot (#run-state), which this applies at once, as it
-// applies the snapshot every status and metrics message carries (a heartbeat of the driver is a
-// status message); it only updates the elements marked with data-field="...".
+// message): status, step, start and end times, heartbeat, stall note, checkpoint, driver, a
+// failed run's error, sample count, the latest-metrics table and the cancel/resume/delete
+// buttons. The server renders the first paint and embeds the run's state snapshot (#run-state),
+// which this applies at once, as it applies the snapshot every status and metrics message
+// carries (a heartbeat of the driver is a status message); it only updates the elements marked
+// with data-field="...".
 //
 // The heartbeat is the newest of the last heartbeat time the socket sent (a status message) and
 // the time of the last step it sent (the driver beats it with each step), and ticks here; that
@@ -104,6 +105,11 @@ export class RunSummary {
     this.field("started").textContent = this.formatTime(run.started_at);
     this.field("finished").textContent = this.formatTime(run.finished_at);
     this.field("driver").textContent = run.driver || "—";
+    if ("error" in run) {
+      const error = this.field("error");
+      error.hidden = !run.error;
+      error.querySelector(".traceback").textContent = run.error;
+    }
     if (run.latest_checkpoint) this.field("checkpoint").replaceChildren(element("code", {text: run.latest_checkpoint}));
     this.latestStep = null; // the run's own step wins over the steps seen so far
     this.showStep(run.latest_step);

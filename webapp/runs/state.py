@@ -22,7 +22,8 @@ def run_state(run: Run) -> dict[str, Any]:
     """Return what the page shows about a run beside its charts (status, steps, times, buttons).
 
     Times are Unix seconds; ``is_active`` shows the cancel button, ``can_resume`` the resume one
-    (enabled when ``latest_checkpoint`` is set).
+    (enabled when ``latest_checkpoint`` is set); ``error`` is a failed run's traceback tail
+    (``recording.error_tail``, at most about 2,000 characters).
     """
     return {
         "id": run.pk,
@@ -39,4 +40,5 @@ def run_state(run: Run) -> dict[str, Any]:
         "driver": run.driver,
         "is_active": run.is_active,
         "can_resume": run.can_resume,
+        "error": run.error,
     }
