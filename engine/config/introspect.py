@@ -24,7 +24,7 @@ from engine.config.loader import (
     coerce,
     resolve_key,
 )
-from engine.config.schema import ConfigFieldError, PPOConfig
+from engine.config.schema import HONOURED, ConfigFieldError, PPOConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +46,11 @@ class FieldSpec:
     ge: float | None = None
     lt: float | None = None
     le: float | None = None
+    # Which table of docs/config.md the key is in (schema.EFFECTS), why a refused key is, and the
+    # key a derived key follows.
+    effect: str = HONOURED
+    why: str | None = None
+    follows: str | None = None
 
     @property
     def minimum(self) -> float | None:
@@ -121,6 +126,9 @@ def iter_field_specs(cls: type = PPOConfig) -> list[FieldSpec]:
                     ge=f.metadata.get("ge"),
                     lt=f.metadata.get("lt"),
                     le=f.metadata.get("le"),
+                    effect=f.metadata.get("effect", HONOURED),
+                    why=f.metadata.get("why"),
+                    follows=f.metadata.get("follows"),
                 )
             )
 

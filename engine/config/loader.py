@@ -43,6 +43,9 @@ DEFAULT_CONFIG = "ppo_trainer.yaml"
 
 _KEY = re.compile(r"[A-Za-z_][\w-]*(\.[\w-]+)*")
 _REFERENCE = re.compile(r"\$\{([^${}]*)\}")
+# OmegaConf's marker of a value that must be given (``name: ???``): here, no value yet (null).
+MISSING = "???"
+_SELECT = "oc.select:"
 _BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False}
 
 
@@ -400,24 +403,57 @@ def _accepts_str(tp: Any) -> bool:
     return get_origin(tp) in (Union, types.UnionType) and any(map(_accepts_str, get_args(tp)))
 
 
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """A ``${...}`` reference as verl's files write them, read relative to the key holding it.
+
+    ``${a.b}`` names a key; ``${.b}`` a key of the same section (``..b``: the parent's);
+    ``${oc.select:a.b,default}`` gives ``default`` where ``a.b`` is no key.
+    """
+
+    key: str
+    has_default: bool = False
+    default: Any = None
+
+    @classmethod
+    def parse(cls, text: str, holder: str) -> Reference:
+        """Return the reference ``text`` (between the braces) held by the key ``holder``."""
+        has_default, default = False, None
+        if text.startswith(_SELECT):
+            text, comma, raw = text[len(_SELECT) :].partition(",")
+            has_default = bool(comma)
+            default = (
+                yaml_load(raw, f"the default of ${{{_SELECT}{text}}}") if raw.strip() else None
+            )
+        text = text.strip()
+        dots = len(text) - len(text.lstrip("."))
+        if dots:
+            section = holder.split(".")[:-dots]
+            text = ".".join([*section, text[dots:]])
+        return cls(text, has_default, default)
+
+
 def _resolve_typed_references(data: dict) -> dict:
     """Replace ``${key}`` values of non-string fields by the value that key holds."""
     merged = deep_merge(config_to_dict(PPOConfig()), data)
 
-    def lookup(reference: str, key: str, depth: int = 0) -> Any:
+    def lookup(text: str, key: str, depth: int = 0) -> Any:
+        reference = Reference.parse(text, key)
         node: Any = merged
-        for part in reference.split("."):
+        for part in reference.key.split("."):
             if not isinstance(node, dict) or part not in node:
+                if reference.has_default:
+                    return reference.default
                 raise ConfigFieldError(
-                    key, f"${{{reference}}}", "refers to no config key; write ${dotted.key}"
+                    key, f"${{{text}}}", "refers to no config key; write ${dotted.key}"
                 )
             node = node[part]
         match = _REFERENCE.fullmatch(node) if isinstance(node, str) else None
         if match and depth < 20:
-            return lookup(match.group(1), key, depth + 1)
+            return lookup(match.group(1), reference.key, depth + 1)
         if match:
-            raise ConfigFieldError(key, f"${{{reference}}}", "circular ${...} reference")
-        return node
+            raise ConfigFieldError(key, f"${{{text}}}", "circular ${...} reference")
+        return None if node == MISSING else node
 
     def walk(cls: type, node: dict, prefix: str) -> dict:
         out = dict(node)
@@ -425,8 +461,20 @@ def _resolve_typed_references(data: dict) -> dict:
             if name not in _fields(cls):
                 continue
             tp, key = _fields(cls)[name][1], prefix + str(name)
+            if _is_section(tp) and isinstance(value, str) and _REFERENCE.fullmatch(value):
+                value = lookup(_REFERENCE.fullmatch(value).group(1), key)  # a whole section
+                if value is None:
+                    del out[name]
+                    continue
+                out[name] = value
             if _is_section(tp) and isinstance(value, dict):
                 out[name] = walk(tp, value, key + ".")
+            elif value == MISSING and matches_type(None, tp):
+                out[name] = None
+            elif value == MISSING:
+                raise ConfigFieldError(
+                    key, value, "the file leaves this key to be given (???); set it"
+                )
             elif isinstance(value, str) and not _accepts_str(tp):
                 match = _REFERENCE.fullmatch(value)
                 out[name] = lookup(match.group(1), key) if match else value

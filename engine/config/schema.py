@@ -65,6 +65,14 @@ MAX_WORKERS = Limit(1024, "the most processes of one kind a run starts")
 #   module  a Python module the run imports by name
 #   server  a setting of the machine the run uses (a folder it writes, a cluster address)
 RESOURCES = ("path", "code", "module", "server")
+# What a key does here, each key exactly one (docs/config.md lists them in three tables):
+#   honoured   it changes what the engine does
+#   no effect  a speed or infrastructure knob of an engine this one does not run; setting it
+#              prints one warning line naming every such key that was set
+#   refused    a feature this engine does not have; any value but the default is an error that
+#              says what to do instead (``why``)
+HONOURED, NO_EFFECT, REFUSED = "honoured", "no effect", "refused"
+EFFECTS = (HONOURED, NO_EFFECT, REFUSED)
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 DATA_KEY_MAP_TARGETS = ("prompt", "ground_truth", "data_source", "ability")
 
@@ -128,15 +136,25 @@ def _f(
     lt: float | None = None,
     le: float | None = None,
     resource: str | None = None,
+    effect: str = HONOURED,
+    why: str | None = None,
+    follows: str | None = None,
 ) -> Any:
     """Return a field with help text; mutable defaults are copied per instance.
 
     ``gt``, ``ge``, ``lt`` and ``le`` bound a number (``> gt``, ``>= ge``, ...; None passes):
     the validator checks them and the form gives its input ``min`` and ``max``. ``resource``
-    says what a string names (one of ``RESOURCES``: path, code, module, server).
+    says what a string names (one of ``RESOURCES``: path, code, module, server). ``effect`` is
+    one of ``EFFECTS``; a refused key says ``why`` (what is missing, what to do instead).
+    ``follows`` names the key a derived key copies in verl (``actor.rollout_n`` follows
+    ``rollout.n``): null takes that value, and any other value must equal it.
     """
     if resource is not None and resource not in RESOURCES:
         raise ValueError(f"resource={resource!r}: must be one of {', '.join(RESOURCES)}")
+    if effect not in EFFECTS:
+        raise ValueError(f"effect={effect!r}: must be one of {', '.join(EFFECTS)}")
+    if (effect == REFUSED) != bool(why):
+        raise ValueError("a refused key says why (and only a refused key has a why)")
     metadata = {
         "help": help,
         "choices": choices,
@@ -146,10 +164,33 @@ def _f(
         "lt": lt,
         "le": le,
         "resource": resource,
+        "effect": effect,
+        "why": why,
+        "follows": follows,
     }
     if isinstance(default, list | dict):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def _inert(default: Any, help: str, **kwargs: Any) -> Any:
+    """Return a no-effect field: accepted so verl's files load, warned about when set."""
+    return _f(default, help, effect=NO_EFFECT, **kwargs)
+
+
+def _refused(default: Any, help: str, why: str, **kwargs: Any) -> Any:
+    """Return a refused field: only its default is accepted; ``why`` says what to do instead."""
+    return _f(default, help, effect=REFUSED, why=why, **kwargs)
+
+
+def _target(class_path: str) -> Any:
+    """Return verl's ``_target_`` of a section: the class verl builds from it, kept as is."""
+    return _refused(
+        class_path,
+        "verl's config class for this section.",
+        "the engine builds its own config objects and loads no class named here; keep verl's "
+        "value or leave the key out",
+    )
 
 
 def _section(factory: Any, help: str, *, bounds_when: str | None = None) -> Any:
@@ -165,6 +206,398 @@ def _section(factory: Any, help: str, *, bounds_when: str | None = None) -> Any:
 def _runtime(help: str) -> Any:
     """Return a Python-only field: not compared, not serialised, not in the form."""
     return field(default=None, compare=False, repr=False, metadata={"help": help, "runtime": True})
+
+
+# ---------------------------------------------------------------- verl sections with no engine
+# Sections of verl's config that name machinery this engine does not run (profilers, MoE router
+# replay, agent loops, Prometheus, ...). They exist so a verl file or command line loads
+# unchanged; each key is "no effect" or "refused" (see EFFECTS).
+
+_NO_TOOLS = "tool calling is not implemented yet; leave the multi_turn tool keys at their defaults"
+_MULTIMODAL = "multimodal data is not supported; use a text-only dataset"
+_NO_ULYSSES = (
+    "Ulysses sequence parallelism is not implemented; keep 1 and lower the sequence length or "
+    "raise the number of ranks"
+)
+
+
+@dataclass
+class NsysToolConfig(_Section):
+    _target_: str = _target("verl.utils.profiler.config.NsightToolConfig")
+    discrete: bool | None = _inert(
+        None,
+        "Nsight: one trace per task; null: global_profiler's.",
+        follows="global_profiler.global_tool_config.nsys.discrete",
+    )
+
+
+@dataclass
+class NPUToolConfig(_Section):
+    _target_: str = _target("verl.utils.profiler.config.NPUToolConfig")
+    contents: list[str] = _inert([], "Ascend NPU profiler contents.")
+    level: str = _inert("level0", "Ascend NPU profiler level.")
+    analysis: bool = _inert(True, "Ascend NPU profiler analysis.")
+    discrete: bool = _inert(False, "Ascend NPU profiler: one trace per task.")
+
+
+@dataclass
+class TorchToolConfig(_Section):
+    _target_: str = _target("verl.utils.profiler.config.TorchProfilerToolConfig")
+    step_start: int = _inert(0, "torch profiler: first profiled step.")
+    step_end: int | None = _inert(None, "torch profiler: last profiled step.")
+
+
+@dataclass
+class TorchMemoryToolConfig(_Section):
+    _target_: str = _target("verl.utils.profiler.config.TorchMemoryToolConfig")
+    trace_alloc_max_entries: int | None = _inert(
+        None,
+        "Memory snapshot: allocations kept; null: global_profiler's.",
+        follows="global_profiler.global_tool_config.torch_memory.trace_alloc_max_entries",
+    )
+    stack_depth: int | None = _inert(
+        None,
+        "Memory snapshot: stack frames kept; null: global_profiler's.",
+        follows="global_profiler.global_tool_config.torch_memory.stack_depth",
+    )
+
+
+@dataclass
+class ProfilerToolConfig(_Section):
+    nsys: NsysToolConfig = _section(NsysToolConfig, "Nsight Systems.")
+    npu: NPUToolConfig = _section(NPUToolConfig, "Ascend NPU profiler.")
+    torch: TorchToolConfig = _section(TorchToolConfig, "torch.profiler.")
+    torch_memory: TorchMemoryToolConfig = _section(TorchMemoryToolConfig, "CUDA memory snapshots.")
+
+
+@dataclass
+class ProfilerConfig(_Section):
+    _target_: str = _target("verl.utils.profiler.ProfilerConfig")
+    tool: str | None = _inert(
+        None, "Profiler of this role; null: global_profiler.tool.", follows="global_profiler.tool"
+    )
+    enable: bool = _inert(False, "Profile this role.")
+    all_ranks: bool = _inert(False, "Profile every rank.")
+    ranks: list[int] = _inert([], "Ranks to profile.")
+    save_path: str | None = _inert(
+        None,
+        "Trace folder; null: global_profiler.save_path.",
+        resource="server",
+        follows="global_profiler.save_path",
+    )
+    tool_config: ProfilerToolConfig = _section(ProfilerToolConfig, "Per-tool settings.")
+
+
+@dataclass
+class NsysGlobalConfig(_Section):
+    _target_: str = _target("verl.utils.profiler.config.NsightToolConfig")
+    discrete: bool = _inert(False, "Nsight: one trace per task.")
+    controller_nsight_options: dict[str, Any] = _inert(
+        {"trace": "cuda,nvtx,cublas,ucx", "cuda-memory-usage": "true", "cuda-graph-trace": "graph"},
+        "Nsight options of the controller process.",
+    )
+    worker_nsight_options: dict[str, Any] = _inert(
+        {
+            "trace": "cuda,nvtx,cublas,ucx",
+            "cuda-memory-usage": "true",
+            "cuda-graph-trace": "graph",
+            "capture-range": "cudaProfilerApi",
+            "capture-range-end": None,
+            "kill": "none",
+        },
+        "Nsight options of the worker processes.",
+    )
+
+
+@dataclass
+class TorchMemoryGlobalConfig(_Section):
+    trace_alloc_max_entries: int = _inert(100000, "Memory snapshot: allocations kept.")
+    stack_depth: int = _inert(32, "Memory snapshot: stack frames kept.")
+    context: str = _inert("all", "Memory snapshot: context recorded.")
+    stacks: str = _inert("all", "Memory snapshot: stacks recorded.")
+    kw_args: dict[str, Any] = _inert({}, "Memory snapshot: further arguments.")
+
+
+@dataclass
+class GlobalToolConfig(_Section):
+    nsys: NsysGlobalConfig = _section(NsysGlobalConfig, "Nsight Systems.")
+    torch_memory: TorchMemoryGlobalConfig = _section(TorchMemoryGlobalConfig, "Memory snapshots.")
+
+
+@dataclass
+class GlobalProfilerConfig(_Section):
+    _target_: str = _target("verl.utils.profiler.ProfilerConfig")
+    tool: str | None = _inert(None, "Profiler: nsys, npu, torch or torch_memory.")
+    steps: list[int] | None = _inert(None, "Steps to profile.")
+    profile_continuous_steps: bool = _inert(False, "Profile the steps as one trace.")
+    save_path: str = _inert("outputs/profile", "Trace folder.", resource="server")
+    global_tool_config: GlobalToolConfig = _section(GlobalToolConfig, "Per-tool settings.")
+
+
+@dataclass
+class RouterReplayConfig(_Section):
+    _target_: str = _target("verl.workers.config.RouterReplayConfig")
+    mode: str = _refused(
+        "disabled",
+        "MoE router replay: disabled, R2 or R3.",
+        "MoE router replay is not implemented; keep disabled",
+    )
+    record_file: str | None = _refused(
+        None, "Where router decisions are recorded.", "MoE router replay is not implemented"
+    )
+    replay_file: str | None = _refused(
+        None, "Router decisions to replay.", "MoE router replay is not implemented"
+    )
+
+
+@dataclass
+class TiledMLPConfig(_Section):
+    enabled: bool = _inert(False, "Compute the MLP in tiles to save memory.")
+    num_shards: int = _inert(4, "Tiles of the tiled MLP.")
+
+
+@dataclass
+class FusedKernelOptions(_Section):
+    impl_backend: str = _inert("torch", "Fused kernels' backend: torch or triton.")
+
+
+@dataclass
+class WrapPolicyConfig(_Section):
+    min_num_params: int = _inert(0, "FSDP wraps modules of at least this many parameters.")
+
+
+@dataclass
+class EngineKwargsConfig(_Section):
+    vllm: dict[str, Any] = _f({}, "Extra keyword arguments of vllm.LLM (rollout.name=vllm).")
+    sglang: dict[str, Any] = _refused(
+        {},
+        "Extra keyword arguments of sglang.Engine (rollout.name=sglang).",
+        "extra SGLang engine arguments are not passed through; set the mapped rollout keys",
+    )
+
+
+@dataclass
+class CustomAsyncServerConfig(_Section):
+    _target_: str = _target("verl.workers.config.CustomAsyncServerConfig")
+    path: str | None = _refused(
+        None,
+        "Python file with a custom async rollout server.",
+        "custom async rollout servers are not supported; use rollout.name=hf or vllm",
+        resource="code",
+    )
+    name: str | None = _refused(
+        None,
+        "Class of the custom async rollout server.",
+        "custom async rollout servers are not supported; use rollout.name=hf or vllm",
+    )
+
+
+_NO_AGENT_LOOP = (
+    "verl's agent loops are not implemented; rollouts are single-turn, or multi-turn with "
+    "rollout.multi_turn.interaction_path"
+)
+
+
+@dataclass
+class AgentLoopConfig(_Section):
+    _target_: str = _target("verl.workers.config.AgentLoopConfig")
+    num_workers: int = _inert(8, "Agent loop worker processes.")
+    default_agent_loop: str = _refused(
+        "single_turn_agent", "Agent loop run for each prompt.", _NO_AGENT_LOOP
+    )
+    agent_loop_config_path: str | None = _refused(
+        None, "YAML registering custom agent loops.", _NO_AGENT_LOOP, resource="code"
+    )
+    custom_async_server: CustomAsyncServerConfig = _section(
+        CustomAsyncServerConfig, "A custom rollout server."
+    )
+
+
+@dataclass
+class TraceConfig(_Section):
+    _target_: str = _target("verl.workers.config.TraceConfig")
+    backend: str | None = _inert(None, "Rollout tracing backend: weave or mlflow.")
+    token2text: bool = _inert(False, "Decode token ids in traces.")
+    max_samples_per_step_per_worker: int | None = _inert(None, "Traces kept per step and worker.")
+
+
+@dataclass
+class PrometheusConfig(_Section):
+    _target_: str = _target("verl.workers.config.PrometheusConfig")
+    enable: bool = _inert(False, "Export rollout server metrics to Prometheus.")
+    port: int = _inert(9090, "Prometheus port.", resource="server")
+    file: str = _inert(
+        "/tmp/ray/session_latest/metrics/prometheus/prometheus.yml",
+        "Prometheus configuration file.",
+        resource="server",
+    )
+    served_model_name: str | None = _inert(
+        None,
+        "Model name in the exported metrics; null: the model path.",
+        follows="actor_rollout_ref.model.path",
+    )
+
+
+@dataclass
+class RewardModelRolloutConfig(_Section):
+    _target_: str = _target("verl.workers.config.RolloutConfig")
+    name: str | None = _inert(None, "Generative reward model server (verl's reward loop).")
+    dtype: str = _inert("bfloat16", "Reward model server dtype.")
+    gpu_memory_utilization: float = _inert(0.5, "Reward model server GPU memory fraction.")
+    enforce_eager: bool = _inert(True, "Reward model server: disable CUDA graphs.")
+    cudagraph_capture_sizes: list[int] | None = _inert(None, "CUDA graph batch sizes.")
+    free_cache_engine: bool = _inert(True, "Free the reward server's KV cache between uses.")
+    data_parallel_size: int = _inert(1, "Reward model server data parallel size.")
+    expert_parallel_size: int = _inert(1, "Reward model server expert parallel size.")
+    tensor_model_parallel_size: int = _inert(2, "Reward model server tensor parallel size.")
+    max_num_batched_tokens: int = _inert(8192, "Reward model server tokens per step.")
+    max_model_len: int | None = _inert(None, "Reward model server context length.")
+    max_num_seqs: int = _inert(1024, "Reward model server sequences per step.")
+    load_format: str = _inert("auto", "Reward model server weight loading.")
+    engine_kwargs: dict[str, Any] = _inert({}, "Reward model server engine arguments.")
+    limit_images: int | None = _inert(None, "Reward model server images per prompt.")
+    enable_chunked_prefill: bool = _inert(True, "Reward model server chunked prefill.")
+    enable_prefix_caching: bool = _inert(True, "Reward model server prefix caching.")
+    disable_log_stats: bool = _inert(True, "Reward model server statistics logging.")
+    skip_tokenizer_init: bool = _inert(False, "Reward model server without a tokenizer.")
+    prompt_length: int = _inert(2048, "Reward model server prompt length.")
+    response_length: int = _inert(2048, "Reward model server response length.")
+
+
+@dataclass
+class SandboxFusionConfig(_Section):
+    url: str | None = _refused(
+        None,
+        "A SandboxFusion server that runs code rewards.",
+        "code rewards run in the engine's own sandbox (docs/security.md); leave the url unset",
+        resource="server",
+    )
+    max_concurrent: int = _inert(64, "SandboxFusion: concurrent requests.")
+    memory_limit_mb: int = _inert(1024, "SandboxFusion: memory per program.")
+
+
+_NO_ROLLOUT_CORRECTION = (
+    "rollout correction (importance sampling and rejection against the rollout's log-probs) "
+    "is not implemented yet; leave algorithm.rollout_correction at its defaults"
+)
+
+
+@dataclass
+class RolloutCorrectionConfig(_Section):
+    rollout_is: str | None = _refused(
+        None, "Importance-sampling weights: token or sequence.", _NO_ROLLOUT_CORRECTION
+    )
+    rollout_is_threshold: float = _refused(
+        2.0, "Upper threshold of the IS weights.", _NO_ROLLOUT_CORRECTION
+    )
+    rollout_rs: str | None = _refused(
+        None, "Rejection sampling: token, sequence or geometric.", _NO_ROLLOUT_CORRECTION
+    )
+    rollout_rs_threshold: float | None = _refused(
+        None, "Upper threshold of rejection sampling.", _NO_ROLLOUT_CORRECTION
+    )
+    rollout_rs_threshold_lower: float | None = _refused(
+        None, "Lower threshold of rejection sampling.", _NO_ROLLOUT_CORRECTION
+    )
+    rollout_token_veto_threshold: float | None = _refused(
+        None, "Veto a sequence with a token ratio under this.", _NO_ROLLOUT_CORRECTION
+    )
+    bypass_mode: bool = _refused(
+        False, "Use the rollout's log-probs as the old policy's.", _NO_ROLLOUT_CORRECTION
+    )
+    loss_type: str = _refused("ppo_clip", "Loss of bypass mode.", _NO_ROLLOUT_CORRECTION)
+    rollout_is_batch_normalize: bool = _refused(
+        False, "Normalise the IS weights over the batch.", _NO_ROLLOUT_CORRECTION
+    )
+
+
+@dataclass
+class ModuleConfig(_Section):
+    _target_: str = _target("verl.trainer.config.config.ModuleConfig")
+    path: str | None = _refused(
+        None,
+        "Python file with a custom reward manager.",
+        "custom reward managers are not loaded; write a custom_reward_function or a reward "
+        "module (docs/rewards)",
+        resource="code",
+    )
+    name: str = _refused(
+        "custom_reward_manager",
+        "Class of the custom reward manager.",
+        "custom reward managers are not loaded; write a custom_reward_function",
+    )
+
+
+@dataclass
+class RewardManagerConfig(_Section):
+    _target_: str = _target("verl.trainer.config.config.RewardManagerConfig")
+    source: str = _refused(
+        "register",
+        "Where the reward manager comes from: register or importlib.",
+        "only registered reward managers exist here; keep register",
+    )
+    name: str | None = _f(
+        None,
+        "Reward manager; null: reward_model.reward_manager.",
+        follows="reward_model.reward_manager",
+    )
+    module: ModuleConfig = _section(ModuleConfig, "A custom reward manager module.")
+
+
+@dataclass
+class ClassFileConfig(_Section):
+    path: str | None = _refused(
+        None,
+        "Python file with the class.",
+        "custom dataset and data generator classes are not loaded; bring the data as parquet, "
+        "JSONL or CSV and map its columns with data.data_key_map",
+        resource="code",
+    )
+    name: str | None = _refused(
+        None,
+        "Class name in that file.",
+        "custom dataset and data generator classes are not loaded; map columns with "
+        "data.data_key_map",
+    )
+
+
+@dataclass
+class SamplerConfig(_Section):
+    class_path: str | None = _refused(
+        None,
+        "Python file with a curriculum sampler.",
+        "custom samplers are not loaded; the data is shuffled by data.shuffle and data.seed",
+        resource="code",
+    )
+    class_name: str | None = _refused(
+        None,
+        "Class of the curriculum sampler.",
+        "custom samplers are not loaded; the data is shuffled by data.shuffle and data.seed",
+    )
+
+
+@dataclass
+class TransferQueueConfig(_Section):
+    enable: bool = _refused(
+        False,
+        "Move batches through verl's TransferQueue.",
+        "the TransferQueue is not implemented; batches move through the controller",
+    )
+
+
+@dataclass
+class RayKwargsInitConfig(_Section):
+    num_cpus: int | None = _f(
+        None, "CPUs Ray may use; null: all (same as ray_init.num_cpus).", gt=0, resource="server"
+    )
+
+
+@dataclass
+class RayKwargsConfig(_Section):
+    ray_init: RayKwargsInitConfig = _section(RayKwargsInitConfig, "ray.init arguments.")
+    timeline_json_file: str | None = _inert(
+        None, "Write Ray's task timeline here.", resource="server"
+    )
 
 
 @dataclass
@@ -194,13 +627,17 @@ class DataConfig(_Section):
     val_batch_size: int | None = _f(
         None, "Prompts per validation batch; null: whole set.", gt=0, le=MAX_BATCH
     )
-    return_raw_input_ids: bool = _f(False, "Also return unpadded prompt ids.")
+    return_raw_input_ids: bool = _inert(False, "Also return unpadded prompt ids.")
     return_raw_chat: bool = _f(False, "Also return the prompt as chat messages.")
-    return_full_prompt: bool = _f(False, "Also return the prompt with the chat template applied.")
+    return_full_prompt: bool = _inert(
+        False, "Also return the prompt with the chat template applied."
+    )
     shuffle: bool = _f(True, "Shuffle the training data each epoch.")
-    validation_shuffle: bool = _f(False, "Shuffle the validation data.")
-    seed: int = _f(1, "Seed of the training data shuffle.")
-    dataloader_num_workers: int = _f(
+    validation_shuffle: bool = _inert(
+        False, "Shuffle the validation data (validation scores every row either way)."
+    )
+    seed: int | None = _f(1, "Seed of the training data shuffle; null: trainer.seed.")
+    dataloader_num_workers: int = _inert(
         8, "Data loader worker processes (0: load in the driver).", ge=0, le=MAX_WORKERS
     )
     truncation: str = _f(
@@ -212,6 +649,31 @@ class DataConfig(_Section):
     trust_remote_code: bool = _f(False, "Allow custom tokenizer code from the model folder.")
     data_key_map: dict[str, str] = _f(
         {}, "Column mapping target->source, e.g. {prompt: question, ground_truth: answer}."
+    )
+    use_shm: bool = _inert(False, "Copy the data through shared memory first.")
+    train_max_samples: int = _f(
+        -1, "Use only the first N training rows; -1: all.", ge=-1, le=MAX_BATCH * 1024
+    )
+    val_max_samples: int = _f(
+        -1, "Use only the first N validation rows; -1: all.", ge=-1, le=MAX_BATCH * 1024
+    )
+    tool_config_path: str | None = _refused(
+        None,
+        "Tools YAML of the dataset; null: rollout.multi_turn.tool_config_path.",
+        "tool calling is not implemented yet; leave the tools YAML unset",
+        resource="path",
+        follows="actor_rollout_ref.rollout.multi_turn.tool_config_path",
+    )
+    image_patch_size: int = _inert(14, "Vision patch size of multimodal data.")
+    filter_overlong_prompts_workers: int = _inert(1, "Processes filtering overlong prompts.")
+    image_key: str = _refused("images", "Column holding a row's images.", _MULTIMODAL)
+    video_key: str = _refused("videos", "Column holding a row's videos.", _MULTIMODAL)
+    custom_cls: ClassFileConfig = _section(ClassFileConfig, "A custom dataset class.")
+    return_multi_modal_inputs: bool = _inert(True, "Return multimodal inputs with each row.")
+    sampler: SamplerConfig = _section(SamplerConfig, "A custom (curriculum) sampler.")
+    datagen: ClassFileConfig = _section(ClassFileConfig, "A dynamic data generator.")
+    apply_chat_template_kwargs: dict[str, Any] = _f(
+        {}, "Keyword arguments of the chat template (e.g. {enable_thinking: false})."
     )
 
 
@@ -233,10 +695,36 @@ class ModelConfig(_Section):
     override_config: dict[str, Any] = _f({}, "Overrides of the model's config.json values.")
     trust_remote_code: bool = _f(False, "Allow custom model code from the model folder.")
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations to save memory.")
-    use_remove_padding: bool = _f(False, "Pack sequences without padding (rmpad).")
+    use_remove_padding: bool = _refused(
+        False,
+        "Pack sequences without padding (rmpad).",
+        "padding-free packing is not implemented yet; leave it False (use_dynamic_bsz=True "
+        "already forms micro-batches by a token budget)",
+    )
     lora_rank: int = _f(0, "LoRA rank; 0 trains all weights.", ge=0)
     lora_alpha: int = _f(16, "LoRA scaling alpha.")
     target_modules: str | list[str] = _f("all-linear", "Modules LoRA adapts.")
+    exclude_modules: str | list[str] | None = _f(None, "Modules LoRA leaves alone.")
+    lora_adapter_path: str | None = _refused(
+        None,
+        "A trained LoRA adapter to start from.",
+        "starting from a saved adapter is not supported; merge it into the model first "
+        "(python -m engine.model_merger) and point model.path at the result",
+        resource="path",
+    )
+    _target_: str = _target("verl.workers.config.HFModelConfig")
+    hf_config_path: str | None = _refused(
+        None,
+        "A config.json folder other than the model's.",
+        "the model's own config.json is used; change values with model.override_config",
+        resource="path",
+    )
+    use_shm: bool = _inert(False, "Copy the weights through shared memory first.")
+    enable_activation_offload: bool = _inert(False, "Offload activations to the CPU.")
+    use_liger: bool = _inert(False, "Use Liger kernels.")
+    use_fused_kernels: bool = _inert(False, "Use verl's fused log-prob kernels.")
+    fused_kernel_options: FusedKernelOptions = _section(FusedKernelOptions, "Fused kernels.")
+    tiled_mlp: TiledMLPConfig = _section(TiledMLPConfig, "Tiled MLP.")
     hf_model: Any = _runtime("An already loaded model (or PEFT model) to train instead of path.")
     tokenizer: Any = _runtime("An already loaded tokenizer to use instead of tokenizer_path.")
 
@@ -249,6 +737,7 @@ class PolicyLossConfig(_Section):
     clip_cov_ub: float = _f(5.0, "clip_cov: upper covariance bound.")
     kl_cov_ratio: float = _f(0.0002, "kl_cov: fraction of tokens given a KL penalty.")
     ppo_kl_coef: float = _f(0.1, "kl_cov: coefficient of that KL penalty.")
+    _target_: str = _target("verl.workers.config.PolicyLossConfig")
 
 
 @dataclass
@@ -258,11 +747,35 @@ class OptimConfig(_Section):
     lr_warmup_steps_ratio: float = _f(0.0, "Warm-up as a fraction of the total steps.", ge=0, le=1)
     min_lr_ratio: float = _f(0.0, "Cosine schedule floor as a fraction of lr.", ge=0, le=1)
     num_cycles: float = _f(0.5, "Cosine schedule cycles.")
-    warmup_style: str = _f("constant", "Schedule after warm-up.", choices=("constant", "cosine"))
+    warmup_style: str | None = _f(
+        "constant",
+        "Schedule after warm-up (verl 0.7: lr_scheduler_type; null: that).",
+        choices=("constant", "cosine"),
+    )
     weight_decay: float = _f(0.01, "AdamW weight decay.", ge=0)
     betas: list[float] = _f([0.9, 0.999], "AdamW betas.")
     total_training_steps: int = _f(
         -1, "Set by the trainer from the data; -1: not known yet.", le=MAX_STEPS
+    )
+    _target_: str = _target("verl.workers.config.FSDPOptimizerConfig")
+    optimizer: str = _refused(
+        "AdamW", "Optimizer class.", "the engine trains with torch.optim.AdamW; keep AdamW"
+    )
+    optimizer_impl: str = _refused(
+        "torch.optim", "Module of the optimizer class.", "the engine uses torch.optim; keep it"
+    )
+    clip_grad: float = _f(
+        1.0, "Gradient norm clip: verl's newer name of the role's grad_clip; set either.", gt=0
+    )
+    lr_scheduler_type: str = _f(
+        "constant",
+        "Schedule after warm-up (verl's new name of warmup_style).",
+        choices=("constant", "cosine"),
+    )
+    override_optimizer_config: dict[str, Any] | None = _refused(
+        None,
+        "Extra optimizer arguments.",
+        "optimizer arguments beyond lr, betas and weight_decay are not passed; set those keys",
     )
 
 
@@ -277,6 +790,41 @@ class FSDPConfig(_Section):
         "Compute precision; auto: bf16 on a GPU, fp32 on a CPU.",
         choices=("auto", "bf16", "fp16", "fp32"),
     )
+    _target_: str = _target("verl.workers.config.FSDPEngineConfig")
+    wrap_policy: WrapPolicyConfig = _section(WrapPolicyConfig, "Which modules FSDP wraps.")
+    offload_policy: bool = _refused(
+        False,
+        "FSDP2's CPU offload policy.",
+        "set fsdp_config.param_offload and optimizer_offload instead",
+    )
+    forward_prefetch: bool = _inert(False, "Prefetch the next FSDP unit in forward.")
+    model_dtype: str = _refused(
+        "fp32",
+        "dtype of the master weights.",
+        "master weights are fp32; choose the compute precision with fsdp_config.mixed_precision",
+    )
+    use_orig_params: bool = _inert(False, "FSDP1's use_orig_params.")
+    seed: int = _refused(
+        42, "Seed of the FSDP engine.", "the engine is seeded by trainer.seed; set that"
+    )
+    full_determinism: bool = _refused(
+        False,
+        "Deterministic kernels only.",
+        "deterministic-only kernels are not switched on; runs are seeded by trainer.seed",
+    )
+    ulysses_sequence_parallel_size: int = _refused(
+        1, "Ulysses sequence parallel size.", _NO_ULYSSES
+    )
+    entropy_from_logits_with_chunking: bool = _inert(False, "Compute entropy in chunks.")
+    use_torch_compile: bool = _inert(True, "torch.compile the entropy computation.")
+    entropy_checkpointing: bool = _inert(False, "Recompute entropy in backward.")
+    forward_only: bool = _inert(False, "The engine only runs forward (set by verl).")
+    strategy: str = _inert("fsdp", "The engine's strategy (set by verl).")
+    dtype: str = _refused(
+        "bfloat16",
+        "Compute dtype of verl's FSDP engine.",
+        "choose the compute precision with fsdp_config.mixed_precision (auto: bf16 on a GPU)",
+    )
 
 
 @dataclass
@@ -287,6 +835,8 @@ class CheckpointConfig(_Section):
     load_contents: list[str] | None = _f(
         None, "What a resume loads; null: save_contents.", choices=CHECKPOINT_CONTENTS
     )
+    _target_: str = _target("verl.trainer.config.CheckpointConfig")
+    async_save: bool = _inert(False, "Save checkpoints in the background.")
 
 
 @dataclass
@@ -324,6 +874,52 @@ class ActorConfig(_Section):
     optim: OptimConfig = _section(OptimConfig, "Actor optimizer.")
     fsdp_config: FSDPConfig = _section(FSDPConfig, "Actor FSDP settings.")
     checkpoint: CheckpointConfig = _section(CheckpointConfig, "Actor checkpoint contents.")
+    _target_: str = _target("verl.workers.config.FSDPActorConfig")
+    rollout_n: int | None = _refused(
+        None,
+        "Responses per prompt; null: rollout.n.",
+        "it is derived from actor_rollout_ref.rollout.n; set that",
+        follows="actor_rollout_ref.rollout.n",
+    )
+    ppo_micro_batch_size: int | None = _f(
+        None,
+        "Samples per forward pass over all GPUs (verl's deprecated global size): divided by the "
+        "data-parallel size into ppo_micro_batch_size_per_gpu.",
+        gt=0,
+        le=MAX_BATCH,
+    )
+    freeze_vision_tower: bool = _refused(
+        False, "Freeze a vision-language model's vision tower.", _MULTIMODAL
+    )
+    loss_scale_factor: float | None = _refused(
+        None,
+        "Constant divisor of seq-mean-token-sum-norm losses.",
+        "a constant loss scale is not implemented yet; leave it null (the loss is normalised "
+        "by the token count)",
+    )
+    calculate_entropy: bool = _inert(
+        False, "Compute entropy without an entropy bonus (the engine always records it)."
+    )
+    use_torch_compile: bool = _inert(True, "torch.compile the entropy computation.")
+    data_loader_seed: int = _f(42, "Seed of the mini-batch shuffle between PPO epochs.")
+    use_fused_kernels: bool | None = _inert(
+        None,
+        "Use verl's fused log-prob kernels; null: model.use_fused_kernels.",
+        follows="actor_rollout_ref.model.use_fused_kernels",
+    )
+    router_replay: RouterReplayConfig = _section(RouterReplayConfig, "MoE router replay.")
+    ulysses_sequence_parallel_size: int = _refused(
+        1, "Ulysses sequence parallel size.", _NO_ULYSSES
+    )
+    entropy_from_logits_with_chunking: bool = _inert(False, "Compute entropy in chunks.")
+    entropy_checkpointing: bool = _inert(False, "Recompute entropy in backward.")
+    use_remove_padding: bool | None = _refused(
+        None,
+        "Pack sequences without padding; null: model.use_remove_padding.",
+        "padding-free packing is not implemented yet; leave it False",
+        follows="actor_rollout_ref.model.use_remove_padding",
+    )
+    profiler: ProfilerConfig = _section(ProfilerConfig, "Profiling of the actor.")
 
 
 @dataclass
@@ -338,7 +934,37 @@ class RefConfig(_Section):
     log_prob_max_token_len_per_gpu: int | None = _f(
         None, "Null: actor.ppo_max_token_len_per_gpu.", le=MAX_TOKEN_BUDGET
     )
-    fsdp_config: FSDPConfig = _section(FSDPConfig, "Reference model FSDP settings.")
+    fsdp_config: FSDPConfig = _section(
+        lambda: FSDPConfig(forward_only=True), "Reference model FSDP settings."
+    )
+    rollout_n: int | None = _refused(
+        None,
+        "Responses per prompt; null: rollout.n.",
+        "it is derived from actor_rollout_ref.rollout.n; set that",
+        follows="actor_rollout_ref.rollout.n",
+    )
+    strategy: str | None = _refused(
+        None,
+        "Backend of the reference; null: actor.strategy.",
+        "the reference is built like the actor; set actor_rollout_ref.actor.strategy",
+        follows="actor_rollout_ref.actor.strategy",
+    )
+    use_torch_compile: bool = _inert(True, "torch.compile the entropy computation.")
+    log_prob_micro_batch_size: int | None = _f(
+        None,
+        "Samples per reference forward over all GPUs (verl's deprecated global size): divided "
+        "by the data-parallel size into log_prob_micro_batch_size_per_gpu.",
+        gt=0,
+        le=MAX_BATCH,
+    )
+    router_replay: RouterReplayConfig = _section(RouterReplayConfig, "MoE router replay.")
+    _target_: str = _target("verl.workers.config.FSDPActorConfig")
+    ulysses_sequence_parallel_size: int = _refused(
+        1, "Ulysses sequence parallel size.", _NO_ULYSSES
+    )
+    entropy_from_logits_with_chunking: bool = _inert(False, "Compute entropy in chunks.")
+    entropy_checkpointing: bool = _inert(False, "Recompute entropy in backward.")
+    profiler: ProfilerConfig = _section(ProfilerConfig, "Profiling of the reference.")
 
 
 @dataclass
@@ -348,6 +974,7 @@ class ValKwargsConfig(_Section):
     temperature: float = _f(0.0, "Validation temperature.", ge=0)
     n: int = _f(1, "Validation samples per prompt.", gt=0, le=MAX_BATCH)
     do_sample: bool = _f(False, "Sample in validation (False: greedy).")
+    _target_: str = _target("verl.workers.config.SamplingConfig")
 
 
 @dataclass
@@ -359,12 +986,42 @@ class MultiTurnConfig(_Section):
         None, "Python file defining the interaction.", resource="code"
     )
     interaction_name: str | None = _f(None, "Interaction class or function name.")
+    _target_: str = _target("verl.workers.config.MultiTurnConfig")
+    tool_config_path: str | None = _refused(
+        None, "verl's tools YAML (class names and function schemas).", _NO_TOOLS, resource="path"
+    )
+    max_parallel_calls: int = _refused(1, "Tool calls run at once.", _NO_TOOLS)
+    max_tool_response_length: int = _refused(256, "Longest tool answer in tokens.", _NO_TOOLS)
+    tool_response_truncate_side: str = _refused(
+        "middle", "Where a long tool answer is cut.", _NO_TOOLS
+    )
+    interaction_config_path: str | None = _refused(
+        None,
+        "verl's interactions YAML.",
+        "verl's interaction YAML is not read; name a Python file with "
+        "rollout.multi_turn.interaction_path and its class with interaction_name",
+        resource="path",
+    )
+    use_inference_chat_template: bool = _refused(
+        False, "Render turns with the inference chat template.", _NO_TOOLS
+    )
+    tokenization_sanity_check_mode: str = _refused(
+        "strict", "Check multi-turn tokenization against the template.", _NO_TOOLS
+    )
+    format: str = _refused("hermes", "Tool-call format.", _NO_TOOLS)
+    num_repeat_rollouts: int | None = _refused(
+        None, "Repeat each interaction this many times.", _NO_TOOLS
+    )
 
 
 @dataclass
 class RolloutConfig(_Section):
     name: str = _f("hf", "Generation backend.", choices=ROLLOUT_NAMES, basic=True)
-    mode: str = _f("sync", "Rollout mode.", choices=("sync", "async"))
+    mode: str = _inert(
+        "async",
+        "Rollout mode (the engine generates each batch in one call).",
+        choices=("sync", "async"),
+    )
     temperature: float = _f(1.0, "Sampling temperature.", ge=0)
     top_k: int = _f(-1, "Top-k sampling; -1: off.")
     top_p: float = _f(1.0, "Nucleus sampling p.", gt=0, le=1)
@@ -401,11 +1058,76 @@ class RolloutConfig(_Section):
     calculate_log_probs: bool = _f(False, "Return the rollout's own log-probs (for checks).")
     val_kwargs: ValKwargsConfig = _section(ValKwargsConfig, "Sampling during validation.")
     multi_turn: MultiTurnConfig = _section(MultiTurnConfig, "Multi-turn rollouts.")
+    _target_: str = _target("verl.workers.config.RolloutConfig")
+    cudagraph_capture_sizes: list[int] | None = _inert(None, "vLLM: CUDA graph batch sizes.")
+    data_parallel_size: int = _refused(
+        1, "Rollout data parallel size.", "one rollout engine per rank; keep 1"
+    )
+    expert_parallel_size: int = _refused(
+        1, "Rollout expert parallel size.", "expert parallelism is not implemented; keep 1"
+    )
+    pipeline_model_parallel_size: int = _refused(
+        1, "Rollout pipeline parallel size.", "pipeline parallelism is not implemented; keep 1"
+    )
+    enable_chunked_prefill: bool = _inert(True, "vLLM: chunked prefill.")
+    enable_prefix_caching: bool = _inert(True, "vLLM: prefix caching.")
+    logprobs_mode: str = _refused(
+        "processed_logprobs",
+        "Which log-probs the rollout returns.",
+        "the rollout returns the log-probs of the distribution it sampled from "
+        "(processed_logprobs); keep that",
+    )
+    load_format: str = _inert("dummy", "vLLM: how initial weights load (synced after).")
+    log_prob_micro_batch_size: int | None = _f(
+        None,
+        "Samples per old-log-prob forward over all GPUs (verl's deprecated global size): "
+        "divided by the data-parallel size into log_prob_micro_batch_size_per_gpu.",
+        gt=0,
+        le=MAX_BATCH,
+    )
+    disable_log_stats: bool = _inert(True, "vLLM: statistics logging.")
+    over_sample_rate: float = _refused(
+        0, "Start more prompts than needed and drop the slowest.", "not implemented; keep 0"
+    )
+    multi_stage_wake_up: bool = _inert(False, "Wake weights and KV cache in stages.")
+    engine_kwargs: EngineKwargsConfig = _section(EngineKwargsConfig, "Engine arguments.")
+    update_weights_bucket_megabytes: int = _inert(512, "Weight sync bucket size.")
+    trace: TraceConfig = _section(TraceConfig, "Rollout tracing.")
+    skip_rollout: bool = _refused(
+        False,
+        "Reuse rollouts dumped in skip_dump_dir.",
+        "replaying dumped rollouts is not implemented; keep False",
+    )
+    skip_dump_dir: str = _inert(
+        "/tmp/rollout_dump", "Folder of dumped rollouts (skip_rollout).", resource="server"
+    )
+    skip_tokenizer_init: bool = _inert(True, "vLLM: start without a tokenizer.")
+    enable_rollout_routing_replay: bool = _refused(
+        False, "Record MoE routing in the rollout.", "MoE router replay is not implemented"
+    )
+    prometheus: PrometheusConfig = _section(PrometheusConfig, "Prometheus metrics.")
+    quantization: str | None = _refused(
+        None,
+        "Quantize the rollout's weights (e.g. fp8).",
+        "a quantized rollout samples from another distribution than the policy trained, and "
+        "rollout correction is not implemented yet; leave it null",
+    )
+    quantization_config_file: str | None = _refused(
+        None, "Quantization settings file.", "rollout quantization is not implemented"
+    )
+    layered_summon: bool = _inert(False, "Gather FSDP weights layer by layer for the sync.")
+    agent: AgentLoopConfig = _section(AgentLoopConfig, "verl's agent loops.")
+    profiler: ProfilerConfig = _section(ProfilerConfig, "Profiling of the rollout.")
 
 
 @dataclass
 class ActorRolloutRefConfig(_Section):
-    hybrid_engine: bool = _f(True, "Actor, rollout and reference share devices.")
+    hybrid_engine: bool = _refused(
+        True,
+        "Actor, rollout and reference share devices.",
+        "the rollout always runs on the actor's devices; keep True",
+    )
+    nccl_timeout: int = _inert(600, "Seconds before a stuck NCCL collective fails.")
     model: ModelConfig = _section(ModelConfig, "The policy model.")
     actor: ActorConfig = _section(ActorConfig, "Policy training.")
     ref: RefConfig = _section(RefConfig, "The frozen reference policy.")
@@ -424,8 +1146,22 @@ class CriticModelConfig(_Section):
     )
     trust_remote_code: bool = _f(False, "Allow custom model code from the model folder.")
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations to save memory.")
-    use_remove_padding: bool = _f(False, "Pack sequences without padding (rmpad).")
+    use_remove_padding: bool = _refused(
+        False,
+        "Pack sequences without padding (rmpad).",
+        "padding-free packing is not implemented yet; leave it False (use_dynamic_bsz=True "
+        "already forms micro-batches by a token budget)",
+    )
     fsdp_config: FSDPConfig = _section(FSDPConfig, "Critic FSDP settings.")
+    _target_: str = _target("verl.workers.config.FSDPCriticModelCfg")
+    use_shm: bool = _inert(False, "Copy the weights through shared memory first.")
+    enable_activation_offload: bool = _inert(False, "Offload activations to the CPU.")
+    lora_rank: int = _refused(0, "LoRA rank of the critic.", "a LoRA critic is not implemented")
+    lora_alpha: int = _refused(16, "LoRA alpha of the critic.", "a LoRA critic is not implemented")
+    target_modules: str | list[str] = _refused(
+        "all-linear", "Modules a LoRA critic adapts.", "a LoRA critic is not implemented"
+    )
+    tiled_mlp: TiledMLPConfig = _section(TiledMLPConfig, "Tiled MLP.")
 
 
 @dataclass
@@ -450,31 +1186,135 @@ class CriticConfig(_Section):
     cliprange_value: float = _f(0.5, "Value clip range.", gt=0)
     loss_agg_mode: str = _f("token-mean", "How token losses are averaged.", choices=LOSS_AGG_MODES)
     checkpoint: CheckpointConfig = _section(CheckpointConfig, "Critic checkpoint contents.")
+    _target_: str = _target("verl.workers.config.FSDPCriticConfig")
+    rollout_n: int | None = _refused(
+        None,
+        "Responses per prompt; null: rollout.n.",
+        "it is derived from actor_rollout_ref.rollout.n; set that",
+        follows="actor_rollout_ref.rollout.n",
+    )
+    ppo_micro_batch_size: int | None = _f(
+        None,
+        "Samples per forward over all GPUs (verl's deprecated global size): divided by the "
+        "data-parallel size into ppo_micro_batch_size_per_gpu.",
+        gt=0,
+        le=MAX_BATCH,
+    )
+    forward_max_token_len_per_gpu: int | None = _f(
+        None,
+        "Token budget per values micro-batch (use_dynamic_bsz); null: ppo_max_token_len_per_gpu.",
+        gt=0,
+        le=MAX_TOKEN_BUDGET,
+    )
+    data_loader_seed: int = _f(42, "Seed of the mini-batch shuffle between PPO epochs.")
+    forward_micro_batch_size: int | None = _f(
+        None,
+        "Samples per values forward over all GPUs (verl's deprecated global size): divided by "
+        "the data-parallel size into forward_micro_batch_size_per_gpu.",
+        gt=0,
+        le=MAX_BATCH,
+    )
+    forward_micro_batch_size_per_gpu: int | None = _f(
+        None,
+        "Samples per values forward per GPU; null: ppo_micro_batch_size_per_gpu.",
+        gt=0,
+        le=MAX_BATCH,
+    )
+    ulysses_sequence_parallel_size: int = _refused(
+        1, "Ulysses sequence parallel size.", _NO_ULYSSES
+    )
+    profiler: ProfilerConfig = _section(ProfilerConfig, "Profiling of the critic.")
+
+
+_RM_ONLY = "read only with reward_model.enable=True"
+_NO_REWARD_MODEL = (
+    "reward models are not in the trainer yet; score responses with a rule reward "
+    "(reward.components, data_source dispatch) or custom_reward_function"
+)
 
 
 @dataclass
 class RewardModelModelConfig(_Section):
-    path: str | None = _f(None, "Sequence-classification reward model folder.", resource="path")
-    input_tokenizer: str | None = _f(
-        None, "Tokenizer of the policy; null: the actor's model.", resource="path"
+    path: str | None = _inert(
+        None, f"Sequence-classification reward model folder ({_RM_ONLY}).", resource="path"
     )
-    trust_remote_code: bool = _f(False, "Allow custom model code from the model folder.")
+    input_tokenizer: str | None = _inert(
+        None,
+        f"Tokenizer of the policy; null: the actor's ({_RM_ONLY}).",
+        resource="path",
+        follows="actor_rollout_ref.model.path",
+    )
+    trust_remote_code: bool = _inert(False, f"Custom model code ({_RM_ONLY}).")
+    external_lib: str | None = _inert(
+        None,
+        f"Module registering a custom model ({_RM_ONLY}).",
+        resource="module",
+        follows="actor_rollout_ref.model.external_lib",
+    )
+    override_config: dict[str, Any] = _inert({}, f"config.json overrides ({_RM_ONLY}).")
+    use_shm: bool = _inert(False, "Copy the weights through shared memory first.")
+    use_remove_padding: bool = _inert(False, f"Padding-free forward ({_RM_ONLY}).")
+    use_fused_kernels: bool | None = _inert(
+        None, "Use verl's fused kernels.", follows="actor_rollout_ref.model.use_fused_kernels"
+    )
+    fsdp_config: FSDPConfig = _section(FSDPConfig, "Reward model FSDP settings.")
 
 
 @dataclass
 class RewardModelConfig(_Section):
-    enable: bool = _f(False, "Score responses with a reward model.")
+    enable: bool = _refused(False, "Score responses with a reward model.", _NO_REWARD_MODEL)
     model: RewardModelModelConfig = _section(RewardModelModelConfig, "The reward model.")
-    micro_batch_size_per_gpu: int | None = _f(
-        None, "Samples per forward per GPU.", gt=0, le=MAX_BATCH
+    micro_batch_size_per_gpu: int | None = _inert(
+        None, f"Samples per forward per GPU ({_RM_ONLY}).", gt=0, le=MAX_BATCH
     )
-    max_length: int | None = _f(
-        None, "Longest scored sequence; null: prompt + response.", gt=0, le=MAX_TOKEN_BUDGET
+    max_length: int | None = _inert(
+        None, f"Longest scored sequence ({_RM_ONLY}).", gt=0, le=MAX_TOKEN_BUDGET
     )
-    reward_manager: str = _f(
-        "naive", "How rule rewards are computed.", choices=("naive", "batch", "parallel")
+    reward_manager: str = _refused(
+        "naive",
+        "How rule rewards are computed: verl's naive, prime, batch or dapo.",
+        "only verl's naive manager exists here (one call per response; reward.num_workers "
+        "scores in parallel); prime, batch and dapo are not implemented yet",
     )
-    launch_reward_fn_async: bool = _f(False, "Compute rewards while log-probs are computed.")
+    launch_reward_fn_async: bool = _inert(False, "Compute rewards while log-probs are computed.")
+    enable_resource_pool: bool = _inert(False, f"A separate GPU pool ({_RM_ONLY}).")
+    n_gpus_per_node: int = _inert(8, f"GPUs of that pool per node ({_RM_ONLY}).")
+    nnodes: int = _inert(0, f"Nodes of that pool ({_RM_ONLY}).")
+    strategy: str = _inert("fsdp", f"Backend of the reward model ({_RM_ONLY}).")
+    micro_batch_size: int | None = _inert(
+        None, f"Deprecated global micro-batch size ({_RM_ONLY}).", gt=0, le=MAX_BATCH
+    )
+    use_dynamic_bsz: bool | None = _inert(
+        None, f"Token-budget micro-batches ({_RM_ONLY}).", follows="critic.use_dynamic_bsz"
+    )
+    forward_max_token_len_per_gpu: int | None = _inert(
+        None,
+        f"Token budget per micro-batch ({_RM_ONLY}).",
+        le=MAX_TOKEN_BUDGET,
+        follows="critic.forward_max_token_len_per_gpu",
+    )
+    reward_loop_source: str = _inert("register", f"Where the reward loop comes from ({_RM_ONLY}).")
+    reward_loop_module_path: str | None = _refused(
+        None,
+        "Python file with a custom reward loop.",
+        "custom reward loops are not loaded; write a custom_reward_function",
+        resource="code",
+    )
+    reward_loop_class_name: str | None = _refused(
+        None,
+        "Class of the custom reward loop.",
+        "custom reward loops are not loaded; write a custom_reward_function",
+    )
+    sandbox_fusion: SandboxFusionConfig = _section(SandboxFusionConfig, "SandboxFusion server.")
+    ulysses_sequence_parallel_size: int = _refused(
+        1, "Ulysses sequence parallel size.", _NO_ULYSSES
+    )
+    use_reward_loop: bool = _inert(True, "verl's asynchronous reward loop.")
+    num_workers: int = _inert(1, "Reward loop workers (the engine's: reward.num_workers).")
+    rollout: RewardModelRolloutConfig = _section(
+        RewardModelRolloutConfig, "A generative reward model's server."
+    )
+    profiler: ProfilerConfig = _section(ProfilerConfig, "Profiling of the reward model.")
 
 
 @dataclass
@@ -508,6 +1348,7 @@ class KLControlConfig(_Section):
     kp: float = _f(0.1, "pid: proportional gain on (kl - target_kl).")
     ki: float = _f(0.01, "pid: integral gain.")
     kd: float = _f(0.0, "pid: derivative gain.")
+    _target_: str = _target("verl.trainer.config.KLControlConfig")
 
 
 @dataclass
@@ -537,6 +1378,10 @@ class AlgorithmConfig(_Section):
         "of the responses' scores.",
     )
     pf_ppo: PFPPOConfig = _section(PFPPOConfig, "PF-PPO's resampling weights.")
+    rollout_correction: RolloutCorrectionConfig = _section(
+        RolloutCorrectionConfig, "Correction for the rollout's own probabilities."
+    )
+    _target_: str = _target("verl.trainer.config.AlgoConfig")
 
 
 @dataclass
@@ -593,6 +1438,32 @@ class TrainerConfig(_Section):
         None, "Critic checkpoints kept; null: all.", gt=0, le=MAX_STEPS
     )
     seed: int = _f(1, "Seed of sampling and initialisation.")
+    rollout_data_dir: str | None = _refused(
+        None,
+        "Dump each step's rollouts as JSON lines here.",
+        "set trainer.logger to include jsonl (samples.jsonl in the run's folder) instead",
+        resource="server",
+    )
+    validation_data_dir: str | None = _refused(
+        None,
+        "Dump each validation's generations as JSON lines here.",
+        "set trainer.logger to include jsonl (samples.jsonl in the run's folder) instead",
+        resource="server",
+    )
+    esi_redundant_time: int = _inert(0, "Elastic instance: spare seconds before expiry.")
+    default_hdfs_dir: str | None = _refused(
+        None,
+        "Copy checkpoints to HDFS.",
+        "checkpoints stay in trainer.default_local_dir",
+        resource="server",
+    )
+    del_local_ckpt_after_load: bool = _refused(
+        False,
+        "Delete the local checkpoint after resuming from it.",
+        "a checkpoint is never deleted on resume; prune with max_actor_ckpt_to_keep",
+    )
+    ray_wait_register_center_timeout: int = _inert(300, "Seconds to wait for Ray workers.")
+    use_legacy_worker_impl: str = _inert("auto", "verl's worker implementation.")
 
 
 @dataclass
@@ -619,6 +1490,10 @@ class PPOConfig(_Section):
     algorithm: AlgorithmConfig = _section(AlgorithmConfig, "Advantage and KL settings.")
     trainer: TrainerConfig = _section(TrainerConfig, "Training loop, logging, checkpoints.")
     ray_init: RayInitConfig = _section(RayInitConfig, "Ray start-up.")
+    ray_kwargs: RayKwargsConfig = _section(RayKwargsConfig, "Ray start-up (verl 0.7's place).")
+    reward_manager: RewardManagerConfig = _section(RewardManagerConfig, "The reward manager.")
+    global_profiler: GlobalProfilerConfig = _section(GlobalProfilerConfig, "Profiling.")
+    transfer_queue: TransferQueueConfig = _section(TransferQueueConfig, "verl's TransferQueue.")
     extras: dict[str, Any] = field(
         default_factory=dict,
         metadata={

@@ -31,6 +31,7 @@ from engine.config.loader import (
     _REFERENCE,
     MAX_YAML_ITEMS,
     MAX_YAML_STRING,
+    Reference,
     _fields,
     _is_runtime,
     _is_section,
@@ -40,7 +41,10 @@ from engine.config.loader import (
 from engine.config.schema import (
     DATA_KEY_MAP_TARGETS,
     GROUP_ESTIMATORS,
+    HONOURED,
     MAX_BATCH,
+    NO_EFFECT,
+    REFUSED,
     ConfigFieldError,
     ConfigValidationError,
     Limit,
@@ -83,19 +87,36 @@ def _leaves(obj: Any, prefix: str = "") -> Iterator[tuple[Any, dataclasses.Field
                     yield from _leaves(item, f"{key}[{i}].")
 
 
-def _interpolate(cfg: PPOConfig, key: str, text: str, depth: int = 0) -> str:
-    def substitute(match: re.Match) -> str:
-        reference = match.group(1)
+def _interpolate(cfg: PPOConfig, key: str, text: str, depth: int = 0) -> Any:
+    """Return ``text`` with its ``${...}`` references filled in from ``cfg``.
+
+    A value that is one whole reference takes the referenced value as it is (null included);
+    references inside a longer string become text, and a null there is an error.
+    """
+
+    def value_of(match: re.Match) -> Any:
+        reference = Reference.parse(match.group(1), key)
         try:
-            value = get_value(cfg, reference)
+            value = get_value(cfg, reference.key)
         except ConfigFieldError:
-            raise ConfigFieldError(key, text, f"${{{reference}}} names no config key") from None
-        if value is None:
-            raise ConfigFieldError(key, text, f"${{{reference}}} is null; set {reference}")
+            if reference.has_default:
+                return reference.default
+            raise ConfigFieldError(key, text, f"${{{reference.key}}} names no config key") from None
         if isinstance(value, str) and "${" in value and depth < 20:
-            return _interpolate(cfg, reference, value, depth + 1)
+            return _interpolate(cfg, reference.key, value, depth + 1)
         if isinstance(value, str) and "${" in value:
             raise ConfigFieldError(key, text, "circular ${...} reference")
+        return value
+
+    whole = _REFERENCE.fullmatch(text)
+    if whole:
+        return value_of(whole)
+
+    def substitute(match: re.Match) -> str:
+        value = value_of(match)
+        if value is None:
+            name = Reference.parse(match.group(1), key).key
+            raise ConfigFieldError(key, text, f"${{{name}}} is null; set {name}")
         return str(value)
 
     return _REFERENCE.sub(substitute, text)
@@ -157,7 +178,121 @@ def resolve_config(cfg: PPOConfig) -> PPOConfig:
     inherit(critic.model, "tokenizer_path", model.tokenizer_path)
     inherit(critic.checkpoint, "load_contents", critic.checkpoint.save_contents)
     inherit(cfg.reward_model.model, "input_tokenizer", model.path)
+    inherit(critic, "forward_max_token_len_per_gpu", critic.ppo_max_token_len_per_gpu)
+    data_parallel = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+    for _, section, legacy, per_gpu in _legacy_micro_batches(cfg):
+        size = getattr(section, legacy)
+        if size is not None and getattr(section, per_gpu) in (None, size):
+            setattr(section, per_gpu, max(1, size // data_parallel))
+    inherit(critic, "forward_micro_batch_size_per_gpu", critic.ppo_micro_batch_size_per_gpu)
+    for role in (actor, critic):  # verl 0.7's new spellings of grad_clip and warmup_style
+        if role.grad_clip == 1.0:
+            role.grad_clip = role.optim.clip_grad
+        if role.optim.warmup_style in (None, "constant"):
+            role.optim.warmup_style = role.optim.lr_scheduler_type
+    inherit(cfg.ray_init, "num_cpus", cfg.ray_kwargs.ray_init.num_cpus)
+    inherit(cfg.data, "seed", cfg.trainer.seed)
     return cfg
+
+
+def _legacy_micro_batches(cfg: PPOConfig) -> list[tuple[str, Any, str, str]]:
+    """Return (section key, section, global key, per-GPU key) of verl's deprecated sizes."""
+    arr = cfg.actor_rollout_ref
+    per_gpu = "log_prob_micro_batch_size"
+    return [
+        (f"{_ARR}.actor", arr.actor, "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu"),
+        (f"{_ARR}.ref", arr.ref, per_gpu, f"{per_gpu}_per_gpu"),
+        (f"{_ARR}.rollout", arr.rollout, per_gpu, f"{per_gpu}_per_gpu"),
+        ("critic", cfg.critic, "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu"),
+        ("critic", cfg.critic, "forward_micro_batch_size", "forward_micro_batch_size_per_gpu"),
+    ]
+
+
+def _check_legacy_keys(report: _Report, original: PPOConfig) -> None:
+    """Check verl's deprecated global micro-batch sizes and its two spellings of some keys."""
+    data_parallel = original.trainer.nnodes * original.trainer.n_gpus_per_node
+    for prefix, section, legacy, per_gpu in _legacy_micro_batches(original):
+        size, given = getattr(section, legacy), getattr(section, per_gpu)
+        if size is None:
+            continue
+        if given is not None and given != size:
+            report.error(
+                f"{prefix}.{legacy}",
+                f"set both {prefix}.{legacy} and {prefix}.{per_gpu}; remove {legacy} "
+                f"(deprecated) and keep {per_gpu}",
+                size,
+            )
+        elif size % data_parallel:
+            report.error(
+                f"{prefix}.{legacy}",
+                f"a global size that the {data_parallel} data-parallel ranks cannot share; make "
+                f"it a multiple of {data_parallel}, or set {prefix}.{per_gpu}",
+                size,
+            )
+        else:
+            report.warnings.append(
+                f"[DEPRECATED] {prefix}.{legacy}={size} is a global size; it is divided by the "
+                f"{data_parallel} data-parallel ranks into {prefix}.{per_gpu}="
+                f"{max(1, size // data_parallel)}: set {prefix}.{per_gpu} instead"
+            )
+    arr = original.actor_rollout_ref
+    for prefix, role in ((f"{_ARR}.actor", arr.actor), ("critic", original.critic)):
+        pairs = (
+            ("grad_clip", role.grad_clip, "optim.clip_grad", role.optim.clip_grad, 1.0),
+            (
+                "optim.warmup_style",
+                role.optim.warmup_style,
+                "optim.lr_scheduler_type",
+                role.optim.lr_scheduler_type,
+                "constant",
+            ),
+        )
+        for old, old_value, new, new_value, default in pairs:
+            if old_value not in (None, default) and new_value not in (old_value, default):
+                report.error(
+                    f"{prefix}.{new}",
+                    f"disagrees with {prefix}.{old}={old_value!r}; the two name one setting, "
+                    "set one of them",
+                    new_value,
+                )
+    ray_cpus, verl_cpus = original.ray_init.num_cpus, original.ray_kwargs.ray_init.num_cpus
+    if None not in (ray_cpus, verl_cpus) and ray_cpus != verl_cpus:
+        report.error(
+            "ray_kwargs.ray_init.num_cpus",
+            f"disagrees with ray_init.num_cpus={ray_cpus}; set one of them",
+            verl_cpus,
+        )
+
+
+def _check_effects(report: _Report) -> None:
+    """Refuse a refused key set off its default; warn once about every no-effect key set."""
+    inert: list[str] = []
+    defaults = PPOConfig()
+    for _, f, key, _, value in _leaves(report.cfg):
+        effect, follows = f.metadata.get("effect", HONOURED), f.metadata.get("follows")
+        if follows:
+            expected = get_value(report.cfg, follows)
+            as_default = value is None or value == expected
+        elif "[" in key or f.metadata.get("extras"):  # reward.components items, +key extras
+            continue
+        else:
+            expected = get_value(defaults, key)
+            as_default = value == expected
+        if as_default:
+            continue
+        if effect == REFUSED:
+            report.error(key, f"not supported here: {f.metadata['why']}", value)
+        elif effect == NO_EFFECT:
+            inert.append(f"{key}={_shown(value)!r}")
+        elif follows:
+            report.error(
+                key, f"must equal {follows} ({expected!r}) or be left out; set {follows}", value
+            )
+    if inert:
+        report.warnings.append(
+            "no effect here (settings of machinery this engine does not run, see "
+            f"docs/config.md): {', '.join(inert)}"
+        )
 
 
 def _clone(obj: Any) -> Any:
@@ -624,6 +759,8 @@ def validate_config(cfg: PPOConfig, *, check_files: bool = True) -> list[str]:
     if resolved.critic.enable:
         _check_batches(report, "critic")
     _check_inputs(report, cfg, check_files)
+    _check_legacy_keys(report, cfg)
+    _check_effects(report)
     _check_rollout_and_rewards(report)
     if report.errors:
         raise ConfigValidationError(report.errors, report.warnings)

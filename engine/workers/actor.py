@@ -42,7 +42,7 @@ from engine.algorithms.policy_loss import normalised_over
 from engine.data import DataProto
 from engine.lean import LeanModel, causal_mask, checkpointing
 from engine.rollout.sampling import new_kv_cache, shared_prompts, trim_left_padding, with_cache
-from engine.workers.batch_sizes import global_batch
+from engine.workers.batch_sizes import epoch_batches, global_batch
 from engine.workers.seqlen_balancing import restore_order, split_micro_batches
 
 PPO_MAX_TOKEN_LEN_KEY = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
@@ -379,11 +379,7 @@ class PolicyActor:
             )
         set_training(self.model, True)
         metrics: dict[str, list[float]] = defaultdict(list)
-        for epoch in range(cfg.ppo_epochs):
-            epoch_data = data
-            if cfg.shuffle and cfg.ppo_epochs > 1:
-                order = torch.randperm(len(data), generator=torch.Generator().manual_seed(epoch))
-                epoch_data = data[order]
+        for epoch_data in epoch_batches(data, cfg):
             mini_batches = epoch_data.split(mini_batch_size)
             for mini in mini_batches:
                 self.optimizer.zero_grad(set_to_none=True)

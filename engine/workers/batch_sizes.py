@@ -10,6 +10,9 @@ The loss of a micro-batch is normalised by counts over its whole mini-batch on e
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import torch
 import torch.distributed as dist
 
@@ -58,3 +61,20 @@ def global_batch(response_mask: torch.Tensor, loss_scale_factor: float | None) -
         dist.all_reduce(counts, op=dist.ReduceOp.SUM)
     tokens, sequences = counts.tolist()
     return GlobalBatch(tokens, sequences, dp_size, loss_scale_factor)
+
+
+def epoch_batches(data: Any, config: Any) -> Iterator[Any]:
+    """Yield the batch once per PPO epoch (``config.ppo_epochs``), as each epoch visits it.
+
+    With ``config.shuffle`` and more than one epoch the rows are permuted each epoch by one
+    generator seeded from ``config.data_loader_seed``, as verl's actor and critic shuffle their
+    mini-batches; otherwise every epoch sees the batch in order.
+    """
+    epochs = int(config.ppo_epochs)
+    if not (getattr(config, "shuffle", False) and epochs > 1):
+        for _ in range(epochs):
+            yield data
+        return
+    generator = torch.Generator().manual_seed(int(getattr(config, "data_loader_seed", 42)))
+    for _ in range(epochs):
+        yield data[torch.randperm(len(data), generator=generator)]

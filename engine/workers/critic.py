@@ -16,11 +16,11 @@ import torch
 from engine.algorithms import compute_value_loss, masked_mean
 from engine.algorithms.policy_loss import normalised_over
 from engine.data import DataProto
-from engine.workers.batch_sizes import global_batch, micro_size, per_rank_size
+from engine.workers.batch_sizes import epoch_batches, global_batch, micro_size, per_rank_size
 from engine.workers.seqlen_balancing import restore_order, split_micro_batches
 
-# verl's critic.forward_max_token_len_per_gpu defaults to this key; the values pass uses it.
 CRITIC_MAX_TOKEN_LEN_KEY = "critic.ppo_max_token_len_per_gpu"
+CRITIC_FORWARD_TOKEN_LEN_KEY = "critic.forward_max_token_len_per_gpu"  # the values pass
 
 
 def response_values(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -61,7 +61,7 @@ class ValueCritic:
         """
         self.model.eval()
         micros, order = split_micro_batches(
-            data, micro_batch_size, max_token_len, CRITIC_MAX_TOKEN_LEN_KEY
+            data, micro_batch_size, max_token_len, CRITIC_FORWARD_TOKEN_LEN_KEY
         )
         values = [
             response_values(self.model, micro.batch) * micro.batch["response_mask"]
@@ -86,8 +86,8 @@ class ValueCritic:
         cfg = self.config
         self.model.train()
         metrics: dict[str, list[float]] = defaultdict(list)
-        for _ in range(cfg.ppo_epochs):
-            for mini in data.split(mini_batch_size):
+        for epoch_data in epoch_batches(data, cfg):
+            for mini in epoch_data.split(mini_batch_size):
                 self.optimizer.zero_grad(set_to_none=True)
                 micros, _ = split_micro_batches(
                     mini, micro_batch_size, max_token_len, CRITIC_MAX_TOKEN_LEN_KEY
@@ -164,11 +164,24 @@ class CriticWorker:
         self.max_token_len = (
             critic_config.ppo_max_token_len_per_gpu if critic_config.use_dynamic_bsz else None
         )
+        # The values pass (no gradient) has its own sizes, the update's when not set.
+        self.forward_micro_batch_size = micro_size(
+            critic_config.forward_micro_batch_size_per_gpu
+            or critic_config.ppo_micro_batch_size_per_gpu,
+            self.mini_batch_size,
+        )
+        self.forward_max_token_len = (
+            (critic_config.forward_max_token_len_per_gpu or critic_config.ppo_max_token_len_per_gpu)
+            if critic_config.use_dynamic_bsz
+            else None
+        )
 
     def compute_values(self, data: DataProto) -> DataProto:
-        """Return ``values`` (bs, R)."""
+        """Return ``values`` (bs, R), micro-batched by the forward_* sizes."""
         values = self.critic.compute_values(
-            data, micro_batch_size=self.micro_batch_size, max_token_len=self.max_token_len
+            data,
+            micro_batch_size=self.forward_micro_batch_size,
+            max_token_len=self.forward_max_token_len,
         )
         return DataProto.from_dict({"values": values})
 

@@ -47,15 +47,20 @@ def build_lr_scheduler(
 ) -> LambdaLR:
     """Return a linear warm-up followed by a constant or cosine (to ``min_lr_ratio``) schedule."""
     warmup = num_warmup_steps(optim_config, total_steps)
-    style = getattr(optim_config, "warmup_style", "constant")
+    # warmup_style is verl's older name of lr_scheduler_type; a resolved config holds both.
+    style = getattr(optim_config, "warmup_style", None) or getattr(
+        optim_config, "lr_scheduler_type", "constant"
+    )
     min_ratio = float(getattr(optim_config, "min_lr_ratio", 0.0) or 0.0)
+    cycles = float(getattr(optim_config, "num_cycles", 0.5))
 
     def factor(step: int) -> float:
         if step < warmup:
             return step / max(1, warmup)  # as transformers/verl: the first step has lr 0
         if style == "cosine":
             progress = (step - warmup) / max(1, total_steps - warmup)
-            cosine = 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+            # transformers' get_cosine_schedule_with_warmup: num_cycles=0.5 is one half wave.
+            cosine = 0.5 * (1.0 + math.cos(math.pi * 2.0 * cycles * min(progress, 1.0)))
             return min_ratio + (1.0 - min_ratio) * cosine
         return 1.0
 

@@ -29,6 +29,7 @@ from engine.config import (
     set_value,
 )
 from engine.config.loader import MAX_YAML_BYTES, YamlLimitError, yaml_load
+from engine.config.schema import HONOURED
 from webapp.datasets.selectors import dataset_list_for_user
 from webapp.experiments.configs import STUDIO_MANAGED_KEYS, config_check
 from webapp.experiments.rewards import (
@@ -40,6 +41,16 @@ from webapp.experiments.rewards import (
 CUSTOM_REWARD_KEYS = ("custom_reward_function.path", "custom_reward_function.name")
 COMPONENTS_KEY = "reward.components"
 HIDDEN_KEYS = (*STUDIO_MANAGED_KEYS, *CUSTOM_REWARD_KEYS, COMPONENTS_KEY)
+
+
+def shown_in_form(spec: FieldSpec) -> bool:
+    """Return whether the builder shows a key: honoured keys the studio does not manage.
+
+    Keys with no effect here or refused (docs/config.md) stay at their defaults in the form; a
+    YAML import that sets one gets the validator's warning or error.
+    """
+    return spec.effect == HONOURED and spec.key not in HIDDEN_KEYS
+
 
 GROUP_LABELS = {
     "data": "Data",
@@ -162,7 +173,7 @@ class ExperimentForm(forms.Form):
                 label=f"{name} kwargs",
                 widget=forms.TextInput(attrs={"class": "yaml"}),
             )
-        self.specs = [s for s in iter_field_specs() if s.key not in HIDDEN_KEYS]
+        self.specs = [s for s in iter_field_specs() if shown_in_form(s)]
         for spec in self.specs:
             self.fields[field_name(spec.key)] = _schema_field(spec)
 
@@ -172,7 +183,7 @@ class ExperimentForm(forms.Form):
         """Return the form's initial values for ``config``."""
         initial: dict[str, Any] = {}
         for spec in iter_field_specs():
-            if spec.key in HIDDEN_KEYS:
+            if not shown_in_form(spec):
                 continue
             value = get_value(config, spec.key)
             if spec.choices and spec.type is list:

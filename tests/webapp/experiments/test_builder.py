@@ -12,6 +12,7 @@ from engine.config import (
     load_config,
     validate_config,
 )
+from engine.config.schema import HONOURED
 from tests.webapp.fixtures import builder_data, tiny_config
 from webapp.experiments.configs import STUDIO_MANAGED_KEYS, config_check, list_presets
 from webapp.experiments.forms import ExperimentForm, field_name
@@ -22,16 +23,19 @@ from webapp.runs.models import Run
 pytestmark = pytest.mark.django_db
 
 
-def test_every_schema_field_but_the_studio_managed_ones_is_in_the_form(owner):
+def test_every_honoured_schema_field_but_the_studio_managed_ones_is_in_the_form(owner):
     form = ExperimentForm(owner=owner)
-    keys = {spec.key for spec in iter_field_specs()}
+    keys = {spec.key for spec in iter_field_specs() if spec.effect == HONOURED}
     shown = {k for k in keys if field_name(k) in form.fields}
     assert keys - shown == {
-        *STUDIO_MANAGED_KEYS,
+        *(k for k in STUDIO_MANAGED_KEYS if k in keys),
         "custom_reward_function.path",
         "custom_reward_function.name",
         "reward.components",
     }
+    # Keys with no effect here, or refused, stay at their defaults: the form does not show them.
+    others = {spec.key for spec in iter_field_specs() if spec.effect != HONOURED}
+    assert others and not any(field_name(k) in form.fields for k in others)
     spec = next(s for s in iter_field_specs() if s.key == "algorithm.adv_estimator")
     field = form.fields["algorithm__adv_estimator"]
     assert [c for c, _ in field.choices] == spec.choices and field.help_text == spec.help

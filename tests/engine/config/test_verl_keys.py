@@ -1,0 +1,281 @@
+"""Every key of verl 0.7's config is in the schema, in exactly one of three tables, and does what
+its table says: honoured keys are read, no-effect keys warn in one line, refused keys fail."""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from engine.config import get_value, iter_field_specs
+from engine.config.loader import config_from_dict, load_config, load_raw
+from engine.config.schema import EFFECTS, NO_EFFECT, REFUSED, ConfigValidationError
+from engine.config.tables import stale_files
+from engine.config.validate import resolve_config, validate_config
+
+VERL_FILE = Path(__file__).parent / "data" / "verl_0_7_ppo_trainer.yaml"
+REPO = Path(__file__).resolve().parents[3]
+SPECS = {spec.key: spec for spec in iter_field_specs()}
+# What verl leaves to be given (???) and the one refused feature its example file switches on.
+VERL_FILE_OVERRIDES = [
+    "actor_rollout_ref.rollout.name=hf",
+    "actor_rollout_ref.model.use_remove_padding=False",
+    "trainer.logger=[console]",  # the file's wandb is a tracker this engine has yet to log to
+]
+
+
+def verl_leaves() -> list[str]:
+    def walk(tree: Any, prefix: str):
+        for key, value in tree.items():
+            if isinstance(value, dict) and value:
+                yield from walk(value, f"{prefix}{key}.")
+            else:
+                yield prefix + key
+
+    return list(walk(yaml.safe_load(VERL_FILE.read_text()), ""))
+
+
+def covered(key: str) -> bool:
+    """Return whether ``key`` is a schema key or section, or lies inside a key holding a mapping."""
+    parts = key.split(".")
+    if any(other.startswith(key + ".") for other in SPECS):  # a whole section, as a reference
+        return True
+    return any(
+        ".".join(parts[:n]) in SPECS
+        and (n == len(parts) or SPECS[".".join(parts[:n])].type is dict)
+        for n in range(1, len(parts) + 1)
+    )
+
+
+def test_every_key_of_verls_generated_config_is_in_the_schema():
+    leaves = verl_leaves()
+    assert len(leaves) == 537
+    assert [key for key in leaves if not covered(key)] == []
+    assert sum(key.endswith("._target_") or key == "_target_" for key in leaves) > 30
+
+
+def test_verls_own_file_loads_unchanged_and_validates():
+    cfg = load_config(str(VERL_FILE), VERL_FILE_OVERRIDES)
+    warnings = validate_config(cfg, check_files=False)
+    # verl's example file points the (off) reward model at a folder: the only key it sets that
+    # has no effect here; everything else equals verl's defaults.
+    assert len(warnings) == 1
+    assert "no effect here" in warnings[0]
+    assert "reward_model.model.path='~/models/FsfairX-LLaMA3-RM-v0.1'" in warnings[0]
+    resolved = resolve_config(cfg)
+    arr = resolved.actor_rollout_ref
+    assert arr.actor.rollout_n == arr.rollout.n  # ${oc.select:actor_rollout_ref.rollout.n,1}
+    assert resolved.critic.forward_max_token_len_per_gpu == 32768  # ${.ppo_max_token_len_per_gpu}
+    assert arr.actor.checkpoint.load_contents == arr.actor.checkpoint.save_contents
+    assert arr.rollout.profiler.tool_config == arr.actor.profiler.tool_config  # a whole section
+
+
+def test_verls_file_says_what_it_leaves_to_be_given():
+    with pytest.raises(ValueError, match=r"rollout.name='\?\?\?'.*leaves this key to be given"):
+        load_config(str(VERL_FILE))
+
+
+def test_verls_file_refuses_the_one_feature_it_switches_on():
+    cfg = load_config(str(VERL_FILE), [VERL_FILE_OVERRIDES[0], VERL_FILE_OVERRIDES[2]])
+    with pytest.raises(ConfigValidationError) as caught:
+        validate_config(cfg, check_files=False)
+    assert [e.key for e in caught.value.errors] == ["actor_rollout_ref.model.use_remove_padding"]
+    assert "padding-free packing is not implemented" in str(caught.value)
+
+
+def test_every_key_is_in_exactly_one_table_and_refused_keys_say_why():
+    assert {spec.effect for spec in SPECS.values()} <= set(EFFECTS)
+    for spec in SPECS.values():
+        assert bool(spec.why) == (spec.effect == REFUSED), spec.key
+    doc = (REPO / "docs" / "config.md").read_text()
+    for key in SPECS:
+        assert doc.count(f"| `{key}` |") == 1, key
+
+
+# Words of keys that change what a run computes: none of them may sit in "no effect".
+MEANING = re.compile(
+    r"(^algorithm\.|^reward\.|policy_loss\.|\.lr$|clip|kl|loss|temperature|top_[pk]|\.n$|"
+    r"^data\.(max_|train_batch|prompt_key|truncation|shuffle|seed)|mini_batch|epochs|"
+    r"entropy_coeff|gamma|lam$|total_|save_freq|test_freq|resume|reward_fn_key|\.enable$)"
+)
+
+
+def test_no_key_that_changes_a_run_sits_in_no_effect():
+    inert = [k for k, s in SPECS.items() if s.effect == NO_EFFECT and MEANING.search(k)]
+    allowed = {
+        # Profilers and servers that this engine does not start, whatever they are told.
+        *(k for k in inert if ".profiler." in k or "global_profiler" in k or "prometheus" in k),
+        # Keys of the reward model, read only when reward_model.enable=True, which is refused.
+        *(k for k in inert if k.startswith("reward_model.")),
+    }
+    assert sorted(set(inert) - allowed) == []
+
+
+def test_generated_files_are_fresh():
+    assert stale_files() == [], "run python -m engine.config.tables --write"
+
+
+def _other_value(spec, current: Any) -> Any:
+    """Return a value of the key's type that differs from ``current``."""
+    if spec.choices and spec.type is not list:
+        return next(c for c in spec.choices if c != current)
+    if spec.type is bool:
+        return not bool(current)
+    if spec.type is int:
+        return (current or 0) + 2
+    if spec.type is float:
+        return (current or 0.0) + 0.5
+    if spec.type is list:
+        item = spec.choices[0] if spec.choices else (1 if spec.item_type is int else "x")
+        return [*(current or []), item]
+    if spec.type is dict:
+        return {"some_option": 1}
+    return "something-else"
+
+
+def _tree_with(key: str, value: Any) -> dict:
+    tree = copy.deepcopy(load_raw("grpo_tiny"))
+    node = tree
+    *sections, leaf = key.split(".")
+    for part in sections:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+    return tree
+
+
+@pytest.mark.parametrize("key", [k for k, s in SPECS.items() if s.effect == REFUSED])
+def test_a_refused_key_set_off_its_default_is_an_error_that_says_what_to_do(key):
+    spec = SPECS[key]
+    current = resolve_config(config_from_dict(load_raw("grpo_tiny")))
+    value = _other_value(spec, get_value(current, spec.follows) if spec.follows else spec.default)
+    cfg = config_from_dict(_tree_with(key, value))
+    with pytest.raises(ConfigValidationError) as caught:
+        validate_config(cfg, check_files=False)
+    errors = {e.key: e.message for e in caught.value.errors}
+    assert key in errors, errors
+    assert errors[key] == f"not supported here: {spec.why}"
+
+
+@pytest.mark.parametrize(
+    "key", [k for k, s in SPECS.items() if s.effect == NO_EFFECT and not s.follows]
+)
+def test_a_no_effect_key_set_is_named_in_one_warning_line(key):
+    spec = SPECS[key]
+    cfg = config_from_dict(_tree_with(key, _other_value(spec, spec.default)))
+    warnings = validate_config(cfg, check_files=False)
+    lines = [w for w in warnings if w.startswith("no effect here")]
+    assert len(lines) == 1 and f"{key}=" in lines[0], warnings
+
+
+def test_two_no_effect_keys_share_one_warning_line():
+    cfg = load_config(
+        "grpo_tiny",
+        ["actor_rollout_ref.model.use_shm=True", "actor_rollout_ref.rollout.layered_summon=True"],
+    )
+    warnings = [w for w in validate_config(cfg, check_files=False) if "no effect" in w]
+    assert len(warnings) == 1
+    assert "actor_rollout_ref.model.use_shm=True" in warnings[0]
+    assert "actor_rollout_ref.rollout.layered_summon=True" in warnings[0]
+
+
+def test_a_derived_key_must_equal_the_key_it_follows():
+    ok = load_config("grpo_tiny", ["actor_rollout_ref.actor.rollout_n=8"])  # rollout.n is 8
+    assert ok.actor_rollout_ref.rollout.n == 8
+    validate_config(ok, check_files=False)
+    bad = load_config("grpo_tiny", ["actor_rollout_ref.actor.rollout_n=3"])
+    with pytest.raises(ConfigValidationError, match="derived from actor_rollout_ref.rollout.n"):
+        validate_config(bad, check_files=False)
+
+
+def test_verls_legacy_global_micro_batch_sizes_are_divided_by_the_data_parallel_size():
+    cfg = load_config(
+        "grpo_tiny",
+        [
+            "trainer.n_gpus_per_node=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size=8",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size=16",
+        ],
+    )
+    warnings = validate_config(cfg, check_files=False)
+    deprecated = [w for w in warnings if w.startswith("[DEPRECATED]")]
+    assert len(deprecated) == 2
+    assert "ppo_micro_batch_size_per_gpu=4" in deprecated[0]
+    arr = resolve_config(cfg).actor_rollout_ref
+    assert arr.actor.ppo_micro_batch_size_per_gpu == 4
+    assert arr.rollout.log_prob_micro_batch_size_per_gpu == 8
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            [
+                "actor_rollout_ref.actor.ppo_micro_batch_size=8",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+            ],
+            "set both",
+        ),
+        (
+            ["trainer.n_gpus_per_node=3", "actor_rollout_ref.actor.ppo_micro_batch_size=8"],
+            "cannot share",
+        ),
+        (
+            ["actor_rollout_ref.actor.grad_clip=0.5", "actor_rollout_ref.actor.optim.clip_grad=2"],
+            "name one setting",
+        ),
+        (["ray_init.num_cpus=2", "ray_kwargs.ray_init.num_cpus=3"], "set one of them"),
+    ],
+)
+def test_two_spellings_of_one_setting_must_agree(overrides, message):
+    cfg = load_config("grpo_tiny", overrides)
+    with pytest.raises(ConfigValidationError, match=message):
+        validate_config(cfg, check_files=False)
+
+
+def test_verls_new_spellings_reach_the_keys_the_engine_reads():
+    cfg = load_config(
+        "grpo_tiny",
+        [
+            "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
+            "actor_rollout_ref.actor.optim.clip_grad=0.3",
+            "critic.optim.warmup_style=null",
+            "ray_kwargs.ray_init.num_cpus=2",
+        ],
+    )
+    validate_config(cfg, check_files=False)
+    resolved = resolve_config(cfg)
+    assert resolved.actor_rollout_ref.actor.optim.warmup_style == "cosine"
+    assert resolved.actor_rollout_ref.actor.grad_clip == 0.3
+    assert resolved.critic.optim.warmup_style == "constant"
+    assert resolved.ray_init.num_cpus == 2
+
+
+def test_references_read_as_verl_reads_them():
+    cfg = load_config(
+        "grpo_tiny",
+        [
+            "critic.forward_max_token_len_per_gpu=${.ppo_max_token_len_per_gpu}",
+            "actor_rollout_ref.actor.rollout_n=${oc.select:actor_rollout_ref.rollout.n,1}",
+            "critic.rollout_n=${oc.select:no.such.key,4}",
+        ],
+    )
+    assert cfg.critic.forward_max_token_len_per_gpu == cfg.critic.ppo_max_token_len_per_gpu
+    assert cfg.actor_rollout_ref.actor.rollout_n == cfg.actor_rollout_ref.rollout.n
+    assert cfg.critic.rollout_n == 4
+
+
+def test_the_config_tables_command_checks_freshness():
+    result = subprocess.run(
+        [sys.executable, "-m", "engine.config.tables", "--check"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout
