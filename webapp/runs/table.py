@@ -13,7 +13,9 @@ Everything the table shows comes from its query string, so a view is a shareable
 
 A value that cannot be read is a :class:`RunTableQueryError` naming the parameter and the fix.
 The metric values come from one aggregate query over ``MetricPoint`` for the chosen names only
-(grouped by run and name: last by step, min and max), whatever the number of runs.
+(per run and name: the last step with a value, min and max, then the value at that step),
+whatever the number of runs: about 0.2 s for three columns over 50 runs of 1,000 steps of 50
+metrics each, 0.65 s for twelve, on a shared 2-core machine.
 """
 
 from __future__ import annotations
@@ -201,22 +203,41 @@ class RunRow:
         return [self.values.get(m.name, MetricValues()) for m in metrics]
 
 
-# One pass over the chosen runs' points: per (run, name) the value at the last step that has it
-# as a number, and the min and max. A value that is not a JSON number (null) is skipped.
-METRIC_VALUES_SQL = f"""
-SELECT point.run_id, chosen.name,
-       (array_agg(point.step ORDER BY point.step DESC))[1],
-       (array_agg(value.v ORDER BY point.step DESC))[1],
-       min(value.v), max(value.v)
-FROM {MetricPoint._meta.db_table} AS point
-CROSS JOIN unnest(%(names)s::text[]) AS chosen(name)
-CROSS JOIN LATERAL (
-    SELECT CASE WHEN jsonb_typeof(point.metrics -> chosen.name) = 'number'
-                THEN (point.metrics ->> chosen.name)::double precision END AS v
-) AS value
-WHERE point.run_id = ANY(%(runs)s) AND value.v IS NOT NULL
-GROUP BY point.run_id, chosen.name
-"""
+# One pass over the chosen runs' points reads each chosen value once (a JSON number, else NULL)
+# and keeps per run and name the min, the max and the last step that has a value; the value at
+# that step is then one index lookup per run and name. No sort, whatever the number of points.
+_POINTS = MetricPoint._meta.db_table
+_VALUE = (
+    "CASE WHEN jsonb_typeof({t}.metrics -> %(k{i})s::text) = 'number' "
+    "THEN ({t}.metrics -> %(k{i})s::text)::double precision END"
+)
+
+
+def metric_values_sql(count: int) -> str:
+    """Return the aggregate query for ``count`` chosen names (``%(k0)s``... and ``%(runs)s``)."""
+    keys = range(count)
+    # OFFSET 0 keeps the planner from inlining j<i> into v<i>: each value is looked up once.
+    raw = ", ".join(f"p.metrics -> %(k{i})s::text AS j{i}" for i in keys)
+    columns = ", ".join(
+        f"CASE WHEN jsonb_typeof(j{i}) = 'number' THEN j{i}::double precision END AS v{i}"
+        for i in keys
+    )
+    aggregates = ", ".join(
+        f"max(step) FILTER (WHERE v{i} IS NOT NULL) AS s{i}, min(v{i}) AS lo{i}, max(v{i}) AS hi{i}"
+        for i in keys
+    )
+    lasts = ", ".join(
+        f"agg.s{i}, (SELECT {_VALUE.format(t='q', i=i)} FROM {_POINTS} AS q "
+        f"WHERE q.run_id = agg.run_id AND q.step = agg.s{i}), agg.lo{i}, agg.hi{i}"
+        for i in keys
+    )
+    return (
+        f"WITH raw AS (SELECT p.run_id, p.step, {raw} FROM {_POINTS} AS p "
+        f"WHERE p.run_id = ANY(%(runs)s) OFFSET 0), "
+        f"point AS (SELECT run_id, step, {columns} FROM raw), "
+        f"agg AS (SELECT run_id, {aggregates} FROM point GROUP BY run_id) "
+        f"SELECT agg.run_id, {lasts} FROM agg"
+    )
 
 
 def run_metric_values(
@@ -225,13 +246,18 @@ def run_metric_values(
     """Return ``{run id: {name: last, its step, best}}`` for the chosen metrics, in one query."""
     if not run_ids or not metrics:
         return {}
-    lower = {m.name: m.lower_is_better for m in metrics}
+    params: dict[str, Any] = {f"k{i}": m.name for i, m in enumerate(metrics)}
+    params["runs"] = run_ids
     out: dict[int, dict[str, MetricValues]] = {}
     with connection.cursor() as cursor:
-        cursor.execute(METRIC_VALUES_SQL, {"names": list(lower), "runs": run_ids})
-        for run_id, name, step, last, low, high in cursor.fetchall():
-            best = low if lower[name] else high
-            out.setdefault(run_id, {})[name] = MetricValues(last, step, best)
+        cursor.execute(metric_values_sql(len(metrics)), params)
+        for run_id, *cells in cursor.fetchall():
+            values = out.setdefault(run_id, {})
+            for i, metric in enumerate(metrics):
+                step, last, low, high = cells[4 * i : 4 * i + 4]
+                if step is not None:
+                    best = low if metric.lower_is_better else high
+                    values[metric.name] = MetricValues(last, step, best)
     return out
 
 

@@ -64,7 +64,8 @@ def runs(owner):
     record(a, [{SCORE: 0.2, LOSS: 0.9}, {SCORE: 0.8, LOSS: 0.4}, {SCORE: 0.5, LOSS: 0.6}])
     # b: the last step has no score (a val-only step) and a null loss: last is step 2's.
     record(b, [{SCORE: 0.1, LOSS: 1.5}, {SCORE: 0.6, LOSS: 1.2}, {LOSS: None, "val/x": 1.0}])
-    # c: nothing recorded
+    # c: no number recorded (a string is skipped, not cast)
+    record(c, [{SCORE: "n/a"}])
     return {"a": a, "b": b, "c": c}
 
 
