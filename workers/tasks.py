@@ -84,6 +84,9 @@ def driver_settings_env() -> dict[str, str]:
     # A thread count the operator set for the worker carries over to the driver.
     for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env[key] = os.environ.get(key) or env[key]
+    # Its events go where the web processes listen, on a Ray node too.
+    if os.environ.get("POSTTRAIN_CHANNEL_PREFIX"):
+        env["POSTTRAIN_CHANNEL_PREFIX"] = os.environ["POSTTRAIN_CHANNEL_PREFIX"]
     return env
 
 
