@@ -1,10 +1,12 @@
 """Live events of a run, sent to its Channels group ``run.<id>``.
 
 Every message has ``type: "run.event"`` (a consumer's ``run_event`` handler receives it) and an
-``event`` of ``metrics``, ``samples``, ``status`` or ``health`` (an alert of
-``webapp.health``). The driver sends through a long-lived
-``workers.publish.RunEventPublisher``; the web and Celery processes send their rare status
-changes with ``publish_run_event``. A failed send is logged and never fails the caller: the
+``event`` of ``metrics`` (with the step's ``checkpoint`` when it saved one), ``samples``,
+``status``, ``heartbeat`` (the driver's beat during a step; the consumer answers both with the
+run's state read afresh) or ``health`` (an alert of ``webapp.health``). The driver sends
+through a long-lived ``workers.publish.RunEventPublisher`` (its heartbeat thread through one of
+its own); the web and Celery processes send their rare status changes with
+``publish_run_event``. A failed send is logged and never fails the caller: the
 database holds the truth and a page reloads its backlog from there.
 """
 
