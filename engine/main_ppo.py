@@ -62,11 +62,22 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            config = load_config(_config_source(args.config_name, args.config_path), args.overrides)
+            config = load_config(
+                _config_source(args.config_name, args.config_path),
+                args.overrides,
+                all_errors=True,
+            )
             notes = [] if args.cfg else validate_config(config, check_files=True)
             resolve_config(config)
         except ConfigValidationError as exc:
-            return _fail([str(error) for error in exc.errors])
+            errors = list(exc.errors)
+            if exc.config is not None and not args.cfg:  # the rest of the config's problems too
+                try:
+                    validate_config(exc.config, check_files=True)
+                except ConfigValidationError as more:
+                    bad = {error.key for error in errors}
+                    errors += [e for e in more.errors if e.key not in bad]
+            return _fail([str(error) for error in errors])
         except ConfigError as exc:
             return _fail([str(exc)])
     for note in [str(w.message) for w in caught] + notes:

@@ -35,7 +35,7 @@ import yaml
 
 from engine.config.aliases import apply_aliases, is_alias_key
 from engine.config.aliases import translate as translate_alias
-from engine.config.schema import ConfigError, ConfigFieldError, PPOConfig
+from engine.config.schema import ConfigError, ConfigFieldError, ConfigValidationError, PPOConfig
 from engine.config.tree import deep_merge, get_in, put
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -383,17 +383,29 @@ def matches_type(value: Any, tp: Any) -> bool:
     return isinstance(value, tp)
 
 
-def _from_dict(cls: type, data: dict, prefix: str) -> Any:
+def _from_dict(
+    cls: type, data: dict, prefix: str, errors: list[ConfigFieldError] | None = None
+) -> Any:
+    """Build section ``cls`` from ``data``; with an ``errors`` list, collect every problem there
+    (a bad key keeps its default) instead of raising the first."""
     fields = _fields(cls)
     kwargs = {}
     for name, value in data.items():
         key = f"{prefix}.{name}" if prefix else str(name)
         entry = fields.get(name)
-        if entry is None:
-            raise unknown_key_error(key, value)
-        if _is_runtime(entry[0]):
-            raise _runtime_error(key)
-        kwargs[name] = coerce(value, entry[1], key)
+        try:
+            if entry is None:
+                raise unknown_key_error(key, value)
+            if _is_runtime(entry[0]):
+                raise _runtime_error(key)
+            if errors is not None and _is_section(entry[1]) and isinstance(value, dict):
+                kwargs[name] = _from_dict(entry[1], value, key, errors)
+            else:
+                kwargs[name] = coerce(value, entry[1], key)
+        except ConfigFieldError as exc:
+            if errors is None:
+                raise
+            errors.append(exc)
     return cls(**kwargs)
 
 
@@ -507,11 +519,22 @@ def config_to_dict(cfg: PPOConfig) -> dict[str, Any]:
     return _plain(cfg)
 
 
-def config_from_dict(data: dict[str, Any]) -> PPOConfig:
-    """Build a PPOConfig from plain data; unknown keys and wrong types raise ConfigFieldError."""
+def config_from_dict(data: dict[str, Any], *, all_errors: bool = False) -> PPOConfig:
+    """Build a PPOConfig from plain data; unknown keys and wrong types raise ConfigFieldError.
+
+    With ``all_errors`` every unknown key and wrong type is found first and raised together as a
+    ``ConfigValidationError``.
+    """
     if not isinstance(data, dict):
         raise ConfigError(f"a config is a mapping of sections, got {type(data).__name__}")
-    return _from_dict(PPOConfig, _resolve_typed_references(apply_aliases(data)), "")
+    data = _resolve_typed_references(apply_aliases(data))
+    if not all_errors:
+        return _from_dict(PPOConfig, data, "")
+    errors: list[ConfigFieldError] = []
+    config = _from_dict(PPOConfig, data, "", errors)
+    if errors:
+        raise ConfigValidationError(errors)
+    return config
 
 
 def config_to_yaml(cfg: PPOConfig) -> str:
@@ -681,18 +704,57 @@ def _apply_override(tree: dict, override: Override) -> None:
     put(tree, parts, override.value)
 
 
-def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Return a copy of the plain config tree with command-line overrides applied in order."""
+def apply_overrides(
+    tree: dict[str, Any], overrides: list[str], *, all_errors: bool = False
+) -> dict[str, Any]:
+    """Return a copy of the plain config tree with command-line overrides applied in order.
+
+    With ``all_errors`` every override is tried and the problems are raised together as a
+    ``ConfigValidationError``; otherwise the first one raises.
+    """
+    tree, errors = _applied(tree, overrides, all_errors)
+    if errors:
+        raise ConfigValidationError(errors)
+    return tree
+
+
+def _applied(
+    tree: dict[str, Any], overrides: list[str], all_errors: bool
+) -> tuple[dict[str, Any], list[ConfigFieldError]]:
+    """Return the tree with the overrides that apply, and the problems of the others."""
     if isinstance(overrides, str):
         raise ConfigError("overrides must be a list of strings like ['data.train_batch_size=8']")
     tree = copy.deepcopy(tree)
+    errors: list[ConfigFieldError] = []
     for text in overrides:
-        _apply_override(tree, parse_override(text))
-    return apply_aliases(tree, "overrides", check=False)
+        try:
+            _apply_override(tree, parse_override(text))
+        except ConfigFieldError as exc:
+            if not all_errors:
+                raise
+            errors.append(exc)
+    return apply_aliases(tree, "overrides", check=False), errors
 
 
 def load_config(
-    name_or_path: str = DEFAULT_CONFIG, overrides: list[str] | None = None
+    name_or_path: str = DEFAULT_CONFIG,
+    overrides: list[str] | None = None,
+    *,
+    all_errors: bool = False,
 ) -> PPOConfig:
-    """Load a preset (a name in engine/configs or a YAML path) and apply dotted overrides."""
-    return config_from_dict(apply_overrides(load_raw(name_or_path), overrides or []))
+    """Load a preset (a name in engine/configs or a YAML path) and apply dotted overrides.
+
+    ``all_errors``: report every bad override, unknown key and wrong type at once (the CLI); the
+    ``ConfigValidationError`` then carries ``config``, built with the bad values left out, so the
+    caller can validate the rest too.
+    """
+    tree, errors = _applied(load_raw(name_or_path), overrides or [], all_errors)
+    if not all_errors:
+        return config_from_dict(tree)
+    data = _resolve_typed_references(apply_aliases(tree))
+    config = _from_dict(PPOConfig, data, "", errors)
+    if errors:
+        failure = ConfigValidationError(errors)
+        failure.config = config
+        raise failure
+    return config

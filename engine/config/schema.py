@@ -94,6 +94,7 @@ class ConfigValidationError(ConfigError):
 
     def __init__(self, errors: list[ConfigFieldError], warnings: list[str] | None = None) -> None:
         self.errors, self.warnings = list(errors), list(warnings or [])
+        self.config: Any = None  # the config without the bad values, where a loader built one
         lines = "\n".join(f"  {error}" for error in self.errors)
         super().__init__(f"{len(self.errors)} configuration error(s):\n{lines}")
 

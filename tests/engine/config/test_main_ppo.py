@@ -53,6 +53,31 @@ def test_bad_override_exits_2_with_one_line():
     assert "Traceback" not in result.stderr
 
 
+def test_every_problem_of_the_command_line_is_listed_at_once_one_line_each(capsys):
+    status = main_ppo.main(
+        [
+            "--config-name=grpo_tiny",
+            "trainer.total_stepz=3",  # unknown key
+            "data.trian_files=x",  # unknown key
+            "bad override",  # not an override
+            "actor_rollout_ref.actor.optim.lr=abc",  # wrong type
+            "data.max_prompt_length=-1",  # out of bounds (a validation error)
+        ]
+    )
+    assert status == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert [line.split("=")[0] for line in lines] == [
+        "error: trainer.total_stepz",
+        "error: data.trian_files",
+        "error: bad override",
+        "error: actor_rollout_ref.actor.optim.lr",
+        "error: data.max_prompt_length",
+    ]
+    assert "did you mean trainer.total_epochs?" in lines[0]
+    assert "did you mean data.train_files?" in lines[1]
+    assert "write +key=value" in lines[1]
+
+
 def test_validation_errors_one_line_each():
     result = run_cli(
         "--config-name",
