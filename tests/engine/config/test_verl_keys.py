@@ -4,6 +4,7 @@ its table says: honoured keys are read, no-effect keys warn in one line, refused
 from __future__ import annotations
 
 import copy
+import functools
 import re
 import subprocess
 import sys
@@ -139,8 +140,18 @@ def _other_value(spec, current: Any) -> Any:
     return "something-else"
 
 
+@functools.cache
+def _tiny_tree() -> dict:
+    return load_raw("grpo_tiny")
+
+
+@functools.cache
+def _tiny_resolved():
+    return resolve_config(config_from_dict(_tiny_tree()))
+
+
 def _tree_with(key: str, value: Any) -> dict:
-    tree = copy.deepcopy(load_raw("grpo_tiny"))
+    tree = copy.deepcopy(_tiny_tree())
     node = tree
     *sections, leaf = key.split(".")
     for part in sections:
@@ -152,7 +163,7 @@ def _tree_with(key: str, value: Any) -> dict:
 @pytest.mark.parametrize("key", [k for k, s in SPECS.items() if s.effect == REFUSED])
 def test_a_refused_key_set_off_its_default_is_an_error_that_says_what_to_do(key):
     spec = SPECS[key]
-    current = resolve_config(config_from_dict(load_raw("grpo_tiny")))
+    current = _tiny_resolved()
     value = _other_value(spec, get_value(current, spec.follows) if spec.follows else spec.default)
     cfg = config_from_dict(_tree_with(key, value))
     with pytest.raises(ConfigValidationError) as caught:
