@@ -4,7 +4,7 @@
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
-ensure_venv test,bench
+ensure_venv test,bench,trackers
 ensure_apt chromium chromium-driver
 ensure_sandbox
 ensure_postgres

@@ -79,7 +79,9 @@ def drive(run_id: int, publish: bool = True) -> str:
 
     from engine.config import config_from_dict, set_value
     from engine.trainer import run_training
+    from engine.trainer.trackers import tracker_environment
     from webapp.runs.recording import run_mark_running
+    from webapp.runs.services import run_dir
     from workers.publish import RunEventPublisher
     from workers.recorder import RecordingGaveUp, RunRecorder
 
@@ -103,7 +105,9 @@ def drive(run_id: int, publish: bool = True) -> str:
             return "cancelled"
         config = config_from_dict(run.config)
         set_value(config, "trainer.default_local_dir", run.checkpoint_dir)
-        status = run_training(config, recorder)
+        # Trackers write into the run's own folder, never where an experiment could point them.
+        with tracker_environment(run_dir(run_id) / "trackers"):
+            status = run_training(config, recorder)
         recorder.on_finish(status=status)
         return status
     except RecordingGaveUp as exc:

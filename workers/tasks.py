@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import connections
 
 from engine.env import CPU_PROCESS_ENV
+from engine.trainer.trackers import TRACKER_ENV_PREFIXES
 from webapp.runs.recording import (
     driver_slots_taken,
     queued_run_ids,
@@ -49,8 +50,9 @@ def database_url() -> str:
 
 
 # What a local driver keeps of the worker's environment: system basics, the studio's and Ray's
-# settings, thread counts, the GPU runtime's variables and the model caches. Anything else (cloud
-# keys, tokens, the web app's secret key) stays with the worker.
+# settings, thread counts, the GPU runtime's variables, the model caches and the keys and hosts of
+# the trackers trainer.logger names. Anything else (cloud keys, tokens, the web app's secret key)
+# stays with the worker.
 DRIVER_ENV_NAMES = frozenset(
     {
         "PATH", "HOME", "LANG", "TZ", "TMPDIR",
@@ -61,7 +63,7 @@ DRIVER_ENV_NAMES = frozenset(
         "LD_LIBRARY_PATH",  # where a GPU host keeps its CUDA libraries
     }
 )  # fmt: skip
-DRIVER_ENV_PREFIXES = ("LC_", "POSTTRAIN_", "RAY_", "CUDA_", "NVIDIA_")
+DRIVER_ENV_PREFIXES = ("LC_", "POSTTRAIN_", "RAY_", "CUDA_", "NVIDIA_", *TRACKER_ENV_PREFIXES)
 
 
 def driver_settings_env() -> dict[str, str]:

@@ -35,6 +35,7 @@ from engine.algorithms.names import (
 )
 from engine.rewards.names import REWARD_COMPONENTS, REWARD_FN_NAMES  # noqa: F401
 from engine.rollout import ROLLOUT_NAMES
+from engine.trainer.trackers import TRACKERS
 
 STRATEGIES = ("fsdp", "fsdp2")
 
@@ -1393,7 +1394,7 @@ class TrainerConfig(_Section):
     )
     project_name: str = _f("posttrain", "Project the run belongs to.", basic=True)
     experiment_name: str = _f("default", "Name of the run.", basic=True)
-    logger: list[str] = _f(["console"], "Metric sinks.", choices=("console", "jsonl"))
+    logger: list[str] = _f(["console"], "Metric sinks and trackers.", choices=TRACKERS)
     log_val_generations: int = _f(
         0, "Validation samples logged per validation.", ge=0, le=MAX_BATCH
     )

@@ -51,6 +51,7 @@ from engine.config.schema import (
     PPOConfig,
 )
 from engine.rollout import SGLANG_MISSING
+from engine.trainer.trackers import tracker_install_problems
 
 _REMOTE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 _ARR = "actor_rollout_ref"
@@ -753,6 +754,8 @@ def validate_config(cfg: PPOConfig, *, check_files: bool = True) -> list[str]:
     report = _Report(resolved)
     report.warnings += _mini_batch_warnings(cfg, resolved)
     _check_choices(report)
+    for problem in tracker_install_problems(resolved.trainer.logger):
+        report.error("trainer.logger", problem)
     _check_ranges(report)
     _check_algorithm(report, cfg.critic.enable)
     _check_batches(report, "actor")

@@ -202,7 +202,9 @@ def _cell(text: str, width: int = 48) -> str:
 
 
 def default_recorders(config: Any) -> list[Recorder]:
-    """Return the built-in recorders that ``trainer.logger`` names (console, jsonl)."""
+    """Return the recorders that ``trainer.logger`` names: console, jsonl and the trackers."""
+    from engine.trainer.trackers import tracker_recorders
+
     loggers = config.trainer.logger
     loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
     recorders: list[Recorder] = []
@@ -211,4 +213,4 @@ def default_recorders(config: Any) -> list[Recorder]:
     if "jsonl" in loggers:
         folder = Path(config.trainer.default_local_dir).expanduser()
         recorders.append(JsonlRecorder(folder / "logs"))
-    return recorders
+    return recorders + tracker_recorders(config)

@@ -37,7 +37,7 @@ def test_spec_choices_types_and_groups():
     files = specs["data.train_files"]
     assert (files.type, files.nullable, files.item_type) == (str, True, str)
     assert specs["trainer.logger"].type is list
-    assert specs["trainer.logger"].choices == ["console", "jsonl"]
+    assert specs["trainer.logger"].choices[:3] == ["console", "jsonl", "wandb"]
     assert specs["data.data_key_map"].type is dict
     assert specs["actor_rollout_ref.rollout.n"].group == "rollout"
     assert specs["actor_rollout_ref.model.path"].group == "model"

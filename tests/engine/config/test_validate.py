@@ -54,7 +54,9 @@ def test_unknown_choices_list_valid_values():
     found = problems(["algorithm.adv_estimator=grpoo"])
     assert "must be one of gae, grpo, rloo" in found["algorithm.adv_estimator"]
     assert "did you mean grpo?" in found["algorithm.adv_estimator"]
-    assert "console, jsonl" in problems(["trainer.logger=[console,wandb]"])["trainer.logger"]
+    assert (
+        "console, jsonl, wandb" in problems(["trainer.logger=[console,wandbb]"])["trainer.logger"]
+    )
     found = problems(["reward.components=[{name: gsm8kk}]"])
     assert "did you mean gsm8k?" in found["reward.components[0].name"]
     assert "fsdp, fsdp2" in problems(["critic.strategy=megatron"])["critic.strategy"]

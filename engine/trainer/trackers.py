@@ -1,0 +1,302 @@
+"""Experiment trackers: ``trainer.logger`` names as verl spells them, each one a ``Recorder``.
+
+``TRACKERS`` is the one list of names ``trainer.logger`` accepts (the config schema imports it).
+``console`` and ``jsonl`` are the built-in recorders of ``engine.trainer.recorder``; the others
+report through their own library, installed with the optional extra (``pip install -e
+.[trackers]``) and imported only when a run names them. The validator refuses a name whose
+library is missing (``tracker_install_problems``) before anything runs.
+
+Each tracker follows verl's ``verl/utils/tracking.py``: the project is ``trainer.project_name``,
+the run ``trainer.experiment_name``, the resolved config is the run's config (or params), every
+step's metrics go out under verl's names, and the run is finished in ``on_finish``. Where a run
+writes comes from the same environment variables verl reads:
+
+- wandb: the library's own (``WANDB_MODE``, ``WANDB_DIR``, ``WANDB_API_KEY``...), ``WANDB_ENTITY``;
+- tensorboard: ``$TENSORBOARD_DIR``, else ``tensorboard_log/<project>/<experiment>``;
+- mlflow: ``$MLFLOW_TRACKING_URI``, else verl's ``sqlite:////tmp/mlruns.db``; ``MLFLOW_RUN_ID``
+  attaches to an existing run. MLflow refuses some characters in a key, so keys are mapped as
+  verl maps them (``mlflow_key``): ``@`` becomes ``_at_``, repeated slashes one slash, and any
+  other character outside letters, digits, ``_ - . / :`` and space an underscore
+  (``val-core/gsm8k/reward/mean@1`` is logged as ``val-core/gsm8k/reward/mean_at_1``);
+- swanlab: ``SWANLAB_API_KEY`` (log in), ``SWANLAB_LOG_DIR`` (``swanlog``), ``SWANLAB_MODE``
+  (``cloud``; ``offline`` and ``local`` need no network);
+- clearml: the library's own (``CLEARML_OFFLINE_MODE``, ``CLEARML_CACHE_DIR``, its config file).
+  ClearML files a scalar under a title and a series: ``critic/score/mean`` is title ``critic``,
+  series ``score/mean`` (verl's split at the first slash; a name without one is both).
+
+``tracker_environment`` points every tracker's local output into one folder: the studio's driver
+uses it so a run's tracker files stay in the run's own folder on the server.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from engine.trainer.recorder import Recorder
+
+# trainer.logger's names: the built-in recorders, then the trackers of verl's Tracking.
+TRACKERS = ("console", "jsonl", "wandb", "tensorboard", "mlflow", "swanlab", "clearml")
+# The module each tracker imports (all in the ``trackers`` extra); console and jsonl need none.
+TRACKER_MODULES = {
+    "wandb": "wandb",
+    "tensorboard": "tensorboard",  # torch.utils.tensorboard writes with it
+    "mlflow": "mlflow",
+    "swanlab": "swanlab",
+    "clearml": "clearml",
+}
+# Variables a tracker reads (keys, hosts, modes): the studio's driver keeps them.
+TRACKER_ENV_PREFIXES = ("WANDB_", "MLFLOW_", "SWANLAB_", "CLEARML_", "TENSORBOARD_")
+MLFLOW_DEFAULT_URI = "sqlite:////tmp/mlruns.db"  # verl's default
+_MLFLOW_INVALID = re.compile(r"[^/\w.\- :]")  # MLflow allows these in a metric or param key
+_SLASHES = re.compile(r"/+")
+# How fit ended, as each tracker names it.
+_MLFLOW_STATUS = {"succeeded": "FINISHED", "failed": "FAILED", "cancelled": "KILLED"}
+_SWANLAB_STATE = {"succeeded": "success", "failed": "crashed", "cancelled": "aborted"}
+
+
+def tracker_install_problems(loggers: list[str] | str | None) -> list[str]:
+    """Return, for each tracker ``loggers`` names whose library is missing, what to install."""
+    names = [loggers] if isinstance(loggers, str) else list(loggers or [])
+    return [
+        f"names {name!r} but {TRACKER_MODULES[name]} is not installed: pip install -e .[trackers]"
+        for name in dict.fromkeys(names)
+        if name in TRACKER_MODULES and importlib.util.find_spec(TRACKER_MODULES[name]) is None
+    ]
+
+
+def mlflow_key(key: str) -> str:
+    """Return ``key`` as MLflow accepts it, mapped as verl maps it (``@`` becomes ``_at_``)."""
+    return _MLFLOW_INVALID.sub("_", _SLASHES.sub("/", key.replace("@", "_at_")))
+
+
+def flat_params(config: dict[str, Any] | list[Any], prefix: str = "") -> dict[str, Any]:
+    """Return the config as ``section/key`` params; a list is ``key/list_len`` and ``key/<i>``."""
+    items: dict[str, Any] = {}
+    pairs = (
+        [("list_len", len(config)), *((str(i), v) for i, v in enumerate(config))]
+        if isinstance(config, list)
+        else config.items()
+    )
+    for name, value in pairs:
+        key = f"{prefix}{name}"
+        if isinstance(value, dict | list) and value:
+            items.update(flat_params(value, f"{key}/"))
+        else:
+            items[key] = value
+    return items
+
+
+def clearml_title_series(key: str) -> tuple[str, str]:
+    """Return ClearML's (title, series) for a metric: verl's split at the first slash."""
+    title, _, series = key.partition("/")
+    return (title, series) if series else (key, key)
+
+
+@contextmanager
+def tracker_environment(folder: str | Path) -> Iterator[dict[str, str]]:
+    """Point every tracker's local output into ``folder`` while the block runs; yield the settings.
+
+    Tensorboard, wandb, swanlab and clearml write under ``folder`` whatever the environment said.
+    MLflow logs to ``folder/mlflow.db`` unless ``MLFLOW_TRACKING_URI`` is set (a server's MLflow).
+    The variables are restored afterwards.
+    """
+    folder = Path(folder)
+    settings = {
+        "TENSORBOARD_DIR": str(folder / "tensorboard"),
+        "WANDB_DIR": str(folder),
+        "SWANLAB_LOG_DIR": str(folder / "swanlog"),
+        "CLEARML_CACHE_DIR": str(folder / "clearml"),
+    }
+    if not os.environ.get("MLFLOW_TRACKING_URI"):
+        settings["MLFLOW_TRACKING_URI"] = f"sqlite:///{folder.resolve() / 'mlflow.db'}"
+    before = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
+    try:
+        yield settings
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+class _TrackerRecorder(Recorder):
+    """A tracker's run: started in ``on_start``, finished once in ``on_finish``."""
+
+    def __init__(self, project: str, experiment: str) -> None:
+        self.project, self.experiment = project, experiment
+        self.started = False
+
+    def on_start(self, *, config: dict[str, Any], total_steps: int, start_step: int) -> None:
+        self.start(config)
+        self.started = True
+
+    def on_finish(self, *, status: str, error: str | None = None) -> None:
+        if self.started:  # a run that failed before its first step has nothing to close
+            self.started = False
+            self.finish(str(status), error)
+
+    def start(self, config: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def finish(self, status: str, error: str | None) -> None:
+        raise NotImplementedError
+
+
+class WandbRecorder(_TrackerRecorder):
+    """Log to Weights & Biases; ``WANDB_MODE=offline`` writes the run under ``WANDB_DIR`` only."""
+
+    def start(self, config: dict[str, Any]) -> None:
+        import wandb
+
+        self.run = wandb.init(
+            project=self.project,
+            name=self.experiment,
+            entity=os.environ.get("WANDB_ENTITY"),
+            config=config,
+        )
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        self.run.log(dict(metrics), step=step)
+
+    def finish(self, status: str, error: str | None) -> None:
+        self.run.finish(exit_code=0 if status != "failed" else 1)
+
+
+class TensorboardRecorder(_TrackerRecorder):
+    """Write event files to ``$TENSORBOARD_DIR`` or ``tensorboard_log/<project>/<experiment>``."""
+
+    def start(self, config: dict[str, Any]) -> None:
+        import json
+
+        from torch.utils.tensorboard import SummaryWriter
+
+        default = Path("tensorboard_log") / self.project / self.experiment
+        self.directory = Path(os.environ.get("TENSORBOARD_DIR") or default)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        print(f"tensorboard: writing to {self.directory}", flush=True)
+        self.writer = SummaryWriter(str(self.directory))
+        # Markdown: indented four spaces, the JSON shows as code in tensorboard's text tab.
+        text = json.dumps(config, indent=2, default=str).replace("\n", "\n    ")
+        self.writer.add_text("config", "    " + text, 0)
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            self.writer.add_scalar(key, value, step)
+
+    def finish(self, status: str, error: str | None) -> None:
+        self.writer.close()
+
+
+class MlflowRecorder(_TrackerRecorder):
+    """Log to MLflow at ``$MLFLOW_TRACKING_URI``; keys mapped by ``mlflow_key``."""
+
+    def start(self, config: dict[str, Any]) -> None:
+        from mlflow import MlflowClient
+        from mlflow.entities import Param
+
+        self.client = MlflowClient(os.environ.get("MLFLOW_TRACKING_URI") or MLFLOW_DEFAULT_URI)
+        run_id = os.environ.get("MLFLOW_RUN_ID")  # set by platforms that start the run
+        if not run_id:
+            # MLflow's experiment is verl's project; its run is verl's experiment.
+            found = self.client.get_experiment_by_name(self.project)
+            experiment_id = (
+                found.experiment_id if found else self.client.create_experiment(self.project)
+            )
+            run_id = self.client.create_run(experiment_id, run_name=self.experiment).info.run_id
+        self.run_id = run_id
+        params = [Param(mlflow_key(k), str(v)) for k, v in flat_params(config).items()]
+        self.client.log_batch(run_id, params=params)
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        import time
+
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        rows = [Metric(mlflow_key(k), float(v), now, step) for k, v in metrics.items()]
+        self.client.log_batch(self.run_id, metrics=rows)
+
+    def finish(self, status: str, error: str | None) -> None:
+        self.client.set_terminated(self.run_id, _MLFLOW_STATUS.get(status, "FINISHED"))
+
+
+class SwanlabRecorder(_TrackerRecorder):
+    """Log to SwanLab; ``SWANLAB_MODE=offline`` keeps the run under ``SWANLAB_LOG_DIR``."""
+
+    def start(self, config: dict[str, Any]) -> None:
+        import swanlab
+
+        self.swanlab = swanlab
+        if os.environ.get("SWANLAB_API_KEY"):
+            swanlab.login(os.environ["SWANLAB_API_KEY"])
+        swanlab.init(
+            project=self.project,
+            name=self.experiment,
+            config=config,
+            log_dir=os.environ.get("SWANLAB_LOG_DIR") or "swanlog",
+            mode=os.environ.get("SWANLAB_MODE") or "cloud",
+        )
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        self.swanlab.log(dict(metrics), step=step)
+
+    def finish(self, status: str, error: str | None) -> None:
+        self.swanlab.finish(state=_SWANLAB_STATE.get(status, "success"), error=error)
+
+
+class ClearmlRecorder(_TrackerRecorder):
+    """Log to ClearML as a task; ``CLEARML_OFFLINE_MODE=1`` stores it under its cache folder."""
+
+    def start(self, config: dict[str, Any]) -> None:
+        from clearml import Task
+
+        self.task: Any = Task.init(
+            project_name=self.project,
+            task_name=self.experiment,
+            continue_last_task=True,
+            output_uri=False,
+            # Its repository scan runs git in a thread of a process that is forking workers and
+            # has been seen to hang there (and hold close() with it); a run's config is logged.
+            auto_connect_frameworks={"detect_repository": False},
+        )
+        self.task.connect_configuration(config, name="Hyperparameters")
+        self.logger: Any = self.task.get_logger()
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            title, series = clearml_title_series(key)
+            self.logger.report_scalar(title=title, series=series, value=value, iteration=step)
+
+    def finish(self, status: str, error: str | None) -> None:
+        if status == "failed":
+            self.task.mark_failed(status_message=(error or "")[-1000:])
+        self.task.close()
+
+
+RECORDERS: dict[str, type[_TrackerRecorder]] = {
+    "wandb": WandbRecorder,
+    "tensorboard": TensorboardRecorder,
+    "mlflow": MlflowRecorder,
+    "swanlab": SwanlabRecorder,
+    "clearml": ClearmlRecorder,
+}
+
+
+def tracker_recorders(config: Any) -> list[Recorder]:
+    """Return a recorder for each tracker ``trainer.logger`` names (console and jsonl excepted)."""
+    loggers = config.trainer.logger
+    names = [loggers] if isinstance(loggers, str) else list(loggers or [])
+    trainer = config.trainer
+    return [
+        RECORDERS[name](trainer.project_name, trainer.experiment_name)
+        for name in dict.fromkeys(names)
+        if name in RECORDERS
+    ]

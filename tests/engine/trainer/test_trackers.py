@@ -1,0 +1,347 @@
+"""Experiment trackers, each through its own library, offline: what a run logs reads back equal.
+
+Every tracker runs in a child process with its own HOME and no tracker variables but the test's
+(offline modes, a ``file:`` MLflow store), as a run would: the libraries keep global state and
+threads, and ClearML patches the process it runs in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+
+from engine.config import ConfigValidationError, config_to_dict, load_config, validate_config
+from engine.config.introspect import iter_field_specs
+from engine.trainer.recorder import Recorder, default_recorders
+from engine.trainer.trackers import (
+    RECORDERS,
+    TRACKER_ENV_PREFIXES,
+    TRACKER_MODULES,
+    TRACKERS,
+    clearml_title_series,
+    flat_params,
+    mlflow_key,
+    tracker_environment,
+    tracker_install_problems,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+PROJECT, EXPERIMENT = "posttrain-tests", "tiny-run"
+# Two steps of verl-named metrics, one with the '@' MLflow refuses.
+STEPS = [
+    {
+        "critic/score/mean": 0.25,
+        "actor/pg_loss": -0.125,
+        "timing_s/gen": 1.5,
+        "val-core/tiny_arithmetic/reward/mean@1": 0.5,
+    },
+    {
+        "critic/score/mean": 0.75,
+        "actor/pg_loss": 0.0625,
+        "timing_s/gen": 1.25,
+        "val-core/tiny_arithmetic/reward/mean@1": 0.625,
+    },
+]
+CHILD = """
+import json, sys
+from engine.trainer.trackers import RECORDERS
+name, status = sys.argv[1:3]
+with open("inputs.json") as f:
+    config, steps, project, experiment = json.load(f)
+recorder = RECORDERS[name](project, experiment)
+recorder.on_start(config=config, total_steps=len(steps), start_step=0)
+for step, metrics in enumerate(steps, start=1):
+    recorder.on_step(step, metrics)
+recorder.on_finish(status=status)
+recorder.on_finish(status=status)  # a second call (run_training after fit) changes nothing
+"""
+
+
+def tiny_config_dict() -> dict:
+    return config_to_dict(load_config("grpo_tiny.yaml"))
+
+
+def run_tracker(name: str, tmp_path: Path, status: str = "succeeded", **env: str) -> None:
+    """Run a tracker's recorder over ``STEPS`` in a child process with only ``env`` for it."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(TRACKER_ENV_PREFIXES)}
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    child_env = {**clean, "HOME": str(home), "PYTHONPATH": str(ROOT), **env}
+    (tmp_path / "inputs.json").write_text(
+        json.dumps([tiny_config_dict(), STEPS, PROJECT, EXPERIMENT])
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, name, status],
+        cwd=tmp_path,
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+def log_records(path: Path) -> list[bytes]:
+    """Return the records of a LevelDB-style log (wandb's ``.wandb``), checking each CRC."""
+    data, records, chunk = path.read_bytes(), [], b""
+    block, position = 32768, 7  # 32 KiB blocks; the file starts with a 7-byte header
+    while position + 7 <= len(data):
+        if block - position % block < 7:  # a block's tail too short for a header is padding
+            position += block - position % block
+            continue
+        crc, length, kind = (
+            int.from_bytes(data[position : position + 4], "little"),
+            int.from_bytes(data[position + 4 : position + 6], "little"),
+            data[position + 6],
+        )
+        body = data[position + 7 : position + 7 + length]
+        if kind == 0 and length == 0:
+            break
+        assert zlib.crc32(body, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF == crc
+        chunk += body
+        if kind in (1, 4):  # FULL or LAST ends a record
+            records.append(chunk)
+            chunk = b""
+        position += 7 + length
+    return records
+
+
+# -- names, mapping and the missing-extra error ---------------------------------------------------
+
+
+def test_trainer_logger_accepts_exactly_the_trackers():
+    (spec,) = [s for s in iter_field_specs() if s.key == "trainer.logger"]
+    assert spec.choices == list(TRACKERS)
+    assert set(TRACKERS) == {"console", "jsonl", *RECORDERS}
+    assert set(RECORDERS) == set(TRACKER_MODULES)
+    assert {"wandb", "tensorboard", "mlflow", "swanlab", "clearml"} <= set(RECORDERS)
+
+
+def test_a_tracker_whose_library_is_missing_is_refused_at_validation(monkeypatch):
+    config = load_config("grpo_tiny.yaml", overrides=["trainer.logger=[console,wandb,mlflow]"])
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as Python sees a package not installed
+    with pytest.raises(ConfigValidationError) as caught:
+        validate_config(config, check_files=False)
+    (error,) = caught.value.errors
+    assert error.key == "trainer.logger"
+    assert error.message == ("names 'wandb' but wandb is not installed: pip install -e .[trackers]")
+    assert tracker_install_problems(["console", "jsonl", "mlflow"]) == []
+
+
+def test_an_unknown_tracker_is_refused_with_the_list():
+    config = load_config("grpo_tiny.yaml", overrides=["trainer.logger=[console,wandbb]"])
+    with pytest.raises(ConfigValidationError) as caught:
+        validate_config(config, check_files=False)
+    message = caught.value.errors[0].message
+    assert "wandb, tensorboard, mlflow, swanlab, clearml" in message
+    assert "did you mean wandb?" in message
+
+
+def test_mlflow_keys_are_mapped_as_verl_maps_them():
+    assert mlflow_key("val-core/gsm8k/reward/mean@1") == "val-core/gsm8k/reward/mean_at_1"
+    assert mlflow_key("critic/score/mean") == "critic/score/mean"
+    assert mlflow_key("a//b///c") == "a/b/c"
+    assert mlflow_key("pass@k (n=4)") == "pass_at_k _n_4_"
+    assert mlflow_key("time: s.1-x") == "time: s.1-x"
+
+
+def test_params_flatten_like_verls_and_clearml_splits_at_the_first_slash():
+    params = flat_params({"a": {"b": 1, "c": [5, {"d": "x"}], "e": [], "f": None}})
+    assert params == {
+        "a/b": 1,
+        "a/c/list_len": 2,
+        "a/c/0": 5,
+        "a/c/1/d": "x",
+        "a/e": [],
+        "a/f": None,
+    }
+    assert clearml_title_series("critic/score/mean") == ("critic", "score/mean")
+    assert clearml_title_series("loss") == ("loss", "loss")
+
+
+def test_tracker_environment_points_the_output_into_one_folder_and_restores(monkeypatch, tmp_path):
+    monkeypatch.setenv("TENSORBOARD_DIR", "/elsewhere")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with tracker_environment(tmp_path) as settings:
+        assert os.environ["TENSORBOARD_DIR"] == str(tmp_path / "tensorboard")
+        assert os.environ["WANDB_DIR"] == str(tmp_path)
+        assert os.environ["MLFLOW_TRACKING_URI"] == f"sqlite:///{tmp_path / 'mlflow.db'}"
+        assert settings["SWANLAB_LOG_DIR"] == str(tmp_path / "swanlog")
+    assert os.environ["TENSORBOARD_DIR"] == "/elsewhere"
+    assert "MLFLOW_TRACKING_URI" not in os.environ
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.internal:5000")  # the server's
+    with tracker_environment(tmp_path):
+        assert os.environ["MLFLOW_TRACKING_URI"] == "http://mlflow.internal:5000"
+
+
+def test_default_recorders_build_one_recorder_per_named_tracker():
+    config = load_config("grpo_tiny.yaml", overrides=["trainer.logger=[console,tensorboard]"])
+    recorders = default_recorders(config)
+    assert [type(r).__name__ for r in recorders] == ["ConsoleRecorder", "TensorboardRecorder"]
+    assert (recorders[1].project, recorders[1].experiment) == ("posttrain", "grpo_tiny")
+    recorders[1].on_finish(status="failed")  # never started: nothing to close, no error
+
+
+# -- each library, offline ------------------------------------------------------------------------
+
+
+def test_wandb_offline_writes_the_run_with_config_and_metrics(tmp_path):
+    from wandb.proto import wandb_internal_pb2
+
+    run_tracker("wandb", tmp_path, WANDB_MODE="offline", WANDB_DIR=str(tmp_path))
+    (log,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
+    history, run, exit_code = {}, None, None
+    for data in log_records(log):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            items = {
+                i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                for i in record.history.item
+            }
+            history[items["_step"]] = {k: v for k, v in items.items() if not k.startswith("_")}
+        elif kind == "run":
+            run = record.run
+        elif kind == "exit":
+            exit_code = record.exit.exit_code
+    assert run is not None and (run.project, run.display_name) == (PROJECT, EXPERIMENT)
+    assert history == {1: STEPS[0], 2: STEPS[1]}
+    config = {i.key: json.loads(i.value_json) for i in run.config.update}
+    assert config["trainer"]["project_name"] == "posttrain"
+    assert config["algorithm"]["adv_estimator"] == "grpo"
+    assert exit_code == 0
+
+
+def test_tensorboard_event_files_read_back_with_the_same_names_and_steps(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    folder = tmp_path / "tb"
+    run_tracker("tensorboard", tmp_path, TENSORBOARD_DIR=str(folder))
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    assert set(events.Tags()["scalars"]) == set(STEPS[0])
+    for key in STEPS[0]:
+        assert [(e.step, e.value) for e in events.Scalars(key)] == [
+            (1, STEPS[0][key]),
+            (2, STEPS[1][key]),
+        ]
+    (text,) = events.Tensors("config/text_summary")  # the resolved config, as text
+    assert '"adv_estimator": "grpo"' in text.tensor_proto.string_val[0].decode()
+
+
+def test_tensorboard_defaults_to_verls_folder(tmp_path):
+    run_tracker("tensorboard", tmp_path)
+    folder = tmp_path / "tensorboard_log" / PROJECT / EXPERIMENT
+    assert list(folder.glob("events.out.tfevents.*"))
+
+
+def test_mlflow_file_store_reads_back_equal_through_the_client(tmp_path):
+    from mlflow import MlflowClient
+
+    uri = (tmp_path / "mlruns").as_uri()  # file:///...
+    env = {"MLFLOW_TRACKING_URI": uri, "MLFLOW_ALLOW_FILE_STORE": "true"}
+    run_tracker("mlflow", tmp_path, status="cancelled", **env)
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # this process reads the store
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name(PROJECT).experiment_id])
+    assert run.info.run_name == EXPERIMENT
+    assert run.info.status == "KILLED"  # a cancelled run
+    params = run.data.params
+    assert params["trainer/project_name"] == "posttrain"
+    assert params["algorithm/adv_estimator"] == "grpo"
+    assert params["trainer/logger/list_len"] == "1" and params["trainer/logger/0"] == "console"
+    assert set(run.data.metrics) == {mlflow_key(k) for k in STEPS[0]}
+    assert "val-core/tiny_arithmetic/reward/mean_at_1" in run.data.metrics
+    for key in STEPS[0]:
+        history = client.get_metric_history(run.info.run_id, mlflow_key(key))
+        assert sorted((m.step, m.value) for m in history) == [
+            (1, STEPS[0][key]),
+            (2, STEPS[1][key]),
+        ]
+
+
+def test_swanlab_offline_keeps_the_run_in_its_log_folder(tmp_path):
+    from swanlab.proto.swanlab.record.v1 import record_pb2
+    from swanlab.sdk.internal.core_python.store import DataStoreReader
+
+    folder = tmp_path / "swanlog"
+    run_tracker("swanlab", tmp_path, SWANLAB_MODE="offline", SWANLAB_LOG_DIR=str(folder))
+    (log,) = folder.glob("run-*/run-*.swanlab")
+    reader, scalars, start, finish = DataStoreReader(), {}, None, None
+    reader.open(log)
+    for data in reader:
+        record = record_pb2.Record()
+        record.ParseFromString(data)
+        kind = record.WhichOneof("record_type")
+        if kind == "scalar":
+            scalars.setdefault(record.scalar.step, {})[record.scalar.key] = (
+                record.scalar.value.number
+            )
+        elif kind == "start":
+            start = record.start
+        elif kind == "finish":
+            finish = record.finish
+    reader.close()
+    assert start is not None and (start.project, start.name) == (PROJECT, EXPERIMENT)
+    assert scalars == {1: STEPS[0], 2: STEPS[1]}
+    assert finish is not None
+    states = finish.DESCRIPTOR.fields_by_name["state"].enum_type.values_by_number
+    assert states[finish.state].name == "RUN_STATE_FINISHED"
+    (config,) = folder.glob("run-*/files/config.yaml")
+    assert "adv_estimator" in config.read_text()
+
+
+@pytest.mark.slow  # ClearML's close waits ~10 s for its reporting threads
+def test_clearml_offline_session_holds_the_scalars_and_the_config(tmp_path):
+    cache = tmp_path / "clearml"
+    run_tracker("clearml", tmp_path, CLEARML_OFFLINE_MODE="1", CLEARML_CACHE_DIR=str(cache))
+    (session,) = (p for p in (cache / "offline").iterdir() if p.is_dir())
+    events = [
+        event
+        for line in (session / "metrics.jsonl").read_text().splitlines()
+        for event in json.loads(line)
+        if event["type"] == "training_stats_scalar"
+    ]
+    got = {(e["iter"], f"{e['metric']}/{e['variant']}"): e["value"] for e in events}
+    assert got == {(step, k): v for step, m in enumerate(STEPS, 1) for k, v in m.items()}
+    task = json.loads((session / "task.json").read_text())
+    assert task["name"] == EXPERIMENT
+    assert "adv_estimator" in json.dumps(task["configuration"])
+
+
+# -- a real tiny run -----------------------------------------------------------------------------
+
+
+def test_a_tiny_run_logs_to_tensorboard_the_metric_names_the_studio_records(
+    make_config, monkeypatch, tmp_path
+):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from engine.trainer import PPOTrainer
+
+    class Steps(Recorder):  # what the studio's recorder is handed
+        def __init__(self):
+            self.metrics: dict[int, dict[str, float]] = {}
+
+        def on_step(self, step, metrics):
+            self.metrics[step] = dict(metrics)
+
+    folder = tmp_path / "tb"
+    monkeypatch.setenv("TENSORBOARD_DIR", str(folder))
+    config = make_config("grpo_tiny", "trainer.logger=[console,tensorboard]")
+    steps = Steps()
+    assert PPOTrainer(config, steps).fit() == "succeeded"
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    events.Reload()
+    assert set(events.Tags()["scalars"]) == set(steps.metrics[1]) | set(steps.metrics[2])
+    assert {"critic/score/mean", "actor/pg_loss", "timing_s/gen"} <= set(steps.metrics[2])
+    for key, value in steps.metrics[2].items():
+        (last,) = [e for e in events.Scalars(key) if e.step == 2]
+        assert last.value == pytest.approx(value, rel=1e-6, abs=1e-6)

@@ -1,0 +1,64 @@
+"""A studio run that names a tracker logs to it, inside the run's own folder on the server."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.webapp.fixtures import make_experiment
+from tests.workers.test_lifecycle import SMALL, tiny_cache  # noqa: F401
+from webapp.runs.models import MetricPoint, Run, RunStatus
+from webapp.runs.recording import run_claim_for_start
+from webapp.runs.services import run_create, run_dir
+from workers.driver import drive
+from workers.tasks import driver_env
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_studio_run_logs_to_tensorboard_in_its_own_folder(
+    owner,
+    tiny_cache,  # noqa: F811
+    monkeypatch,
+    tmp_path,
+):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    # Where the worker's environment would send tensorboard: the driver must not write there.
+    elsewhere = tmp_path / "elsewhere"
+    monkeypatch.setenv("TENSORBOARD_DIR", str(elsewhere))
+    experiment = make_experiment(
+        owner,
+        **SMALL,
+        trainer__logger=["console", "tensorboard"],
+        trainer__total_training_steps=2,
+        trainer__test_freq=-1,
+        trainer__val_before_train=False,
+    )
+    run = run_create(experiment=experiment)
+    run_claim_for_start(run_id=run.pk)
+    assert drive(run.pk, publish=False) == "succeeded"
+    assert Run.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED
+    folder = run_dir(run.pk) / "trackers" / "tensorboard"
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    events.Reload()
+    recorded = {p.step: p.metrics for p in MetricPoint.objects.filter(run_id=run.pk)}
+    assert sorted(recorded) == [1, 2]
+    assert set(events.Tags()["scalars"]) == set(recorded[1]) | set(recorded[2])
+    for key, value in recorded[2].items():
+        (point,) = [e for e in events.Scalars(key) if e.step == 2]
+        assert point.value == pytest.approx(value, rel=1e-6, abs=1e-6)
+    assert not elsewhere.exists()
+    assert os.environ["TENSORBOARD_DIR"] == str(elsewhere)  # restored after the run
+
+
+@pytest.mark.django_db
+def test_the_driver_gets_the_trackers_keys_and_hosts(monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "server-wandb-key")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.internal:5000")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "worker-only-aws-secret")
+    env = driver_env()
+    assert env["WANDB_API_KEY"] == "server-wandb-key"
+    assert env["MLFLOW_TRACKING_URI"] == "http://mlflow.internal:5000"
+    assert "AWS_SECRET_ACCESS_KEY" not in env
