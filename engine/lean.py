@@ -37,6 +37,8 @@ ARCHITECTURES = ("Qwen2ForCausalLM", "LlamaForCausalLM")
 
 # Per-layer keys and values (b, kv_heads, S, head_dim), in layer order.
 LayerKV = list[tuple[torch.Tensor, torch.Tensor]]
+# attend(q (b, h, T, D), k (b, kv, S, D), v (b, kv, S, D), scale) -> (b, h, T, D)
+Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
 
 
 def _rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
@@ -120,13 +122,16 @@ class LeanModel:
         self,
         hidden: torch.Tensor,
         position_ids: torch.Tensor,
-        mask: torch.Tensor,
+        mask: torch.Tensor | None,
         keys_values: Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+        attend: Attention | None = None,
     ) -> torch.Tensor:
         """Run every decoder layer on ``hidden`` (b, T, H) and return the final-normed states.
 
         ``mask`` (b, 1, T, S) says which of the S keys each query sees; ``keys_values(index, k,
         v)`` turns this call's keys and values (b, kv, T, D) into the S the layer attends to.
+        ``attend(q, k, v, scale)``, when given, replaces the masked SDPA (packed sequences,
+        ``engine.workers.packing``).
         """
         b, t = hidden.shape[:2]
         cos, sin = self.body.rotary_emb(hidden, position_ids)  # (b, T, D) each
@@ -141,9 +146,12 @@ class LeanModel:
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
             keys, values = keys_values(index, k, v)  # (b, kv, S, D)
-            out = F.scaled_dot_product_attention(
-                q, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True
-            )  # (b, h, T, D)
+            if attend is None:
+                out = F.scaled_dot_product_attention(
+                    q, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True
+                )  # (b, h, T, D)
+            else:
+                out = attend(q, keys, values, attn.scaling)  # (b, h, T, D)
             out = out.transpose(1, 2).reshape(b, t, -1)
             hidden = hidden + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
             x = _rms_norm(hidden, layer.post_attention_layernorm)
@@ -163,17 +171,18 @@ class LeanModel:
         self,
         input_ids: torch.Tensor,
         position_ids: torch.Tensor,
-        mask: torch.Tensor,
+        mask: torch.Tensor | None,
         *,
         past: LayerKV | None = None,
         keep_kv: bool = False,
+        attend: Attention | None = None,
     ) -> tuple[torch.Tensor, LayerKV]:
         """Return the final-normed hidden states (b, T, H) of ``input_ids`` (b, T).
 
         ``mask`` (b, 1, T, P + T) covers the ``past`` keys (P per row; none without ``past``)
-        then this call's T tokens. With ``keep_kv`` the second value holds this call's own
-        per-layer keys and values (not the past ones), ready to be ``past`` of a later call;
-        they stay in the autograd graph.
+        then this call's T tokens; ``attend`` replaces the masked attention (``mask`` None).
+        With ``keep_kv`` the second value holds this call's own per-layer keys and values (not
+        the past ones), ready to be ``past`` of a later call; they stay in the autograd graph.
         """
         kept: LayerKV = []
 
@@ -188,7 +197,7 @@ class LeanModel:
             return torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
 
         hidden = self.body.embed_tokens(input_ids)  # (b, T, H)
-        return self._layers(hidden, position_ids, mask, keys_values), kept
+        return self._layers(hidden, position_ids, mask, keys_values, attend), kept
 
     def decode(
         self,

@@ -697,11 +697,12 @@ class ModelConfig(_Section):
     override_config: dict[str, Any] = _f({}, "Overrides of the model's config.json values.")
     trust_remote_code: bool = _f(False, "Allow custom model code from the model folder.")
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations to save memory.")
-    use_remove_padding: bool = _refused(
+    use_remove_padding: bool = _f(
         False,
-        "Pack sequences without padding (rmpad).",
-        "padding-free packing is not implemented yet; leave it False (use_dynamic_bsz=True "
-        "already forms micro-batches by a token budget)",
+        "Padding-free forward: each micro-batch's real tokens packed into one row, position ids "
+        "restarting per sequence, attention kept inside each sequence (flash-attn varlen on a GPU "
+        "when installed); for the policy's log-prob and update passes and the reference. Pays "
+        "most with use_dynamic_bsz on responses of varied length.",
     )
     lora_rank: int = _f(0, "LoRA rank; 0 trains all weights.", ge=0)
     lora_alpha: int = _f(16, "LoRA scaling alpha.")
@@ -915,10 +916,9 @@ class ActorConfig(_Section):
     )
     entropy_from_logits_with_chunking: bool = _inert(False, "Compute entropy in chunks.")
     entropy_checkpointing: bool = _inert(False, "Recompute entropy in backward.")
-    use_remove_padding: bool | None = _refused(
+    use_remove_padding: bool | None = _f(
         None,
-        "Pack sequences without padding; null: model.use_remove_padding.",
-        "padding-free packing is not implemented yet; leave it False",
+        "Padding-free forward; null: model.use_remove_padding (any other value must equal it).",
         follows="actor_rollout_ref.model.use_remove_padding",
     )
     profiler: ProfilerConfig = _section(ProfilerConfig, "Profiling of the actor.")
@@ -1148,11 +1148,10 @@ class CriticModelConfig(_Section):
     )
     trust_remote_code: bool = _f(False, "Allow custom model code from the model folder.")
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations to save memory.")
-    use_remove_padding: bool = _refused(
+    use_remove_padding: bool = _f(
         False,
-        "Pack sequences without padding (rmpad).",
-        "padding-free packing is not implemented yet; leave it False (use_dynamic_bsz=True "
-        "already forms micro-batches by a token budget)",
+        "Padding-free forward of the value model: each micro-batch's real tokens packed into "
+        "one row, attention kept inside each sequence (transformers' packed sequences).",
     )
     fsdp_config: FSDPConfig = _section(FSDPConfig, "Critic FSDP settings.")
     _target_: str = _target("verl.workers.config.FSDPCriticModelCfg")

@@ -43,6 +43,7 @@ from engine.data import DataProto
 from engine.lean import LeanModel, causal_mask, checkpointing
 from engine.rollout.sampling import new_kv_cache, shared_prompts, trim_left_padding, with_cache
 from engine.workers.batch_sizes import epoch_batches, global_batch
+from engine.workers.packing import packed_response_logits
 from engine.workers.seqlen_balancing import restore_order, split_micro_batches
 
 PPO_MAX_TOKEN_LEN_KEY = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
@@ -278,7 +279,11 @@ def is_on_policy(actor_config: Any, batch_size: int, mini_batch_size: int) -> bo
 
 
 class PolicyActor:
-    """Compute log-probs and update a causal LM policy with a PPO-family loss."""
+    """Compute log-probs and update a causal LM policy with a PPO-family loss.
+
+    ``remove_padding`` (``model.use_remove_padding``) runs each micro-batch packed into one row
+    (``engine.workers.packing``) instead of :func:`response_logits`' padded buckets.
+    """
 
     def __init__(
         self,
@@ -286,11 +291,15 @@ class PolicyActor:
         actor_config: Any,
         optimizer: torch.optim.Optimizer | None = None,
         lr_scheduler: Any = None,
+        *,
+        remove_padding: bool = False,
     ) -> None:
         self.model = model
         self.config = actor_config
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
+        self.remove_padding = remove_padding
+        self.forward = packed_response_logits if remove_padding else response_logits
 
     @torch.no_grad()
     def compute_log_prob(
@@ -315,7 +324,7 @@ class PolicyActor:
             data, micro_batch_size, max_token_len, max_token_len_key
         )
         for micro in micros:
-            logits = response_logits(self.model, micro.batch, temperature)
+            logits = self.forward(self.model, micro.batch, temperature)
             log_probs.append(logprobs_from_logits(logits, micro.batch["responses"]))
             if with_entropy:
                 entropies.append(entropy_from_logits(logits))
@@ -391,7 +400,7 @@ class PolicyActor:
                 for micro in micros:
                     batch = micro.batch
                     mask = batch["response_mask"]
-                    logits = response_logits(self.model, batch, temperature)  # (b, R, V)
+                    logits = self.forward(self.model, batch, temperature)  # (b, R, V)
                     log_prob = logprobs_from_logits(logits, batch["responses"])  # (b, R)
                     old_log_prob = log_prob.detach() if on_policy else batch["old_log_probs"]
                     with normalised_over(counts):  # every agg_loss: over the mini-batch

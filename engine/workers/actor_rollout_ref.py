@@ -89,7 +89,13 @@ class ActorRolloutRefWorker:
             shard(self)
         optimizer = build_optimizer(self.model.parameters(), arr.actor.optim)
         scheduler = build_lr_scheduler(optimizer, arr.actor.optim, total_steps)
-        self.actor = PolicyActor(self.model, arr.actor, optimizer, scheduler)
+        self.actor = PolicyActor(
+            self.model,
+            arr.actor,
+            optimizer,
+            scheduler,
+            remove_padding=arr.model.use_remove_padding,
+        )
         self.rollout = get_rollout(
             arr.rollout.name,
             self.model,
@@ -177,7 +183,9 @@ class ActorRolloutRefWorker:
         ref_model = self.model if lora_ref else self.ref_model
         if ref_model is None:
             raise RuntimeError("no reference policy: enable use_kl_loss or use_kl_in_reward")
-        ref = PolicyActor(ref_model, self.config.actor_rollout_ref.actor)
+        ref = PolicyActor(
+            ref_model, self.config.actor_rollout_ref.actor, remove_padding=self.actor.remove_padding
+        )
         with adapter_disabled(self.model) if lora_ref else nullcontext():
             log_probs, _ = ref.compute_log_prob(
                 data,

@@ -17,6 +17,7 @@ from engine.algorithms import compute_value_loss, masked_mean
 from engine.algorithms.policy_loss import normalised_over
 from engine.data import DataProto
 from engine.workers.batch_sizes import epoch_batches, global_batch, micro_size, per_rank_size
+from engine.workers.packing import packed_response_values
 from engine.workers.seqlen_balancing import restore_order, split_micro_batches
 
 CRITIC_MAX_TOKEN_LEN_KEY = "critic.ppo_max_token_len_per_gpu"
@@ -37,7 +38,11 @@ def response_values(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> t
 
 
 class ValueCritic:
-    """Compute values and update a value model with the clipped value loss."""
+    """Compute values and update a value model with the clipped value loss.
+
+    ``remove_padding`` (``critic.model.use_remove_padding``) runs each micro-batch packed into
+    one row (``engine.workers.packing``).
+    """
 
     def __init__(
         self,
@@ -45,11 +50,14 @@ class ValueCritic:
         critic_config: Any,
         optimizer: torch.optim.Optimizer,
         lr_scheduler: Any = None,
+        *,
+        remove_padding: bool = False,
     ) -> None:
         self.model = model
         self.config = critic_config
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
+        self.forward = packed_response_values if remove_padding else response_values
 
     @torch.no_grad()
     def compute_values(
@@ -64,8 +72,7 @@ class ValueCritic:
             data, micro_batch_size, max_token_len, CRITIC_FORWARD_TOKEN_LEN_KEY
         )
         values = [
-            response_values(self.model, micro.batch) * micro.batch["response_mask"]
-            for micro in micros
+            self.forward(self.model, micro.batch) * micro.batch["response_mask"] for micro in micros
         ]
         return restore_order(torch.cat(values), order)
 
@@ -97,7 +104,7 @@ class ValueCritic:
                 for micro in micros:
                     batch = micro.batch
                     mask = batch["response_mask"]
-                    vpreds = response_values(self.model, batch)
+                    vpreds = self.forward(self.model, batch)
                     with normalised_over(counts):
                         vf_loss, vf_clipfrac = compute_value_loss(
                             vpreds,
@@ -152,7 +159,13 @@ class CriticWorker:
             shard(self.model)
         optimizer = build_optimizer(self.model.parameters(), critic_config.optim)
         scheduler = build_lr_scheduler(optimizer, critic_config.optim, total_steps)
-        self.critic = ValueCritic(self.model, critic_config, optimizer, scheduler)
+        self.critic = ValueCritic(
+            self.model,
+            critic_config,
+            optimizer,
+            scheduler,
+            remove_padding=critic_config.model.use_remove_padding,
+        )
         n = config.actor_rollout_ref.rollout.n
         self.mini_batch_size = per_rank_size(
             critic_config.ppo_mini_batch_size * n, world_size, "critic.ppo_mini_batch_size"

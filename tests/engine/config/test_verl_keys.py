@@ -23,10 +23,9 @@ from engine.config.validate import resolve_config, validate_config
 VERL_FILE = Path(__file__).parent / "data" / "verl_0_7_ppo_trainer.yaml"
 REPO = Path(__file__).resolve().parents[3]
 SPECS = {spec.key: spec for spec in iter_field_specs()}
-# What verl leaves to be given (???) and the one refused feature its example file switches on.
+# What verl leaves to be given (???).
 VERL_FILE_OVERRIDES = [
     "actor_rollout_ref.rollout.name=hf",
-    "actor_rollout_ref.model.use_remove_padding=False",
     "trainer.logger=[console]",  # the file's wandb is a tracker this engine has yet to log to
 ]
 
@@ -82,12 +81,13 @@ def test_verls_file_says_what_it_leaves_to_be_given():
         load_config(str(VERL_FILE))
 
 
-def test_verls_file_refuses_the_one_feature_it_switches_on():
-    cfg = load_config(str(VERL_FILE), [VERL_FILE_OVERRIDES[0], VERL_FILE_OVERRIDES[2]])
-    with pytest.raises(ConfigValidationError) as caught:
-        validate_config(cfg, check_files=False)
-    assert [e.key for e in caught.value.errors] == ["actor_rollout_ref.model.use_remove_padding"]
-    assert "padding-free packing is not implemented" in str(caught.value)
+def test_verls_file_switches_on_the_padding_free_forward_for_policy_and_critic():
+    # use_remove_padding was its one refused feature; now the workers read it
+    # (tests/engine/workers/test_remove_padding.py).
+    cfg = resolve_config(load_config(str(VERL_FILE), VERL_FILE_OVERRIDES))
+    assert cfg.actor_rollout_ref.model.use_remove_padding is True
+    assert cfg.actor_rollout_ref.actor.use_remove_padding is True  # ${oc.select:...model...}
+    assert cfg.critic.model.use_remove_padding is False
 
 
 def test_every_key_is_in_exactly_one_table_and_refused_keys_say_why():

@@ -1,0 +1,203 @@
+"""Padding-free forward passes (verl's ``use_remove_padding``): a micro-batch packed into one row.
+
+A micro-batch arrives left-padded (prompts) and right-padded (responses), ``(bs, L)``; on
+variable-length responses most of that rectangle can be padding, and every dense layer and the LM
+head pay for it. Here the real tokens (``attention_mask == 1``) are gathered into one row
+``(1, T)``, ``T = attention_mask.sum()``, as verl's ``unpad_input`` does; each sequence keeps its
+own position ids (they restart at 0), and attention stays inside each sequence:
+
+- the lean runner (:class:`engine.lean.LeanModel`, Qwen2/Llama without hooks) computes the dense
+  layers on the packed row and attends per sequence through :class:`VarlenAttention`: on a GPU
+  with ``flash_attn`` importable and half-precision activations, ``flash_attn_varlen_func`` over
+  the sequences' boundaries (``cu_seqlens``); otherwise the packed queries, keys and values are
+  scattered into one row per sequence (sequences start at column 0, so the plain causal mask is
+  exact) and run through SDPA, then gathered back. Attention costs what the padded batch's
+  attention costs; the dense layers and the head run on real tokens only.
+- other models (FSDP2's hooks, PEFT adapters, gradient checkpointing, the critic's
+  token-classification head) run their own forward on the packed row with ``attention_mask=None``
+  and the packed position ids, which transformers (>= 4.56) reads as packed sequences: a
+  block-diagonal causal mask under ``sdpa``/``eager``, varlen kernels under
+  ``flash_attention_2`` (load the model with ``override_config.attn_implementation``; the
+  ``cu_seq_lens`` are passed explicitly then).
+
+Only the positions that predict a response token reach the LM head (or the value head); the
+outputs come back as ``(bs, R, ...)`` with zeros where no response token is predicted, which every
+loss masks. They equal the padded path's within float rounding
+(``tests/engine/workers/test_remove_padding.py``).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from engine.lean import LeanModel
+
+
+class Packed(NamedTuple):
+    """A micro-batch's real tokens in one row, and the way back to the batch's layout."""
+
+    input_ids: torch.Tensor  # (1, T) the real tokens, row after row
+    position_ids: torch.Tensor  # (1, T) each sequence's own positions
+    seqlens: torch.Tensor  # (bs,) real tokens per row
+    cu_seqlens: torch.Tensor  # (bs + 1,) int32: where each row starts in the packed row
+    slot: torch.Tensor  # (bs, L) each batch position's index in the packed row, -1 if padding
+
+
+def pack(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
+) -> Packed:
+    """Return the real tokens of ``input_ids`` (bs, L) packed into one row (see :class:`Packed`)."""
+    keep = attention_mask.bool()  # (bs, L)
+    flat = keep.flatten().nonzero().squeeze(-1)  # (T,) batch positions kept, row-major
+    seqlens = keep.sum(-1)  # (bs,)
+    slot = torch.full(keep.shape, -1, dtype=torch.long, device=keep.device)  # (bs, L)
+    slot.view(-1)[flat] = torch.arange(flat.numel(), device=keep.device)
+    return Packed(
+        input_ids.flatten()[flat][None],  # (1, T)
+        position_ids.flatten()[flat][None],  # (1, T)
+        seqlens,
+        F.pad(seqlens.cumsum(0), (1, 0)).to(torch.int32),  # (bs + 1,)
+        slot,
+    )
+
+
+@cache
+def _flash_varlen() -> Any:
+    """Return ``flash_attn.flash_attn_varlen_func``, or None when flash-attn is not installed."""
+    try:
+        from flash_attn import flash_attn_varlen_func
+    except ImportError:
+        return None
+    return flash_attn_varlen_func
+
+
+class VarlenAttention:
+    """Causal attention inside each packed sequence: ``attend(q, k, v, scale)`` for LeanModel.
+
+    ``q`` (1, h, T, D), ``k``/``v`` (1, kv, T, D) of the packed row -> (1, h, T, D).
+    """
+
+    def __init__(self, seqlens: torch.Tensor, cu_seqlens: torch.Tensor) -> None:
+        self.cu_seqlens = cu_seqlens  # (bs + 1,)
+        self.rows = seqlens.numel()
+        self.longest = max(1, int(seqlens.max()))
+        columns = torch.arange(self.longest, device=seqlens.device)  # (m,)
+        # Where packed token t sits in the (bs, m) layout with every sequence at column 0.
+        self.slots = (columns[None] < seqlens[:, None]).flatten().nonzero().squeeze(-1)  # (T,)
+
+    def __call__(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+    ) -> torch.Tensor:
+        flash = _flash_varlen()
+        if flash is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
+            out = flash(
+                q[0].transpose(0, 1),  # (T, h, D)
+                k[0].transpose(0, 1),  # (T, kv, D)
+                v[0].transpose(0, 1),
+                self.cu_seqlens,
+                self.cu_seqlens,
+                self.longest,
+                self.longest,
+                softmax_scale=scale,
+                causal=True,
+            )  # (T, h, D)
+            return out.transpose(0, 1)[None]  # (1, h, T, D)
+        out = F.scaled_dot_product_attention(
+            self._rows(q),
+            self._rows(k),
+            self._rows(v),
+            is_causal=True,
+            scale=scale,
+            enable_gqa=True,
+        )  # (bs, h, m, D)
+        heads, dim = out.shape[1], out.shape[-1]
+        out = out.transpose(0, 1).reshape(heads, self.rows * self.longest, dim)  # (h, bs m, D)
+        return out[:, self.slots][None]  # (1, h, T, D)
+
+    def _rows(self, x: torch.Tensor) -> torch.Tensor:
+        """Scatter a packed (1, n, T, D) into one row per sequence (bs, n, m, D), zero-padded."""
+        n, _, dim = x.shape[1:]
+        rows = x.new_zeros(n, self.rows * self.longest, dim).index_copy(1, self.slots, x[0])
+        return rows.view(n, self.rows, self.longest, dim).transpose(0, 1)
+
+
+def _predictors(packed: Packed, attention_mask: torch.Tensor, response_length: int) -> Any:
+    """Return the (row, response column) pairs with a response token, and their predictors.
+
+    Response token ``t`` of row ``i`` (batch column ``P + t``) is predicted by the token before
+    it; a pair is kept when both are real tokens. Returns ``rows`` (N,), ``cols`` (N,) and the
+    predictors' indices in the packed row (N,).
+    """
+    slot = packed.slot[:, -response_length - 1 : -1]  # (bs, R) the predicting tokens' slots
+    wanted = attention_mask[:, -response_length:].bool() & (slot >= 0)  # (bs, R)
+    rows, cols = wanted.nonzero(as_tuple=True)  # (N,) each
+    return rows, cols, slot[rows, cols]
+
+
+def _module_forward(model: torch.nn.Module, packed: Packed, **kwargs: Any) -> Any:
+    """Run the model's own forward on the packed row (transformers' packed-sequence support)."""
+    if getattr(model.config, "_attn_implementation", None) == "flash_attention_2":
+        longest = int(packed.seqlens.max())
+        kwargs.update(
+            cu_seq_lens_q=packed.cu_seqlens,
+            cu_seq_lens_k=packed.cu_seqlens,
+            max_length_q=longest,
+            max_length_k=longest,
+        )
+    return model(
+        input_ids=packed.input_ids,
+        attention_mask=None,  # None + restarting position ids: packed sequences
+        position_ids=packed.position_ids,
+        use_cache=False,
+        **kwargs,
+    )
+
+
+def packed_response_logits(
+    model: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    temperature: float = 1.0,
+    *,
+    lean: bool = True,
+) -> torch.Tensor:
+    """Return the logits (bs, R, V) that predict each response token, from one packed row.
+
+    As :func:`engine.workers.actor.response_logits` (divided by temperature, fp32 under half
+    precision); positions without a response token hold zeros.
+    """
+    attention_mask = batch["attention_mask"]  # (bs, P + R)
+    bs, response_length = batch["responses"].shape
+    packed = pack(batch["input_ids"], attention_mask, batch["position_ids"])
+    rows, cols, predictors = _predictors(packed, attention_mask, response_length)  # (N,) each
+    runner = LeanModel.build(model) if lean else None
+    if runner is None:
+        picked = _module_forward(model, packed, logits_to_keep=predictors).logits[0]  # (N, V)
+    else:
+        attend = VarlenAttention(packed.seqlens, packed.cu_seqlens)
+        hidden, _ = runner.forward(packed.input_ids, packed.position_ids, None, attend=attend)
+        picked = runner.logits(hidden[0, predictors])  # (N, V)
+    if picked.dtype in (torch.float16, torch.bfloat16):
+        picked = picked.float()
+    logits = picked.new_zeros(bs, response_length, picked.shape[-1])  # (bs, R, V)
+    logits = logits.index_put((rows, cols), picked)
+    return logits / temperature if temperature and temperature != 1.0 else logits
+
+
+def packed_response_values(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Return the values (bs, R) at the positions that predict each response token, packed.
+
+    As :func:`engine.workers.critic.response_values`; positions without a response token hold
+    zeros.
+    """
+    attention_mask = batch["attention_mask"]
+    bs, response_length = batch["responses"].shape
+    packed = pack(batch["input_ids"], attention_mask, batch["position_ids"])
+    rows, cols, predictors = _predictors(packed, attention_mask, response_length)
+    picked = _module_forward(model, packed).logits[0, predictors, 0]  # (N,)
+    if picked.dtype in (torch.float16, torch.bfloat16):
+        picked = picked.float()
+    return picked.new_zeros(bs, response_length).index_put((rows, cols), picked)  # (bs, R)

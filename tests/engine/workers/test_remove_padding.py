@@ -1,0 +1,251 @@
+"""The padding-free forward (``use_remove_padding``) equals the padded one; sequences stay apart.
+
+A tiny fp32 Qwen2 policy and value model on a batch with left-padded prompts and right-padded
+responses of lengths 1 to 6: log-probs, entropy, values and gradients equal the padded path
+within 1e-5, through the lean runner and through the model's own forward (transformers' packed
+sequences), with row and token-budget micro-batches. Changing one packed sequence leaves every
+other sequence's outputs bit for bit unchanged: no attention crosses a boundary.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from engine.config.schema import ConfigValidationError
+from engine.config.validate import validate_config
+from engine.workers.actor import PolicyActor, response_logits
+from engine.workers.critic import ValueCritic, response_values
+from engine.workers.packing import (
+    VarlenAttention,
+    pack,
+    packed_response_logits,
+    packed_response_values,
+)
+from tests.engine.distributed.helpers import tiny_config, tiny_policy
+from tests.engine.workers.test_dynamic_bsz import (
+    LENGTHS,
+    VOCAB,
+    actor_config,
+    max_diff,
+    minus,
+    policy_batch,
+    value_model,
+    weights,
+)
+
+TOL = 1e-5
+
+
+def padded_batch():
+    """Return ``policy_batch`` in fp32 with prompts left-padded by 0 to 3 tokens."""
+    data = policy_batch()
+    b = data.batch
+    for key in ("advantages", "old_log_probs", "ref_log_prob", "returns", "values"):
+        b[key] = b[key].float()
+    for row, pad in enumerate([2, 0, 3, 1, 0, 2, 1]):
+        b["attention_mask"][row, :pad] = 0
+        b["input_ids"][row, :pad] = 0
+    b["position_ids"] = (b["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+    return data
+
+
+def test_pack_keeps_the_real_tokens_with_restarting_positions():
+    batch = padded_batch().batch
+    packed = pack(batch["input_ids"], batch["attention_mask"], batch["position_ids"])
+    seqlens = [4 - pad + n for pad, n in zip([2, 0, 3, 1, 0, 2, 1], LENGTHS, strict=True)]
+    assert packed.seqlens.tolist() == seqlens
+    assert packed.input_ids.shape == (1, sum(seqlens))
+    assert packed.cu_seqlens.tolist() == [0, *torch.tensor(seqlens).cumsum(0).tolist()]
+    starts = packed.cu_seqlens[:-1].long()
+    assert packed.position_ids[0, starts].tolist() == [0] * 7  # every sequence starts at 0
+    expected = torch.cat([torch.arange(n) for n in seqlens])
+    assert torch.equal(packed.position_ids[0], expected)
+    keep = batch["attention_mask"].bool()
+    assert torch.equal(packed.input_ids[0], batch["input_ids"][keep])
+
+
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "module"])
+def test_logits_equal_the_padded_path(lean):
+    batch = padded_batch().batch
+    model = tiny_policy(VOCAB, seed=1).eval()
+    mask = batch["response_mask"].bool()
+    padded = response_logits(model, batch, 0.7, lean=lean)
+    packed = packed_response_logits(model, batch, 0.7, lean=lean)
+    assert packed.shape == padded.shape and packed.dtype == torch.float32
+    torch.testing.assert_close(packed[mask], padded[mask], atol=TOL, rtol=0)
+    assert packed[~mask].abs().max() == 0  # no prediction where no response token is
+
+
+@pytest.mark.parametrize("budget", [None, 20], ids=["rows", "token-budget"])
+def test_log_probs_and_entropy_equal_the_padded_path(budget):
+    data = padded_batch()
+    model = tiny_policy(VOCAB, seed=1)
+    mask = data.batch["response_mask"].bool()
+    runs = []
+    for remove_padding in (False, True):
+        actor = PolicyActor(model, actor_config("token-mean"), remove_padding=remove_padding)
+        runs.append(
+            actor.compute_log_prob(
+                data, micro_batch_size=3, temperature=0.7, with_entropy=True, max_token_len=budget
+            )
+        )
+    for padded, packed in zip(*runs, strict=True):
+        assert packed.dtype == torch.float32
+        torch.testing.assert_close(packed[mask], padded[mask], atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("mode", "rows", "budget"),
+    [("token-mean", 7, None), ("seq-mean-token-sum", 3, None), ("token-mean", 7, 20)],
+)
+def test_the_policy_gradient_equals_the_padded_path(mode, rows, budget):
+    data = padded_batch()
+    base = tiny_policy(VOCAB, seed=1)
+    grads, losses = [], []
+    for remove_padding in (False, True):
+        model = copy.deepcopy(base)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1)
+        actor = PolicyActor(model, actor_config(mode), optimizer, remove_padding=remove_padding)
+        before = weights(model)
+        metrics = actor.update_policy(
+            data, mini_batch_size=7, micro_batch_size=rows, temperature=1.0, max_token_len=budget
+        )
+        grads.append(minus(before, model.state_dict()))
+        losses.append([metrics[k] for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy")])
+    assert max(g.abs().max().item() for g in grads[0].values()) > 1e-3  # a real gradient
+    assert max_diff(grads[1], grads[0]) < TOL
+    assert losses[1] == pytest.approx(losses[0], abs=TOL)
+
+
+def test_values_and_the_value_gradient_equal_the_padded_path():
+    data = padded_batch()
+    mask = data.batch["response_mask"].bool()
+    model = value_model().float().eval()
+    padded = response_values(model, data.batch)
+    packed = packed_response_values(model, data.batch)
+    torch.testing.assert_close(packed[mask], padded[mask], atol=TOL, rtol=0)
+    cfg = copy.deepcopy(tiny_config().critic)
+    cfg.ppo_epochs, cfg.grad_clip = 1, 1e9
+    grads, values = [], []
+    for remove_padding in (False, True):
+        critic_model = value_model().float()
+        critic = ValueCritic(
+            critic_model,
+            cfg,
+            torch.optim.SGD(critic_model.parameters(), lr=1),
+            remove_padding=remove_padding,
+        )
+        values.append(critic.compute_values(data, micro_batch_size=3, max_token_len=20))
+        before = weights(critic_model)
+        critic.update_critic(data, mini_batch_size=7, micro_batch_size=3)
+        grads.append(minus(before, critic_model.state_dict()))
+    torch.testing.assert_close(values[1], values[0], atol=TOL, rtol=0)
+    assert max(g.abs().max().item() for g in grads[0].values()) > 1e-3
+    assert max_diff(grads[1], grads[0]) < TOL
+
+
+@pytest.mark.parametrize("forward", ["lean", "module", "values"])
+def test_no_attention_crosses_a_sequence_boundary(forward):
+    """Other tokens in row 3 (same length): rows 0-2 and 4-6 are bit for bit the same."""
+    batch = padded_batch().batch
+    changed = {key: value.clone() for key, value in batch.items()}
+    keep = changed["attention_mask"][3].bool()
+    changed["input_ids"][3, keep] = (changed["input_ids"][3, keep] + 5) % VOCAB
+    changed["responses"][3] = changed["input_ids"][3, -changed["responses"].shape[1] :]
+    if forward == "values":
+        model = value_model().float().eval()
+        run = lambda b: packed_response_values(model, b)  # noqa: E731
+    else:
+        model = tiny_policy(VOCAB, seed=1).eval()
+        run = lambda b: packed_response_logits(model, b, lean=forward == "lean")  # noqa: E731
+    before, after = run(batch), run(changed)
+    others = [0, 1, 2, 4, 5, 6]
+    assert torch.equal(before[others], after[others])
+    assert not torch.equal(before[3], after[3])  # the changed sequence did change
+
+
+def test_varlen_attention_sees_only_the_earlier_tokens_of_its_own_sequence():
+    """Hand check: with one key per position and value = position one-hot, the output is the
+    attention weights; they are zero outside the query's own sequence and its future."""
+    seqlens = torch.tensor([2, 3])
+    cu = torch.tensor([0, 2, 5], dtype=torch.int32)
+    q = torch.zeros(1, 1, 5, 2)
+    k = torch.zeros(1, 1, 5, 2)  # equal scores: uniform weights over the allowed keys
+    v = torch.eye(5)[None, None]  # (1, 1, 5, 5): output row = the weights over the 5 keys
+    out = VarlenAttention(seqlens, cu)(q, k, v, 1.0)[0, 0]  # (5, 5)
+    expected = torch.tensor(
+        [
+            [1, 0, 0, 0, 0],
+            [1 / 2, 1 / 2, 0, 0, 0],
+            [0, 0, 1, 0, 0],
+            [0, 0, 1 / 2, 1 / 2, 0],
+            [0, 0, 1 / 3, 1 / 3, 1 / 3],
+        ]
+    )
+    torch.testing.assert_close(out, expected)
+
+
+def test_the_policy_worker_reads_use_remove_padding():
+    from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+    config = tiny_config()
+    config.actor_rollout_ref.model.use_remove_padding = True
+    worker = ActorRolloutRefWorker(
+        config, device=torch.device("cpu"), total_steps=1, need_ref=False
+    )
+    assert worker.actor.forward is packed_response_logits
+    config.actor_rollout_ref.model.use_remove_padding = False
+    worker = ActorRolloutRefWorker(
+        config, device=torch.device("cpu"), total_steps=1, need_ref=False
+    )
+    assert worker.actor.forward is response_logits
+
+
+def test_actor_use_remove_padding_must_follow_the_model_key():
+    def errors(config) -> dict[str, str]:
+        try:
+            validate_config(config, check_files=False)
+        except ConfigValidationError as caught:
+            return {e.key: str(e) for e in caught.errors}
+        return {}
+
+    config = tiny_config()  # other keys of it fail validation too: only these two matter here
+    key = "actor_rollout_ref.actor.use_remove_padding"
+    config.actor_rollout_ref.actor.use_remove_padding = True  # model key left False
+    assert "set actor_rollout_ref.model.use_remove_padding" in errors(config)[key]
+    config.actor_rollout_ref.model.use_remove_padding = True
+    config.critic.model.use_remove_padding = True
+    found = errors(config)
+    assert key not in found and "actor_rollout_ref.model.use_remove_padding" not in found
+    assert "critic.model.use_remove_padding" not in found  # honoured now, not refused
+
+
+@pytest.mark.gpu
+def test_flash_attention_varlen_equals_the_sdpa_path_on_a_gpu():
+    pytest.importorskip("flash_attn")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    torch.manual_seed(0)
+    seqlens = torch.tensor([5, 1, 37, 12], device="cuda")
+    cu = torch.nn.functional.pad(seqlens.cumsum(0), (1, 0)).to(torch.int32)
+    total = int(seqlens.sum())
+    q = torch.randn(1, 8, total, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, 2, total, 64, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, 2, total, 64, device="cuda", dtype=torch.bfloat16)
+    attend = VarlenAttention(seqlens, cu)
+    flash = attend(q, k, v, 0.125)  # flash_attn_varlen_func
+    sdpa = attend(q.float(), k.float(), v.float(), 0.125)  # the padded SDPA path
+    torch.testing.assert_close(flash.float(), sdpa, atol=2e-2, rtol=2e-2)
+    batch = padded_batch().batch
+    model = tiny_policy(VOCAB, seed=1).cuda().to(torch.bfloat16).eval()
+    cuda_batch = {key: value.cuda() for key, value in batch.items()}
+    mask = cuda_batch["response_mask"].bool()
+    torch.testing.assert_close(
+        packed_response_logits(model, cuda_batch)[mask],
+        response_logits(model, cuda_batch)[mask],
+        atol=5e-2,
+        rtol=5e-2,
+    )
