@@ -26,7 +26,6 @@ SPECS = {spec.key: spec for spec in iter_field_specs()}
 # What verl leaves to be given (???).
 VERL_FILE_OVERRIDES = [
     "actor_rollout_ref.rollout.name=hf",
-    "trainer.logger=[console]",  # the file's wandb is a tracker this engine has yet to log to
 ]
 
 
