@@ -23,7 +23,7 @@ from tests.webapp.test_permissions import world as world  # noqa: F401  (fixture
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
-EXAMPLES_PER_OPERATION = 20
+EXAMPLES_PER_OPERATION = 15
 
 
 @pytest.fixture
