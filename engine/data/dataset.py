@@ -6,6 +6,10 @@ naming the file, the line or row, what is wrong and the setting that fixes it. P
 than ``data.max_prompt_length`` are checked at load time too, so a run never dies on its 500th
 batch: ``filter_overlong_prompts`` drops them, ``truncation="error"`` refuses the dataset, and
 ``left``/``right``/``middle`` cut the tokens when an item is read (as verl's ``RLHFDataset``).
+``max_samples`` (``data.train_max_samples`` / ``data.val_max_samples``) keeps N rows before that
+check, chosen as verl chooses them: the first N, or with ``data.shuffle`` N drawn without
+replacement by ``numpy.random.default_rng(data.seed)``. Prompts are rendered with
+``data.apply_chat_template_kwargs`` passed to the chat template.
 """
 
 from __future__ import annotations
@@ -58,13 +62,20 @@ class RLHFDataset:
     ``config`` is any object with verl's data attributes (``prompt_key``, ``max_prompt_length``,
     ``truncation``, ``filter_overlong_prompts``, ``data_key_map``, ``reward_fn_key``); missing
     ones take verl's defaults. ``item["index"]`` is the row's position in the concatenated files
-    before filtering, so it names the same prompt whatever the filter drops. Every item carries
+    before selection and filtering, so it names the same prompt whatever is dropped. Every item carries
     the prompt's chat messages as ``raw_prompt`` (as verl 0.7's dataset does); with
     ``return_raw_chat`` its ``extra_info`` also holds them under ``raw_prompt``, so the reward
-    function sees the conversation, not only the response.
+    function sees the conversation, not only the response. ``max_samples`` > 0 keeps that many
+    rows (all when the files hold fewer); -1 or 0 keeps all.
     """
 
-    def __init__(self, data_files: str | Path | Sequence[str | Path], tokenizer: Any, config: Any):
+    def __init__(
+        self,
+        data_files: str | Path | Sequence[str | Path],
+        tokenizer: Any,
+        config: Any,
+        max_samples: int = -1,
+    ):
         files = [data_files] if isinstance(data_files, str | Path) else list(data_files)
         self.tokenizer = tokenizer
         self.prompt_key: str = _setting(config, "prompt_key", "prompt")
@@ -74,6 +85,7 @@ class RLHFDataset:
         self.reward_fn_key: str = _setting(config, "reward_fn_key", "data_source")
         self.key_map = check_key_map(_setting(config, "data_key_map", None))
         self.return_raw_chat = bool(_setting(config, "return_raw_chat", False))
+        self.chat_template_kwargs = dict(_setting(config, "apply_chat_template_kwargs", {}))
         if self.truncation not in TRUNCATION_MODES:
             raise DatasetError(
                 f"data.truncation='{self.truncation}' is not one of {list(TRUNCATION_MODES)}"
@@ -93,6 +105,7 @@ class RLHFDataset:
         self.locations: list[str] = []
         for path in files:
             self._load(Path(path))
+        self._select(max_samples, bool(_setting(config, "shuffle", False)), config)
         self.num_filtered = 0
         if self.filter_overlong_prompts or self.truncation == "error":
             self._check_lengths()
@@ -127,6 +140,22 @@ class RLHFDataset:
             self.rows.append(record)
             self.locations.append(location)
 
+    def _select(self, max_samples: int, shuffle: bool, config: Any) -> None:
+        """Keep ``max_samples`` rows as verl's dataset does: the first ones, or a seeded draw."""
+        total = len(self.rows)
+        if not 0 < max_samples < total:
+            return
+        if shuffle:
+            import numpy as np
+
+            seed = getattr(config, "seed", None)
+            rng = np.random.default_rng(*(() if seed is None else (seed,)))
+            indices = rng.choice(total, size=max_samples, replace=False).tolist()
+        else:
+            indices = list(range(max_samples))
+        self.rows = [self.rows[i] for i in indices]
+        self.locations = [self.locations[i] for i in indices]
+
     def _check_lengths(self) -> None:
         """Drop (filter) or reject (truncation=error) prompts over max_prompt_length."""
         lengths: list[int] = []
@@ -150,7 +179,7 @@ class RLHFDataset:
     def prompt_text(self, messages: list[dict[str, Any]]) -> str:
         """Return the messages rendered by the tokenizer's chat template, ready for generation."""
         return self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False
+            messages, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs
         )
 
     def __len__(self) -> int:

@@ -73,15 +73,22 @@ def load_interaction(path: str | Path, name: str) -> Interaction:
     return fn
 
 
-def message_delta_ids(tokenizer: Any, messages: list[dict], message: dict) -> list[int]:
+def message_delta_ids(
+    tokenizer: Any,
+    messages: list[dict],
+    message: dict,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> list[int]:
     """Return the token ids the chat template adds for ``message`` and the next assistant turn.
 
     That is ``render(messages + [message], add_generation_prompt=True)`` minus
-    ``render(messages)``, tokenised without special tokens added.
+    ``render(messages)``, tokenised without special tokens added; both renderings get
+    ``chat_template_kwargs`` (``data.apply_chat_template_kwargs``), as the prompt's did.
     """
-    before = tokenizer.apply_chat_template(messages, tokenize=False)
+    kwargs = dict(chat_template_kwargs or {})
+    before = tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
     after = tokenizer.apply_chat_template(
-        [*messages, message], add_generation_prompt=True, tokenize=False
+        [*messages, message], add_generation_prompt=True, tokenize=False, **kwargs
     )
     if not after.startswith(before):
         raise ValueError(
@@ -151,11 +158,17 @@ class MultiTurnRollout:
         multi_turn_config: Any,
         *,
         interaction: Interaction | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        """Wrap ``rollout``; ``interaction`` defaults to the one the config names."""
+        """Wrap ``rollout``; ``interaction`` defaults to the one the config names.
+
+        ``chat_template_kwargs`` (``data.apply_chat_template_kwargs``) go to the chat template
+        whenever a turn is rendered.
+        """
         self.rollout = rollout
         self.tokenizer = tokenizer
         self.config = multi_turn_config
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         if interaction is None:
             path, name = multi_turn_config.interaction_path, multi_turn_config.interaction_name
             if not path or not name:
@@ -231,7 +244,7 @@ class MultiTurnRollout:
                 f"the interaction must return a message dict with 'role' and 'content' or None, "
                 f"got {message!r}"
             )
-        delta = message_delta_ids(self.tokenizer, conv.messages, message)
+        delta = message_delta_ids(self.tokenizer, conv.messages, message, self.chat_template_kwargs)
         conv.messages.append(dict(message))
         conv.user_turns += 1
         if not conv.append(delta, None, budget) or len(conv.tokens) >= budget:

@@ -99,12 +99,23 @@ def write_checkpoint(
     return target
 
 
-def prune(folder: str | Path, keep: int | None) -> None:
-    """Keep only the newest ``keep`` checkpoints in ``folder`` (all when ``keep`` is falsy)."""
-    if not keep:
-        return
-    for step in saved_steps(folder)[:-keep]:
-        shutil.rmtree(step_dir(folder, step), ignore_errors=True)
+def prune(folder: str | Path, actor_keep: int | None, critic_keep: int | None = None) -> None:
+    """Keep the newest ``actor_keep`` ``actor/`` and ``critic_keep`` ``critic/`` folders.
+
+    As verl's ``max_actor_ckpt_to_keep`` / ``max_critic_ckpt_to_keep``, each role is pruned on
+    its own (a falsy limit keeps all); a step folder left with neither is removed entirely. The
+    newest step always keeps both, so a resume from the latest checkpoint is whole.
+    """
+    for role, keep in (("actor", actor_keep), ("critic", critic_keep)):
+        if not keep:
+            continue
+        held = [step for step in saved_steps(folder) if (step_dir(folder, step) / role).is_dir()]
+        for step in held[:-keep]:
+            shutil.rmtree(step_dir(folder, step) / role, ignore_errors=True)
+    for step in saved_steps(folder)[:-1]:
+        path = step_dir(folder, step)
+        if not any((path / role).is_dir() for role in ("actor", "critic")):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def save_state(state: Any, path: Path) -> None:

@@ -34,11 +34,25 @@ def is_lora(model: torch.nn.Module) -> bool:
 
 def apply_lora(model: torch.nn.Module, model_config: Any) -> torch.nn.Module:
     """Return ``model`` wrapped with a LoRA adapter from ``lora_rank`` / ``lora_alpha`` /
-    ``target_modules``; only the adapter's parameters require grad."""
+    ``target_modules`` / ``exclude_modules``; only the adapter's parameters require grad.
+
+    ``exclude_modules`` goes to PEFT as verl passes it: a string is a regular expression matched
+    against the whole module name, a list names modules exactly or by their last parts.
+    """
     try:
+        import peft
         from peft import LoraConfig, get_peft_model
     except ImportError as exc:
         raise ImportError(PEFT_MISSING) from exc
+    excluded: dict[str, Any] = {}
+    exclude = getattr(model_config, "exclude_modules", None)
+    if exclude:
+        if "exclude_modules" not in LoraConfig.__dataclass_fields__:
+            raise ImportError(
+                f"actor_rollout_ref.model.exclude_modules needs peft>=0.14 (installed: "
+                f"{peft.__version__}); upgrade peft or leave exclude_modules unset"
+            )
+        excluded["exclude_modules"] = exclude if isinstance(exclude, str) else list(exclude)
     rank = int(model_config.lora_rank)
     if rank <= 0:
         raise ValueError(f"actor_rollout_ref.model.lora_rank must be > 0 for LoRA, got {rank}")
@@ -49,6 +63,7 @@ def apply_lora(model: torch.nn.Module, model_config: Any) -> torch.nn.Module:
         r=rank,
         lora_alpha=int(model_config.lora_alpha),
         target_modules=targets if isinstance(targets, str) else list(targets),
+        **excluded,
         lora_dropout=0.0,
         bias="none",
         task_type="CAUSAL_LM",
@@ -57,8 +72,9 @@ def apply_lora(model: torch.nn.Module, model_config: Any) -> torch.nn.Module:
         peft_model = get_peft_model(model, lora_config)
     except ValueError as exc:
         raise ValueError(
-            f"actor_rollout_ref.model.target_modules={model_config.target_modules!r} does not "
-            f"match the model's layers ({exc}); use 'all-linear' or names such as "
+            f"actor_rollout_ref.model.target_modules={model_config.target_modules!r}"
+            + (f" less exclude_modules={exclude!r}" if exclude else "")
+            + f" does not match the model's layers ({exc}); use 'all-linear' or names such as "
             "[q_proj, k_proj, v_proj, o_proj]"
         ) from exc
     checkpointing = getattr(model, "is_activation_checkpointing", None)

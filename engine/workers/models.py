@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib
 import os
 from typing import Any
 
@@ -43,6 +44,24 @@ def _check_model_dir(path: str, key: str) -> None:
         )
 
 
+def import_external_lib(name: str | None, key: str) -> None:
+    """Import the module ``name`` (``<role>.model.external_lib``) so a custom model registers.
+
+    As verl's workers do, before the model is loaded; a module that fails to import is an error
+    naming ``key``.
+    """
+    if not name:
+        return
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        raise ImportError(
+            f"{key}={name!r} could not be imported ({type(exc).__name__}: {exc}); install the "
+            f"module in the run's Python environment (or put it on PYTHONPATH), or leave {key} "
+            "unset"
+        ) from exc
+
+
 def load_tokenizer(model_config: Any, *, path: str | None = None) -> Any:
     """Return the live tokenizer from the config, or load it from ``path`` (default:
     tokenizer_path, else the model path).
@@ -74,6 +93,8 @@ def load_policy(model_config: Any, device: torch.device) -> torch.nn.Module:
     """
     model = getattr(model_config, "hf_model", None)
     if model is None:
+        key = "actor_rollout_ref.model.external_lib"
+        import_external_lib(getattr(model_config, "external_lib", None), key)
         path = resolve_path(model_config.path)
         _check_model_dir(path, "actor_rollout_ref.model.path")
         model = AutoModelForCausalLM.from_pretrained(
@@ -108,6 +129,9 @@ def load_critic(critic_config: Any, actor_model_config: Any, device: torch.devic
             "the critic needs a model: set critic.model.path when the policy is passed in as "
             "a live object"
         )
+    import_external_lib(
+        getattr(critic_config.model, "external_lib", None), "critic.model.external_lib"
+    )
     path = resolve_path(path)
     _check_model_dir(path, "critic.model.path")
     model = AutoModelForTokenClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)

@@ -239,3 +239,35 @@ def test_interaction_loading_errors_name_the_key_and_the_fix(tmp_path, tokenizer
         load_interaction(path, "reply")
     with pytest.raises(ValueError, match="interaction_path"):
         MultiTurnRollout(None, tokenizer, multi_turn_config())
+
+
+def test_turns_are_rendered_with_data_apply_chat_template_kwargs(model):
+    # data.apply_chat_template_kwargs: the template puts "~" before each assistant turn when
+    # enable_thinking is passed, so the interaction's tokens carry it only then.
+    tokenizer = build_tokenizer()
+    tokenizer.chat_template = (
+        "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}"
+        "{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{% if enable_thinking %}~{% endif %}<|assistant|>{% endif %}"
+    )
+    once = lambda messages, extra: (  # noqa: E731
+        {"role": "user", "content": "no"} if len(messages) < 3 else None
+    )
+    rows = {}
+    for kwargs in ({}, {"enable_thinking": True}):
+        rollout = MultiTurnRollout(
+            HFRollout(model, tokenizer, None),
+            tokenizer,
+            multi_turn_config(),
+            interaction=once,
+            chat_template_kwargs=kwargs,
+        )
+        out = rollout.generate_sequences(
+            prompts(tokenizer, ["9="]), max_new_tokens=40, sampling=GREEDY
+        )
+        responses = out.batch["responses"][0]  # (R,)
+        kept = out.batch["attention_mask"][0, -len(responses) :].bool()  # (R,) no padding
+        rows[bool(kwargs)] = responses[kept].tolist()
+    turn = ids_of(tokenizer, "ab<eos>")
+    assert rows[False] == turn + ids_of(tokenizer, "<|user|>no<|assistant|>") + turn
+    assert rows[True] == turn + ids_of(tokenizer, "<|user|>no~<|assistant|>") + turn

@@ -63,6 +63,39 @@ def test_prune_keeps_the_newest(tmp_path):
     assert saved_steps(tmp_path) == [3, 4]
 
 
+def save_both(folder: Path, step: int) -> Path:
+    parts = {f"{role}/state.pt": text_writer(role) for role in ("actor", "critic")}
+    return write_checkpoint(folder, step, {**parts, STATE_FILE: text_writer("t")})
+
+
+def roles_held(folder: Path) -> dict[int, list[str]]:
+    return {
+        step: sorted(p.name for p in (folder / f"global_step_{step}").iterdir() if p.is_dir())
+        for step in saved_steps(folder)
+    }
+
+
+def test_prune_keeps_actor_and_critic_state_by_their_own_limits(tmp_path):
+    # trainer.max_actor_ckpt_to_keep=3, trainer.max_critic_ckpt_to_keep=1
+    for step in (1, 2, 3, 4):
+        save_both(tmp_path, step)
+        prune(tmp_path, 3, 1)
+    assert roles_held(tmp_path) == {2: ["actor"], 3: ["actor"], 4: ["actor", "critic"]}
+    assert latest_checkpoint(tmp_path) == tmp_path / "global_step_4"
+    # Without the critic's limit, a tighter actor limit empties steps 2 and 3: both go.
+    prune(tmp_path, 1, None)
+    assert roles_held(tmp_path) == {4: ["actor", "critic"]}
+
+
+def test_prune_with_only_a_critic_limit_keeps_every_actor_state(tmp_path):
+    for step in (1, 2, 3):
+        save_both(tmp_path, step)
+    prune(tmp_path, None, 2)
+    assert roles_held(tmp_path) == {1: ["actor"], 2: ["actor", "critic"], 3: ["actor", "critic"]}
+    prune(tmp_path, 1, 3)  # a step left with critic/ only stays: its critic is kept
+    assert roles_held(tmp_path) == {2: ["critic"], 3: ["actor", "critic"]}
+
+
 def test_the_module_loads_without_torch():
     import subprocess
 
