@@ -4,17 +4,18 @@ series, downsampled by ``webapp.runs.metrics`` exactly as the charts draw them."
 from datetime import datetime
 from typing import Any
 
-from django.http import HttpRequest
+from django.http import HttpRequest, QueryDict
 from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema, Status
 from ninja.pagination import paginate
 
-from webapp.api.errors import ErrorOut, field_error
+from webapp.api.errors import ApiError, ErrorOut, field_error
 from webapp.api.pagination import Pages
 from webapp.runs.metrics import DEFAULT_MAX_POINTS, run_metric_series, run_metrics_json
 from webapp.runs.models import Run, RunStatus
 from webapp.runs.selectors import run_list_for_user
 from webapp.runs.services import LAUNCH_KEY_PATTERN, AlreadyLaunched, run_cancel, run_resume
+from webapp.runs.table import RunTableQueryError, parse_run_table_query, run_table_runs
 
 router = Router(tags=["runs"])
 ERRORS: dict[int | tuple[int, ...], Any] = {(400, 404, 409, 422, 429): ErrorOut}
@@ -38,6 +39,8 @@ class RunOut(Schema):
     latest_step: int
     total_steps: int | None
     error: str = Field(description="Why the run failed, with the traceback.")
+    tags: list[str]
+    notes: str
 
 
 class RunDetail(RunOut):
@@ -55,7 +58,11 @@ class RunStatusOut(Schema):
 
 
 class RunFilters(Schema):
-    status: RunStatus | None = None
+    """The runs table's filters (``webapp.runs.table``), and one experiment."""
+
+    status: list[RunStatus] = Field([], description="Repeat: runs with any of them.")
+    tag: list[str] = Field([], description="Repeat: runs with every one.")
+    config: list[str] = Field([], description="Repeat: '<dotted key>=<value>', every one holds.")
     experiment: int | None = Field(None, description="Only the runs of this experiment.")
 
 
@@ -107,9 +114,17 @@ def launched(run: Run) -> Run:
 @paginate(Pages)
 def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> Any:
     """List your runs, newest first."""
-    return run_list_for_user(
-        user=request.user, experiment_id=filters.experiment, status=filters.status
-    )
+    params = QueryDict(mutable=True)
+    for name in ("status", "tag", "config"):
+        params.setlist(name, [str(value) for value in getattr(filters, name)])
+    try:
+        query = parse_run_table_query(params)
+    except RunTableQueryError as exc:
+        raise ApiError(400, [(None, error) for error in exc.errors]) from None
+    runs = run_table_runs(user=request.user, query=query).defer(None).defer("config")
+    if filters.experiment is not None:
+        runs = runs.filter(experiment_id=filters.experiment)
+    return runs
 
 
 @router.get("/{int:run_id}", response={200: RunDetail, **ERRORS})

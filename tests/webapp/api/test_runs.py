@@ -37,6 +37,15 @@ def test_runs_are_listed_by_status_and_experiment_and_read_with_their_config(api
     by_experiment = api.get("/runs", {"experiment": stopped.experiment_id}).json()["items"]
     assert [r["id"] for r in by_experiment] == [stopped.pk]
     assert api.get("/runs", {"status": "sideways"}).status_code == 422
+    Run.objects.filter(pk=running.pk).update(tags=["lr-sweep", "best"])
+    assert [r["id"] for r in api.get("/runs", {"tag": "BEST"}).json()["items"]] == [running.pk]
+    both = api.get("/runs", {"status": ["running", "cancelled"]}).json()["items"]
+    assert {r["id"] for r in both} == {running.pk, stopped.pk}
+    lr = stopped.config["actor_rollout_ref"]["actor"]["optim"]["lr"]
+    by_config = api.get("/runs", {"config": f"actor_rollout_ref.actor.optim.lr={lr}"}).json()
+    assert [r["id"] for r in by_config["items"]] == [stopped.pk]
+    bad = api.get("/runs", {"config": "nonsense"})
+    assert bad.status_code == 400 and "is not <dotted key>=<value>" in errors_of(bad)[None]
 
     detail = api.get(f"/runs/{stopped.pk}").json()
     assert detail["config"] == stopped.config and detail["experiment_name"] == "tiny grpo"
