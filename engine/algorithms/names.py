@@ -51,6 +51,11 @@ LOSS_AGG_MODES = (
     "seq-mean-token-sum-norm",
 )
 
+# algorithm.rollout_correction: engine.algorithms.rollout_correction (verl's rollout_corr_helper).
+ROLLOUT_IS_LEVELS = ("token", "sequence")
+ROLLOUT_RS_LEVELS = ("token", "sequence", "geometric")
+BYPASS_LOSS_TYPES = ("ppo_clip", "reinforce")
+
 # Per-token KL estimators (engine.algorithms.kl.kl_penalty); "+" takes k2's gradient instead.
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "k3_unclamped")
 KL_TYPES = (*KL_ESTIMATORS, *(f"{name}+" for name in KL_ESTIMATORS))

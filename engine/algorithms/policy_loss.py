@@ -5,7 +5,10 @@ Every loss takes ``(old_log_prob, log_prob, advantages, response_mask)``, all
 actor config keys with verl's defaults. Every loss accepts the PPO clip keys (``clip_ratio``,
 ``clip_ratio_low``, ``clip_ratio_high``, ``clip_ratio_c``), so one call site serves all modes;
 mode-specific keys (``clip_cov_*``, ``kl_cov_ratio``, ``ppo_kl_coef``, ``tau_pos``,
-``tau_neg``) belong to their mode only.
+``tau_neg``) belong to their mode only. Every loss takes ``rollout_is_weights`` (bs, L), the
+rollout correction's truncated importance weights (``engine.algorithms.rollout_correction``),
+and multiplies its token losses by them as verl does (``geo_mean``: their per-sequence
+geometric mean).
 Each returns ``(pg_loss, metrics)``: a scalar tensor with its graph, and a dict of floats under
 verl's metric names, holding only the metrics that mean something for that loss.
 """
@@ -163,6 +166,11 @@ def _check_inputs(
     )
 
 
+def _weighted(pg_losses: torch.Tensor, rollout_is_weights: torch.Tensor | None) -> torch.Tensor:
+    """Return the ``(bs, L)`` token losses times the rollout-correction IS weights, if any."""
+    return pg_losses if rollout_is_weights is None else pg_losses * rollout_is_weights
+
+
 @register_policy_loss("vanilla")
 def compute_policy_loss_vanilla(
     old_log_prob: torch.Tensor,
@@ -174,6 +182,7 @@ def compute_policy_loss_vanilla(
     clip_ratio_low: float | None = None,
     clip_ratio_high: float | None = None,
     clip_ratio_c: float = 3.0,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Return PPO's clipped surrogate loss with dual clip, and its clip metrics.
 
@@ -206,6 +215,7 @@ def compute_policy_loss_vanilla(
         (torch.gt(clip_pg_losses1, pg_losses3) & negative).float(), response_mask
     )
     pg_losses = torch.where(negative, clip_pg_losses2, clip_pg_losses1)  # (bs, L)
+    pg_losses = _weighted(pg_losses, rollout_is_weights)  # (bs, L)
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
     return pg_loss, {
         "actor/pg_clipfrac": pg_clipfrac.item(),
@@ -225,6 +235,7 @@ def compute_policy_loss_gspo(
     clip_ratio_low: float | None = 3e-4,
     clip_ratio_high: float | None = 4e-4,
     clip_ratio_c: float = 3.0,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Return GSPO's loss, clipping a sequence-level importance ratio.
 
@@ -248,6 +259,7 @@ def compute_policy_loss_gspo(
     pg_losses1 = -advantages * seq_importance_ratio
     pg_losses2 = -advantages * torch.clamp(seq_importance_ratio, 1 - low, 1 + high)
     pg_losses = torch.maximum(pg_losses1, pg_losses2)  # (bs, L)
+    pg_losses = _weighted(pg_losses, rollout_is_weights)  # (bs, L)
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
     pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).float(), response_mask)
     ppo_kl = masked_mean(-negative_approx_kl, response_mask)
@@ -265,6 +277,7 @@ def compute_policy_loss_gpg(
     clip_ratio_low: float | None = None,
     clip_ratio_high: float | None = None,
     clip_ratio_c: float = 3.0,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Return GPG's plain policy-gradient loss ``-logp * A``, with no ratio and no clip.
 
@@ -273,6 +286,7 @@ def compute_policy_loss_gpg(
     """
     _check_inputs(old_log_prob, log_prob, advantages, response_mask)
     pg_losses = -log_prob * advantages  # (bs, L)
+    pg_losses = _weighted(pg_losses, rollout_is_weights)  # (bs, L)
     return agg_loss(pg_losses, response_mask, loss_agg_mode), {}
 
 
@@ -287,6 +301,7 @@ def compute_policy_loss_cispo(
     clip_ratio_low: float | None = None,
     clip_ratio_high: float | None = None,
     clip_ratio_c: float = 3.0,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Return CISPO's loss ``-sg[clamp(r, 1-low, 1+high)] * A * logp``.
 
@@ -302,6 +317,7 @@ def compute_policy_loss_cispo(
     ratio = torch.exp(negative_approx_kl)  # (bs, L)
     clipped_ratio = torch.clamp(ratio, 1 - low, 1 + high).detach()  # (bs, L)
     pg_losses = -advantages * clipped_ratio * log_prob  # (bs, L)
+    pg_losses = _weighted(pg_losses, rollout_is_weights)  # (bs, L)
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
     clipped = ((ratio < 1 - low) | (ratio > 1 + high)).float()
     pg_clipfrac = masked_mean(clipped, response_mask)
@@ -323,6 +339,7 @@ def compute_policy_loss_clip_cov(
     clip_cov_ratio: float = 0.0002,
     clip_cov_lb: float = 1.0,
     clip_cov_ub: float = 5.0,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Return the Clip-Cov loss: PPO's clipped loss with high-covariance tokens detached.
 
@@ -356,6 +373,7 @@ def compute_policy_loss_clip_cov(
         corr[chosen[:, 0], chosen[:, 1]] = 0
     pg_clipfrac = masked_mean((corr == 0).float(), response_mask)
     pg_losses = torch.maximum(pg_losses1, pg_losses2) * corr  # (bs, L)
+    pg_losses = _weighted(pg_losses, rollout_is_weights)  # (bs, L)
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
     return pg_loss, {"actor/pg_clipfrac": pg_clipfrac.item(), "actor/ppo_kl": ppo_kl.item()}
 
@@ -373,6 +391,7 @@ def compute_policy_loss_kl_cov(
     clip_ratio_c: float = 3.0,
     kl_cov_ratio: float = 0.0002,
     ppo_kl_coef: float = 0.1,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Return the KL-Cov loss: the unclipped surrogate plus a KL penalty on top-covariance tokens.
 
@@ -404,6 +423,7 @@ def compute_policy_loss_kl_cov(
             top = valid_idx[torch.topk(cov, k, largest=True).indices]
             penalised.view(-1)[top] = True
     pg_losses = torch.where(penalised, pg_losses_kl, pg_losses1)  # (bs, L)
+    pg_losses = _weighted(pg_losses, rollout_is_weights)  # (bs, L)
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
     return pg_loss, {"actor/ppo_kl": ppo_kl_abs.item()}
 
@@ -421,6 +441,7 @@ def compute_policy_loss_sapo(
     clip_ratio_c: float = 3.0,
     tau_pos: float = 1.0,
     tau_neg: float = 1.05,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Return SAPO's loss, a smooth sigmoid gate on the ratio in place of the hard clip.
 
@@ -444,6 +465,7 @@ def compute_policy_loss_sapo(
     taus = torch.where(advantages > 0, tau_pos, tau_neg).to(ratio.dtype)  # (bs, L)
     gates = torch.sigmoid(taus * (ratio - 1.0)) * (4.0 / taus)  # (bs, L) f(r)
     pg_losses = -gates * advantages  # (bs, L)
+    pg_losses = _weighted(pg_losses, rollout_is_weights)  # (bs, L)
     pg_loss = agg_loss(pg_losses, response_mask, "seq-mean-token-mean")
     ppo_kl = masked_mean(-negative_approx_kl, response_mask)
     return pg_loss, {"actor/ppo_kl": ppo_kl.item()}
@@ -460,6 +482,7 @@ def compute_policy_loss_geo_mean(
     clip_ratio_low: float | None = None,
     clip_ratio_high: float | None = None,
     clip_ratio_c: float = 3.0,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Return GMPO's loss, which weights each sequence by the geometric mean of its ratios.
 
@@ -486,6 +509,9 @@ def compute_policy_loss_geo_mean(
     seq_advantage = masked_sum(advantages, response_mask, axis=-1) / seq_tokens  # (bs,)
     seq_losses = (-seq_advantage * seq_ratio).unsqueeze(-1)  # (bs, 1)
     seq_valid = (response_mask.sum(dim=-1, keepdim=True) > 0).to(seq_losses.dtype)  # (bs, 1)
+    if rollout_is_weights is not None:  # (bs, L) -> (bs, 1): their geometric mean per sequence
+        log_weights = masked_sum(torch.log(rollout_is_weights + 1e-10), response_mask, axis=-1)
+        seq_losses = seq_losses * torch.exp(log_weights / seq_tokens).unsqueeze(-1)
     pg_loss = agg_loss(seq_losses, seq_valid, "seq-mean-token-sum")
 
     clipped = torch.ne(negative_approx_kl, clamped)  # (bs, L)

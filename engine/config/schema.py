@@ -25,6 +25,7 @@ from typing import Any
 # GROUP_ESTIMATORS, KL_ESTIMATORS and REWARD_FN_NAMES are re-exported for the validator and tests.
 from engine.algorithms.names import (
     ADV_ESTIMATORS,
+    BYPASS_LOSS_TYPES,
     GROUP_ESTIMATORS,  # noqa: F401
     KL_CONTROLLER_TYPES,
     KL_ESTIMATORS,  # noqa: F401
@@ -32,6 +33,8 @@ from engine.algorithms.names import (
     LOSS_AGG_MODES,
     PF_PPO_REWEIGHT_METHODS,
     POLICY_LOSS_MODES,
+    ROLLOUT_IS_LEVELS,
+    ROLLOUT_RS_LEVELS,
 )
 from engine.rewards.names import REWARD_COMPONENTS, REWARD_FN_NAMES  # noqa: F401
 from engine.rollout import ROLLOUT_NAMES
@@ -478,38 +481,55 @@ class SandboxFusionConfig(_Section):
     memory_limit_mb: int = _inert(1024, "SandboxFusion: memory per program.")
 
 
-_NO_ROLLOUT_CORRECTION = (
-    "rollout correction (importance sampling and rejection against the rollout's log-probs) "
-    "is not implemented yet; leave algorithm.rollout_correction at its defaults"
-)
-
-
 @dataclass
 class RolloutCorrectionConfig(_Section):
-    rollout_is: str | None = _refused(
-        None, "Importance-sampling weights: token or sequence.", _NO_ROLLOUT_CORRECTION
+    """verl's rollout correction between the trainer's and the rollout's log-probs
+    (``engine.algorithms.rollout_correction``; docs/validation-and-checkpoints.md)."""
+
+    rollout_is: str | None = _f(
+        None,
+        "Truncated importance-sampling weights pi_old / pi_rollout on the policy loss: token "
+        "(per token) or sequence (product over the response); null: none. Makes the trainer "
+        "recompute the old log-probs unless bypass_mode.",
+        choices=ROLLOUT_IS_LEVELS,
     )
-    rollout_is_threshold: float = _refused(
-        2.0, "Upper threshold of the IS weights.", _NO_ROLLOUT_CORRECTION
+    rollout_is_threshold: float = _f(
+        2.0,
+        "Upper truncation of the IS weights (typical 1.5-5 per token, 2-10 per sequence).",
+        gt=0,
     )
-    rollout_rs: str | None = _refused(
-        None, "Rejection sampling: token, sequence or geometric.", _NO_ROLLOUT_CORRECTION
+    rollout_rs: str | None = _f(
+        None,
+        "Rejection sampling: mask out tokens (token), responses (sequence: product of ratios) or "
+        "responses by the geometric mean of their ratios (geometric) outside "
+        "[rollout_rs_threshold_lower, rollout_rs_threshold]; null: none.",
+        choices=ROLLOUT_RS_LEVELS,
     )
-    rollout_rs_threshold: float | None = _refused(
-        None, "Upper threshold of rejection sampling.", _NO_ROLLOUT_CORRECTION
+    rollout_rs_threshold: float | None = _f(
+        None, "Upper ratio of rejection sampling; required when rollout_rs is set.", gt=0
     )
-    rollout_rs_threshold_lower: float | None = _refused(
-        None, "Lower threshold of rejection sampling.", _NO_ROLLOUT_CORRECTION
+    rollout_rs_threshold_lower: float | None = _f(
+        None, "Lower ratio of rejection sampling; null: 1 / rollout_rs_threshold.", gt=0
     )
-    rollout_token_veto_threshold: float | None = _refused(
-        None, "Veto a sequence with a token ratio under this.", _NO_ROLLOUT_CORRECTION
+    rollout_token_veto_threshold: float | None = _f(
+        None,
+        "Mask out a whole response holding a token whose ratio is under this (e.g. 1e-4); "
+        "null: off.",
+        gt=0,
     )
-    bypass_mode: bool = _refused(
-        False, "Use the rollout's log-probs as the old policy's.", _NO_ROLLOUT_CORRECTION
+    bypass_mode: bool = _f(
+        False,
+        "Use the rollout's log-probs as the old policy's and skip the old-log-prob forward pass; "
+        "the corrections then compare the current policy with the rollout's, inside the loss.",
     )
-    loss_type: str = _refused("ppo_clip", "Loss of bypass mode.", _NO_ROLLOUT_CORRECTION)
-    rollout_is_batch_normalize: bool = _refused(
-        False, "Normalise the IS weights over the batch.", _NO_ROLLOUT_CORRECTION
+    loss_type: str = _f(
+        "ppo_clip",
+        "Loss of bypass mode: ppo_clip (PPO's clipped ratio to the rollout policy, no IS "
+        "weights) or reinforce (REINFORCE times the IS weights).",
+        choices=BYPASS_LOSS_TYPES,
+    )
+    rollout_is_batch_normalize: bool = _f(
+        False, "Divide the truncated IS weights by their batch mean (mean 1)."
     )
 
 
@@ -654,18 +674,10 @@ class DataConfig(_Section):
     )
     use_shm: bool = _inert(False, "Copy the data through shared memory first.")
     train_max_samples: int = _f(
-        -1,
-        "Use only N training rows: the first N, or with shuffle N drawn with seed (as verl); "
-        "-1: all (N over the row count: all).",
-        ge=-1,
-        le=MAX_BATCH * 1024,
+        -1, "Use only the first N training rows; -1: all.", ge=-1, le=MAX_BATCH * 1024
     )
     val_max_samples: int = _f(
-        -1,
-        "Use only N validation rows: the first N, or with shuffle N drawn with seed (as verl); "
-        "-1: all (N over the row count: all).",
-        ge=-1,
-        le=MAX_BATCH * 1024,
+        -1, "Use only the first N validation rows; -1: all.", ge=-1, le=MAX_BATCH * 1024
     )
     tool_config_path: str | None = _refused(
         None,
@@ -683,9 +695,7 @@ class DataConfig(_Section):
     sampler: SamplerConfig = _section(SamplerConfig, "A custom (curriculum) sampler.")
     datagen: ClassFileConfig = _section(ClassFileConfig, "A dynamic data generator.")
     apply_chat_template_kwargs: dict[str, Any] = _f(
-        {},
-        "Keyword arguments of the chat template, for prompts and multi-turn turns "
-        "(e.g. {enable_thinking: false}).",
+        {}, "Keyword arguments of the chat template (e.g. {enable_thinking: false})."
     )
 
 
@@ -702,9 +712,7 @@ class ModelConfig(_Section):
     )
     custom_chat_template: str | None = _f(None, "Jinja chat template replacing the tokenizer's.")
     external_lib: str | None = _f(
-        None,
-        "Python module imported before the policy loads, so a custom model registers.",
-        resource="module",
+        None, "Python module to import so a custom model registers.", resource="module"
     )
     override_config: dict[str, Any] = _f({}, "Overrides of the model's config.json values.")
     trust_remote_code: bool = _f(False, "Allow custom model code from the model folder.")
@@ -719,10 +727,7 @@ class ModelConfig(_Section):
     lora_rank: int = _f(0, "LoRA rank; 0 trains all weights.", ge=0)
     lora_alpha: int = _f(16, "LoRA scaling alpha.")
     target_modules: str | list[str] = _f("all-linear", "Modules LoRA adapts.")
-    exclude_modules: str | list[str] | None = _f(
-        None,
-        "Modules LoRA leaves alone: a regex over full module names, or a list of names.",
-    )
+    exclude_modules: str | list[str] | None = _f(None, "Modules LoRA leaves alone.")
     lora_adapter_path: str | None = _refused(
         None,
         "A trained LoRA adapter to start from.",
@@ -1159,9 +1164,7 @@ class CriticModelConfig(_Section):
     tokenizer_path: str | None = _f(None, "Null: the actor's tokenizer.", resource="path")
     override_config: dict[str, Any] = _f({}, "Overrides of the critic's config.json values.")
     external_lib: str | None = _f(
-        None,
-        "Python module imported before the critic loads, so a custom model registers.",
-        resource="module",
+        None, "Python module to import so a custom model registers.", resource="module"
     )
     trust_remote_code: bool = _f(False, "Allow custom model code from the model folder.")
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations to save memory.")
@@ -1450,17 +1453,10 @@ class TrainerConfig(_Section):
         resource="server",
     )
     max_actor_ckpt_to_keep: int | None = _f(
-        None,
-        "Newest steps whose actor/ state is kept; a step left with no state is deleted; null: all.",
-        gt=0,
-        le=MAX_STEPS,
+        None, "Actor checkpoints kept; null: all.", gt=0, le=MAX_STEPS
     )
     max_critic_ckpt_to_keep: int | None = _f(
-        None,
-        "Newest steps whose critic/ state is kept; a step left with no state is deleted; "
-        "null: all.",
-        gt=0,
-        le=MAX_STEPS,
+        None, "Critic checkpoints kept; null: all.", gt=0, le=MAX_STEPS
     )
     seed: int = _f(1, "Seed of sampling and initialisation.")
     rollout_data_dir: str | None = _refused(

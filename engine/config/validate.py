@@ -507,6 +507,54 @@ def _check_algorithm(report: _Report, critic_enable: bool | None) -> None:
         )
     if algo.kl_ctrl.type == "adaptive" and algo.kl_ctrl.horizon <= 0:
         report.error("algorithm.kl_ctrl.horizon", "must be > 0 for kl_ctrl.type=adaptive")
+    _check_rollout_correction(report)
+
+
+def _check_rollout_correction(report: _Report) -> None:
+    """Check ``algorithm.rollout_correction``'s keys together (each one's range is a bound)."""
+    rc = report.cfg.algorithm.rollout_correction
+    key = "algorithm.rollout_correction"
+    if rc.rollout_rs is not None and rc.rollout_rs_threshold is None:
+        report.error(
+            f"{key}.rollout_rs_threshold",
+            f"must be set when rollout_rs={rc.rollout_rs} (verl requires it), e.g. 2.0 for "
+            "token or sequence, 1.001 for geometric",
+            None,
+        )
+    for name in ("rollout_rs_threshold", "rollout_rs_threshold_lower"):
+        if rc.rollout_rs is None and getattr(rc, name) is not None:
+            report.error(
+                f"{key}.{name}", "applies only with rollout_rs; set rollout_rs or unset it"
+            )
+    upper, lower = rc.rollout_rs_threshold, rc.rollout_rs_threshold_lower
+    if upper is not None and lower is not None and lower >= upper:
+        report.error(
+            f"{key}.rollout_rs_threshold_lower",
+            f"must be < rollout_rs_threshold ({upper}); null uses 1 / rollout_rs_threshold",
+            lower,
+        )
+    if rc.rollout_is_batch_normalize and rc.rollout_is is None:
+        report.error(
+            f"{key}.rollout_is_batch_normalize",
+            "normalises the IS weights, so it needs rollout_is=token or sequence",
+            True,
+        )
+    if rc.loss_type != "ppo_clip" and not rc.bypass_mode:
+        report.error(
+            f"{key}.loss_type",
+            "is the loss of bypass mode; set algorithm.rollout_correction.bypass_mode=True or "
+            "leave loss_type at ppo_clip",
+            rc.loss_type,
+        )
+    loss_mode = report.cfg.actor_rollout_ref.actor.policy_loss.loss_mode
+    if rc.bypass_mode and loss_mode != "vanilla":
+        report.error(
+            f"{key}.bypass_mode",
+            f"replaces the policy loss with bypass mode's (loss_type={rc.loss_type}), so "
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode} would be ignored; leave "
+            "loss_mode at vanilla or turn bypass_mode off",
+            True,
+        )
 
 
 def _check_batches(report: _Report, role: str) -> None:

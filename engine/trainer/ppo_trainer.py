@@ -27,6 +27,11 @@ from engine.algorithms import (
     get_kl_controller,
     mask_span_end,
 )
+from engine.algorithms.rollout_correction import (
+    compute_rollout_correction_and_rejection_mask,
+    correction_settings,
+    rollout_correction_active,
+)
 from engine.data import DataProto
 from engine.data.dataset import RLHFDataset, collate_prompts
 from engine.data.loader import PromptDataLoader
@@ -164,18 +169,10 @@ class PPOTrainer:
         self.tokenizer = load_tokenizer(config.actor_rollout_ref.model)
         self.data_tokenizer = load_data_tokenizer(config, self.tokenizer)
         self.train_dataset = RLHFDataset(
-            resolve_files(config.data.train_files),
-            self.data_tokenizer,
-            config.data,
-            max_samples=config.data.train_max_samples,
+            resolve_files(config.data.train_files), self.data_tokenizer, config.data
         )
         self.val_dataset = (
-            RLHFDataset(
-                resolve_files(config.data.val_files),
-                self.data_tokenizer,
-                config.data,
-                max_samples=config.data.val_max_samples,
-            )
+            RLHFDataset(resolve_files(config.data.val_files), self.data_tokenizer, config.data)
             if config.data.val_files
             else None
         )
@@ -279,7 +276,11 @@ class PPOTrainer:
         # calculate_log_probs compares the rollout's log-probs with the actor's recomputation,
         # so the old log-prob pass runs even where an on-policy update could skip it (as verl).
         check_rollout = config.actor_rollout_ref.rollout.calculate_log_probs
-        if check_rollout or self.arr.needs_old_log_prob(len(batch)):
+        correction = config.algorithm.rollout_correction
+        corrects = rollout_correction_active(correction)
+        if correction.bypass_mode:  # verl's bypass mode: the rollout's log-probs are pi_old
+            batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
+        elif check_rollout or corrects or self.arr.needs_old_log_prob(len(batch)):
             with timer("old_log_prob", timing):
                 old = self.arr.compute_log_prob(batch)
             mask = batch.batch["response_mask"]
@@ -318,6 +319,22 @@ class PPOTrainer:
                 metrics.update(kl_metrics)
             else:
                 batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+            # Decoupled rollout correction (verl's compute_rollout_correction_and_add_to_batch):
+            # IS weights for the loss, rejection in the mask the update and advantages use.
+            response_mask = batch.batch["response_mask"]
+            if not correction.bypass_mode and (corrects or check_rollout):
+                weights, corrected_mask, corr_metrics = (
+                    compute_rollout_correction_and_rejection_mask(
+                        batch.batch["old_log_probs"],
+                        batch.batch["rollout_log_probs"],
+                        response_mask,
+                        **correction_settings(correction),
+                    )
+                )
+                batch.batch["response_mask"] = corrected_mask
+                if weights is not None:
+                    batch.batch["rollout_is_weights"] = weights
+                metrics.update(corr_metrics)
             advantages, returns = compute_advantage(batch, config.algorithm)
             batch.batch["advantages"], batch.batch["returns"] = advantages, returns
         # PF-PPO updates on a resample of the batch; the samples are recorded as generated.
@@ -331,6 +348,7 @@ class PPOTrainer:
         if self.global_step > config.trainer.critic_warmup or self.critic is None:
             with timer("update_actor", timing):
                 metrics.update(self.arr.update_actor(update))
+        batch.batch["response_mask"] = response_mask  # samples are recorded whole, rejected or not
         if restore is not None:  # samples are recorded in rollout order (i % n, groups)
             batch.reorder(restore)
             reward_info = {k: _reordered(v, restore) for k, v in reward_info.items()}
@@ -515,10 +533,7 @@ class PPOTrainer:
                 parts[f"{role}/{checkpoint.HF_FOLDER}"] = worker.export_hf
         parts[checkpoint.STATE_FILE] = partial(checkpoint.save_state, self.trainer_state())
         target = checkpoint.write_checkpoint(self.local_dir, self.global_step, parts)
-        trainer_cfg = self.config.trainer
-        checkpoint.prune(
-            self.local_dir, trainer_cfg.max_actor_ckpt_to_keep, trainer_cfg.max_critic_ckpt_to_keep
-        )
+        checkpoint.prune(self.local_dir, self.config.trainer.max_actor_ckpt_to_keep)
         self.report.on_checkpoint(self.global_step, str(target))
         return target
 
@@ -574,12 +589,6 @@ class PPOTrainer:
         contents = list(
             settings.save_contents if settings.load_contents is None else settings.load_contents
         )
-        if not (folder / "state.pt").is_file():
-            raise FileNotFoundError(
-                f"the checkpoint {folder.parent} holds no {role} state ({role}/state.pt): "
-                f"trainer.max_{role}_ckpt_to_keep pruned it from this older step; resume from a "
-                "newer step (trainer.resume_mode=auto takes the newest)"
-            )
         saved = checkpoint.load_state(folder / "state.pt")
         held = checkpoint.saved_contents(folder, saved)
         lacking = [name for name in contents if name not in held]

@@ -39,6 +39,10 @@ from engine.algorithms import (
     logprobs_from_logits,
 )
 from engine.algorithms.policy_loss import normalised_over
+from engine.algorithms.rollout_correction import (
+    compute_policy_loss_bypass_mode,
+    compute_rollout_corr_metrics_from_logprobs,
+)
 from engine.data import DataProto
 from engine.lean import LeanModel, causal_mask, checkpointing
 from engine.rollout.sampling import new_kv_cache, shared_prompts, trim_left_padding, with_cache
@@ -365,6 +369,7 @@ class PolicyActor:
         micro_batch_size: int,
         temperature: float,
         max_token_len: int | None = None,
+        rollout_correction: Any = None,
     ) -> dict[str, float]:
         """Run ``ppo_epochs`` passes of mini-batch updates; return the averaged metrics.
 
@@ -375,8 +380,14 @@ class PolicyActor:
         (``batch_sizes.global_batch``), so the gradient is that of the mini-batch however it
         was split; ``actor/pg_loss``, ``actor/kl_loss`` and ``actor/entropy`` are the
         mini-batch's losses, the sums of their micro-batch shares.
+
+        ``rollout_correction`` (``algorithm.rollout_correction``, given when it is on): a
+        ``rollout_is_weights`` (bs, R) column multiplies the token losses; in bypass mode the loss
+        is verl's bypass-mode loss against ``rollout_log_probs``; otherwise the current policy's
+        ``rollout_corr/*`` off-policy metrics against ``rollout_log_probs`` are recorded.
         """
         assert self.optimizer is not None, "update_policy needs an optimizer"
+        bypass = rollout_correction is not None and rollout_correction.bypass_mode
         cfg = self.config
         policy_loss_fn = get_policy_loss_fn(cfg.policy_loss.loss_mode)
         loss_kwargs = self._policy_loss_kwargs()
@@ -404,9 +415,30 @@ class PolicyActor:
                     log_prob = logprobs_from_logits(logits, batch["responses"])  # (b, R)
                     old_log_prob = log_prob.detach() if on_policy else batch["old_log_probs"]
                     with normalised_over(counts):  # every agg_loss: over the mini-batch
-                        pg_loss, pg_metrics = policy_loss_fn(
-                            old_log_prob, log_prob, batch["advantages"], mask, **loss_kwargs
-                        )
+                        if bypass:
+                            pg_loss, pg_metrics = compute_policy_loss_bypass_mode(
+                                old_log_prob,
+                                log_prob,
+                                batch["advantages"],
+                                mask,
+                                rollout_correction=rollout_correction,
+                                **loss_kwargs,
+                            )
+                        else:
+                            pg_loss, pg_metrics = policy_loss_fn(
+                                old_log_prob,
+                                log_prob,
+                                batch["advantages"],
+                                mask,
+                                rollout_is_weights=batch.get("rollout_is_weights"),
+                                **loss_kwargs,
+                            )
+                            if rollout_correction is not None and mask.any():
+                                pg_metrics.update(
+                                    compute_rollout_corr_metrics_from_logprobs(
+                                        log_prob, batch["rollout_log_probs"], mask
+                                    )
+                                )
                         loss = pg_loss
                         if cfg.entropy_coeff != 0:
                             entropy_loss = agg_loss(

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from engine.algorithms.rollout_correction import rollout_correction_active
 from engine.data import DataProto
 from engine.rollout import get_rollout_builder
 from engine.rollout.multi_turn import MultiTurnRollout
@@ -34,12 +35,10 @@ def get_rollout(
     rollout_config: Any,
     *,
     model_path: str | None = None,
-    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> RolloutEngine:
     """Return the rollout engine registered under ``actor_rollout_ref.rollout.name``.
 
-    With ``rollout.multi_turn.enable`` it is wrapped in a :class:`MultiTurnRollout`, which
-    renders each turn with ``chat_template_kwargs`` (``data.apply_chat_template_kwargs``).
+    With ``rollout.multi_turn.enable`` it is wrapped in a :class:`MultiTurnRollout`.
     """
     rollout = get_rollout_builder(name)(model, tokenizer, rollout_config, model_path)
     multi_turn = getattr(rollout_config, "multi_turn", None)
@@ -53,9 +52,7 @@ def get_rollout(
                 "prompt and one assistant turn"
             )
             return rollout
-        rollout = MultiTurnRollout(
-            rollout, tokenizer, multi_turn, chat_template_kwargs=chat_template_kwargs
-        )
+        rollout = MultiTurnRollout(rollout, tokenizer, multi_turn)
     return rollout
 
 
@@ -108,7 +105,6 @@ class ActorRolloutRefWorker:
             model_path=(
                 resolve_path(arr.model.path) if arr.rollout.name in ("vllm", "sglang") else None
             ),
-            chat_template_kwargs=config.data.apply_chat_template_kwargs,
         )
         # Each rank samples its own prompts: give each its own random stream.
         self.generator = torch.Generator(device="cpu").manual_seed(config.trainer.seed + rank)
@@ -204,12 +200,19 @@ class ActorRolloutRefWorker:
 
     def update_actor(self, data: DataProto) -> dict[str, float]:
         """Run the policy update and return its metrics."""
+        # verl's actor applies the rollout correction, and records its metrics, whenever the
+        # correction is on or the rollout's log-probs are checked (calculate_log_probs).
+        correction = self.config.algorithm.rollout_correction
+        checked = self.config.actor_rollout_ref.rollout.calculate_log_probs
         return self.actor.update_policy(
             data,
             mini_batch_size=self.mini_batch_size,
             micro_batch_size=self.micro_batch_size,
             temperature=self.config.actor_rollout_ref.rollout.temperature,
             max_token_len=self.max_token_len,
+            rollout_correction=(
+                correction if checked or rollout_correction_active(correction) else None
+            ),
         )
 
     # -- checkpoints -------------------------------------------------------------------------

@@ -1,0 +1,68 @@
+"""algorithm.rollout_correction validates as verl reads it: choices, bounds and key pairs."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.engine.config.test_validate import problems
+
+KEY = "algorithm.rollout_correction"
+
+
+def test_verls_recipes_validate():
+    assert problems([f"{KEY}.rollout_is=token"]) == {}
+    assert problems([f"{KEY}.rollout_is=sequence", f"{KEY}.rollout_is_batch_normalize=True"]) == {}
+    assert (
+        problems(
+            [
+                f"{KEY}.rollout_rs=geometric",
+                f"{KEY}.rollout_rs_threshold=1.001",
+                f"{KEY}.rollout_rs_threshold_lower=0.999",
+                f"{KEY}.rollout_token_veto_threshold=1e-4",
+            ]
+        )
+        == {}
+    )
+    assert problems([f"{KEY}.bypass_mode=True", f"{KEY}.loss_type=reinforce"]) == {}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "message"),
+    [
+        ([f"{KEY}.rollout_is=geometric"], "rollout_is", "must be one of token, sequence"),
+        ([f"{KEY}.rollout_rs=row"], "rollout_rs", "must be one of token, sequence, geometric"),
+        (
+            [f"{KEY}.bypass_mode=True", f"{KEY}.loss_type=a2c"],
+            "loss_type",
+            "must be one of ppo_clip, reinforce",
+        ),
+        ([f"{KEY}.rollout_is_threshold=0"], "rollout_is_threshold", "> 0"),
+        ([f"{KEY}.rollout_token_veto_threshold=-1"], "rollout_token_veto_threshold", "> 0"),
+        ([f"{KEY}.rollout_rs=token"], "rollout_rs_threshold", "must be set when rollout_rs"),
+        ([f"{KEY}.rollout_rs_threshold=2.0"], "rollout_rs_threshold", "applies only with"),
+        (
+            [
+                f"{KEY}.rollout_rs=token",
+                f"{KEY}.rollout_rs_threshold=2.0",
+                f"{KEY}.rollout_rs_threshold_lower=2.0",
+            ],
+            "rollout_rs_threshold_lower",
+            "must be < rollout_rs_threshold",
+        ),
+        (
+            [f"{KEY}.rollout_is_batch_normalize=True"],
+            "rollout_is_batch_normalize",
+            "needs rollout_is",
+        ),
+        ([f"{KEY}.loss_type=reinforce"], "loss_type", "set algorithm.rollout_correction.bypass"),
+        (
+            [f"{KEY}.bypass_mode=True", "actor_rollout_ref.actor.policy_loss.loss_mode=gspo"],
+            "bypass_mode",
+            "loss_mode=gspo would be ignored",
+        ),
+    ],
+)
+def test_bad_settings_name_the_key_and_the_fix(overrides, key, message):
+    found = problems(overrides)
+    assert f"{KEY}.{key}" in found, found
+    assert message in found[f"{KEY}.{key}"]
