@@ -6,7 +6,7 @@ replaced by zero before they are summed, so a NaN or inf in padding never leaks 
 exactly as verl does, so an empty mask gives 0 instead of NaN; the variance and whitening
 helpers, which cannot be meaningful on fewer than two tokens, raise instead.
 
-``logprobs_from_logits`` and ``entropy_from_logits`` run on every training step over
+``logprobs_from_logits``, ``entropy_from_logits`` and ``sum_pi_squared_from_logits`` run over
 ``(bs, response_length, vocab)`` logits. They work on row chunks of at most ``_CHUNK_ELEMENTS``
 logits, views of the input with no copy, so the temporaries of a softmax never hold more than one
 chunk: the memory of verl's per-row loop, without its per-token loop on packed 2-D logits.
@@ -165,3 +165,20 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
         return torch.logsumexp(chunk, dim=-1) - (probs * chunk).sum(dim=-1)
 
     return _map_rows(entropy, logits)
+
+
+def sum_pi_squared_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Return ``sum_v softmax(logits)_v ** 2``, as verl's ``calculate_sum_pi_squared_from_logits``:
+    ``exp(logsumexp(2 x) - 2 logsumexp(x))``, exact and free of underflow in the squares.
+
+    The per-token input of the optimal token baselines (``1 - 2 pi_t + sum_v pi_v^2`` is the
+    squared norm of the score function). Shapes: logits ``(bs, L, vocab)`` (any leading shape)
+    -> ``(bs, L)``.
+    """
+
+    def sum_squares(chunk: torch.Tensor, rows: slice) -> torch.Tensor:
+        return torch.exp(
+            torch.logsumexp(2.0 * chunk, dim=-1) - 2.0 * torch.logsumexp(chunk, dim=-1)
+        )
+
+    return _map_rows(sum_squares, logits)

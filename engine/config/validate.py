@@ -458,14 +458,14 @@ def _check_algorithm(report: _Report, critic_enable: bool | None) -> None:
     cfg = report.cfg
     algo, actor, rollout = cfg.algorithm, cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
     estimator = algo.adv_estimator
-    if estimator in TOKEN_BASELINE_ESTIMATORS:
-        # The functions exist (engine.algorithms.advantages); the actor's log-prob pass does not
-        # compute the per-token sum of squared probabilities they weigh by yet.
+    if estimator in TOKEN_BASELINE_ESTIMATORS and algo.rollout_correction.bypass_mode:
+        # Their sum_pi_squared comes from the old-log-prob pass, which bypass mode skips (verl
+        # fails there at its first step, asserting sum_pi_squared is in the batch).
         report.error(
-            "algorithm.adv_estimator",
-            f"{estimator} needs sum_pi_squared (each token's sum of squared probabilities over "
-            "the vocabulary), which this engine's actor does not compute yet; choose grpo, "
-            "rloo or another estimator",
+            "algorithm.rollout_correction.bypass_mode",
+            f"{estimator} weighs by each token's sum of squared probabilities, which the "
+            "old-log-prob pass computes and bypass mode skips; set bypass_mode=False (decoupled "
+            "correction) or choose another estimator such as grpo",
         )
     if estimator in GROUP_ESTIMATORS and rollout.n < 2 and not algo.allow_single_sample_groups:
         report.error(

@@ -51,6 +51,7 @@ from engine.trainer.recorder import (
     SampleRecord,
     default_recorders,
 )
+from engine.workers.actor import needs_sum_pi_squared
 from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
 from engine.workers.critic import CriticWorker
 from engine.workers.models import resolve_device, resolve_path
@@ -280,7 +281,12 @@ class PPOTrainer:
         corrects = rollout_correction_active(correction)
         if correction.bypass_mode:  # verl's bypass mode: the rollout's log-probs are pi_old
             batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
-        elif check_rollout or corrects or self.arr.needs_old_log_prob(len(batch)):
+        elif (
+            check_rollout
+            or corrects
+            or needs_sum_pi_squared(config)  # the optimal token baselines' input comes from it
+            or self.arr.needs_old_log_prob(len(batch))
+        ):
             with timer("old_log_prob", timing):
                 old = self.arr.compute_log_prob(batch)
             mask = batch.batch["response_mask"]

@@ -38,11 +38,13 @@ from engine.algorithms import (
     kl_penalty,
     logprobs_from_logits,
 )
+from engine.algorithms.names import TOKEN_BASELINE_ESTIMATORS
 from engine.algorithms.policy_loss import normalised_over
 from engine.algorithms.rollout_correction import (
     compute_policy_loss_bypass_mode,
     compute_rollout_corr_metrics_from_logprobs,
 )
+from engine.algorithms.torch_functional import sum_pi_squared_from_logits
 from engine.data import DataProto
 from engine.lean import LeanModel, causal_mask, checkpointing
 from engine.rollout.sampling import new_kv_cache, shared_prompts, trim_left_padding, with_cache
@@ -282,6 +284,13 @@ def is_on_policy(actor_config: Any, batch_size: int, mini_batch_size: int) -> bo
     return actor_config.ppo_epochs == 1 and mini_batch_size >= batch_size
 
 
+def needs_sum_pi_squared(config: Any) -> bool:
+    """Return True when ``algorithm.adv_estimator`` weighs by each token's ``sum_v pi_v^2``: the
+    old-log-prob pass then computes it (verl's ``actor.calculate_sum_pi_squared``) and runs even
+    where an on-policy update could skip it."""
+    return config.algorithm.adv_estimator in TOKEN_BASELINE_ESTIMATORS
+
+
 class PolicyActor:
     """Compute log-probs and update a causal LM policy with a PPO-family loss.
 
@@ -305,7 +314,6 @@ class PolicyActor:
         self.remove_padding = remove_padding
         self.forward = packed_response_logits if remove_padding else response_logits
 
-    @torch.no_grad()
     def compute_log_prob(
         self,
         data: DataProto,
@@ -321,20 +329,50 @@ class PolicyActor:
         Micro-batches hold ``micro_batch_size`` rows, or with ``max_token_len`` (dynamic batch
         size) at most that many tokens; the outputs come back in batch order either way.
         """
+        out = self.compute_token_stats(
+            data,
+            micro_batch_size=micro_batch_size,
+            temperature=temperature,
+            with_entropy=with_entropy,
+            max_token_len=max_token_len,
+            max_token_len_key=max_token_len_key,
+        )
+        return out["log_probs"], out.get("entropys")
+
+    @torch.no_grad()
+    def compute_token_stats(
+        self,
+        data: DataProto,
+        *,
+        micro_batch_size: int,
+        temperature: float,
+        with_entropy: bool,
+        with_sum_pi_squared: bool = False,
+        max_token_len: int | None = None,
+        max_token_len_key: str = "log_prob_max_token_len_per_gpu",
+    ) -> dict[str, torch.Tensor]:
+        """Return ``log_probs`` (bs, R), and ``entropys`` / ``sum_pi_squared`` (bs, R) when asked
+        for, all in batch order, from one forward per micro-batch (as :meth:`compute_log_prob`).
+
+        ``sum_pi_squared`` is each position's ``sum_v pi_v^2`` under the temperature-scaled policy
+        (verl's ``calculate_sum_pi_squared``), the optimal token baselines' input; like the
+        entropy it is reduced chunk by chunk, never holding more than one chunk's temporaries.
+        """
         was_training = self.model.training
         set_training(self.model, False)
-        log_probs, entropies = [], []
+        stats: dict[str, list[torch.Tensor]] = defaultdict(list)
         micros, order = split_micro_batches(
             data, micro_batch_size, max_token_len, max_token_len_key
         )
         for micro in micros:
             logits = self.forward(self.model, micro.batch, temperature)
-            log_probs.append(logprobs_from_logits(logits, micro.batch["responses"]))
+            stats["log_probs"].append(logprobs_from_logits(logits, micro.batch["responses"]))
             if with_entropy:
-                entropies.append(entropy_from_logits(logits))
+                stats["entropys"].append(entropy_from_logits(logits))
+            if with_sum_pi_squared:
+                stats["sum_pi_squared"].append(sum_pi_squared_from_logits(logits))
         set_training(self.model, was_training)
-        entropy = restore_order(torch.cat(entropies), order) if with_entropy else None
-        return restore_order(torch.cat(log_probs), order), entropy
+        return {key: restore_order(torch.cat(parts), order) for key, parts in stats.items()}
 
     def _policy_loss_kwargs(self) -> dict[str, Any]:
         cfg = self.config

@@ -20,7 +20,7 @@ from engine.algorithms.rollout_correction import rollout_correction_active
 from engine.data import DataProto
 from engine.rollout import get_rollout_builder
 from engine.rollout.multi_turn import MultiTurnRollout
-from engine.workers.actor import PolicyActor, is_on_policy
+from engine.workers.actor import PolicyActor, is_on_policy, needs_sum_pi_squared
 from engine.workers.batch_sizes import micro_size, per_rank_size
 from engine.workers.lora import adapter_disabled, adapter_settings, export_lora, is_lora
 from engine.workers.models import frozen_copy, load_policy, load_tokenizer, resolve_path
@@ -167,16 +167,20 @@ class ActorRolloutRefWorker:
         )
 
     def compute_log_prob(self, data: DataProto) -> DataProto:
-        """Return ``old_log_probs`` (bs, R) and ``entropys`` (bs, R) under the current policy."""
-        log_probs, entropy = self.actor.compute_log_prob(
+        """Return ``old_log_probs`` (bs, R) and ``entropys`` (bs, R) under the current policy, and
+        ``sum_pi_squared`` (bs, R) when the advantage estimator weighs by it (the optimal token
+        baselines; verl's ``actor.calculate_sum_pi_squared``)."""
+        stats = self.actor.compute_token_stats(
             data,
             micro_batch_size=self.log_prob_micro_batch_size,
             temperature=self.config.actor_rollout_ref.rollout.temperature,
             with_entropy=True,
+            with_sum_pi_squared=needs_sum_pi_squared(self.config),
             max_token_len=self.log_prob_max_token_len,
             max_token_len_key="actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
         )
-        return DataProto.from_dict({"old_log_probs": log_probs, "entropys": entropy})
+        stats["old_log_probs"] = stats.pop("log_probs")
+        return DataProto.from_dict(stats)
 
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """Return ``ref_log_prob`` (bs, R) under the frozen reference policy."""

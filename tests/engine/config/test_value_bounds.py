@@ -145,10 +145,18 @@ def test_a_batch_that_is_no_multiple_still_gets_its_divisor_quickly():
     )
 
 
-def test_the_token_baseline_estimators_are_refused_until_the_actor_computes_their_input():
-    from engine.config import ConfigValidationError, load_config, validate_config
-
-    for estimator in ("optimal_token_baseline", "tir_optimal_token_baseline"):
-        config = load_config("grpo_tiny", overrides=[f"algorithm.adv_estimator={estimator}"])
-        with pytest.raises(ConfigValidationError, match=f"{estimator} needs sum_pi_squared"):
-            validate_config(config)
+@pytest.mark.parametrize("estimator", ["optimal_token_baseline", "tir_optimal_token_baseline"])
+def test_the_token_baseline_estimators_need_groups_and_the_old_log_prob_pass(estimator):
+    assert problems(algorithm__adv_estimator=estimator) == {}
+    single = problems(algorithm__adv_estimator=estimator, actor_rollout_ref__rollout__n=1)
+    assert (
+        f"{estimator} compares the responses to the same prompt"
+        in single["actor_rollout_ref.rollout.n"]
+    )
+    bypass = problems(
+        algorithm__adv_estimator=estimator, algorithm__rollout_correction__bypass_mode=True
+    )
+    assert "bypass mode skips" in bypass["algorithm.rollout_correction.bypass_mode"]
+    assert "bypass mode skips" not in problems(
+        algorithm__adv_estimator="grpo", algorithm__rollout_correction__bypass_mode=True
+    ).get("algorithm.rollout_correction.bypass_mode", "")
