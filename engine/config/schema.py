@@ -864,7 +864,11 @@ class CheckpointConfig(_Section):
 
 @dataclass
 class ActorConfig(_Section):
-    strategy: str = _f("fsdp2", "Training backend.", choices=STRATEGIES)
+    strategy: str = _inert(
+        "fsdp2",
+        "Training backend: verl's fsdp (FSDP1) and fsdp2 both run FSDP2 here.",
+        choices=STRATEGIES,
+    )
     ppo_mini_batch_size: int = _f(
         256, "Prompts per optimizer step.", basic=True, gt=0, le=MAX_BATCH
     )
@@ -1188,7 +1192,12 @@ class CriticModelConfig(_Section):
 @dataclass
 class CriticConfig(_Section):
     enable: bool | None = _f(None, "Train a value model; null: on for gae, off otherwise.")
-    strategy: str | None = _f(None, "Null: actor.strategy.", choices=STRATEGIES)
+    strategy: str | None = _inert(
+        None,
+        "Null: actor.strategy (fsdp and fsdp2 both run FSDP2 here).",
+        choices=STRATEGIES,
+        follows="actor_rollout_ref.actor.strategy",
+    )
     optim: OptimConfig = _section(lambda: OptimConfig(lr=1e-5), "Critic optimizer.")
     model: CriticModelConfig = _section(CriticModelConfig, "The value model.")
     ppo_mini_batch_size: int | None = _f(
@@ -1248,6 +1257,18 @@ class CriticConfig(_Section):
 
 
 _RM_ONLY = "read only with reward_model.enable=True"
+
+
+@dataclass
+class RewardModelFSDPConfig(_Section):
+    _target_: str = _target("verl.workers.config.FSDPEngineConfig")
+    wrap_policy: WrapPolicyConfig = _section(WrapPolicyConfig, "Which modules FSDP wraps.")
+    param_offload: bool = _inert(False, "Keep the reward model's parameters on the CPU.")
+    reshard_after_forward: bool = _inert(True, "Free gathered parameters after forward.")
+    fsdp_size: int = _inert(-1, "Ranks per FSDP shard group; -1: all.")
+    forward_prefetch: bool = _inert(False, "Prefetch the next FSDP unit in forward.")
+
+
 _NO_REWARD_MODEL = (
     "reward models are not in the trainer yet; score responses with a rule reward "
     "(reward.components, data_source dispatch) or custom_reward_function"
@@ -1278,7 +1299,9 @@ class RewardModelModelConfig(_Section):
     use_fused_kernels: bool | None = _inert(
         None, "Use verl's fused kernels.", follows="actor_rollout_ref.model.use_fused_kernels"
     )
-    fsdp_config: FSDPConfig = _section(FSDPConfig, "Reward model FSDP settings.")
+    fsdp_config: RewardModelFSDPConfig = _section(
+        RewardModelFSDPConfig, "Reward model FSDP settings."
+    )
 
 
 @dataclass
