@@ -674,10 +674,18 @@ class DataConfig(_Section):
     )
     use_shm: bool = _inert(False, "Copy the data through shared memory first.")
     train_max_samples: int = _f(
-        -1, "Use only the first N training rows; -1: all.", ge=-1, le=MAX_BATCH * 1024
+        -1,
+        "Use only N training rows: the first N, or with shuffle N drawn with seed (as verl); "
+        "-1: all (N over the row count: all).",
+        ge=-1,
+        le=MAX_BATCH * 1024,
     )
     val_max_samples: int = _f(
-        -1, "Use only the first N validation rows; -1: all.", ge=-1, le=MAX_BATCH * 1024
+        -1,
+        "Use only N validation rows: the first N, or with shuffle N drawn with seed (as verl); "
+        "-1: all (N over the row count: all).",
+        ge=-1,
+        le=MAX_BATCH * 1024,
     )
     tool_config_path: str | None = _refused(
         None,
@@ -695,7 +703,9 @@ class DataConfig(_Section):
     sampler: SamplerConfig = _section(SamplerConfig, "A custom (curriculum) sampler.")
     datagen: ClassFileConfig = _section(ClassFileConfig, "A dynamic data generator.")
     apply_chat_template_kwargs: dict[str, Any] = _f(
-        {}, "Keyword arguments of the chat template (e.g. {enable_thinking: false})."
+        {},
+        "Keyword arguments of the chat template, for prompts and multi-turn turns "
+        "(e.g. {enable_thinking: false}).",
     )
 
 
@@ -712,7 +722,9 @@ class ModelConfig(_Section):
     )
     custom_chat_template: str | None = _f(None, "Jinja chat template replacing the tokenizer's.")
     external_lib: str | None = _f(
-        None, "Python module to import so a custom model registers.", resource="module"
+        None,
+        "Python module imported before the policy loads, so a custom model registers.",
+        resource="module",
     )
     override_config: dict[str, Any] = _f({}, "Overrides of the model's config.json values.")
     trust_remote_code: bool = _f(False, "Allow custom model code from the model folder.")
@@ -727,7 +739,10 @@ class ModelConfig(_Section):
     lora_rank: int = _f(0, "LoRA rank; 0 trains all weights.", ge=0)
     lora_alpha: int = _f(16, "LoRA scaling alpha.")
     target_modules: str | list[str] = _f("all-linear", "Modules LoRA adapts.")
-    exclude_modules: str | list[str] | None = _f(None, "Modules LoRA leaves alone.")
+    exclude_modules: str | list[str] | None = _f(
+        None,
+        "Modules LoRA leaves alone: a regex over full module names, or a list of names.",
+    )
     lora_adapter_path: str | None = _refused(
         None,
         "A trained LoRA adapter to start from.",
@@ -1168,7 +1183,9 @@ class CriticModelConfig(_Section):
     tokenizer_path: str | None = _f(None, "Null: the actor's tokenizer.", resource="path")
     override_config: dict[str, Any] = _f({}, "Overrides of the critic's config.json values.")
     external_lib: str | None = _f(
-        None, "Python module to import so a custom model registers.", resource="module"
+        None,
+        "Python module imported before the critic loads, so a custom model registers.",
+        resource="module",
     )
     trust_remote_code: bool = _f(False, "Allow custom model code from the model folder.")
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations to save memory.")
@@ -1476,10 +1493,17 @@ class TrainerConfig(_Section):
         resource="server",
     )
     max_actor_ckpt_to_keep: int | None = _f(
-        None, "Actor checkpoints kept; null: all.", gt=0, le=MAX_STEPS
+        None,
+        "Newest steps whose actor/ state is kept; a step left with no state is deleted; null: all.",
+        gt=0,
+        le=MAX_STEPS,
     )
     max_critic_ckpt_to_keep: int | None = _f(
-        None, "Critic checkpoints kept; null: all.", gt=0, le=MAX_STEPS
+        None,
+        "Newest steps whose critic/ state is kept; a step left with no state is deleted; "
+        "null: all.",
+        gt=0,
+        le=MAX_STEPS,
     )
     seed: int = _f(1, "Seed of sampling and initialisation.")
     rollout_data_dir: str | None = _refused(

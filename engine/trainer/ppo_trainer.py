@@ -170,10 +170,18 @@ class PPOTrainer:
         self.tokenizer = load_tokenizer(config.actor_rollout_ref.model)
         self.data_tokenizer = load_data_tokenizer(config, self.tokenizer)
         self.train_dataset = RLHFDataset(
-            resolve_files(config.data.train_files), self.data_tokenizer, config.data
+            resolve_files(config.data.train_files),
+            self.data_tokenizer,
+            config.data,
+            max_samples=config.data.train_max_samples,
         )
         self.val_dataset = (
-            RLHFDataset(resolve_files(config.data.val_files), self.data_tokenizer, config.data)
+            RLHFDataset(
+                resolve_files(config.data.val_files),
+                self.data_tokenizer,
+                config.data,
+                max_samples=config.data.val_max_samples,
+            )
             if config.data.val_files
             else None
         )
@@ -539,7 +547,10 @@ class PPOTrainer:
                 parts[f"{role}/{checkpoint.HF_FOLDER}"] = worker.export_hf
         parts[checkpoint.STATE_FILE] = partial(checkpoint.save_state, self.trainer_state())
         target = checkpoint.write_checkpoint(self.local_dir, self.global_step, parts)
-        checkpoint.prune(self.local_dir, self.config.trainer.max_actor_ckpt_to_keep)
+        trainer_cfg = self.config.trainer
+        checkpoint.prune(
+            self.local_dir, trainer_cfg.max_actor_ckpt_to_keep, trainer_cfg.max_critic_ckpt_to_keep
+        )
         self.report.on_checkpoint(self.global_step, str(target))
         return target
 
@@ -595,6 +606,12 @@ class PPOTrainer:
         contents = list(
             settings.save_contents if settings.load_contents is None else settings.load_contents
         )
+        if not (folder / "state.pt").is_file():
+            raise FileNotFoundError(
+                f"the checkpoint {folder.parent} holds no {role} state ({role}/state.pt): "
+                f"trainer.max_{role}_ckpt_to_keep pruned it from this older step; resume from a "
+                "newer step (trainer.resume_mode=auto takes the newest)"
+            )
         saved = checkpoint.load_state(folder / "state.pt")
         held = checkpoint.saved_contents(folder, saved)
         lacking = [name for name in contents if name not in held]

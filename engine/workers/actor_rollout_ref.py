@@ -35,10 +35,12 @@ def get_rollout(
     rollout_config: Any,
     *,
     model_path: str | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> RolloutEngine:
     """Return the rollout engine registered under ``actor_rollout_ref.rollout.name``.
 
-    With ``rollout.multi_turn.enable`` it is wrapped in a :class:`MultiTurnRollout`.
+    With ``rollout.multi_turn.enable`` it is wrapped in a :class:`MultiTurnRollout`, which
+    renders each turn with ``chat_template_kwargs`` (``data.apply_chat_template_kwargs``).
     """
     rollout = get_rollout_builder(name)(model, tokenizer, rollout_config, model_path)
     multi_turn = getattr(rollout_config, "multi_turn", None)
@@ -52,7 +54,9 @@ def get_rollout(
                 "prompt and one assistant turn"
             )
             return rollout
-        rollout = MultiTurnRollout(rollout, tokenizer, multi_turn)
+        rollout = MultiTurnRollout(
+            rollout, tokenizer, multi_turn, chat_template_kwargs=chat_template_kwargs
+        )
     return rollout
 
 
@@ -105,6 +109,7 @@ class ActorRolloutRefWorker:
             model_path=(
                 resolve_path(arr.model.path) if arr.rollout.name in ("vllm", "sglang") else None
             ),
+            chat_template_kwargs=config.data.apply_chat_template_kwargs,
         )
         # Each rank samples its own prompts: give each its own random stream.
         self.generator = torch.Generator(device="cpu").manual_seed(config.trainer.seed + rank)
