@@ -134,5 +134,10 @@ def load_critic(critic_config: Any, actor_model_config: Any, device: torch.devic
     )
     path = resolve_path(path)
     _check_model_dir(path, "critic.model.path")
-    model = AutoModelForTokenClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
+    model = AutoModelForTokenClassification.from_pretrained(
+        path,
+        num_labels=1,
+        dtype=torch.float32,
+        trust_remote_code=getattr(critic_config.model, "trust_remote_code", False),
+    )
     return model.to(device)

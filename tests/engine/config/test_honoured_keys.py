@@ -285,3 +285,121 @@ def test_legacy_ppo_micro_batch_size_is_split_over_two_data_parallel_ranks(tiny_
         )
         assert worker.mini_batch_size == 16  # 4 prompts x 8 samples over 2 ranks
         assert worker.micro_batch_size == 4
+
+
+# -- optim.lr_warmup_steps / lr_warmup_steps_ratio (actor and critic) ---------------------------
+def first_lrs(optim, total: int = 10, steps: int = 6) -> list[float]:
+    from engine.workers.optim import build_lr_scheduler
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = build_lr_scheduler(optimizer, optim, total)
+    out = []
+    for _ in range(steps):
+        out.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return out
+
+
+@pytest.mark.parametrize("role", ["actor_rollout_ref.actor", "critic"])
+def test_lr_warmup_steps_and_lr_warmup_steps_ratio_set_the_warm_up(role):
+    steps = resolve_config(load_config("ppo_tiny", [f"{role}.optim.lr_warmup_steps=4"]))
+    ratio = resolve_config(load_config("ppo_tiny", [f"{role}.optim.lr_warmup_steps_ratio=0.2"]))
+    section = (lambda c: c.critic) if role == "critic" else (lambda c: c.actor_rollout_ref.actor)
+    assert first_lrs(section(steps).optim) == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
+    assert first_lrs(section(ratio).optim) == [0.0, 0.5, 1.0, 1.0, 1.0, 1.0]  # 0.2 x 10 steps
+    # lr_warmup_steps wins over the ratio when both are set, as in verl.
+    both = resolve_config(
+        load_config(
+            "ppo_tiny",
+            [f"{role}.optim.lr_warmup_steps=4", f"{role}.optim.lr_warmup_steps_ratio=0.2"],
+        )
+    )
+    assert first_lrs(section(both).optim)[:3] == [0.0, 0.25, 0.5]
+
+
+# -- data.val_batch_size -------------------------------------------------------------------------
+def test_val_batch_size_splits_validation_into_batches(tiny_config, monkeypatch):
+    trainer = PPOTrainer(tiny_config("grpo_tiny", "data.val_max_samples=6"))
+    sizes: list[int] = []
+    generate = trainer.arr.generate_sequences
+
+    def counting(prompts, *args, **kwargs):
+        sizes.append(len(prompts))
+        return generate(prompts, *args, **kwargs)
+
+    monkeypatch.setattr(trainer.arr, "generate_sequences", counting)
+    trainer.validate()
+    assert sizes == [6]  # null: the whole set at once
+    sizes.clear()
+    trainer.config.data.val_batch_size = 4
+    trainer.validate()
+    assert sizes == [4, 2]
+
+
+# -- ref / rollout log_prob_use_dynamic_bsz --------------------------------------------------------
+@pytest.mark.parametrize("flag", [True, False])
+def test_log_prob_use_dynamic_bsz_gives_the_log_prob_passes_a_token_budget(tiny_config, flag):
+    config = tiny_config(
+        "grpo_tiny",
+        f"actor_rollout_ref.ref.log_prob_use_dynamic_bsz={flag}",
+        f"actor_rollout_ref.rollout.log_prob_use_dynamic_bsz={flag}",
+        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=96",
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=64",
+    )
+    worker = ActorRolloutRefWorker(resolve_config(config), device=CPU, total_steps=1, need_ref=True)
+    expected = (64, 96) if flag else (None, None)
+    assert (worker.log_prob_max_token_len, worker.ref_max_token_len) == expected
+
+
+# -- model / critic.model trust_remote_code --------------------------------------------------------
+CUSTOM_CODE = """
+from transformers import Qwen2ForCausalLM, Qwen2ForTokenClassification
+
+
+class RemotePolicy(Qwen2ForCausalLM):
+    pass
+
+
+class RemoteCritic(Qwen2ForTokenClassification):
+    pass
+"""
+
+
+@pytest.fixture
+def remote_code_model(tiny_assets, tmp_path):
+    """Return a copy of the tiny model whose config.json maps the Auto classes to its own code."""
+    import json
+    import shutil
+
+    from engine.workers.models import resolve_path
+
+    folder = tmp_path / "remote_model"
+    shutil.copytree(resolve_path("tiny://model"), folder)
+    (folder / "remote_code.py").write_text(CUSTOM_CODE)
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {
+        "AutoModelForCausalLM": "remote_code.RemotePolicy",
+        "AutoModelForTokenClassification": "remote_code.RemoteCritic",
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+def test_model_trust_remote_code_loads_the_models_own_code(remote_code_model):
+    model = PPOConfig().actor_rollout_ref.model
+    model.path = remote_code_model
+    assert type(load_policy(model, CPU)).__name__ == "Qwen2ForCausalLM"  # its code is not run
+    model.trust_remote_code = True
+    assert type(load_policy(model, CPU)).__name__ == "RemotePolicy"
+
+
+def test_critic_model_trust_remote_code_loads_the_models_own_code(remote_code_model):
+    config = PPOConfig()
+    config.actor_rollout_ref.model.path = remote_code_model
+    critic = load_critic(config.critic, config.actor_rollout_ref.model, CPU)
+    assert type(critic).__name__ == "Qwen2ForTokenClassification"
+    config.critic.model.trust_remote_code = True
+    assert type(load_critic(config.critic, config.actor_rollout_ref.model, CPU)).__name__ == (
+        "RemoteCritic"
+    )

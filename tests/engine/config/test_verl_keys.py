@@ -16,7 +16,7 @@ import yaml
 
 from engine.config import get_value, iter_field_specs
 from engine.config.loader import config_from_dict, load_config, load_raw
-from engine.config.schema import EFFECTS, NO_EFFECT, REFUSED, ConfigValidationError
+from engine.config.schema import EFFECTS, HONOURED, NO_EFFECT, REFUSED, ConfigValidationError
 from engine.config.tables import stale_files
 from engine.config.validate import resolve_config, validate_config
 
@@ -61,12 +61,11 @@ def test_every_key_of_verls_generated_config_is_in_the_schema():
 
 def test_verls_own_file_loads_unchanged_and_validates():
     cfg = load_config(str(VERL_FILE), VERL_FILE_OVERRIDES)
+    # verl's example file points the (off) reward model at a folder, which reward_model.enable
+    # would read: no longer a key without effect.
     warnings = validate_config(cfg, check_files=False)
-    # verl's example file points the (off) reward model at a folder: the only key it sets that
-    # has no effect here; everything else equals verl's defaults.
-    assert len(warnings) == 1
-    assert "no effect here" in warnings[0]
-    assert "reward_model.model.path='~/models/FsfairX-LLaMA3-RM-v0.1'" in warnings[0]
+    assert not any("reward_model" in w for w in warnings), warnings
+    assert cfg.reward_model.model.path == "~/models/FsfairX-LLaMA3-RM-v0.1"
     resolved = resolve_config(cfg)
     arr = resolved.actor_rollout_ref
     assert arr.actor.rollout_n == arr.rollout.n  # ${oc.select:actor_rollout_ref.rollout.n,1}
@@ -111,7 +110,7 @@ def test_no_key_that_changes_a_run_sits_in_no_effect():
     allowed = {
         # Profilers and servers that this engine does not start, whatever they are told.
         *(k for k in inert if ".profiler." in k or "global_profiler" in k or "prometheus" in k),
-        # Keys of the reward model, read only when reward_model.enable=True, which is refused.
+        # verl's reward-model servers and FSDP role: the reward model scores in the trainer.
         *(k for k in inert if k.startswith("reward_model.")),
     }
     assert sorted(set(inert) - allowed) == []
@@ -289,3 +288,25 @@ def test_the_config_tables_command_checks_freshness():
         check=False,
     )
     assert result.returncode == 0, result.stdout
+
+
+def test_every_honoured_key_is_named_by_a_test():
+    """An honoured key changes what the engine does, so some test sets or reads it: by its dotted
+    key, its section and name (``optim.lr``), or its name as a keyword, attribute or string."""
+    tests = "\n".join(path.read_text() for path in (REPO / "tests").rglob("test_*.py"))
+    unnamed = []
+    for key, spec in SPECS.items():
+        if spec.effect != HONOURED:
+            continue
+        parts = key.split(".")
+        leaf = re.escape(parts[-1])
+        patterns = [
+            re.escape(key),
+            re.escape(".".join(parts[-2:])),
+            rf"\b{leaf}\s*=",
+            rf"\.{leaf}\b",
+            rf"[\"']{leaf}[\"']",
+        ]
+        if not any(re.search(pattern, tests) for pattern in patterns):
+            unnamed.append(key)
+    assert unnamed == []
