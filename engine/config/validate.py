@@ -728,6 +728,13 @@ def _check_inputs(report: _Report, original: PPOConfig, check_files: bool) -> No
             multi_turn.interaction_path,
             "point it at a Python file",
         )
+    if multi_turn.enable and multi_turn.tool_config_path:
+        _check_file(
+            report,
+            f"{_ARR}.rollout.multi_turn.tool_config_path",
+            multi_turn.tool_config_path,
+            "point it at a tools YAML",
+        )
     if trainer.resume_mode == "resume_path" and trainer.resume_from_path:
         _check_file(
             report,

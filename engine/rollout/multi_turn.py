@@ -20,6 +20,16 @@ its tokens are exactly what the template would have produced. A conversation end
 interaction returns None, the policy hits ``max_assistant_turns`` (or the interaction
 ``max_user_turns``), an assistant turn ends without EOS, or the response budget
 (``data.max_response_length`` tokens in all) runs out.
+
+Tools (``multi_turn.tool_config_path``, verl's tools YAML of built-in tools, ``engine.tools``):
+an assistant turn holding hermes ``<tool_call>`` blocks is answered by the tools instead of the
+interaction, one ``tool`` message per call (at most ``max_parallel_calls``), each cut to
+``max_tool_response_length`` tokens at ``tool_response_truncate_side``, all rendered by the chat
+template in one delta and masked out of the loss like the interaction's tokens. A tool turn
+counts as a user turn (as in verl). A turn without a call goes to the interaction, or ends the
+conversation when there is none. Non-tensor columns ``tool_call_counts`` and
+``tool_error_counts`` count the calls per sample; ``turns`` lists each turn after the prompt
+(assistant text, its calls, each tool answer and error) for the studio's inspector.
 """
 
 from __future__ import annotations
@@ -35,6 +45,13 @@ from typing import Any
 import torch
 
 from engine.data import DataProto
+from engine.rollout.tool_calls import (
+    TOOL_CALL_FORMATS,
+    parse_hermes_tool_calls,
+    run_tool_calls,
+    truncate_tool_response,
+)
+from engine.tools.base import Tool, load_tools
 
 Interaction = Callable[[list[dict[str, Any]], dict[str, Any]], dict[str, Any] | None]
 _KEY = "actor_rollout_ref.rollout.multi_turn"
@@ -99,6 +116,27 @@ def message_delta_ids(
     return tokenizer(after[len(before) :], add_special_tokens=False)["input_ids"]
 
 
+def messages_delta_ids(
+    tokenizer: Any,
+    messages: list[dict],
+    new_messages: list[dict],
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> list[int]:
+    """Return the token ids the chat template adds for ``new_messages`` and the next turn."""
+    kwargs = dict(chat_template_kwargs or {})
+    before = tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
+    after = tokenizer.apply_chat_template(
+        [*messages, *new_messages], add_generation_prompt=True, tokenize=False, **kwargs
+    )
+    if not after.startswith(before):
+        raise ValueError(
+            "the chat template renders the conversation differently once tool messages are "
+            "added, so their tokens cannot be appended; use a template whose rendering of a "
+            "conversation is a prefix of its rendering with more messages"
+        )
+    return tokenizer(after[len(before) :], add_special_tokens=False)["input_ids"]
+
+
 @dataclass
 class _Conversation:
     """One sample's growing conversation: context ids and the response columns built so far."""
@@ -111,6 +149,9 @@ class _Conversation:
     log_probs: list[float] = field(default_factory=list)
     assistant_turns: int = 0
     user_turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    turns: list[dict[str, Any]] = field(default_factory=list)
     truncated: bool = False
     done: bool = False
 
@@ -159,22 +200,33 @@ class MultiTurnRollout:
         *,
         interaction: Interaction | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        tools: dict[str, Tool] | None = None,
     ) -> None:
-        """Wrap ``rollout``; ``interaction`` defaults to the one the config names.
+        """Wrap ``rollout``; ``interaction`` and ``tools`` default to the ones the config names.
 
         ``chat_template_kwargs`` (``data.apply_chat_template_kwargs``) go to the chat template
-        whenever a turn is rendered.
+        whenever a turn is rendered. With tools, the interaction is optional.
         """
         self.rollout = rollout
         self.tokenizer = tokenizer
         self.config = multi_turn_config
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        if interaction is None:
+        tool_path = getattr(multi_turn_config, "tool_config_path", None)
+        if tools is None and tool_path:
+            tools = load_tools(tool_path)
+        self.tools = tools or {}
+        if self.tools and getattr(multi_turn_config, "format", "hermes") not in TOOL_CALL_FORMATS:
+            raise ValueError(
+                f"{_KEY}.format={multi_turn_config.format!r} is not supported; use "
+                f"{' or '.join(TOOL_CALL_FORMATS)}"
+            )
+        has_interaction = multi_turn_config.interaction_path or multi_turn_config.interaction_name
+        if interaction is None and (has_interaction or not self.tools):
             path, name = multi_turn_config.interaction_path, multi_turn_config.interaction_name
             if not path or not name:
                 raise ValueError(
                     f"{_KEY}.enable=True needs {_KEY}.interaction_path (a Python file) and "
-                    f"{_KEY}.interaction_name (the function in it)"
+                    f"{_KEY}.interaction_name (the function in it), or {_KEY}.tool_config_path"
                 )
             interaction = load_interaction(path, name)
         self.interaction = interaction
@@ -225,16 +277,51 @@ class MultiTurnRollout:
             conv.assistant_turns += 1
             text = self.tokenizer.decode(tokens, skip_special_tokens=True)
             conv.messages.append({"role": "assistant", "content": text})
+            conv.turns.append({"role": "assistant", "content": text})
             limit = self.config.max_assistant_turns
             if bool(truncated[i]) or not fits:
                 conv.truncated, conv.done = True, True
             elif len(conv.tokens) >= budget or (limit and conv.assistant_turns >= limit):
                 conv.done = True
 
+    def _tool_turn(self, conv: _Conversation, calls: list[Any], budget: int) -> None:
+        """Run the last assistant turn's calls and append their answers as ``tool`` messages."""
+        if self.config.max_user_turns and conv.user_turns >= self.config.max_user_turns:
+            conv.done = True
+            return
+        parallel = int(getattr(self.config, "max_parallel_calls", 1))
+        results = run_tool_calls(calls, self.tools, conv.extra_info, max_parallel_calls=parallel)
+        limit = int(getattr(self.config, "max_tool_response_length", 256))
+        side = getattr(self.config, "tool_response_truncate_side", "middle")
+        for result in results:
+            result.content = truncate_tool_response(result.content, self.tokenizer, limit, side)
+        new = [{"role": "tool", "content": r.content} for r in results]
+        delta = messages_delta_ids(self.tokenizer, conv.messages, new, self.chat_template_kwargs)
+        conv.messages += new
+        conv.turns[-1]["tool_calls"] = [{"name": r.name, "arguments": r.arguments} for r in results]
+        conv.turns += [{"role": "tool", **r.to_dict()} for r in results]
+        conv.tool_calls += len(results)
+        conv.tool_errors += sum(r.error is not None for r in results)
+        conv.user_turns += 1
+        if not conv.append(delta, None, budget) or len(conv.tokens) >= budget:
+            conv.truncated, conv.done = True, True  # no room left for the policy to answer
+
+    def _next_turn(self, conv: _Conversation, budget: int) -> None:
+        """Answer the last assistant turn with its tool calls, the interaction, or stop."""
+        text = conv.messages[-1]["content"]
+        calls = parse_hermes_tool_calls(text) if self.tools else []
+        if calls:
+            self._tool_turn(conv, calls, budget)
+        elif self.interaction is not None:
+            self._interaction_turn(conv, budget)
+        else:
+            conv.done = True
+
     def _interaction_turn(self, conv: _Conversation, budget: int) -> None:
         if self.config.max_user_turns and conv.user_turns >= self.config.max_user_turns:
             conv.done = True
             return
+        assert self.interaction is not None
         message = self.interaction(conv.messages, conv.extra_info)
         if message is None:
             conv.done = True
@@ -246,6 +333,7 @@ class MultiTurnRollout:
             )
         delta = message_delta_ids(self.tokenizer, conv.messages, message, self.chat_template_kwargs)
         conv.messages.append(dict(message))
+        conv.turns.append(dict(message))
         conv.user_turns += 1
         if not conv.append(delta, None, budget) or len(conv.tokens) >= budget:
             conv.truncated, conv.done = True, True  # no room left for the policy to answer
@@ -263,7 +351,8 @@ class MultiTurnRollout:
         ``responses`` (bs, T) holds every token after the prompt; ``response_mask`` (bs, T) is 1
         on assistant tokens only; ``attention_mask`` (bs, P + T) is 1 on all of them;
         ``rollout_log_probs`` (bs, T) is 0 on interaction tokens. Non-tensor columns:
-        ``messages`` (the whole conversation), ``truncated``, ``num_turns`` (assistant turns).
+        ``messages`` (the whole conversation), ``truncated``, ``num_turns`` (assistant turns),
+        ``tool_call_counts``, ``tool_error_counts`` and ``turns`` (see the module docstring).
         """
         prompt_ids = prompts.batch["input_ids"]  # (bs, P)
         prompt_mask = prompts.batch["attention_mask"]  # (bs, P)
@@ -272,7 +361,7 @@ class MultiTurnRollout:
             self._assistant_turn(live, max_new_tokens, sampling, generator, prompt_ids.device)
             for conv in live:
                 if not conv.done:
-                    self._interaction_turn(conv, max_new_tokens)
+                    self._next_turn(conv, max_new_tokens)
 
         width = max([len(c.tokens) for c in conversations] + [1])
         bs = len(conversations)
@@ -302,5 +391,8 @@ class MultiTurnRollout:
             "messages": [c.messages for c in conversations],
             "truncated": torch.tensor([c.truncated for c in conversations]).numpy(),
             "num_turns": [c.assistant_turns for c in conversations],
+            "tool_call_counts": [c.tool_calls for c in conversations],
+            "tool_error_counts": [c.tool_errors for c in conversations],
+            "turns": [c.turns for c in conversations],
         }
         return DataProto.from_dict(tensors, non_tensors)

@@ -53,6 +53,11 @@ def compute_data_metrics(batch: DataProto, *, use_critic: bool, max_response_len
         (response_length >= max_response_length).float().mean().item()
     )
     metrics.update(_stats("prompt_length", prompt_length))
+    # Multi-turn rollouts (verl's names): assistant turns, and tool calls and errors per sample.
+    for key in ("num_turns", "tool_call_counts", "tool_error_counts"):
+        if key in batch.non_tensor_batch:
+            counts = np.asarray(batch.non_tensor_batch[key], dtype=np.float64)
+            metrics.update(_stats(key, torch.from_numpy(counts)))
     return metrics
 
 

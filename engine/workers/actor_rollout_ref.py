@@ -45,7 +45,8 @@ def get_rollout(
     rollout = get_rollout_builder(name)(model, tokenizer, rollout_config, model_path)
     multi_turn = getattr(rollout_config, "multi_turn", None)
     if multi_turn is not None and multi_turn.enable:
-        if not multi_turn.interaction_path and not multi_turn.interaction_name:
+        tools = getattr(multi_turn, "tool_config_path", None)
+        if not multi_turn.interaction_path and not multi_turn.interaction_name and not tools:
             # verl's agent loop with no tools and no interaction ends after the first assistant
             # turn; so does this, and says so rather than failing a tutorial's config.
             print(

@@ -1,0 +1,238 @@
+"""A tiny task where a tool helps: three-digit addition with the built-in calculator.
+
+The embedded tiny model adds two-digit numbers after its warm start and cannot add three-digit
+ones; the calculator can. A policy that learns from scratch never writes a 69-character
+``<tool_call>`` block by chance, so the behaviour is seeded, and this is said plainly: a short
+supervised pass on transcripts, ``TOOL_FRACTION`` of them calling the tool and the rest
+answering directly, starting from the embedded tiny model. RL then has both behaviours to choose
+from and is rewarded only for the right final answer (:func:`compute_score`), which the tool
+makes reachable::
+
+    python -m engine.tools.tiny_task /tmp/calc      # builds model/, data/, tools.yaml; ~1 min
+    python -m engine.main_ppo --config-name grpo_tiny $(cat /tmp/calc/overrides.txt)
+
+The tiny chat template has no ``tool`` role (its vocabulary has no token for one), so the task's
+tokenizer renders a tool answer as a user turn wrapped in ``<tool_response>``, as Qwen2.5's
+template does; everything else is the embedded template.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from transformers import PreTrainedTokenizerBase, Qwen2ForCausalLM
+
+from engine.tiny.recipe import ensure_tiny_assets
+from engine.tiny.tokenizer import build_tokenizer
+
+DATA_SOURCE = "tiny_calculator"
+TOOL_NAME = "calc"
+ARGUMENT = "expr"
+OPERANDS = (100, 999)
+TOOL_FRACTION = 0.3  # of the seeding transcripts that call the tool
+SFT_STEPS = 300
+SFT_BATCH = 32
+SFT_LR = 1e-3
+TOOL_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{% if message['role'] not in ['system', 'user', 'assistant', 'tool'] %}"
+    "{{ raise_exception('tiny chat template: unknown role ' + message['role']) }}"
+    "{% endif %}"
+    "{% if message['role'] == 'tool' %}"
+    "{{ '<|user|><tool_response>' + message['content'] + '</tool_response>' }}"
+    "{% else %}{{ '<|' + message['role'] + '|>' + message['content'] }}{% endif %}"
+    "{% if message['role'] == 'assistant' %}{{ eos_token }}{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+TOOLS_YAML = f"""tools:
+  - class_name: calculator
+    config: {{argument: {ARGUMENT}, timeout_s: 5}}
+    tool_schema:
+      type: function
+      function:
+        name: {TOOL_NAME}
+        description: Evaluate an arithmetic expression exactly.
+        parameters:
+          type: object
+          properties:
+            {ARGUMENT}: {{type: string, description: "e.g. 123+456"}}
+          required: [{ARGUMENT}]
+"""
+_INTEGER = re.compile(r"-?\d+")
+
+
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None
+) -> float:
+    """Return 1.0 when the first integer after the last tool answer equals the ground truth.
+
+    Only the policy's own final text counts: the tool's answer is in the response too, and
+    copying it is the policy's job.
+    """
+    final = solution_str.rsplit("</tool_response>", 1)[-1]
+    match = _INTEGER.search(final)
+    return 1.0 if match is not None and int(match.group(0)) == int(ground_truth) else 0.0
+
+
+def tool_tokenizer() -> PreTrainedTokenizerBase:
+    """Return the tiny tokenizer with a chat template that renders ``tool`` messages."""
+    tokenizer = build_tokenizer()
+    tokenizer.chat_template = TOOL_CHAT_TEMPLATE
+    return tokenizer
+
+
+def tool_call_text(question: str) -> str:
+    """Return the hermes call of the calculator on ``question`` (``"123+456="``)."""
+    call = {"name": TOOL_NAME, "arguments": {ARGUMENT: question.rstrip("=")}}
+    return f"<tool_call>{json.dumps(call)}</tool_call>"
+
+
+def make_rows(n: int, seed: int, split: str) -> list[dict[str, Any]]:
+    """Return ``n`` verl rows of ``a+b=`` with three-digit operands (val and train disjoint)."""
+    rng = random.Random(f"{seed}-{split}")
+    rows: list[dict[str, Any]] = []
+    seen: set[tuple[int, int]] = set()
+    while len(rows) < n:
+        a, b = rng.randint(*OPERANDS), rng.randint(*OPERANDS)
+        if (a, b) in seen or ((a + b) % 10 == 0) != (split == "val"):
+            continue  # sums ending in 0 are validation problems, the rest train
+        seen.add((a, b))
+        question = f"{a}+{b}="
+        rows.append(
+            {
+                "data_source": DATA_SOURCE,
+                "prompt": [{"role": "user", "content": question}],
+                "ability": "arithmetic",
+                "reward_model": {"style": "rule", "ground_truth": str(a + b)},
+                "extra_info": {"split": split, "index": len(rows), "question": question},
+            }
+        )
+    return rows
+
+
+def _transcript(
+    tokenizer: PreTrainedTokenizerBase, row: dict[str, Any], tool: bool
+) -> tuple[list[int], list[int]]:
+    """Return the ids of one seeding transcript and its labels (-100 off assistant tokens)."""
+    question = row["prompt"][0]["content"]
+    answer = row["reward_model"]["ground_truth"]
+    turns: list[tuple[str, bool]] = [(f"<bos><|user|>{question}<|assistant|>", False)]
+    if tool:
+        turns += [(tool_call_text(question) + "<eos>", True)]
+        turns += [(f"<|user|><tool_response>{answer}</tool_response><|assistant|>", False)]
+    turns += [(answer + "<eos>", True)]
+    ids: list[int] = []
+    labels: list[int] = []
+    for text, learned in turns:
+        piece = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids += piece
+        labels += piece if learned else [-100] * len(piece)
+    return ids, labels
+
+
+def seed_tool_use(
+    model: Qwen2ForCausalLM,
+    tokenizer: PreTrainedTokenizerBase,
+    rows: list[dict[str, Any]],
+    *,
+    steps: int = SFT_STEPS,
+    seed: int = 0,
+) -> list[float]:
+    """Fine-tune on transcripts, ``TOOL_FRACTION`` of them tool calls; return the losses."""
+    rng = random.Random(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=SFT_LR, weight_decay=0.0)
+    losses = []
+    model.train()
+    for _ in range(steps):
+        batch = [
+            _transcript(tokenizer, rng.choice(rows), rng.random() < TOOL_FRACTION)
+            for _ in range(SFT_BATCH)
+        ]
+        width = max(len(ids) for ids, _ in batch)
+        pad = tokenizer.pad_token_id
+        input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch])
+        mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch])
+        labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
+        loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+def build_calculator_task(
+    out_dir: Path, *, train_rows: int = 1000, val_rows: int = 100, steps: int = SFT_STEPS
+) -> dict[str, Any]:
+    """Write ``model/``, ``data/{train,val}.parquet``, ``tools.yaml`` and ``overrides.txt``."""
+    started = time.perf_counter()
+    out_dir = Path(out_dir)
+    assets = ensure_tiny_assets()
+    tokenizer = tool_tokenizer()
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM.from_pretrained(assets.model_dir, dtype=torch.float32)
+    train, val = make_rows(train_rows, 0, "train"), make_rows(val_rows, 0, "val")
+    losses = seed_tool_use(model, tokenizer, train, steps=steps)
+    model.save_pretrained(out_dir / "model", safe_serialization=True)
+    tokenizer.save_pretrained(out_dir / "model")
+    (out_dir / "data").mkdir(parents=True, exist_ok=True)
+    for name, rows in (("train", train), ("val", val)):
+        pq.write_table(pa.Table.from_pylist(rows), out_dir / "data" / f"{name}.parquet")
+    (out_dir / "tools.yaml").write_text(TOOLS_YAML)
+    overrides = calculator_overrides(out_dir)
+    (out_dir / "overrides.txt").write_text(" ".join(overrides) + "\n")
+    return {
+        "sft_steps": steps,
+        "sft_loss_first": losses[0],
+        "sft_loss_last": losses[-1],
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def calculator_overrides(out_dir: Path) -> list[str]:
+    """Return the ``main_ppo`` overrides that train on the built task with the calculator."""
+    mt = "actor_rollout_ref.rollout.multi_turn"
+    return [
+        f"data.train_files={out_dir / 'data' / 'train.parquet'}",
+        f"data.val_files={out_dir / 'data' / 'val.parquet'}",
+        "data.max_prompt_length=16",
+        "data.max_response_length=128",
+        f"actor_rollout_ref.model.path={out_dir / 'model'}",
+        f"{mt}.enable=true",
+        f"{mt}.tool_config_path={out_dir / 'tools.yaml'}",
+        f"{mt}.max_assistant_turns=2",
+        f"{mt}.max_tool_response_length=16",
+        f"custom_reward_function.path={Path(__file__).resolve()}",
+        "custom_reward_function.name=compute_score",
+        "trainer.experiment_name=grpo_tiny_calculator",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build the task into the folder given on the command line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--steps", type=int, default=SFT_STEPS)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    print(json.dumps(build_calculator_task(args.out_dir, steps=args.steps)))
+    print(" ".join(calculator_overrides(args.out_dir)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
