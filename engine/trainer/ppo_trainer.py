@@ -512,6 +512,7 @@ class PPOTrainer:
                     advantage=float(np.mean(adv_tokens)) if adv_tokens else None,
                     response_length=length,
                     truncated=bool(nt["truncated"][i]),
+                    turns=list(nt["turns"][i]) if "turns" in nt else None,
                     tokens=self.tokenizer.convert_ids_to_tokens(ids),
                     token_logprobs=b[logp_key][i, :length].tolist(),
                     token_ref_logprobs=(

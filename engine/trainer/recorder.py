@@ -53,6 +53,9 @@ class SampleRecord:
     advantage: float | None = None
     response_length: int = 0
     truncated: bool = False
+    # Multi-turn rollouts: each turn after the prompt (assistant text and its tool calls, tool
+    # answers with their errors, interaction messages); None for single-turn samples.
+    turns: list[dict[str, Any]] | None = None
     tokens: list[str] = field(default_factory=list)
     token_logprobs: list[float] = field(default_factory=list)
     token_ref_logprobs: list[float] | None = None

@@ -64,6 +64,7 @@ SAMPLE_SCALAR_FIELDS = (
     "advantage",
     "response_length",
     "truncated",
+    "turns",
 )
 SAMPLE_TOKEN_FIELDS = ("tokens", "token_logprobs", "token_ref_logprobs", "token_advantages")
 SAMPLE_FIELDS = SAMPLE_SCALAR_FIELDS + SAMPLE_TOKEN_FIELDS
@@ -189,6 +190,11 @@ class Sample(models.Model):
     advantage = models.FloatField(null=True, blank=True)
     response_length = models.PositiveIntegerField(default=0)
     truncated = models.BooleanField(default=False)
+    turns = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Multi-turn rollouts: each turn after the prompt, with tool calls and answers.",
+    )
     tokens = ArrayField(models.TextField(), default=list)
     token_logprobs = ArrayField(RealField(), default=list)
     token_ref_logprobs = ArrayField(RealField(), null=True, blank=True)

@@ -389,6 +389,7 @@ SAMPLE_TYPES = (
     "float8",
     "integer",
     "bool",
+    "jsonb",
     "text[]",
     "float4[]",
     "float4[]",
@@ -423,6 +424,7 @@ def _sample_row(run_id: int, s: SampleRecord) -> tuple[Any, ...]:
         None if s.advantage is None else float(s.advantage),
         s.response_length,
         bool(s.truncated),
+        None if s.turns is None else json_safe(s.turns),
         [_text(t) for t in s.tokens],
         _floats(s.token_logprobs) or [],
         _floats(s.token_ref_logprobs),
@@ -444,6 +446,7 @@ def samples_write(*, run_id: int, samples: Sequence[SampleRecord], replace: bool
     columns = ", ".join(connection.ops.quote_name(fields[name]) for name in SAMPLE_COLUMNS)
     table = connection.ops.quote_name(Sample._meta.db_table)
     json_at = SAMPLE_COLUMNS.index("reward_parts")
+    turns_at = SAMPLE_COLUMNS.index("turns")
     with transaction.atomic():
         if replace:
             keys = Q()
@@ -458,6 +461,8 @@ def samples_write(*, run_id: int, samples: Sequence[SampleRecord], replace: bool
             for record in samples:
                 row = list(_sample_row(run_id, record))
                 row[json_at] = Jsonb(row[json_at])
+                if row[turns_at] is not None:
+                    row[turns_at] = Jsonb(row[turns_at])
                 copy.write_row(row)
     return len(samples)
 

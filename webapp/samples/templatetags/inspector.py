@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -30,3 +31,9 @@ def signed(value: Any) -> str:
     """Format a difference with its sign (+0.25, -1); '—' when missing."""
     number = _number(value)
     return "—" if number is None else f"{number:+.4g}"
+
+
+@register.filter
+def json_text(value: Any) -> str:
+    """Return ``value`` as compact JSON text (a tool call's arguments), escaped by the template."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
