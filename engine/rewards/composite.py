@@ -31,7 +31,7 @@ REWARD_MODEL = "reward_model"
 class Scorer(Protocol):
     """Scores (prompt, response) pairs in batch, like ``RewardModelScorer``."""
 
-    def score(self, prompts: Sequence[str], responses: Sequence[str]) -> list[float]: ...
+    def score(self, prompts: Sequence[Any], responses: Sequence[str]) -> list[float]: ...
 
 
 def _is_scorer(obj: Any) -> bool:
@@ -168,7 +168,7 @@ class CompositeReward:
     def score_batch(
         self,
         samples: Sequence[RewardInput],
-        prompts: Sequence[str] | None = None,
+        prompts: Sequence[Any] | None = None,
         executor: Executor | None = None,
     ) -> list[RewardOutcome]:
         """Score a batch: rules per sample (in ``executor`` when given), each model in one batch."""

@@ -101,8 +101,11 @@ class RewardManager:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _prompt_texts(self, data: Any) -> list[str] | None:
-        """Return the prompt texts, from ``prompt_text`` or by decoding ``batch["prompts"]``."""
+    def _prompt_texts(self, data: Any) -> list[Any] | None:
+        """Return the prompts a reward model reads: verl's ``raw_prompt`` chat messages, else
+        ``prompt_text``, else ``batch["prompts"]`` decoded."""
+        if "raw_prompt" in data.non_tensor_batch:  # rendered by the reward model's own template
+            return [list(p) for p in data.non_tensor_batch["raw_prompt"]]
         if "prompt_text" in data.non_tensor_batch:
             return [str(p) for p in data.non_tensor_batch["prompt_text"]]
         if "prompts" not in data.batch:

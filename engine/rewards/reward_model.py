@@ -3,8 +3,11 @@
 Any Hugging Face ``AutoModelForSequenceClassification`` folder works (for example a Qwen2 or
 Llama reward model trained with a Bradley-Terry loss, Ouyang et al. 2022). The text scored is the
 tokenizer's chat template over a user turn (the prompt) and an assistant turn (the response)
-when the tokenizer has one, else the prompt followed by the response. Batches are padded on the
-right, so a padded row reads the same positions as the row alone and batching does not change
+when the tokenizer has one, else the prompt followed by the response. A prompt may also be given
+as chat messages (verl's ``raw_prompt``): the response is appended as the assistant turn and the
+reward model's own template renders the conversation, so a policy and a reward model with
+different chat templates each read their own (verl's ``_switch_chat_template``). Batches are
+padded on the right, so a padded row reads the same positions as the row alone and batching does not change
 the scores beyond float rounding.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -27,6 +31,7 @@ class RewardModelScorer:
         device: str = "cpu",
         *,
         max_length: int = 2048,
+        trust_remote_code: bool = False,
     ) -> None:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -35,8 +40,12 @@ class RewardModelScorer:
         self.micro_batch_size = micro_batch_size
         self.max_length = max_length
         self.device = torch.device(device)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path or model_path))
-        self.model = AutoModelForSequenceClassification.from_pretrained(str(model_path))
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            str(tokenizer_path or model_path), trust_remote_code=trust_remote_code
+        )
+        self.model = AutoModelForSequenceClassification.from_pretrained(
+            str(model_path), trust_remote_code=trust_remote_code
+        )
         if self.model.config.num_labels != 1:
             raise ValueError(
                 f"reward model {model_path} has num_labels={self.model.config.num_labels}; a "
@@ -58,18 +67,23 @@ class RewardModelScorer:
         self._has_template = bool(getattr(self.tokenizer, "chat_template", None))
         self.model.to(self.device).eval()
 
-    def format_text(self, prompt: str, response: str) -> str:
-        """Return the text the model scores for one (prompt, response) pair."""
-        if self._has_template:
-            messages = [
-                {"role": "user", "content": prompt},
-                {"role": "assistant", "content": response},
-            ]
-            return str(self.tokenizer.apply_chat_template(messages, tokenize=False))
-        return prompt + response
+    def format_text(self, prompt: str | Sequence[dict[str, Any]], response: str) -> str:
+        """Return the text the model scores for one (prompt text or messages, response) pair."""
+        if isinstance(prompt, str):
+            if not self._has_template:
+                return prompt + response
+            messages = [{"role": "user", "content": prompt}]
+        else:
+            messages = [dict(m) for m in prompt]
+            if not self._has_template:
+                return "".join(str(m["content"]) for m in messages) + response
+        messages.append({"role": "assistant", "content": response})
+        return str(self.tokenizer.apply_chat_template(messages, tokenize=False))
 
     @torch.inference_mode()
-    def score(self, prompts: Sequence[str], responses: Sequence[str]) -> list[float]:
+    def score(
+        self, prompts: Sequence[str | Sequence[dict[str, Any]]], responses: Sequence[str]
+    ) -> list[float]:
         """Return one score per (prompt, response) pair, in order."""
         if len(prompts) != len(responses):
             raise ValueError(f"got {len(prompts)} prompts but {len(responses)} responses")

@@ -12,7 +12,6 @@ import inspect
 import time
 import uuid
 import warnings
-from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -38,7 +37,6 @@ from engine.data.dataset import RLHFDataset, collate_prompts
 from engine.data.loader import PromptDataLoader
 from engine.env import seed_everything
 from engine.trainer import checkpoint
-from engine.trainer.dynamic_sampling import fill_batch
 from engine.trainer.metrics import (
     compute_data_metrics,
     compute_rollout_probs_diff_metrics,
@@ -196,7 +194,7 @@ class PPOTrainer:
         self.collate = collate
         self.train_loader = PromptDataLoader(
             self.train_dataset,
-            config.data.gen_batch_size or config.data.train_batch_size,
+            config.data.train_batch_size,
             shuffle=config.data.shuffle,
             seed=config.data.seed,
             drop_last=True,
@@ -206,7 +204,12 @@ class PPOTrainer:
         self.total_steps = (
             int(steps) if steps else config.trainer.total_epochs * len(self.train_loader)
         )
-        self.reward_fn = build_reward_manager(config, self.tokenizer)
+        self.reward_fn = build_reward_manager(config, self.tokenizer, device=self.device)
+        self.val_reward_fn = (
+            build_reward_manager(config, self.tokenizer, validation=True)
+            if config.reward_model.enable
+            else self.reward_fn
+        )
         self.kl_ctrl = (
             get_kl_controller(config.algorithm.kl_ctrl)
             if config.algorithm.use_kl_in_reward
@@ -258,38 +261,32 @@ class PPOTrainer:
         )
 
     # -- one training step -------------------------------------------------------------------
-    def train_step(
-        self, prompts: DataProto, more_prompts: Iterator[DataProto] | None = None
-    ) -> tuple[dict[str, float], DataProto, dict]:
-        """Run one PPO/GRPO iteration on a batch of prompts; return metrics, batch, reward info.
-
-        With ``algorithm.filter_groups`` the step draws further batches from ``more_prompts``
-        until enough groups are kept (``engine.trainer.dynamic_sampling``).
-        """
+    def train_step(self, prompts: DataProto) -> tuple[dict[str, float], DataProto, dict]:
+        """Run one PPO/GRPO iteration on a batch of prompts; return metrics, batch, reward info."""
         config = self.config
         timing: dict[str, float] = {}
         n = config.actor_rollout_ref.rollout.n
         step_start = time.perf_counter()
+        prompts.non_tensor_batch["uid"] = np.array(
+            [str(uuid.uuid4()) for _ in range(len(prompts))], dtype=object
+        )
+        batch = prompts.repeat(n, interleave=True)
+        with timer("gen", timing):
+            gen = self.arr.generate_sequences(batch)
+        timing["update_weights"] = gen.meta_info.pop("timing_s/update_weights", 0.0)
+        batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
+        batch = batch.union(gen.to("cpu") if self.device.type != "cpu" else gen)
+        if config.algorithm.adv_estimator == "remax":
+            with timer("gen_max", timing):
+                batch.batch["reward_baselines"] = self.greedy_baselines(prompts, n)
         metrics: dict[str, float] = {}
-        filter_groups = config.algorithm.filter_groups
-        if filter_groups.enable:
-            batch, reward_info, stats = fill_batch(
-                prompts,
-                more_prompts if more_prompts is not None else iter(self.train_loader),
-                partial(self.generate_and_score, timing=timing),
-                metric=filter_groups.metric,
-                train_batch_size=config.data.train_batch_size,
-                n=n,
-                max_num_gen_batches=filter_groups.max_num_gen_batches,
-                pad_token_id=self.tokenizer.pad_token_id,
-            )
-            metrics.update(stats.metrics())
-        else:
-            batch, reward_info = self.generate_and_score(prompts, timing=timing)
-        # Balancing reorders the batch for the update; the reward info stays in rollout order.
         restore = None
         if config.trainer.balance_batch:
             restore = self.balance_batch(batch, metrics)
+        with timer("reward", timing):
+            result = self.reward_fn(batch, return_dict=True)
+        batch.batch["token_level_scores"] = result["reward_tensor"]
+        reward_info = result.get("reward_extra_info", {})
         # calculate_log_probs compares the rollout's log-probs with the actor's recomputation,
         # so the old log-prob pass runs even where an on-policy update could skip it (as verl).
         check_rollout = config.actor_rollout_ref.rollout.calculate_log_probs
@@ -373,6 +370,7 @@ class PPOTrainer:
         batch.batch["response_mask"] = response_mask  # samples are recorded whole, rejected or not
         if restore is not None:  # samples are recorded in rollout order (i % n, groups)
             batch.reorder(restore)
+            reward_info = {k: _reordered(v, restore) for k, v in reward_info.items()}
         step_seconds = time.perf_counter() - step_start
         timing["step"] = step_seconds
         num_tokens = int(batch.batch["attention_mask"].sum())
@@ -390,31 +388,6 @@ class PPOTrainer:
         if failed:
             metrics["reward/failed"] = float(failed)
         return metrics, batch, reward_info
-
-    def generate_and_score(
-        self, prompts: DataProto, *, timing: dict[str, float]
-    ) -> tuple[DataProto, dict]:
-        """Return the rollouts of ``prompts`` (``rollout.n`` each, a ``uid`` per prompt group)
-        with their ``token_level_scores``, and the reward info."""
-        n = self.config.actor_rollout_ref.rollout.n
-        prompts.non_tensor_batch["uid"] = np.array(
-            [str(uuid.uuid4()) for _ in range(len(prompts))], dtype=object
-        )
-        batch = prompts.repeat(n, interleave=True)
-        with timer("gen", timing):
-            gen = self.arr.generate_sequences(batch)
-        timing["update_weights"] = timing.get("update_weights", 0.0) + gen.meta_info.pop(
-            "timing_s/update_weights", 0.0
-        )
-        batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
-        batch = batch.union(gen.to("cpu") if self.device.type != "cpu" else gen)
-        if self.config.algorithm.adv_estimator == "remax":
-            with timer("gen_max", timing):
-                batch.batch["reward_baselines"] = self.greedy_baselines(prompts, n)
-        with timer("reward", timing):
-            result = self.reward_fn(batch, return_dict=True)
-        batch.batch["token_level_scores"] = result["reward_tensor"]
-        return batch, result.get("reward_extra_info", {})
 
     @property
     def dp_size(self) -> int:
@@ -476,7 +449,7 @@ class PPOTrainer:
             gen = self.arr.generate_sequences(batch, validate=True)
             batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
             batch = batch.union(gen.to("cpu"))
-            result = self.reward_fn(batch, return_dict=True)
+            result = self.val_reward_fn(batch, return_dict=True)
             batch.batch["token_level_scores"] = result["reward_tensor"]
             info = result.get("reward_extra_info", {})
             # A key a batch lacks is None for its samples (skipped, never averaged as 0).
@@ -544,6 +517,7 @@ class PPOTrainer:
                     advantage=float(np.mean(adv_tokens)) if adv_tokens else None,
                     response_length=length,
                     truncated=bool(nt["truncated"][i]),
+                    turns=list(nt["turns"][i]) if "turns" in nt else None,
                     tokens=self.tokenizer.convert_ids_to_tokens(ids),
                     token_logprobs=b[logp_key][i, :length].tolist(),
                     token_ref_logprobs=(
@@ -686,12 +660,10 @@ class PPOTrainer:
             self.report_val_samples(0, records)
             self.report.on_step(0, val_metrics)
         status = RunStatus.SUCCEEDED
-        # One stream of batches over the epochs: filter_groups draws its extra batches from it.
-        batches = self.prompt_batches()
         while self.global_step < self.total_steps and status == RunStatus.SUCCEEDED:
-            for prompts in batches:
+            for prompts in self.train_loader:
                 self.global_step += 1
-                metrics, batch, reward_info = self.train_step(prompts, batches)
+                metrics, batch, reward_info = self.train_step(prompts)
                 self.report.on_samples(
                     self.global_step,
                     self.sample_records(
@@ -730,11 +702,6 @@ class PPOTrainer:
     def train(self) -> RunStatus:
         """Train: :meth:`fit` under the name Python tutorials call (subclasses override fit)."""
         return self.fit()
-
-    def prompt_batches(self) -> Iterator[DataProto]:
-        """Yield the training loader's batches epoch after epoch, without end."""
-        while True:
-            yield from self.train_loader
 
 
 def resolve_files(files: str | list[str]) -> list[str]:
@@ -800,8 +767,40 @@ def load_data_tokenizer(config: Any, policy_tokenizer: Any) -> Any:
     return tokenizer
 
 
-def build_reward_manager(config: Any, tokenizer: Any) -> Any:
-    """Return the reward manager the config describes (custom function, composite or dispatch)."""
+def build_reward_scorer(config: Any, device: str | torch.device = "cpu") -> Any:
+    """Return the reward model's scorer when ``reward_model.enable=True``, else None.
+
+    ``micro_batch_size_per_gpu`` samples go through each forward (``resolve_config`` has divided
+    verl's deprecated global ``micro_batch_size`` by the data-parallel size); ``max_length``
+    defaults to the prompt and response budget, as verl's reward model worker reads
+    ``max_prompt_length + max_response_length`` when it is unset.
+    """
+    rm = config.reward_model
+    if not rm.enable:
+        return None
+    from engine.rewards.reward_model import RewardModelScorer
+
+    return RewardModelScorer(
+        resolve_path(rm.model.path),
+        micro_batch_size=rm.micro_batch_size_per_gpu,
+        device=str(device),
+        max_length=rm.max_length or config.data.max_prompt_length + config.data.max_response_length,
+        trust_remote_code=rm.model.trust_remote_code,
+    )
+
+
+def build_reward_manager(
+    config: Any, tokenizer: Any, *, device: str | torch.device = "cpu", validation: bool = False
+) -> Any:
+    """Return the reward manager the config describes (custom function, composite or dispatch).
+
+    With ``reward_model.enable=True`` the reward model scores on ``device``; with no
+    ``reward.components`` its score is the reward, as in verl (whose reward manager returns the
+    reward model's ``rm_scores`` when the batch has them); a ``reward_model`` component weighs it
+    against rule rewards, and a ``custom`` component is ``custom_reward_function``. With
+    ``validation=True`` the reward model is left out, as verl's ``val_reward_fn`` leaves it: the
+    other components score, or the data-source dispatch when none is left.
+    """
     from engine.rewards import RewardManager, load_custom_reward_fn
 
     custom = config.custom_reward_function
@@ -816,24 +815,29 @@ def build_reward_manager(config: Any, tokenizer: Any) -> Any:
         else (c.name, float(c.weight), dict(c.kwargs or {}))
         for c in (config.reward.components or [])
     ]
-    settings = {
-        "compute_score": compute_score,
-        "reward_fn_key": config.data.reward_fn_key,
-        "num_workers": config.reward.num_workers,
-        "components": components or None,
-    }
-    if config.reward_model.reward_manager == "dapo":
-        from engine.rewards.dapo import DAPORewardManager
-        from engine.rewards.overlong import OverlongBuffer, overlong_buffer
+    if any(name == "custom" for name, _, _ in components):
+        components = [(compute_score if c[0] == "custom" else c[0], *c[1:]) for c in components]
+        compute_score = None
+    use_model = config.reward_model.enable and not validation
+    if validation:
+        components = [c for c in components if c[0] != "reward_model"]
+    return RewardManager(
+        tokenizer,
+        compute_score=compute_score,
+        reward_fn_key=config.data.reward_fn_key,
+        num_workers=config.reward.num_workers,
+        components=components or None,
+        reward_model=build_reward_scorer(config, device) if use_model else None,
+    )
 
-        overlong = overlong_buffer(dict(config.reward_model.reward_kwargs or {}))
-        recipe = config.reward_model.overlong_buffer  # verl's DAPO recipe spelling
-        if recipe.enable:
-            overlong = OverlongBuffer(
-                config.data.max_response_length, recipe.len, recipe.penalty_factor, recipe.log
-            )
-        return DAPORewardManager(tokenizer, overlong=overlong, **settings)
-    return RewardManager(tokenizer, **settings)
+
+def _reordered(values: Any, order: torch.Tensor) -> Any:
+    """Return a per-row list or array of reward info in ``order`` (other values unchanged)."""
+    if isinstance(values, np.ndarray):
+        return values[order.numpy()]
+    if isinstance(values, list):
+        return [values[i] for i in order.tolist()]
+    return values
 
 
 def _maybe_str(value: Any) -> str | None:

@@ -188,24 +188,6 @@ def test_varlen_attention_sees_only_the_earlier_tokens_of_its_own_sequence():
     torch.testing.assert_close(out, expected)
 
 
-def test_varlen_attention_in_length_buckets_equals_attention_per_sequence():
-    seqlens = torch.tensor([1, 40, 3, 38, 2, 41])
-    attend = VarlenAttention(seqlens, torch.nn.functional.pad(seqlens.cumsum(0), (1, 0)))
-    assert len(attend.groups) > 1  # short and long sequences run in separate SDPA calls
-    g = torch.Generator().manual_seed(0)
-    total = int(seqlens.sum())
-    q, k, v = (torch.randn(1, heads, total, 8, generator=g) for heads in (4, 2, 2))
-    out = attend(q, k, v, 0.3)
-    start = 0
-    for n in seqlens.tolist():
-        one = slice(start, start + n)
-        expected = torch.nn.functional.scaled_dot_product_attention(
-            q[:, :, one], k[:, :, one], v[:, :, one], is_causal=True, scale=0.3, enable_gqa=True
-        )
-        torch.testing.assert_close(out[:, :, one], expected, atol=1e-6, rtol=0)
-        start += n
-
-
 def test_the_policy_worker_reads_use_remove_padding():
     from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
 
@@ -267,10 +249,3 @@ def test_flash_attention_varlen_equals_the_sdpa_path_on_a_gpu():
         atol=5e-2,
         rtol=5e-2,
     )
-
-
-def test_a_gap_inside_a_row_is_refused_naming_the_key():
-    batch = padded_batch().batch
-    batch["attention_mask"][1, 2] = 0  # a hole inside row 1's prompt
-    with pytest.raises(ValueError, match=r"gap inside a row.*model.use_remove_padding=False"):
-        pack(batch["input_ids"], batch["attention_mask"], batch["position_ids"])
