@@ -108,7 +108,24 @@ def apply_fsdp2(
     for layer in decoder_layers(model):
         fully_shard(layer, **kwargs)
     fully_shard(model, **kwargs)
+    settle_gradient_dtypes(model)
     return model
+
+
+def settle_gradient_dtypes(model: nn.Module) -> None:
+    """Fix each FSDP2 group's gradient dtypes now, from the parameters that require grad.
+
+    FSDP2 sets a group's original and reduce dtypes at the root's first forward (its lazy init),
+    from the parameters that require grad at that moment; a group with none gets neither, so a
+    gradient reaching it later is reduced and assigned in the compute dtype. PEFT's
+    ``disable_adapter()`` clears ``requires_grad`` on the adapter while it is off, so a LoRA
+    policy whose first forward was the reference pass (adapter off) left every group without
+    dtypes, and its first bf16 backward assigned bf16 gradients to the fp32 master weights
+    ("a gradient with dtype BFloat16 to a tensor with grad_dtype Float"). Initialising here,
+    where ``requires_grad`` says exactly what trains, makes it independent of which pass runs
+    first. (FSDP2 has no public call for this; its own first forward would make the same one.)
+    """
+    cast(FSDPModule, model)._get_fsdp_state()._lazy_init()
 
 
 def reshard_all(model: nn.Module) -> None:

@@ -183,17 +183,107 @@ def test_the_worker_reference_is_the_adapter_disabled_policy_with_no_copy():
     assert not torch.allclose(policy, expected)  # the adapter is back on for the policy
 
 
+def _lora_rank_update(rank: int, world_size: int, port: int, out: str) -> None:
+    """One gloo rank: a LoRA policy sharded by FSDP2 with the GPU's precision (bf16 compute, fp32
+    master weights and reduction), its first forward the reference pass, then one update."""
+    import os
+
+    import torch.distributed as dist
+
+    import engine.distributed.fsdp as fsdp
+    from engine.distributed.process_group import init_process_group
+    from engine.distributed.rank_worker import ShardedActorRolloutRef
+
+    torch.set_num_threads(1)
+    # The CPU path refuses bf16 (fsdp_config.mixed_precision); give it the policy a GPU gets.
+    gpu_policy = fsdp.mixed_precision_policy("auto", "cuda")
+    assert (gpu_policy.param_dtype, gpu_policy.reduce_dtype) == (torch.bfloat16, torch.float32)
+    fsdp.mixed_precision_policy = lambda setting, device_type: gpu_policy
+    init_process_group(
+        rank=rank, world_size=world_size, host="127.0.0.1", port=port, backend="gloo"
+    )
+    cfg = PPOConfig()
+    arr = cfg.actor_rollout_ref
+    arr.model.hf_model, arr.model.tokenizer = base_model(), build_tokenizer()
+    arr.model.lora_rank, arr.model.lora_alpha = 4, 8
+    arr.model.enable_gradient_checkpointing = False
+    arr.actor.ppo_mini_batch_size = 2 * world_size
+    worker = ShardedActorRolloutRef(
+        cfg,
+        device=torch.device("cpu"),
+        rank=rank,
+        world_size=world_size,
+        total_steps=2,
+        need_ref=True,
+    )
+    assert worker.sharded and is_lora(worker.worker.model)
+    # On a CPU rank the gathered tensors can share the live parameters' memory: copy them.
+    before = {k: v.clone() for k, v in worker.full_state_dict().items()}
+    ids = torch.randint(7, VOCAB, (2, 9), generator=torch.Generator().manual_seed(rank))
+    responses = ids[:, 5:]
+    mask = torch.ones_like(ids)
+    batch = DataProto.from_dict(
+        {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": mask.cumsum(-1) - 1,
+            "responses": responses,
+            "response_mask": torch.ones_like(responses),
+            "advantages": torch.tensor([[1.0], [-1.0]]).expand(2, 4).contiguous(),
+        }
+    )
+    # The first forward runs with the adapter off, so PEFT has cleared its requires_grad.
+    batch.batch["ref_log_prob"] = worker.compute_ref_log_prob(batch).batch["ref_log_prob"]
+    metrics: dict[str, float] = {}
+    try:
+        metrics = worker.update_actor(batch)
+        error = None
+    except RuntimeError as exc:
+        error = str(exc)
+    after = worker.full_state_dict() if error is None else {}
+    if rank == 0:
+        torch.save({"error": error, "metrics": metrics, "before": before, "after": after}, out)
+    dist.barrier()
+    dist.destroy_process_group()
+    os._exit(0)  # gloo's threads can abort at interpreter exit; the result is saved
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_a_lora_policy_trains_under_fsdp2_bf16_when_the_reference_pass_runs_first(
+    tmp_path, world_size
+):
+    # FSDP2 fixes each group's gradient dtypes at its first forward, from what requires grad
+    # then; PEFT's disabled adapter required none, and the first backward assigned bf16
+    # gradients to fp32 parameters (seen on an H200). The wrapping now fixes them at once.
+    import torch.multiprocessing as mp
+
+    from engine.distributed.process_group import free_port
+
+    out = str(tmp_path / "rank0.pt")
+    mp.start_processes(
+        _lora_rank_update,
+        args=(world_size, free_port(), out),
+        nprocs=world_size,
+        start_method="spawn",
+    )
+    result = torch.load(out)
+    assert result["error"] is None, result["error"]
+    assert result["metrics"]["actor/grad_norm"] > 0
+    before, after = result["before"], result["after"]
+    assert set(before) == set(after)
+    assert all(v.dtype == torch.float32 for v in after.values())  # fp32 master weights
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(".lora_A." in k or ".lora_B." in k for k in changed)
+    assert any(".lora_B." in k for k in changed)  # B starts at zero and moves
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="seen on an H200 (torch 2.11, peft 0.21): FSDP2's gradient reduction hands a frozen "
-    "group a bf16 gradient ('grad_dtype Float'); docs/gpu.md, 'What failed'",
-)
 def test_a_lora_policy_trains_its_adapter_on_a_cuda_rank():
     # The CUDA trainer's path: a PEFT-wrapped policy on a one-rank NCCL group (FSDP2, bf16
     # compute), its reference the adapter-disabled policy; an update moves the adapter only.
+    # Failed on an H200 before apply_fsdp2 settled FSDP2's gradient dtypes at wrap time (the
+    # reference pass ran first, with the adapter off): docs/gpu.md, "LoRA on a CUDA rank".
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
 
