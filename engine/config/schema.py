@@ -36,9 +36,8 @@ from engine.algorithms.names import (
     ROLLOUT_IS_LEVELS,
     ROLLOUT_RS_LEVELS,
 )
-from engine.rewards.names import REWARD_COMPONENTS, REWARD_FN_NAMES  # noqa: F401
+from engine.rewards.names import REWARD_COMPONENTS, REWARD_FN_NAMES, REWARD_MANAGERS  # noqa: F401
 from engine.rollout import ROLLOUT_NAMES
-from engine.rollout.tool_calls import TOOL_CALL_FORMATS, TRUNCATE_SIDES
 from engine.trainer.trackers import TRACKERS
 
 STRATEGIES = ("fsdp", "fsdp2")
@@ -650,6 +649,12 @@ class DataConfig(_Section):
     val_batch_size: int | None = _f(
         None, "Prompts per validation batch; null: whole set.", gt=0, le=MAX_BATCH
     )
+    gen_batch_size: int | None = _f(
+        None,
+        "Prompts per generation batch with algorithm.filter_groups (DAPO); null: train_batch_size.",
+        gt=0,
+        le=MAX_BATCH,
+    )
     return_raw_input_ids: bool = _inert(False, "Also return unpadded prompt ids.")
     return_raw_chat: bool = _f(False, "Also return the prompt as chat messages.")
     return_full_prompt: bool = _inert(
@@ -688,9 +693,10 @@ class DataConfig(_Section):
         ge=-1,
         le=MAX_BATCH * 1024,
     )
-    tool_config_path: str | None = _f(
+    tool_config_path: str | None = _refused(
         None,
         "Tools YAML of the dataset; null: rollout.multi_turn.tool_config_path.",
+        "tool calling is not implemented yet; leave the tools YAML unset",
         resource="path",
         follows="actor_rollout_ref.rollout.multi_turn.tool_config_path",
     )
@@ -1028,23 +1034,13 @@ class MultiTurnConfig(_Section):
     )
     interaction_name: str | None = _f(None, "Interaction class or function name.")
     _target_: str = _target("verl.workers.config.MultiTurnConfig")
-    tool_config_path: str | None = _f(
-        None,
-        "verl's tools YAML: class_name (a built-in tool, e.g. calculator; nothing is imported), "
-        "config and the OpenAI function tool_schema. Hermes <tool_call> blocks in an assistant "
-        "turn are run and answered as tool turns, masked out of the loss.",
-        resource="path",
+    tool_config_path: str | None = _refused(
+        None, "verl's tools YAML (class names and function schemas).", _NO_TOOLS, resource="path"
     )
-    max_parallel_calls: int = _f(
-        1, "Tool calls run per assistant turn (at once); further calls are dropped.", gt=0, le=64
-    )
-    max_tool_response_length: int = _f(
-        256, "Longest tool answer in tokens; a longer one is cut.", gt=0, le=MAX_TOKENS
-    )
-    tool_response_truncate_side: str = _f(
-        "middle",
-        "Where a long tool answer is cut: left keeps its start, right its end, middle both.",
-        choices=TRUNCATE_SIDES,
+    max_parallel_calls: int = _refused(1, "Tool calls run at once.", _NO_TOOLS)
+    max_tool_response_length: int = _refused(256, "Longest tool answer in tokens.", _NO_TOOLS)
+    tool_response_truncate_side: str = _refused(
+        "middle", "Where a long tool answer is cut.", _NO_TOOLS
     )
     interaction_config_path: str | None = _refused(
         None,
@@ -1059,11 +1055,7 @@ class MultiTurnConfig(_Section):
     tokenization_sanity_check_mode: str = _refused(
         "strict", "Check multi-turn tokenization against the template.", _NO_TOOLS
     )
-    format: str = _f(
-        "hermes",
-        "Tool-call format: hermes (<tool_call>{name, arguments}</tool_call>).",
-        choices=TOOL_CALL_FORMATS,
-    )
+    format: str = _refused("hermes", "Tool-call format.", _NO_TOOLS)
     num_repeat_rollouts: int | None = _refused(
         None, "Repeat each interaction this many times.", _NO_TOOLS
     )
@@ -1335,6 +1327,18 @@ class RewardModelModelConfig(_Section):
 
 
 @dataclass
+class OverlongBufferConfig(_Section):
+    enable: bool = _f(
+        False,
+        "DAPO's overlong penalty as verl's DAPO recipe spells it (reward_manager=dapo); the "
+        "response limit is data.max_response_length.",
+    )
+    len: int = _f(0, "Tokens before the response limit where the penalty starts.", ge=0)
+    penalty_factor: float = _f(0.0, "Penalty of a response at the limit.", ge=0)
+    log: bool = _f(False, "Record overlong_reward and overlong for each response.")
+
+
+@dataclass
 class RewardModelConfig(_Section):
     enable: bool = _f(
         False,
@@ -1356,11 +1360,21 @@ class RewardModelConfig(_Section):
         gt=0,
         le=MAX_TOKEN_BUDGET,
     )
-    reward_manager: str = _refused(
+    reward_manager: str = _f(
         "naive",
-        "How rule rewards are computed: verl's naive, prime, batch or dapo.",
-        "only verl's naive manager exists here (one call per response; reward.num_workers "
-        "scores in parallel); prime, batch and dapo are not implemented yet",
+        "How rule rewards are computed: naive (one score per response, reward.num_workers in "
+        "parallel) or dapo (naive plus verl's DAPO overlong penalty from reward_kwargs, and "
+        "each float score recorded as acc); verl's prime and batch are not implemented.",
+        choices=REWARD_MANAGERS,
+    )
+    reward_kwargs: dict[str, Any] = _f(
+        {},
+        "Keyword arguments of the reward manager, set as verl's +reward_model.reward_kwargs.*: "
+        "dapo reads max_resp_len and overlong_buffer_cfg {enable, len, penalty_factor, log}; "
+        "naive takes none.",
+    )
+    overlong_buffer: OverlongBufferConfig = _section(
+        OverlongBufferConfig, "verl's DAPO recipe spelling of reward_kwargs.overlong_buffer_cfg."
     )
     launch_reward_fn_async: bool = _inert(False, "Compute rewards while log-probs are computed.")
     enable_resource_pool: bool = _inert(False, f"A separate GPU pool ({_RM_ONLY}).")
@@ -1453,6 +1467,28 @@ class PFPPOConfig(_Section):
 
 
 @dataclass
+class FilterGroupsConfig(_Section):
+    _target_: str = _target("verl.trainer.config.FilterGroupsConfig")
+    enable: bool = _f(
+        False,
+        "DAPO's dynamic sampling: drop each prompt's group whose metric is the same for every "
+        "response (zero advantage), generate more batches of data.gen_batch_size prompts until "
+        "data.train_batch_size groups are kept, and train on exactly that many.",
+    )
+    metric: str | None = _f(
+        None,
+        "What a kept group must vary in: acc, score (the reward function's score), seq_reward "
+        "(the reward summed over tokens, overlong penalty included), seq_final_reward (after the "
+        "KL in the reward), or another key the reward function returns.",
+    )
+    max_num_gen_batches: int = _f(
+        0,
+        "Generation batches one step may use before it fails; <= 0: no limit.",
+        le=MAX_STEPS,
+    )
+
+
+@dataclass
 class AlgorithmConfig(_Section):
     gamma: float = _f(1.0, "Discount factor.", ge=0, le=1)
     lam: float = _f(1.0, "GAE lambda.", ge=0, le=1)
@@ -1470,6 +1506,9 @@ class AlgorithmConfig(_Section):
     pf_ppo: PFPPOConfig = _section(PFPPOConfig, "PF-PPO's resampling weights.")
     rollout_correction: RolloutCorrectionConfig = _section(
         RolloutCorrectionConfig, "Correction for the rollout's own probabilities."
+    )
+    filter_groups: FilterGroupsConfig = _section(
+        FilterGroupsConfig, "DAPO's dynamic sampling (group filtering)."
     )
     _target_: str = _target("verl.trainer.config.AlgoConfig")
 

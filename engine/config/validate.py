@@ -51,6 +51,9 @@ from engine.config.schema import (
     Limit,
     PPOConfig,
 )
+from engine.config.tree import get_in
+from engine.rewards.names import MISSING_REWARD_MANAGERS
+from engine.rewards.overlong import reward_kwargs_problems
 from engine.rollout import SGLANG_MISSING
 from engine.trainer.trackers import tracker_install_problems
 
@@ -768,13 +771,6 @@ def _check_inputs(report: _Report, original: PPOConfig, check_files: bool) -> No
             multi_turn.interaction_path,
             "point it at a Python file",
         )
-    if multi_turn.enable and multi_turn.tool_config_path:
-        _check_file(
-            report,
-            f"{_ARR}.rollout.multi_turn.tool_config_path",
-            multi_turn.tool_config_path,
-            "point it at a tools YAML",
-        )
     if trainer.resume_mode == "resume_path" and trainer.resume_from_path:
         _check_file(
             report,
@@ -829,6 +825,94 @@ def _check_rollout_and_rewards(report: _Report) -> None:
             )
 
 
+def _check_dapo(report: _Report) -> None:
+    """Check DAPO's keys: the reward manager and its kwargs, filter_groups, gen_batch_size."""
+    cfg = report.cfg
+    manager = cfg.reward_model.reward_manager
+    if manager in MISSING_REWARD_MANAGERS:  # a clearer word than the choices check's
+        report.errors = [e for e in report.errors if e.key != "reward_model.reward_manager"]
+        report.error("reward_model.reward_manager", MISSING_REWARD_MANAGERS[manager], manager)
+    kwargs = dict(cfg.reward_model.reward_kwargs)
+    problems = reward_kwargs_problems(manager, kwargs)
+    for key, message in problems:
+        report.error(key, message, get_in(kwargs, key.split(".")[2:])[1])
+    buffer = kwargs.get("overlong_buffer_cfg") or {}
+    longest = cfg.data.max_response_length
+    start = kwargs.get("max_resp_len", 0) - buffer.get("len", 0)
+    if not problems and manager == "dapo" and buffer.get("enable") and start >= longest:
+        report.warnings.append(
+            f"reward_model.reward_kwargs: the overlong penalty starts after max_resp_len - len "
+            f"= {start} tokens, but no response is longer than data.max_response_length="
+            f"{longest}, so it never applies"
+        )
+    recipe, key = cfg.reward_model.overlong_buffer, "reward_model.overlong_buffer"
+    if recipe.enable and manager != "dapo":
+        report.error(f"{key}.enable", "is read by reward_model.reward_manager=dapo; set it", True)
+    if recipe.enable and buffer.get("enable"):
+        report.error(
+            f"{key}.enable",
+            "and reward_model.reward_kwargs.overlong_buffer_cfg are two spellings of one penalty; "
+            "keep one",
+            True,
+        )
+    if recipe.enable and not 0 < recipe.len <= longest:
+        report.error(
+            f"{key}.len",
+            f"must be > 0 and at most data.max_response_length={longest} when enabled",
+            recipe.len,
+        )
+    fg, data = cfg.algorithm.filter_groups, cfg.data
+    key = "algorithm.filter_groups"
+    if data.gen_batch_size is not None and not fg.enable:
+        report.error(
+            "data.gen_batch_size",
+            f"is read only with {key}.enable=True (DAPO's dynamic sampling); unset it or "
+            "enable filter_groups",
+        )
+    if data.gen_batch_size is not None and data.gen_batch_size < data.train_batch_size:
+        report.error(
+            "data.gen_batch_size",
+            f"must be at least data.train_batch_size={data.train_batch_size}: each generation "
+            "batch should be able to fill the step (DAPO generates about 3x as many)",
+        )
+    if not fg.enable:
+        return
+    metric = fg.metric
+    others = bool(cfg.custom_reward_function.path or cfg.reward.components)
+    if metric is None:
+        report.error(
+            f"{key}.metric",
+            "must be set with filter_groups.enable=True: acc, score, seq_reward or "
+            "seq_final_reward",
+        )
+    elif metric == "acc" and manager != "dapo" and not others:
+        report.error(
+            f"{key}.metric",
+            "acc is recorded by reward_model.reward_manager=dapo (each float score is its acc, "
+            "as verl's DAPO manager) or by a reward function returning {'acc': ...}; set "
+            "reward_model.reward_manager=dapo or metric=score",
+        )
+    elif metric not in ("acc", "score", "seq_reward", "seq_final_reward") and not others:
+        report.error(
+            f"{key}.metric",
+            "the built-in rewards produce acc (with reward_manager=dapo), score, seq_reward and "
+            "seq_final_reward; another name needs a custom_reward_function that returns it",
+        )
+    if metric == "seq_final_reward" and cfg.algorithm.use_kl_in_reward:
+        report.error(
+            f"{key}.metric",
+            "seq_final_reward with algorithm.use_kl_in_reward=True needs the KL penalty before "
+            "filtering, which this engine applies after it; use seq_reward, or the KL loss "
+            "(actor.use_kl_loss) instead of the KL in the reward",
+        )
+    if cfg.actor_rollout_ref.rollout.n < 2:
+        report.error(
+            f"{key}.enable",
+            "filters groups of responses to one prompt, so it needs actor_rollout_ref.rollout.n "
+            ">= 2 (a group of one is always kept)",
+        )
+
+
 def validate_config(cfg: PPOConfig, *, check_files: bool = True) -> list[str]:
     """Return warnings for cfg, or raise ConfigValidationError carrying every error found.
 
@@ -860,6 +944,7 @@ def validate_config(cfg: PPOConfig, *, check_files: bool = True) -> list[str]:
     _check_legacy_keys(report, cfg)
     _check_effects(report)
     _check_rollout_and_rewards(report)
+    _check_dapo(report)
     if report.errors:
         raise ConfigValidationError(report.errors, report.warnings)
     return report.warnings

@@ -12,6 +12,7 @@ import inspect
 import time
 import uuid
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -37,6 +38,7 @@ from engine.data.dataset import RLHFDataset, collate_prompts
 from engine.data.loader import PromptDataLoader
 from engine.env import seed_everything
 from engine.trainer import checkpoint
+from engine.trainer.dynamic_sampling import fill_batch
 from engine.trainer.metrics import (
     compute_data_metrics,
     compute_rollout_probs_diff_metrics,
@@ -194,7 +196,7 @@ class PPOTrainer:
         self.collate = collate
         self.train_loader = PromptDataLoader(
             self.train_dataset,
-            config.data.train_batch_size,
+            config.data.gen_batch_size or config.data.train_batch_size,
             shuffle=config.data.shuffle,
             seed=config.data.seed,
             drop_last=True,
@@ -261,32 +263,38 @@ class PPOTrainer:
         )
 
     # -- one training step -------------------------------------------------------------------
-    def train_step(self, prompts: DataProto) -> tuple[dict[str, float], DataProto, dict]:
-        """Run one PPO/GRPO iteration on a batch of prompts; return metrics, batch, reward info."""
+    def train_step(
+        self, prompts: DataProto, more_prompts: Iterator[DataProto] | None = None
+    ) -> tuple[dict[str, float], DataProto, dict]:
+        """Run one PPO/GRPO iteration on a batch of prompts; return metrics, batch, reward info.
+
+        With ``algorithm.filter_groups`` the step draws further batches from ``more_prompts``
+        until enough groups are kept (``engine.trainer.dynamic_sampling``).
+        """
         config = self.config
         timing: dict[str, float] = {}
         n = config.actor_rollout_ref.rollout.n
         step_start = time.perf_counter()
-        prompts.non_tensor_batch["uid"] = np.array(
-            [str(uuid.uuid4()) for _ in range(len(prompts))], dtype=object
-        )
-        batch = prompts.repeat(n, interleave=True)
-        with timer("gen", timing):
-            gen = self.arr.generate_sequences(batch)
-        timing["update_weights"] = gen.meta_info.pop("timing_s/update_weights", 0.0)
-        batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
-        batch = batch.union(gen.to("cpu") if self.device.type != "cpu" else gen)
-        if config.algorithm.adv_estimator == "remax":
-            with timer("gen_max", timing):
-                batch.batch["reward_baselines"] = self.greedy_baselines(prompts, n)
         metrics: dict[str, float] = {}
+        filter_groups = config.algorithm.filter_groups
+        if filter_groups.enable:
+            batch, reward_info, stats = fill_batch(
+                prompts,
+                more_prompts if more_prompts is not None else iter(self.train_loader),
+                partial(self.generate_and_score, timing=timing),
+                metric=filter_groups.metric,
+                train_batch_size=config.data.train_batch_size,
+                n=n,
+                max_num_gen_batches=filter_groups.max_num_gen_batches,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
+            metrics.update(stats.metrics())
+        else:
+            batch, reward_info = self.generate_and_score(prompts, timing=timing)
+        # Balancing reorders the batch for the update; the reward info stays in rollout order.
         restore = None
         if config.trainer.balance_batch:
             restore = self.balance_batch(batch, metrics)
-        with timer("reward", timing):
-            result = self.reward_fn(batch, return_dict=True)
-        batch.batch["token_level_scores"] = result["reward_tensor"]
-        reward_info = result.get("reward_extra_info", {})
         # calculate_log_probs compares the rollout's log-probs with the actor's recomputation,
         # so the old log-prob pass runs even where an on-policy update could skip it (as verl).
         check_rollout = config.actor_rollout_ref.rollout.calculate_log_probs
@@ -370,7 +378,6 @@ class PPOTrainer:
         batch.batch["response_mask"] = response_mask  # samples are recorded whole, rejected or not
         if restore is not None:  # samples are recorded in rollout order (i % n, groups)
             batch.reorder(restore)
-            reward_info = {k: _reordered(v, restore) for k, v in reward_info.items()}
         step_seconds = time.perf_counter() - step_start
         timing["step"] = step_seconds
         num_tokens = int(batch.batch["attention_mask"].sum())
@@ -388,6 +395,31 @@ class PPOTrainer:
         if failed:
             metrics["reward/failed"] = float(failed)
         return metrics, batch, reward_info
+
+    def generate_and_score(
+        self, prompts: DataProto, *, timing: dict[str, float]
+    ) -> tuple[DataProto, dict]:
+        """Return the rollouts of ``prompts`` (``rollout.n`` each, a ``uid`` per prompt group)
+        with their ``token_level_scores``, and the reward info."""
+        n = self.config.actor_rollout_ref.rollout.n
+        prompts.non_tensor_batch["uid"] = np.array(
+            [str(uuid.uuid4()) for _ in range(len(prompts))], dtype=object
+        )
+        batch = prompts.repeat(n, interleave=True)
+        with timer("gen", timing):
+            gen = self.arr.generate_sequences(batch)
+        timing["update_weights"] = timing.get("update_weights", 0.0) + gen.meta_info.pop(
+            "timing_s/update_weights", 0.0
+        )
+        batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
+        batch = batch.union(gen.to("cpu") if self.device.type != "cpu" else gen)
+        if self.config.algorithm.adv_estimator == "remax":
+            with timer("gen_max", timing):
+                batch.batch["reward_baselines"] = self.greedy_baselines(prompts, n)
+        with timer("reward", timing):
+            result = self.reward_fn(batch, return_dict=True)
+        batch.batch["token_level_scores"] = result["reward_tensor"]
+        return batch, result.get("reward_extra_info", {})
 
     @property
     def dp_size(self) -> int:
@@ -660,10 +692,12 @@ class PPOTrainer:
             self.report_val_samples(0, records)
             self.report.on_step(0, val_metrics)
         status = RunStatus.SUCCEEDED
+        # One stream of batches over the epochs: filter_groups draws its extra batches from it.
+        batches = self.prompt_batches()
         while self.global_step < self.total_steps and status == RunStatus.SUCCEEDED:
-            for prompts in self.train_loader:
+            for prompts in batches:
                 self.global_step += 1
-                metrics, batch, reward_info = self.train_step(prompts)
+                metrics, batch, reward_info = self.train_step(prompts, batches)
                 self.report.on_samples(
                     self.global_step,
                     self.sample_records(
@@ -702,6 +736,11 @@ class PPOTrainer:
     def train(self) -> RunStatus:
         """Train: :meth:`fit` under the name Python tutorials call (subclasses override fit)."""
         return self.fit()
+
+    def prompt_batches(self) -> Iterator[DataProto]:
+        """Yield the training loader's batches epoch after epoch, without end."""
+        while True:
+            yield from self.train_loader
 
 
 def resolve_files(files: str | list[str]) -> list[str]:
@@ -821,23 +860,25 @@ def build_reward_manager(
     use_model = config.reward_model.enable and not validation
     if validation:
         components = [c for c in components if c[0] != "reward_model"]
-    return RewardManager(
-        tokenizer,
-        compute_score=compute_score,
-        reward_fn_key=config.data.reward_fn_key,
-        num_workers=config.reward.num_workers,
-        components=components or None,
-        reward_model=build_reward_scorer(config, device) if use_model else None,
-    )
+    settings = {
+        "compute_score": compute_score,
+        "reward_fn_key": config.data.reward_fn_key,
+        "num_workers": config.reward.num_workers,
+        "components": components or None,
+        "reward_model": build_reward_scorer(config, device) if use_model else None,
+    }
+    if config.reward_model.reward_manager == "dapo":
+        from engine.rewards.dapo import DAPORewardManager
+        from engine.rewards.overlong import OverlongBuffer, overlong_buffer
 
-
-def _reordered(values: Any, order: torch.Tensor) -> Any:
-    """Return a per-row list or array of reward info in ``order`` (other values unchanged)."""
-    if isinstance(values, np.ndarray):
-        return values[order.numpy()]
-    if isinstance(values, list):
-        return [values[i] for i in order.tolist()]
-    return values
+        overlong = overlong_buffer(dict(config.reward_model.reward_kwargs or {}))
+        recipe = config.reward_model.overlong_buffer  # verl's DAPO recipe spelling
+        if recipe.enable:
+            overlong = OverlongBuffer(
+                config.data.max_response_length, recipe.len, recipe.penalty_factor, recipe.log
+            )
+        return DAPORewardManager(tokenizer, overlong=overlong, **settings)
+    return RewardManager(tokenizer, **settings)
 
 
 def _maybe_str(value: Any) -> str | None:

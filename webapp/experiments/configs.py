@@ -226,6 +226,7 @@ def config_check(*, owner: Any, config: PPOConfig) -> list[str]:
 PRESET_LABELS = {
     "grpo_tiny": "GRPO on the tiny model (CPU, minutes)",
     "ppo_tiny": "PPO with a critic on the tiny model (CPU)",
+    "dapo_tiny": "DAPO (dynamic sampling, overlong penalty) on the tiny model (CPU)",
     "grpo_gsm8k": "GRPO on GSM8K-style math (GPU)",
     "ppo_trainer": "verl's ppo_trainer defaults",
 }
