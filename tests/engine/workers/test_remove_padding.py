@@ -188,20 +188,40 @@ def test_varlen_attention_sees_only_the_earlier_tokens_of_its_own_sequence():
     torch.testing.assert_close(out, expected)
 
 
-def test_the_policy_worker_reads_use_remove_padding():
+def test_varlen_attention_in_length_buckets_equals_attention_per_sequence():
+    seqlens = torch.tensor([1, 40, 3, 38, 2, 41])
+    attend = VarlenAttention(seqlens, torch.nn.functional.pad(seqlens.cumsum(0), (1, 0)))
+    assert len(attend.groups) > 1  # short and long sequences run in separate SDPA calls
+    g = torch.Generator().manual_seed(0)
+    total = int(seqlens.sum())
+    q, k, v = (torch.randn(1, heads, total, 8, generator=g) for heads in (4, 2, 2))
+    out = attend(q, k, v, 0.3)
+    start = 0
+    for n in seqlens.tolist():
+        one = slice(start, start + n)
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            q[:, :, one], k[:, :, one], v[:, :, one], is_causal=True, scale=0.3, enable_gqa=True
+        )
+        torch.testing.assert_close(out[:, :, one], expected, atol=1e-6, rtol=0)
+        start += n
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_the_workers_read_use_remove_padding(on):
+    from engine.config.loader import load_config
+    from engine.config.validate import resolve_config
     from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
+    from engine.workers.critic import CriticWorker
 
     config = tiny_config()
-    config.actor_rollout_ref.model.use_remove_padding = True
+    config.actor_rollout_ref.model.use_remove_padding = on
     worker = ActorRolloutRefWorker(
         config, device=torch.device("cpu"), total_steps=1, need_ref=False
     )
-    assert worker.actor.forward is packed_response_logits
-    config.actor_rollout_ref.model.use_remove_padding = False
-    worker = ActorRolloutRefWorker(
-        config, device=torch.device("cpu"), total_steps=1, need_ref=False
-    )
-    assert worker.actor.forward is response_logits
+    assert worker.actor.forward is (packed_response_logits if on else response_logits)
+    config = resolve_config(load_config("ppo_tiny", [f"critic.model.use_remove_padding={on}"]))
+    critic = CriticWorker(config, total_steps=1, device=torch.device("cpu")).critic
+    assert critic.forward is (packed_response_values if on else response_values)
 
 
 def test_actor_use_remove_padding_must_follow_the_model_key():
@@ -249,3 +269,10 @@ def test_flash_attention_varlen_equals_the_sdpa_path_on_a_gpu():
         atol=5e-2,
         rtol=5e-2,
     )
+
+
+def test_a_gap_inside_a_row_is_refused_naming_the_key():
+    batch = padded_batch().batch
+    batch["attention_mask"][1, 2] = 0  # a hole inside row 1's prompt
+    with pytest.raises(ValueError, match=r"gap inside a row.*model.use_remove_padding=False"):
+        pack(batch["input_ids"], batch["attention_mask"], batch["position_ids"])
