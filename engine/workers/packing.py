@@ -50,10 +50,24 @@ class Packed(NamedTuple):
 def pack(
     input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
 ) -> Packed:
-    """Return the real tokens of ``input_ids`` (bs, L) packed into one row (see :class:`Packed`)."""
+    """Return the real tokens of ``input_ids`` (bs, L) packed into one row (see :class:`Packed`).
+
+    Each row's real tokens must be one contiguous run (left-padded prompt, right-padded
+    response): a gap would make the packed row's position ids jump inside a sequence, which
+    transformers reads as a sequence boundary. ValueError otherwise.
+    """
     keep = attention_mask.bool()  # (bs, L)
-    flat = keep.flatten().nonzero().squeeze(-1)  # (T,) batch positions kept, row-major
     seqlens = keep.sum(-1)  # (bs,)
+    length = keep.shape[-1]
+    first = keep.int().argmax(-1)  # (bs,) the first real token
+    last = length - 1 - keep.flip(-1).int().argmax(-1)  # (bs,) the last real token
+    if ((last - first + 1 != seqlens) & (seqlens > 0)).any():
+        raise ValueError(
+            "use_remove_padding needs each row's attention_mask to be one run of ones (padding "
+            "only before the prompt and after the response); this batch has a gap inside a row: "
+            "set actor_rollout_ref.model.use_remove_padding=False (and critic.model's) for it"
+        )
+    flat = keep.flatten().nonzero().squeeze(-1)  # (T,) batch positions kept, row-major
     slot = torch.full(keep.shape, -1, dtype=torch.long, device=keep.device)  # (bs, L)
     slot.view(-1)[flat] = torch.arange(flat.numel(), device=keep.device)
     return Packed(
@@ -78,16 +92,30 @@ def _flash_varlen() -> Any:
 class VarlenAttention:
     """Causal attention inside each packed sequence: ``attend(q, k, v, scale)`` for LeanModel.
 
-    ``q`` (1, h, T, D), ``k``/``v`` (1, kv, T, D) of the packed row -> (1, h, T, D).
+    ``q`` (1, h, T, D), ``k``/``v`` (1, kv, T, D) of the packed row -> (1, h, T, D). Without
+    flash-attn, sequences of similar length (the actor's ``length_buckets``) share one SDPA call
+    over rows cut to their longest, so attention costs about what the bucketed padded path pays.
     """
 
     def __init__(self, seqlens: torch.Tensor, cu_seqlens: torch.Tensor) -> None:
+        from engine.workers.actor import length_buckets  # actor imports this module
+
         self.cu_seqlens = cu_seqlens  # (bs + 1,)
-        self.rows = seqlens.numel()
         self.longest = max(1, int(seqlens.max()))
-        columns = torch.arange(self.longest, device=seqlens.device)  # (m,)
-        # Where packed token t sits in the (bs, m) layout with every sequence at column 0.
-        self.slots = (columns[None] < seqlens[:, None]).flatten().nonzero().squeeze(-1)  # (T,)
+        starts = cu_seqlens[:-1].long()  # (bs,)
+        # Per bucket: rows, their longest m, where each token sits in the (rows, m) layout with
+        # every sequence at column 0, and which packed tokens those are (None: all, in order).
+        self.groups: list[tuple[int, int, torch.Tensor, torch.Tensor | None]] = []
+        buckets = length_buckets(seqlens, self.longest)
+        for rows, longest in buckets:
+            columns = torch.arange(longest, device=seqlens.device)  # (m,)
+            valid = columns[None] < seqlens[rows][:, None]  # (b, m)
+            slots = valid.flatten().nonzero().squeeze(-1)  # (t,)
+            tokens = (starts[rows][:, None] + columns[None])[valid]  # (t,) row-major
+            self.groups.append((len(rows), longest, slots, tokens if len(buckets) > 1 else None))
+        self.inverse = None  # (T,) back from bucket order to the packed order
+        if len(buckets) > 1:
+            self.inverse = torch.argsort(torch.cat([g[3] for g in self.groups]))  # type: ignore[misc]
 
     def __call__(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
@@ -106,23 +134,32 @@ class VarlenAttention:
                 causal=True,
             )  # (T, h, D)
             return out.transpose(0, 1)[None]  # (1, h, T, D)
-        out = F.scaled_dot_product_attention(
-            self._rows(q),
-            self._rows(k),
-            self._rows(v),
-            is_causal=True,
-            scale=scale,
-            enable_gqa=True,
-        )  # (bs, h, m, D)
-        heads, dim = out.shape[1], out.shape[-1]
-        out = out.transpose(0, 1).reshape(heads, self.rows * self.longest, dim)  # (h, bs m, D)
-        return out[:, self.slots][None]  # (1, h, T, D)
+        pieces = []
+        for group in self.groups:
+            rows, longest, slots, _ = group
+            out = F.scaled_dot_product_attention(
+                self._rows(q, group),
+                self._rows(k, group),
+                self._rows(v, group),
+                is_causal=True,
+                scale=scale,
+                enable_gqa=True,
+            )  # (b, h, m, D)
+            heads, dim = out.shape[1], out.shape[-1]
+            out = out.transpose(0, 1).reshape(heads, rows * longest, dim)  # (h, b m, D)
+            pieces.append(out[:, slots])  # (h, t, D)
+        if self.inverse is None:
+            return pieces[0][None]  # (1, h, T, D)
+        return torch.cat(pieces, dim=1)[:, self.inverse][None]  # (1, h, T, D)
 
-    def _rows(self, x: torch.Tensor) -> torch.Tensor:
-        """Scatter a packed (1, n, T, D) into one row per sequence (bs, n, m, D), zero-padded."""
-        n, _, dim = x.shape[1:]
-        rows = x.new_zeros(n, self.rows * self.longest, dim).index_copy(1, self.slots, x[0])
-        return rows.view(n, self.rows, self.longest, dim).transpose(0, 1)
+    @staticmethod
+    def _rows(x: torch.Tensor, group: tuple[int, int, torch.Tensor, torch.Tensor | None]) -> Any:
+        """Scatter a bucket's tokens of a packed (1, n, T, D) into rows (b, n, m, D), zero-padded."""
+        rows, longest, slots, tokens = group
+        n, dim = x.shape[1], x.shape[-1]
+        source = x[0] if tokens is None else x[0][:, tokens]  # (n, t, D)
+        padded = x.new_zeros(n, rows * longest, dim).index_copy(1, slots, source)
+        return padded.view(n, rows, longest, dim).transpose(0, 1)
 
 
 def _predictors(packed: Packed, attention_mask: torch.Tensor, response_length: int) -> Any:
