@@ -11,8 +11,11 @@ own position ids (they restart at 0), and attention stays inside each sequence:
   with ``flash_attn`` importable and half-precision activations, ``flash_attn_varlen_func`` over
   the sequences' boundaries (``cu_seqlens``); otherwise the packed queries, keys and values are
   scattered into one row per sequence (sequences start at column 0, so the plain causal mask is
-  exact) and run through SDPA, then gathered back. Attention costs what the padded batch's
-  attention costs; the dense layers and the head run on real tokens only.
+  exact), sequences of similar length together in one SDPA call (the actor's
+  ``length_buckets``), then gathered back. Attention costs about what the bucketed padded path's
+  costs; the dense layers and the head run on real tokens only (on a 27M-parameter Qwen2 and
+  responses of 2-215 tokens, the update takes 0.85x the CPU time of the bucketed padded path,
+  ``bench/training/varlen.py --passes``).
 - other models (FSDP2's hooks, PEFT adapters, gradient checkpointing, the critic's
   token-classification head) run their own forward on the packed row with ``attention_mask=None``
   and the packed position ids, which transformers (>= 4.56) reads as packed sequences: a
