@@ -42,7 +42,17 @@ TOKEN_BASELINE_ESTIMATORS = ("optimal_token_baseline", "tir_optimal_token_baseli
 PF_PPO_REWEIGHT_METHODS = ("pow", "max_min", "max_random")
 
 # actor.policy_loss.loss_mode: engine.algorithms.policy_loss' registry.
-POLICY_LOSS_MODES = ("vanilla", "gspo", "gpg", "cispo", "clip_cov", "kl_cov", "sapo", "geo_mean")
+POLICY_LOSS_MODES = (
+    "vanilla",
+    "gspo",
+    "gpg",
+    "cispo",
+    "clip_cov",
+    "kl_cov",
+    "sapo",
+    "geo_mean",
+    "bypass_mode",  # what algorithm.rollout_correction.bypass_mode=True trains with
+)
 # loss_agg_mode: how engine.algorithms.policy_loss.agg_loss averages token losses.
 LOSS_AGG_MODES = (
     "token-mean",

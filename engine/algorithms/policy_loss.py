@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -522,3 +523,32 @@ def compute_policy_loss_geo_mean(
         "actor/ppo_kl": ppo_kl.item(),
         "actor/pg_clipfrac_lower": pg_clipfrac_lower.item(),
     }
+
+
+@register_policy_loss("bypass_mode")
+def compute_policy_loss_bypass_mode(
+    *args: Any, rollout_correction: Any = None, **kwargs: Any
+) -> tuple[torch.Tensor, dict]:
+    """verl's ``bypass_mode`` loss: the rollout's log-probs as the old policy's, with the
+    corrections of ``rollout_correction`` (the config section; None: verl's defaults, PPO's
+    clipped loss and no correction). It lives with them in ``engine.algorithms.rollout_correction``.
+    """
+    from engine.algorithms.rollout_correction import compute_policy_loss_bypass_mode as loss
+
+    if rollout_correction is None:
+        rollout_correction = dict(BYPASS_DEFAULTS)
+    return loss(*args, rollout_correction=rollout_correction, **kwargs)
+
+
+# verl's algorithm.rollout_correction defaults with bypass mode on.
+BYPASS_DEFAULTS = {
+    "rollout_is": None,
+    "rollout_is_threshold": 2.0,
+    "rollout_rs": None,
+    "rollout_rs_threshold": None,
+    "rollout_rs_threshold_lower": None,
+    "rollout_token_veto_threshold": None,
+    "bypass_mode": True,
+    "loss_type": "ppo_clip",
+    "rollout_is_batch_normalize": False,
+}

@@ -38,6 +38,7 @@ from engine.algorithms.names import (
 )
 from engine.rewards.names import REWARD_COMPONENTS, REWARD_FN_NAMES, REWARD_MANAGERS  # noqa: F401
 from engine.rollout import ROLLOUT_NAMES
+from engine.rollout.tool_calls import TOOL_CALL_FORMATS, TRUNCATE_SIDES
 from engine.trainer.trackers import TRACKERS
 
 STRATEGIES = ("fsdp", "fsdp2")
@@ -693,10 +694,9 @@ class DataConfig(_Section):
         ge=-1,
         le=MAX_BATCH * 1024,
     )
-    tool_config_path: str | None = _refused(
+    tool_config_path: str | None = _f(
         None,
         "Tools YAML of the dataset; null: rollout.multi_turn.tool_config_path.",
-        "tool calling is not implemented yet; leave the tools YAML unset",
         resource="path",
         follows="actor_rollout_ref.rollout.multi_turn.tool_config_path",
     )
@@ -1034,13 +1034,23 @@ class MultiTurnConfig(_Section):
     )
     interaction_name: str | None = _f(None, "Interaction class or function name.")
     _target_: str = _target("verl.workers.config.MultiTurnConfig")
-    tool_config_path: str | None = _refused(
-        None, "verl's tools YAML (class names and function schemas).", _NO_TOOLS, resource="path"
+    tool_config_path: str | None = _f(
+        None,
+        "verl's tools YAML: class_name (a built-in tool, e.g. calculator; nothing is imported), "
+        "config and the OpenAI function tool_schema. Hermes <tool_call> blocks in an assistant "
+        "turn are run and answered as tool turns, masked out of the loss.",
+        resource="path",
     )
-    max_parallel_calls: int = _refused(1, "Tool calls run at once.", _NO_TOOLS)
-    max_tool_response_length: int = _refused(256, "Longest tool answer in tokens.", _NO_TOOLS)
-    tool_response_truncate_side: str = _refused(
-        "middle", "Where a long tool answer is cut.", _NO_TOOLS
+    max_parallel_calls: int = _f(
+        1, "Tool calls run per assistant turn (at once); further calls are dropped.", gt=0, le=64
+    )
+    max_tool_response_length: int = _f(
+        256, "Longest tool answer in tokens; a longer one is cut.", gt=0, le=MAX_TOKENS
+    )
+    tool_response_truncate_side: str = _f(
+        "middle",
+        "Where a long tool answer is cut: left keeps its start, right its end, middle both.",
+        choices=TRUNCATE_SIDES,
     )
     interaction_config_path: str | None = _refused(
         None,
@@ -1055,7 +1065,11 @@ class MultiTurnConfig(_Section):
     tokenization_sanity_check_mode: str = _refused(
         "strict", "Check multi-turn tokenization against the template.", _NO_TOOLS
     )
-    format: str = _refused("hermes", "Tool-call format.", _NO_TOOLS)
+    format: str = _f(
+        "hermes",
+        "Tool-call format: hermes (<tool_call>{name, arguments}</tool_call>).",
+        choices=TOOL_CALL_FORMATS,
+    )
     num_repeat_rollouts: int | None = _refused(
         None, "Repeat each interaction this many times.", _NO_TOOLS
     )

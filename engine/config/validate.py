@@ -552,7 +552,14 @@ def _check_rollout_correction(report: _Report) -> None:
             rc.loss_type,
         )
     loss_mode = report.cfg.actor_rollout_ref.actor.policy_loss.loss_mode
-    if rc.bypass_mode and loss_mode != "vanilla":
+    if loss_mode == "bypass_mode" and not rc.bypass_mode:
+        report.error(
+            f"{_ARR}.actor.policy_loss.loss_mode",
+            "bypass_mode is the loss algorithm.rollout_correction.bypass_mode=True trains with; "
+            "set that (it picks the loss itself)",
+            loss_mode,
+        )
+    if rc.bypass_mode and loss_mode not in ("vanilla", "bypass_mode"):
         report.error(
             f"{key}.bypass_mode",
             f"replaces the policy loss with bypass mode's (loss_type={rc.loss_type}), so "
@@ -770,6 +777,13 @@ def _check_inputs(report: _Report, original: PPOConfig, check_files: bool) -> No
             f"{_ARR}.rollout.multi_turn.interaction_path",
             multi_turn.interaction_path,
             "point it at a Python file",
+        )
+    if multi_turn.enable and multi_turn.tool_config_path:
+        _check_file(
+            report,
+            f"{_ARR}.rollout.multi_turn.tool_config_path",
+            multi_turn.tool_config_path,
+            "point it at a tools YAML",
         )
     if trainer.resume_mode == "resume_path" and trainer.resume_from_path:
         _check_file(

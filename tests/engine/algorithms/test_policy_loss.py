@@ -211,10 +211,12 @@ def test_registry_lists_valid_loss_modes():
         "kl_cov",
         "sapo",
         "geo_mean",
+        "bypass_mode",
     }
     assert get_policy_loss_fn("vanilla") is compute_policy_loss_vanilla
     with pytest.raises(
-        ValueError, match="Unknown policy loss mode 'ppo'; valid loss modes are: cispo, clip_cov"
+        ValueError,
+        match="Unknown policy loss mode 'ppo'; valid loss modes are: bypass_mode, cispo, clip_cov",
     ):
         get_policy_loss_fn("ppo")
 

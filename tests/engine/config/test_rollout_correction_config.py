@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.engine.config.test_validate import problems
 
@@ -66,3 +67,36 @@ def test_bad_settings_name_the_key_and_the_fix(overrides, key, message):
     found = problems(overrides)
     assert f"{KEY}.{key}" in found, found
     assert message in found[f"{KEY}.{key}"]
+
+
+def test_verls_bypass_mode_loss_name_goes_with_bypass_mode():
+    from engine.algorithms.policy_loss import get_policy_loss_fn
+    from engine.algorithms.rollout_correction import compute_policy_loss_bypass_mode
+
+    loss_mode = "actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode"
+    assert problems([loss_mode, f"{KEY}.bypass_mode=True"]) == {}  # as verl's trainer sets it
+    found = problems([loss_mode])
+    assert (
+        "rollout_correction.bypass_mode=True"
+        in found["actor_rollout_ref.actor.policy_loss.loss_mode"]
+    )
+    loss = get_policy_loss_fn("bypass_mode")
+    assert loss is not compute_policy_loss_bypass_mode  # the registry's entry hands over to it
+    old = -torch.rand(2, 3, dtype=torch.float64)
+    new, advantages, mask = old + 0.1, torch.ones(2, 3, dtype=torch.float64), torch.ones(2, 3)
+    settings = {"loss_type": "reinforce", "rollout_is": "token", "rollout_is_threshold": 2.0}
+    settings |= {
+        k: None
+        for k in (
+            "rollout_rs",
+            "rollout_rs_threshold",
+            "rollout_rs_threshold_lower",
+            "rollout_token_veto_threshold",
+        )
+    }
+    settings |= {"rollout_is_batch_normalize": False, "bypass_mode": True}
+    via_registry, _ = loss(old, new, advantages, mask, rollout_correction=settings)
+    direct, _ = compute_policy_loss_bypass_mode(
+        old, new, advantages, mask, rollout_correction=settings
+    )
+    assert torch.equal(via_registry, direct)

@@ -390,7 +390,9 @@ def test_every_registered_policy_loss_validates():
 
     assert "gpg" in POLICY_LOSS_REGISTRY
     for mode in POLICY_LOSS_REGISTRY:
-        assert problems([f"actor_rollout_ref.actor.policy_loss.loss_mode={mode}"]) == {}
+        # bypass_mode is the loss that rollout_correction.bypass_mode=True trains with.
+        extra = ["algorithm.rollout_correction.bypass_mode=True"] if mode == "bypass_mode" else []
+        assert problems([f"actor_rollout_ref.actor.policy_loss.loss_mode={mode}", *extra]) == {}
 
 
 def test_importing_the_config_schema_does_not_import_torch():
