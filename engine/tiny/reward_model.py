@@ -55,6 +55,9 @@ from engine.tiny.tokenizer import build_tokenizer
 CACHE_DIR = "tiny_reward_model"
 DIGITS = "0123456789"
 JUNK = "=+ x-"
+# How often each kind of wrong reply is drawn (in wrong_answer's order): near misses, then a
+# replaced digit, are the mistakes a policy learning addition makes most and the hardest to spot.
+WRONG_KIND_WEIGHTS = (4, 2, 1, 1, 1, 1, 1)
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,7 @@ def wrong_answer(problem: Problem, rng: random.Random) -> str:
     """Return a reply to ``problem`` that is not its answer, in one of the ways a policy errs."""
     answer, total = problem.answer, problem.a + problem.b
     while True:
-        kind = rng.randrange(7)
+        kind = rng.choices(range(len(WRONG_KIND_WEIGHTS)), weights=WRONG_KIND_WEIGHTS)[0]
         if kind == 0:  # a near miss: off by one, a few, or a carry
             delta = rng.choice([1, 2, 3, 9, 10, 11, 20, 100]) * rng.choice([-1, 1])
             reply = str(total + delta) if total + delta >= 0 else ""
