@@ -1,14 +1,14 @@
 """A tiny task where a tool helps: three-digit addition with the built-in calculator.
 
 The embedded tiny model adds two-digit numbers after its warm start and cannot add three-digit
-ones; the calculator can. A policy that learns from scratch never writes a 69-character
+ones; the calculator can. A policy that learns from scratch never writes a 60-character
 ``<tool_call>`` block by chance, so the behaviour is seeded, and this is said plainly: a short
-supervised pass on transcripts, ``TOOL_FRACTION`` of them calling the tool and the rest
-answering directly, starting from the embedded tiny model. RL then has both behaviours to choose
-from and is rewarded only for the right final answer (:func:`compute_score`), which the tool
-makes reachable::
+supervised pass (400 steps) from the embedded tiny model on transcripts, ``TOOL_FRACTION`` of
+them calling the tool and copying its answer, the rest answering directly. RL then has both
+behaviours to choose from and is rewarded for the right answer (:func:`compute_score`: the
+calculator's answer when the policy called it), which the tool makes reachable::
 
-    python -m engine.tools.tiny_task /tmp/calc      # builds model/, data/, tools.yaml; ~1 min
+    python -m engine.tools.tiny_task /tmp/calc      # builds model/, data/, tools.yaml
     python -m engine.main_ppo --config-name grpo_tiny $(cat /tmp/calc/overrides.txt)
 
 The tiny chat template has no ``tool`` role (its vocabulary has no token for one), so the task's
@@ -19,10 +19,13 @@ template does; everything else is the embedded template.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import re
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,9 @@ import pyarrow.parquet as pq
 import torch
 from transformers import PreTrainedTokenizerBase, Qwen2ForCausalLM
 
-from engine.tiny.recipe import ensure_tiny_assets
+from engine import env
+from engine.tiny.recipe import ensure_tiny_assets, recipe_hash
+from engine.tiny.task import split_of
 from engine.tiny.tokenizer import build_tokenizer
 
 DATA_SOURCE = "tiny_calculator"
@@ -40,9 +45,9 @@ TOOL_NAME = "calc"
 ARGUMENT = "expr"
 OPERANDS = (100, 999)
 TOOL_FRACTION = 0.3  # of the seeding transcripts that call the tool
-SFT_STEPS = 300
+SFT_STEPS = 400
 SFT_BATCH = 32
-SFT_LR = 1e-3
+SFT_LR = 2e-3
 TOOL_CHAT_TEMPLATE = (
     "{{ bos_token }}"
     "{% for message in messages %}"
@@ -76,13 +81,19 @@ _INTEGER = re.compile(r"-?\d+")
 def compute_score(
     data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None
 ) -> float:
-    """Return 1.0 when the first integer after the last tool answer equals the ground truth.
+    """Return 1.0 when the response's answer equals the ground truth: the first integer of the
+    last tool answer when the policy called a tool (after a failed call, of what it wrote next),
+    else the first integer it wrote.
 
-    Only the policy's own final text counts: the tool's answer is in the response too, and
-    copying it is the policy's job.
+    The task rewards getting the arithmetic right, by delegating it to the calculator with the
+    right expression or by adding directly; the policy's closing words are not scored (copying
+    the tool's answer is a separate skill the tiny model does not pick up from the seeding pass).
     """
-    final = solution_str.rsplit("</tool_response>", 1)[-1]
-    match = _INTEGER.search(final)
+    if "<tool_response>" in solution_str:
+        solution_str = solution_str.rsplit("<tool_response>", 1)[1]
+        if solution_str.startswith("Error:"):  # a failed call: the policy's own words count
+            solution_str = solution_str.split("</tool_response>", 1)[-1]
+    match = _INTEGER.search(solution_str)
     return 1.0 if match is not None and int(match.group(0)) == int(ground_truth) else 0.0
 
 
@@ -100,14 +111,18 @@ def tool_call_text(question: str) -> str:
 
 
 def make_rows(n: int, seed: int, split: str) -> list[dict[str, Any]]:
-    """Return ``n`` verl rows of ``a+b=`` with three-digit operands (val and train disjoint)."""
+    """Return ``n`` verl rows of ``a+b=`` with three-digit operands.
+
+    A pair's split comes from a hash of it (``engine.tiny.task.split_of``), so train and
+    validation never share a pair and follow the same distribution of digits.
+    """
     rng = random.Random(f"{seed}-{split}")
     rows: list[dict[str, Any]] = []
     seen: set[tuple[int, int]] = set()
     while len(rows) < n:
         a, b = rng.randint(*OPERANDS), rng.randint(*OPERANDS)
-        if (a, b) in seen or ((a + b) % 10 == 0) != (split == "val"):
-            continue  # sums ending in 0 are validation problems, the rest train
+        if (a, b) in seen or split_of(a, b) != split:
+            continue
         seen.add((a, b))
         question = f"{a}+{b}="
         rows.append(
@@ -201,6 +216,29 @@ def build_calculator_task(
         "sft_loss_last": losses[-1],
         "seconds": round(time.perf_counter() - started, 1),
     }
+
+
+def ensure_calculator_task(data_dir: Path | None = None) -> Path:
+    """Return ``<data_dir>/tiny_calculator/<hash>/``, building the task there if needed.
+
+    The hash covers this file and the embedded tiny recipe's hash, so the task is rebuilt
+    exactly when either changes.
+    """
+    digest = hashlib.sha256(Path(__file__).read_bytes() + recipe_hash().encode()).hexdigest()
+    base = Path(data_dir if data_dir is not None else env.data_dir()) / "tiny_calculator"
+    root = base / digest[:16]
+    if not (root / "overrides.txt").is_file():
+        base.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{digest[:16]}-build-", dir=base))
+        try:
+            build_calculator_task(staging)
+            (staging / "overrides.txt").write_text(" ".join(calculator_overrides(root)) + "\n")
+            if not (root / "overrides.txt").is_file():  # another build may have finished first
+                shutil.rmtree(root, ignore_errors=True)
+                staging.rename(root)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return root
 
 
 def calculator_overrides(out_dir: Path) -> list[str]:
