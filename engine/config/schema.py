@@ -36,10 +36,10 @@ from engine.algorithms.names import (
     ROLLOUT_IS_LEVELS,
     ROLLOUT_RS_LEVELS,
 )
+from engine.config.trackers import TRACKERS
 from engine.rewards.names import REWARD_COMPONENTS, REWARD_FN_NAMES, REWARD_MANAGERS  # noqa: F401
 from engine.rollout import ROLLOUT_NAMES
 from engine.rollout.tool_calls import TOOL_CALL_FORMATS, TRUNCATE_SIDES
-from engine.trainer.trackers import TRACKERS
 
 STRATEGIES = ("fsdp", "fsdp2")
 

@@ -51,11 +51,11 @@ from engine.config.schema import (
     Limit,
     PPOConfig,
 )
+from engine.config.trackers import tracker_install_problems
 from engine.config.tree import get_in
 from engine.rewards.names import MISSING_REWARD_MANAGERS
 from engine.rewards.overlong import reward_kwargs_problems
 from engine.rollout import SGLANG_MISSING
-from engine.trainer.trackers import tracker_install_problems
 
 _REMOTE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 _ARR = "actor_rollout_ref"

@@ -30,7 +30,6 @@ uses it so a run's tracker files stay in the run's own folder on the server.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from collections.abc import Iterator
@@ -38,18 +37,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from engine.config.trackers import (  # noqa: F401 - re-exported for the trainer's callers
+    TRACKER_MODULES,
+    TRACKERS,
+    tracker_install_problems,
+)
 from engine.trainer.recorder import Recorder
 
-# trainer.logger's names: the built-in recorders, then the trackers of verl's Tracking.
-TRACKERS = ("console", "jsonl", "wandb", "tensorboard", "mlflow", "swanlab", "clearml")
-# The module each tracker imports (all in the ``trackers`` extra); console and jsonl need none.
-TRACKER_MODULES = {
-    "wandb": "wandb",
-    "tensorboard": "tensorboard",  # torch.utils.tensorboard writes with it
-    "mlflow": "mlflow",
-    "swanlab": "swanlab",
-    "clearml": "clearml",
-}
 # Variables a tracker reads (keys, hosts, modes): the studio's driver keeps them.
 TRACKER_ENV_PREFIXES = ("WANDB_", "MLFLOW_", "SWANLAB_", "CLEARML_", "TENSORBOARD_")
 MLFLOW_DEFAULT_URI = "sqlite:////tmp/mlruns.db"  # verl's default
@@ -58,16 +52,6 @@ _SLASHES = re.compile(r"/+")
 # How fit ended, as each tracker names it.
 _MLFLOW_STATUS = {"succeeded": "FINISHED", "failed": "FAILED", "cancelled": "KILLED"}
 _SWANLAB_STATE = {"succeeded": "success", "failed": "crashed", "cancelled": "aborted"}
-
-
-def tracker_install_problems(loggers: list[str] | str | None) -> list[str]:
-    """Return, for each tracker ``loggers`` names whose library is missing, what to install."""
-    names = [loggers] if isinstance(loggers, str) else list(loggers or [])
-    return [
-        f"names {name!r} but {TRACKER_MODULES[name]} is not installed: pip install -e .[trackers]"
-        for name in dict.fromkeys(names)
-        if name in TRACKER_MODULES and importlib.util.find_spec(TRACKER_MODULES[name]) is None
-    ]
 
 
 def mlflow_key(key: str) -> str:
