@@ -232,8 +232,9 @@ VAL_KEY = "val-core/tiny_arithmetic/reward/mean@1"
 
 @pytest.mark.slow
 def test_grpo_learns_to_add_from_the_tiny_reward_model_alone(tiny_assets, tmp_path):
-    # grpo_tiny_rm: reward.components is the reward model alone, no rule; held-out accuracy is
-    # still the rule's (validation leaves the model out), so it measures real learning.
+    # grpo_tiny_rm: the reward model on and no reward.components, so its score alone is the
+    # reward (verl's rule); held-out accuracy is still the rule's (validation leaves the model
+    # out), so it measures real learning.
     from engine.config import load_config
 
     config = load_config(
@@ -245,7 +246,7 @@ def test_grpo_learns_to_add_from_the_tiny_reward_model_alone(tiny_assets, tmp_pa
             f"trainer.default_local_dir={tmp_path / 'ckpt'}",
         ],
     )
-    assert [c.name for c in config.reward.components] == ["reward_model"]
+    assert config.reward_model.enable and config.reward.components == []
     recorder = ValAccuracy()
     PPOTrainer(config, recorder=recorder).train()
     start, end = recorder.accuracy[0], recorder.accuracy[50]
