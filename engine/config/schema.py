@@ -199,6 +199,21 @@ def _target(class_path: str) -> Any:
     )
 
 
+def _rollout_n() -> Any:
+    """Return verl's ``rollout_n`` of a role: derived from ``rollout.n``, never set on its own."""
+    return _refused(
+        None,
+        "Responses per prompt; null: rollout.n.",
+        "it is derived from actor_rollout_ref.rollout.n; set that",
+        follows="actor_rollout_ref.rollout.n",
+    )
+
+
+def _ulysses() -> Any:
+    """Return a role's ``ulysses_sequence_parallel_size``: only 1 (no sequence parallelism)."""
+    return _refused(1, "Ulysses sequence parallel size.", _NO_ULYSSES)
+
+
 def _section(factory: Any, help: str, *, bounds_when: str | None = None) -> Any:
     """Return a field holding a nested section.
 
@@ -856,9 +871,7 @@ class FSDPConfig(_Section):
         "Deterministic kernels only.",
         "deterministic-only kernels are not switched on; runs are seeded by trainer.seed",
     )
-    ulysses_sequence_parallel_size: int = _refused(
-        1, "Ulysses sequence parallel size.", _NO_ULYSSES
-    )
+    ulysses_sequence_parallel_size: int = _ulysses()
     entropy_from_logits_with_chunking: bool = _inert(False, "Compute entropy in chunks.")
     use_torch_compile: bool = _inert(True, "torch.compile the entropy computation.")
     entropy_checkpointing: bool = _inert(False, "Recompute entropy in backward.")
@@ -923,12 +936,7 @@ class ActorConfig(_Section):
     fsdp_config: FSDPConfig = _section(FSDPConfig, "Actor FSDP settings.")
     checkpoint: CheckpointConfig = _section(CheckpointConfig, "Actor checkpoint contents.")
     _target_: str = _target("verl.workers.config.FSDPActorConfig")
-    rollout_n: int | None = _refused(
-        None,
-        "Responses per prompt; null: rollout.n.",
-        "it is derived from actor_rollout_ref.rollout.n; set that",
-        follows="actor_rollout_ref.rollout.n",
-    )
+    rollout_n: int | None = _rollout_n()
     ppo_micro_batch_size: int | None = _f(
         None,
         "Samples per forward pass over all GPUs (verl's deprecated global size): divided by the "
@@ -956,9 +964,7 @@ class ActorConfig(_Section):
         follows="actor_rollout_ref.model.use_fused_kernels",
     )
     router_replay: RouterReplayConfig = _section(RouterReplayConfig, "MoE router replay.")
-    ulysses_sequence_parallel_size: int = _refused(
-        1, "Ulysses sequence parallel size.", _NO_ULYSSES
-    )
+    ulysses_sequence_parallel_size: int = _ulysses()
     entropy_from_logits_with_chunking: bool = _inert(False, "Compute entropy in chunks.")
     entropy_checkpointing: bool = _inert(False, "Recompute entropy in backward.")
     use_remove_padding: bool | None = _f(
@@ -984,12 +990,7 @@ class RefConfig(_Section):
     fsdp_config: FSDPConfig = _section(
         lambda: FSDPConfig(forward_only=True), "Reference model FSDP settings."
     )
-    rollout_n: int | None = _refused(
-        None,
-        "Responses per prompt; null: rollout.n.",
-        "it is derived from actor_rollout_ref.rollout.n; set that",
-        follows="actor_rollout_ref.rollout.n",
-    )
+    rollout_n: int | None = _rollout_n()
     strategy: str | None = _refused(
         None,
         "Backend of the reference; null: actor.strategy.",
@@ -1006,9 +1007,7 @@ class RefConfig(_Section):
     )
     router_replay: RouterReplayConfig = _section(RouterReplayConfig, "MoE router replay.")
     _target_: str = _target("verl.workers.config.FSDPActorConfig")
-    ulysses_sequence_parallel_size: int = _refused(
-        1, "Ulysses sequence parallel size.", _NO_ULYSSES
-    )
+    ulysses_sequence_parallel_size: int = _ulysses()
     entropy_from_logits_with_chunking: bool = _inert(False, "Compute entropy in chunks.")
     entropy_checkpointing: bool = _inert(False, "Recompute entropy in backward.")
     profiler: ProfilerConfig = _section(ProfilerConfig, "Profiling of the reference.")
@@ -1254,12 +1253,7 @@ class CriticConfig(_Section):
     loss_agg_mode: str = _f("token-mean", "How token losses are averaged.", choices=LOSS_AGG_MODES)
     checkpoint: CheckpointConfig = _section(CheckpointConfig, "Critic checkpoint contents.")
     _target_: str = _target("verl.workers.config.FSDPCriticConfig")
-    rollout_n: int | None = _refused(
-        None,
-        "Responses per prompt; null: rollout.n.",
-        "it is derived from actor_rollout_ref.rollout.n; set that",
-        follows="actor_rollout_ref.rollout.n",
-    )
+    rollout_n: int | None = _rollout_n()
     ppo_micro_batch_size: int | None = _f(
         None,
         "Samples per forward over all GPUs (verl's deprecated global size): divided by the "
@@ -1287,9 +1281,7 @@ class CriticConfig(_Section):
         gt=0,
         le=MAX_BATCH,
     )
-    ulysses_sequence_parallel_size: int = _refused(
-        1, "Ulysses sequence parallel size.", _NO_ULYSSES
-    )
+    ulysses_sequence_parallel_size: int = _ulysses()
     profiler: ProfilerConfig = _section(ProfilerConfig, "Profiling of the critic.")
 
 
@@ -1424,9 +1416,7 @@ class RewardModelConfig(_Section):
         "custom reward loops are not loaded; write a custom_reward_function",
     )
     sandbox_fusion: SandboxFusionConfig = _section(SandboxFusionConfig, "SandboxFusion server.")
-    ulysses_sequence_parallel_size: int = _refused(
-        1, "Ulysses sequence parallel size.", _NO_ULYSSES
-    )
+    ulysses_sequence_parallel_size: int = _ulysses()
     use_reward_loop: bool = _inert(True, "verl's asynchronous reward loop.")
     num_workers: int = _inert(1, "Reward loop workers (the engine's: reward.num_workers).")
     rollout: RewardModelRolloutConfig = _section(
