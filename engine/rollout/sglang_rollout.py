@@ -41,8 +41,7 @@ from engine.rollout.vllm_rollout import (
     DTYPES,
     NamedTensors,
     _generation_eos_ids,
-    _named_weights,
-    iter_buckets,
+    push_in_buckets,
     response_batch,
     unpad_prompts,
 )
@@ -174,17 +173,14 @@ class SGLangRollout:
         Returns ``{"buckets": ..., "tensors": ..., "bytes": ...}``.
         """
         self.wake_up(("weights",))
-        buckets = tensors = nbytes = 0
-        cast = ((name, t.detach().to(self.dtype)) for name, t in _named_weights(weights))
-        for bucket in iter_buckets(cast, self.bucket_bytes):
-            result = self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=False)
-            if isinstance(result, tuple) and result and not result[0]:
-                raise RuntimeError(f"SGLang refused the weight update: {result[1]}")
-            buckets += 1
-            tensors += len(bucket)
-            nbytes += sum(t.numel() * t.element_size() for _, t in bucket)
+        sizes = push_in_buckets(weights, self.dtype, self.bucket_bytes, self._push_bucket)
         self.engine.flush_cache()
-        return {"buckets": float(buckets), "tensors": float(tensors), "bytes": float(nbytes)}
+        return sizes
+
+    def _push_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
+        result = self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=False)
+        if isinstance(result, tuple) and result and not result[0]:
+            raise RuntimeError(f"SGLang refused the weight update: {result[1]}")
 
     # -- generation ----------------------------------------------------------------------------
     def generate_sequences(

@@ -181,6 +181,27 @@ def iter_buckets(weights: NamedTensors, bucket_bytes: int) -> Iterator[list[tupl
         yield bucket
 
 
+def push_in_buckets(
+    weights: torch.nn.Module | NamedTensors,
+    dtype: torch.dtype,
+    bucket_bytes: int,
+    push: Callable[[list[tuple[str, torch.Tensor]]], None],
+) -> dict[str, float]:
+    """Cast ``weights`` to ``dtype`` and hand them to ``push`` in buckets of ``bucket_bytes``.
+
+    Returns ``{"buckets": ..., "tensors": ..., "bytes": ...}``, what a rollout's
+    ``load_weights`` reports.
+    """
+    buckets = tensors = nbytes = 0
+    cast = ((name, t.detach().to(dtype)) for name, t in _named_weights(weights))
+    for bucket in iter_buckets(cast, bucket_bytes):
+        push(bucket)
+        buckets += 1
+        tensors += len(bucket)
+        nbytes += sum(t.numel() * t.element_size() for _, t in bucket)
+    return {"buckets": float(buckets), "tensors": float(tensors), "bytes": float(nbytes)}
+
+
 class _LoadBucket:
     """A picklable function ``model -> loaded names`` run by vLLM's ``apply_model``."""
 
@@ -308,17 +329,15 @@ class VLLMRollout:
         Returns ``{"buckets": ..., "tensors": ..., "bytes": ...}``.
         """
         self.wake_up(("weights",))
-        buckets = tensors = nbytes = 0
-        named = _named_weights(weights)
-        cast = ((name, t.detach().to(self.dtype)) for name, t in named)
-        for bucket in iter_buckets(cast, self.bucket_bytes):
-            self.engine.apply_model(_LoadBucket(bucket))
-            buckets += 1
-            tensors += len(bucket)
-            nbytes += sum(t.numel() * t.element_size() for _, t in bucket)
+        sizes = push_in_buckets(
+            weights,
+            self.dtype,
+            self.bucket_bytes,
+            lambda bucket: self.engine.apply_model(_LoadBucket(bucket)),
+        )
         if hasattr(self.engine, "reset_prefix_cache"):
             self.engine.reset_prefix_cache()
-        return {"buckets": float(buckets), "tensors": float(tensors), "bytes": float(nbytes)}
+        return sizes
 
     # -- generation ----------------------------------------------------------------------------
     def generate_sequences(
