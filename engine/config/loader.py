@@ -519,22 +519,11 @@ def config_to_dict(cfg: PPOConfig) -> dict[str, Any]:
     return _plain(cfg)
 
 
-def config_from_dict(data: dict[str, Any], *, all_errors: bool = False) -> PPOConfig:
-    """Build a PPOConfig from plain data; unknown keys and wrong types raise ConfigFieldError.
-
-    With ``all_errors`` every unknown key and wrong type is found first and raised together as a
-    ``ConfigValidationError``.
-    """
+def config_from_dict(data: dict[str, Any]) -> PPOConfig:
+    """Build a PPOConfig from plain data; unknown keys and wrong types raise ConfigFieldError."""
     if not isinstance(data, dict):
         raise ConfigError(f"a config is a mapping of sections, got {type(data).__name__}")
-    data = _resolve_typed_references(apply_aliases(data))
-    if not all_errors:
-        return _from_dict(PPOConfig, data, "")
-    errors: list[ConfigFieldError] = []
-    config = _from_dict(PPOConfig, data, "", errors)
-    if errors:
-        raise ConfigValidationError(errors)
-    return config
+    return _from_dict(PPOConfig, _resolve_typed_references(apply_aliases(data)), "")
 
 
 def config_to_yaml(cfg: PPOConfig) -> str:
