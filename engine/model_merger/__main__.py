@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument(
         "--save-lora-adapter",
         action="store_true",
-        help="also write the LoRA adapter alone to <target_dir>/lora_adapter",
+        help="also write the LoRA adapter alone to <target_dir>/lora_adapter, with the LoRA "
+        "settings it trained with (peft.PeftModel.from_pretrained loads it)",
     )
     merge.add_argument("--hf_upload_path", default=None, help="refused: nothing is uploaded")
     merge.add_argument("--private", action="store_true", help="refused: nothing is uploaded")

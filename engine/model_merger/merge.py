@@ -14,7 +14,9 @@ The architecture and tokenizer come from ``<local_dir>/huggingface`` when the ru
 run started from (``actor_rollout_ref.model.path``). The policy is written as a causal LM, the
 critic (its ``score`` head) as the one-label token-classification model the trainer builds, and
 a LoRA adapter is folded into the base weights, ``W + (alpha / r) B A`` (Hu et al. 2021), so the
-folder is a plain model. Weights keep the dtype they trained in (fp32 master weights).
+folder is a plain model; ``--save-lora-adapter`` also writes the adapter alone with the settings
+it trained with (:mod:`engine.model_merger.lora`). Weights keep the dtype they trained in (fp32
+master weights).
 
 Every file is read with ``torch.load(weights_only=True)`` (``engine.trainer.checkpoint``), so
 merging a checkpoint from elsewhere never runs code from it.
@@ -29,14 +31,17 @@ from typing import Any
 
 import torch
 
+from engine.model_merger.errors import MergeError
+from engine.model_merger.lora import (
+    adapter_config,
+    fold_lora,
+    full_shape,
+    lora_settings,
+    write_adapter,
+)
 from engine.trainer.checkpoint import load_state
 
 SHARDED_FORMAT = "fsdp2_sharded"
-PEFT_PREFIX = "base_model.model."
-
-
-class MergeError(ValueError):
-    """A checkpoint or an argument the merger cannot use; the message says how to fix it."""
 
 
 @dataclass
@@ -211,71 +216,6 @@ def build_skeleton(config: Any, *, is_value_model: bool, trust_remote_code: bool
         return auto.from_config(config, trust_remote_code=trust_remote_code)
 
 
-# -- LoRA ----------------------------------------------------------------------------------------
-
-
-def fold_lora(
-    state_dict: dict[str, torch.Tensor], settings: dict[str, Any], state_file: Path
-) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """Return ``(plain weights with W + scale B A, the adapter's tensors)`` from a PEFT state.
-
-    ``scale`` is ``lora_alpha / r`` (``lora_alpha / sqrt(r)`` with rsLoRA), as PEFT computes it.
-    """
-    unsupported = [k for k in state_dict if "lora_embedding" in k or "lora_magnitude" in k]
-    if unsupported:
-        raise MergeError(
-            f"{state_file} has LoRA tensors this merger does not fold ({unsupported[:3]}): only "
-            "LoRA on linear layers is supported (the trainer's target_modules)"
-        )
-    r, alpha = int(settings["r"]), float(settings["lora_alpha"])
-    scale = alpha / (r**0.5) if settings.get("use_rslora") else alpha / r
-    merged: dict[str, torch.Tensor] = {}
-    adapter: dict[str, torch.Tensor] = {}
-    for key, tensor in state_dict.items():
-        if ".lora_A." in key or ".lora_B." in key:
-            adapter[key.replace(".default.", ".")] = tensor
-            continue
-        merged[key.removeprefix(PEFT_PREFIX).replace(".base_layer.", ".")] = tensor
-    for key in [k for k in state_dict if ".lora_A." in k]:
-        module = key.split(".lora_A.")[0]
-        lora_a, lora_b = state_dict[key], state_dict[key.replace(".lora_A.", ".lora_B.")]
-        name = module.removeprefix(PEFT_PREFIX) + ".weight"
-        weight = merged[name]
-        delta = (lora_b.double() @ lora_a.double()) * scale  # (out, r) @ (r, in)
-        merged[name] = (weight.double() + delta).to(weight.dtype)
-    return merged, adapter
-
-
-def full_shape(name: str, plain: dict[str, torch.Size], lora: dict[str, Any] | None) -> torch.Size:
-    """Return the full shape of checkpoint tensor ``name`` (a PEFT name under LoRA)."""
-    if lora is None:
-        return plain.get(name, torch.Size([-1]))
-    r = int(lora["r"])
-    module = name.removeprefix(PEFT_PREFIX)
-    for part, shape in ((".lora_A.", lambda w: (r, w[1])), (".lora_B.", lambda w: (w[0], r))):
-        if part in module:
-            weight = plain.get(module.split(part)[0] + ".weight")
-            return torch.Size(shape(weight)) if weight is not None else torch.Size([-1])
-    return plain.get(module.replace(".base_layer.", "."), torch.Size([-1]))
-
-
-def lora_settings(state: dict[str, Any], state_file: Path) -> dict[str, Any] | None:
-    """Return the adapter settings when the state is a LoRA policy's, else None."""
-    ranks = state.get("ranks")
-    first = ranks[0] if ranks else state
-    keys = first.get("model") or {}
-    if not any(".lora_A." in k for k in keys):
-        return None
-    settings = first.get("lora")
-    if not settings:
-        raise MergeError(
-            f"{state_file} holds a LoRA adapter but not its settings (r, lora_alpha): it was "
-            "written before checkpoints kept them; save a new checkpoint with this trainer "
-            "(resume the run for one step) and merge that"
-        )
-    return dict(settings)
-
-
 # -- the merge -----------------------------------------------------------------------------------
 
 
@@ -378,10 +318,21 @@ def load_checked(
 
 
 def save_merged(merged: MergedModel, target_dir: str | Path, *, save_lora_adapter: bool) -> Path:
-    """Write the Hugging Face folder (weights, config, generation config, tokenizer)."""
+    """Write the Hugging Face folder (weights, config, generation config, tokenizer), and with
+    ``save_lora_adapter`` the adapter alone in ``<target_dir>/lora_adapter``."""
     from transformers import AutoTokenizer, GenerationConfig
 
     target = Path(target_dir)
+    lora_config = None
+    if save_lora_adapter:  # checked before anything is written
+        if merged.lora is None or merged.adapter is None:
+            raise MergeError(
+                "--save-lora-adapter: the checkpoint holds no LoRA adapter (lora_rank was 0)"
+            )
+        skeleton = build_skeleton(
+            merged.config, is_value_model=False, trust_remote_code=merged.trust_remote_code
+        )
+        lora_config = adapter_config(merged.lora, merged.adapter, skeleton)
     model = merged.model
     if not merged.is_value_model:
         # A folder without generation_config.json keeps the one built from the config.
@@ -393,36 +344,9 @@ def save_merged(merged: MergedModel, target_dir: str | Path, *, save_lora_adapte
         merged.source, trust_remote_code=merged.trust_remote_code
     )
     tokenizer.save_pretrained(target)
-    if save_lora_adapter:
-        if merged.adapter is None:
-            raise MergeError(
-                "--save-lora-adapter: the checkpoint holds no LoRA adapter (lora_rank was 0)"
-            )
-        write_adapter(merged, target / "lora_adapter")
+    if lora_config is not None and merged.adapter is not None:
+        write_adapter(target / "lora_adapter", lora_config, merged.adapter, merged.source)
     return target
-
-
-def write_adapter(merged: MergedModel, folder: Path) -> Path:
-    """Write the adapter alone, as PEFT saves it (``PeftModel.from_pretrained`` loads it)."""
-    from peft import LoraConfig
-    from safetensors.torch import save_file
-
-    assert merged.lora is not None and merged.adapter is not None
-    lora = merged.lora
-    config = LoraConfig(
-        r=int(lora["r"]),
-        lora_alpha=lora["lora_alpha"],
-        target_modules=lora["target_modules"],
-        use_rslora=bool(lora.get("use_rslora")),
-        lora_dropout=0.0,
-        bias="none",
-        task_type="CAUSAL_LM",
-    )
-    folder.mkdir(parents=True, exist_ok=True)
-    config.save_pretrained(str(folder))
-    tensors = {k: v.contiguous() for k, v in merged.adapter.items()}
-    save_file(tensors, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
-    return folder
 
 
 def merge_checkpoint(

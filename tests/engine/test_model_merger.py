@@ -222,19 +222,41 @@ def test_a_checkpoint_that_saved_hf_model_needs_no_hf_model_path(tmp_path):
         compare_to_reference(actor, other)
 
 
-def test_a_lora_checkpoint_merges_the_adapter_into_a_plain_model(tmp_path):
-    peft = pytest.importorskip("peft")
-    folder = tmp_path / "ckpt"
+MLP = ("gate_proj", "up_proj", "down_proj")
+LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", *MLP)  # a Qwen2 block's linear layers
+# The first block keeps its base weights: actor_rollout_ref.model.exclude_modules as a regex.
+EXCLUDE_FIRST_BLOCK = r".*\.layers\.0\..*"
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory):
+    """Return ``(trainer, actor folder)`` of a one-step GRPO run training a LoRA adapter
+    (r=4, alpha=8) on every linear layer but those of the first block."""
+    pytest.importorskip("peft")
+    folder = tmp_path_factory.mktemp("lora") / "ckpt"
     config = tiny_run_config(
         folder,
         "grpo_tiny",
         "actor_rollout_ref.model.lora_rank=4",
         "actor_rollout_ref.model.lora_alpha=8",
+        f"actor_rollout_ref.model.exclude_modules={EXCLUDE_FIRST_BLOCK}",
     )
     trainer = PPOTrainer(config)
     assert trainer.fit() == "succeeded"
-    actor = folder / "global_step_1" / "actor"
-    target = merge_checkpoint(actor, tmp_path / "hf", hf_model_path=TINY, save_lora_adapter=True)
+    return trainer, folder / "global_step_1" / "actor"
+
+
+def lora_layers(model: torch.nn.Module) -> set[str]:
+    """Return the names of the modules that carry a LoRA adapter (without PEFT's prefix)."""
+    from peft.tuners.lora import LoraLayer
+
+    prefix = "base_model.model."
+    return {n.removeprefix(prefix) for n, m in model.named_modules() if isinstance(m, LoraLayer)}
+
+
+def test_a_lora_checkpoint_merges_the_adapter_into_a_plain_model(lora_run, tmp_path):
+    trainer, actor = lora_run
+    target = merge_checkpoint(actor, tmp_path / "hf", hf_model_path=TINY)
     merged = AutoModelForCausalLM.from_pretrained(target)
     assert not any("lora" in k for k in merged.state_dict())  # a plain model
     inputs = prompt_inputs(target)
@@ -242,16 +264,77 @@ def test_a_lora_checkpoint_merges_the_adapter_into_a_plain_model(tmp_path):
     assert max_diff(logits(merged, inputs), expected) < 1e-5
     base = AutoModelForCausalLM.from_pretrained(tiny_dir())
     assert max_diff(logits(base, inputs), expected) > 1e-4  # the adapter changed the policy
-    adapter = json.loads((target / "lora_adapter" / "adapter_config.json").read_text())
-    assert (adapter["r"], adapter["lora_alpha"]) == (4, 8)
-    with_adapter = peft.PeftModel.from_pretrained(base, target / "lora_adapter")
-    assert max_diff(logits(with_adapter, inputs), expected) < 1e-5
+    # The excluded block keeps the base weights; an adapted one does not.
+    plain, start = merged.state_dict(), base.state_dict()
+    assert torch.equal(
+        plain["model.layers.0.mlp.up_proj.weight"], start["model.layers.0.mlp.up_proj.weight"]
+    )
+    assert not torch.equal(
+        plain["model.layers.1.mlp.up_proj.weight"], start["model.layers.1.mlp.up_proj.weight"]
+    )
     # The same adapter in two ranks' shards (lora_A split along r, lora_B along the output).
     state = torch.load(actor / "state.pt", weights_only=True)
     sharded = write_state(tmp_path / "sharded" / "actor", fake_shards(state, 2))
     target = merge_checkpoint(sharded, tmp_path / "hf_sharded", hf_model_path=TINY)
     merged = AutoModelForCausalLM.from_pretrained(target)
     assert max_diff(logits(merged, inputs), expected) < 1e-5
+
+
+def test_the_saved_adapter_loads_with_peft_as_it_trained(lora_run, tmp_path):
+    peft = pytest.importorskip("peft")
+    trainer, actor = lora_run
+    argv = ["merge", "--backend", "fsdp", "--local_dir", str(actor), "--hf_model_path", TINY]
+    assert main([*argv, "--target_dir", str(tmp_path / "hf"), "--save-lora-adapter"]) == 0
+    folder = tmp_path / "hf" / "lora_adapter"
+    adapter = json.loads((folder / "adapter_config.json").read_text())
+    trained = lora_layers(trainer.arr.model)
+    assert trained and not any(".layers.0." in n for n in trained)
+    assert adapter["r"] == 4 and adapter["lora_alpha"] == 8
+    # PEFT records "all-linear" as the layer names it selected.
+    assert sorted(adapter["target_modules"]) == sorted(LINEAR)
+    assert (adapter["lora_dropout"], adapter["bias"], adapter["task_type"]) == (
+        0.0,
+        "none",
+        "CAUSAL_LM",
+    )
+    assert adapter["use_rslora"] is False
+    # This trainer records no exclude_modules; the modules it left out are named one by one.
+    assert sorted(adapter["exclude_modules"]) == sorted(
+        f"model.layers.0.{'mlp' if name in MLP else 'self_attn'}.{name}" for name in LINEAR
+    )
+    base = AutoModelForCausalLM.from_pretrained(tiny_dir())
+    with_adapter = peft.PeftModel.from_pretrained(base, folder)
+    assert lora_layers(with_adapter) == trained  # no zero adapters on the excluded block
+    inputs = prompt_inputs(tmp_path / "hf")
+    expected = logits(trainer.arr.model, inputs)
+    assert max_diff(logits(with_adapter, inputs), expected) < 1e-5
+
+
+def test_recorded_exclude_modules_are_written_as_the_run_gave_them(lora_run, tmp_path):
+    peft = pytest.importorskip("peft")
+    trainer, actor = lora_run
+    state = torch.load(actor / "state.pt", weights_only=True)
+    state["lora"]["exclude_modules"] = EXCLUDE_FIRST_BLOCK
+    recorded = write_state(tmp_path / "recorded" / "actor", state)
+    target = merge_checkpoint(recorded, tmp_path / "hf", hf_model_path=TINY, save_lora_adapter=True)
+    adapter = json.loads((target / "lora_adapter" / "adapter_config.json").read_text())
+    assert adapter["exclude_modules"] == EXCLUDE_FIRST_BLOCK
+    base = AutoModelForCausalLM.from_pretrained(tiny_dir())
+    with_adapter = peft.PeftModel.from_pretrained(base, target / "lora_adapter")
+    assert lora_layers(with_adapter) == lora_layers(trainer.arr.model)
+    inputs = prompt_inputs(target)
+    assert max_diff(logits(with_adapter, inputs), logits(trainer.arr.model, inputs)) < 1e-5
+    # Settings that would adapt other modules than the checkpoint trained are refused before
+    # anything is written.
+    state["lora"]["exclude_modules"] = r".*\.layers\.1\..*"
+    wrong = write_state(tmp_path / "wrong" / "actor", state)
+    with pytest.raises(MergeError) as info:
+        merge_checkpoint(wrong, tmp_path / "hf_wrong", hf_model_path=TINY, save_lora_adapter=True)
+    message = str(info.value)
+    assert "trained, not selected: ['model.layers.1.mlp.down_proj'" in message
+    assert "selected, not trained: ['model.layers.0.mlp.down_proj'" in message
+    assert "merge without --save-lora-adapter" in message
+    assert not (tmp_path / "hf_wrong").exists()
 
 
 def test_save_lora_adapter_without_an_adapter_is_refused(ppo_run, tmp_path):
