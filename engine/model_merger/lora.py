@@ -3,16 +3,17 @@
 The checkpoint holds PEFT's state dict (``base_model.model.<name>.base_layer.weight`` beside
 ``<name>.lora_A.default.weight`` and ``lora_B``) and the settings the trainer records with it
 (``engine.workers.lora.adapter_settings``: ``r``, ``lora_alpha``, ``target_modules``,
-``use_rslora``). :func:`fold_lora` turns it into a plain model, ``W + (alpha / r) B A`` (Hu et
-al. 2021).
+``use_rslora``, ``exclude_modules``). :func:`fold_lora` turns it into a plain model,
+``W + (alpha / r) B A`` (Hu et al. 2021).
 
 :func:`write_adapter` writes the adapter alone with every setting training used, so
-``PeftModel.from_pretrained(base, folder)`` rebuilds the trained policy: the recorded ones, the
-ones ``engine.workers.lora.apply_lora`` always uses (dropout 0, bias ``none``, ``CAUSAL_LM``),
-and ``exclude_modules``. A checkpoint that does not record ``exclude_modules`` still shows which
-modules were left out: those ``target_modules`` selects that hold no adapter tensors. They are
-written by full name, since PEFT would otherwise add a zero adapter to each and warn that its
-weights are missing. The config is then checked to adapt exactly the checkpoint's modules.
+``PeftModel.from_pretrained(base, folder)`` rebuilds the trained policy: the recorded ones
+(``exclude_modules`` as the run was given it) and the ones ``engine.workers.lora.apply_lora``
+always uses (dropout 0, bias ``none``, ``CAUSAL_LM``). An older checkpoint that does not record
+``exclude_modules`` still shows which modules were left out: those ``target_modules`` selects
+that hold no adapter tensors. They are written by full name, since PEFT would otherwise add a
+zero adapter to each and warn that its weights are missing. The config is then checked to adapt
+exactly the checkpoint's modules.
 """
 
 from __future__ import annotations

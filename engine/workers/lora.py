@@ -87,8 +87,8 @@ def apply_lora(model: torch.nn.Module, model_config: Any) -> torch.nn.Module:
 
 
 def adapter_settings(model: Any) -> dict[str, Any] | None:
-    """Return the active adapter's ``r``, ``lora_alpha``, ``target_modules`` and ``use_rslora``
-    as plain values, or None for a model without LoRA.
+    """Return the active adapter's ``r``, ``lora_alpha``, ``target_modules``, ``use_rslora``
+    and ``exclude_modules`` as plain values, or None for a model without LoRA.
 
     Checkpoints keep them beside the weights, so ``engine.model_merger`` can fold the adapter
     into the base weights (the scale ``alpha / r`` is not recoverable from the tensors).
@@ -100,9 +100,17 @@ def adapter_settings(model: Any) -> dict[str, Any] | None:
     return {
         "r": int(config.r),
         "lora_alpha": float(config.lora_alpha),
-        "target_modules": targets if isinstance(targets, str) else sorted(targets),
+        "target_modules": _plain_modules(targets),
         "use_rslora": bool(config.use_rslora),
+        "exclude_modules": _plain_modules(config.exclude_modules),
     }
+
+
+def _plain_modules(modules: Any) -> str | list[str] | None:
+    """Return PEFT's module selector (a regex string, a set of names, or None) as plain values."""
+    if modules is None or isinstance(modules, str):
+        return modules
+    return sorted(modules)
 
 
 @contextmanager

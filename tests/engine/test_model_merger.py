@@ -298,10 +298,7 @@ def test_the_saved_adapter_loads_with_peft_as_it_trained(lora_run, tmp_path):
         "CAUSAL_LM",
     )
     assert adapter["use_rslora"] is False
-    # This trainer records no exclude_modules; the modules it left out are named one by one.
-    assert sorted(adapter["exclude_modules"]) == sorted(
-        f"model.layers.0.{'mlp' if name in MLP else 'self_attn'}.{name}" for name in LINEAR
-    )
+    assert adapter["exclude_modules"] == EXCLUDE_FIRST_BLOCK  # as the run was given it
     base = AutoModelForCausalLM.from_pretrained(tiny_dir())
     with_adapter = peft.PeftModel.from_pretrained(base, folder)
     assert lora_layers(with_adapter) == trained  # no zero adapters on the excluded block
@@ -310,15 +307,22 @@ def test_the_saved_adapter_loads_with_peft_as_it_trained(lora_run, tmp_path):
     assert max_diff(logits(with_adapter, inputs), expected) < 1e-5
 
 
-def test_recorded_exclude_modules_are_written_as_the_run_gave_them(lora_run, tmp_path):
+def test_a_checkpoint_without_recorded_exclude_modules_names_the_left_out_modules(
+    lora_run, tmp_path
+):
     peft = pytest.importorskip("peft")
     trainer, actor = lora_run
     state = torch.load(actor / "state.pt", weights_only=True)
-    state["lora"]["exclude_modules"] = EXCLUDE_FIRST_BLOCK
-    recorded = write_state(tmp_path / "recorded" / "actor", state)
-    target = merge_checkpoint(recorded, tmp_path / "hf", hf_model_path=TINY, save_lora_adapter=True)
+    assert state["lora"].pop("exclude_modules") == EXCLUDE_FIRST_BLOCK  # the trainer records it
+    unrecorded = write_state(tmp_path / "unrecorded" / "actor", state)
+    target = merge_checkpoint(
+        unrecorded, tmp_path / "hf", hf_model_path=TINY, save_lora_adapter=True
+    )
     adapter = json.loads((target / "lora_adapter" / "adapter_config.json").read_text())
-    assert adapter["exclude_modules"] == EXCLUDE_FIRST_BLOCK
+    # Read off the weights: the target modules that hold no adapter tensors, one by one.
+    assert sorted(adapter["exclude_modules"]) == sorted(
+        f"model.layers.0.{'mlp' if name in MLP else 'self_attn'}.{name}" for name in LINEAR
+    )
     base = AutoModelForCausalLM.from_pretrained(tiny_dir())
     with_adapter = peft.PeftModel.from_pretrained(base, target / "lora_adapter")
     assert lora_layers(with_adapter) == lora_layers(trainer.arr.model)
