@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from engine.tools.tiny_uris import resolve_tiny_uri
+
 _KEY = "actor_rollout_ref.rollout.multi_turn.tool_config_path"
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -86,8 +88,9 @@ def _check_schema(where: str, schema: Any) -> dict[str, Any]:
 
 
 def load_tools(path: str | Path) -> dict[str, Tool]:
-    """Return the tools the YAML at ``path`` lists, keyed by their function name."""
-    file = Path(path).expanduser()
+    """Return the tools the YAML at ``path`` (a file, or ``tiny://calculator/tools.yaml``) lists,
+    keyed by their function name."""
+    file = Path(resolve_tiny_uri(str(path))).expanduser()
     if not file.is_file():
         raise FileNotFoundError(f"{_KEY}={str(path)!r} is not a file; point it at a tools YAML")
     try:

@@ -10,17 +10,17 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
+from engine.tools.tiny_uris import TINY_PREFIX, resolve_tiny_uri
 from engine.workers.lora import apply_lora, is_lora
 
 
 def resolve_path(path: str | None) -> str | None:
-    """Return a local path: ``tiny://`` assets are built on demand, ``~`` is expanded."""
+    """Return a local path: ``tiny://`` assets (``engine.tools.tiny_uris``) are built on demand,
+    ``~`` is expanded."""
     if path is None:
         return None
-    if path.startswith("tiny://"):
-        from engine.tiny import resolve_tiny_path
-
-        return resolve_tiny_path(path)
+    if path.startswith(TINY_PREFIX):
+        return resolve_tiny_uri(path)
     return os.path.expanduser(path)
 
 

@@ -227,6 +227,12 @@ PRESET_LABELS = {
     "grpo_tiny": "GRPO on the tiny model (CPU, minutes)",
     "ppo_tiny": "PPO with a critic on the tiny model (CPU)",
     "dapo_tiny": "DAPO (dynamic sampling, overlong penalty) on the tiny model (CPU)",
+    "grpo_tiny_otb": "GRPO with the Optimal Token Baseline on the tiny model (CPU)",
+    "grpo_tiny_rm": "GRPO rewarded by the tiny reward model alone (CPU; first use builds it)",
+    "grpo_tiny_rollout_corr": "GRPO with rollout correction (bypass mode) on the tiny model (CPU)",
+    "grpo_tiny_calculator": (
+        "GRPO with a calculator tool on three-digit addition (CPU; first use builds the task)"
+    ),
     "grpo_gsm8k": "GRPO on GSM8K-style math (GPU)",
     "ppo_trainer": "verl's ppo_trainer defaults",
 }

@@ -6,13 +6,16 @@ from the schema), named by its dotted key with
 ``__`` for the dots. Values stay text until ``engine.config.set_value`` converts them, so a bad
 value is reported in the engine's words next to its field; the studio's own widgets pick the
 dataset, the custom reward function from the installed modules, and the weighted reward
-components. ``clean`` runs the engine's validator (through ``config_check``) so every error shows
-at once; the service checks again when it stores the experiment.
+components (every name ``reward.components`` accepts, the reward model's score and the custom
+function included, in the config's order). ``clean`` runs the engine's validator (through
+``config_check``) so every error shows at once; the service checks again when it stores the
+experiment.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -33,7 +36,9 @@ from engine.config.schema import HONOURED
 from webapp.datasets.selectors import dataset_list_for_user
 from webapp.experiments.configs import STUDIO_MANAGED_KEYS, config_check
 from webapp.experiments.rewards import (
+    COMPONENT_NOTES,
     list_reward_functions,
+    reward_component_names,
     reward_function_for_path,
     unreadable_reward_modules,
 )
@@ -145,11 +150,12 @@ class ExperimentForm(forms.Form):
         required=False,
         help_text="A function from the reward modules installed on the server.",
     )
+    # The weighted components' names in the config's order (a weighted sum does not depend on
+    # it, but a config that came back reordered would show as changed).
+    reward_order = forms.CharField(widget=forms.HiddenInput, required=False)
 
     def __init__(self, *args: Any, owner: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        from engine.rewards import list_reward_fns
-
         self.owner = owner
         self.config: PPOConfig | None = None
         self.refused = False  # a field's YAML was refused (see ``_refuse``)
@@ -163,10 +169,13 @@ class ExperimentForm(forms.Form):
             (choice, f"{choice} — {f.doc}" if f.doc else choice)
             for choice, f in self.reward_functions.items()
         ]
-        self.reward_names = list_reward_fns()
+        self.reward_names = reward_component_names()
         for name in self.reward_names:
             self.fields[f"reward_weight__{name}"] = forms.CharField(
-                required=False, label=name, widget=forms.TextInput(attrs={"inputmode": "decimal"})
+                required=False,
+                label=name,
+                help_text=COMPONENT_NOTES.get(name, ""),
+                widget=forms.TextInput(attrs={"inputmode": "decimal"}),
             )
             self.fields[f"reward_kwargs__{name}"] = forms.CharField(
                 required=False,
@@ -201,6 +210,7 @@ class ExperimentForm(forms.Form):
         function = reward_function_for_path(custom.path, custom.name)
         if function is not None:
             initial["custom_reward"] = function.choice
+        initial["reward_order"] = ",".join(c.name for c in config.reward.components)
         for component in config.reward.components:
             initial[f"reward_weight__{component.name}"] = str(component.weight)
             if component.kwargs:
@@ -233,12 +243,19 @@ class ExperimentForm(forms.Form):
                 return yaml_load(text, spec.key)
         return raw
 
+    def _weighted(self, values: Mapping[str, Any]) -> list[str]:
+        """Return the components given a weight in ``values`` (form data), in ``reward_order``'s
+        order, then the form's."""
+        weighted = [
+            n for n in self.reward_names if str(values.get(f"reward_weight__{n}") or "").strip()
+        ]
+        order = [n for n in str(values.get("reward_order") or "").split(",") if n in weighted]
+        return list(dict.fromkeys([*order, *weighted]))
+
     def _components(self) -> list[dict[str, Any]] | None:
         components = []
-        for name in self.reward_names:
+        for name in self._weighted(self.cleaned_data):
             weight = (self.cleaned_data.get(f"reward_weight__{name}") or "").strip()
-            if not weight:
-                continue
             kwargs_text = (self.cleaned_data.get(f"reward_kwargs__{name}") or "").strip()
             try:
                 kwargs = yaml_load(kwargs_text, f"{name} kwargs") if kwargs_text else {}
@@ -298,7 +315,7 @@ class ExperimentForm(forms.Form):
         """Return the form field that shows errors of config ``key`` (None: the whole form)."""
         match = re.match(r"reward\.components\[(\d+)\]", key)
         if match:
-            active = [n for n in self.reward_names if self.data.get(f"reward_weight__{n}")]
+            active = self._weighted(self.data)
             index = int(match.group(1))
             return f"reward_weight__{active[index]}" if index < len(active) else None
         if key in CUSTOM_REWARD_KEYS:

@@ -1,4 +1,7 @@
-"""Reward modules installed on the server, offered as custom reward functions.
+"""The rewards the builder offers: the weighted components, and the installed custom functions.
+
+``reward.components`` takes the engine's names (:func:`reward_component_names`): its registered
+reward functions, the reward model's score and the custom function.
 
 A custom reward is always a function in a ``*.py`` file that an administrator placed in
 ``POSTTRAIN_REWARD_MODULES_DIR``; the browser only picks one, it never sends code. The files are
@@ -14,6 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
+
+from engine.rewards.names import REWARD_COMPONENTS
+
+# What a component that is not a registered reward function stands for, shown on its row.
+COMPONENT_NOTES = {
+    "reward_model": "The reward model's score; needs reward_model.enable (Reward model group).",
+    "custom": "The custom function chosen below (custom_reward_function).",
+}
+
+
+def reward_component_names() -> list[str]:
+    """Return the names ``reward.components`` accepts, in the engine's order."""
+    return list(REWARD_COMPONENTS)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,12 @@ from engine.config import (
 )
 from engine.config.schema import HONOURED
 from tests.webapp.fixtures import builder_data, tiny_config
-from webapp.experiments.configs import STUDIO_MANAGED_KEYS, config_check, list_presets
+from webapp.experiments.configs import (
+    STUDIO_MANAGED_KEYS,
+    config_check,
+    list_presets,
+    preset_dir,
+)
 from webapp.experiments.forms import ExperimentForm, field_name
 from webapp.experiments.models import Experiment
 from webapp.experiments.rewards import list_reward_functions, unreadable_reward_modules
@@ -50,6 +55,14 @@ def test_number_inputs_have_the_schemas_bounds_as_min_and_max(owner):
     top_p = str(form["actor_rollout_ref__rollout__top_p"])
     assert 'min="0"' in top_p and 'max="1"' in top_p
     assert "min=" not in str(form["trainer__seed"])
+
+
+def test_every_preset_is_offered_with_a_label():
+    presets = dict(list_presets())
+    algorithm_presets = {"grpo_tiny_otb", "grpo_tiny_calculator", "grpo_tiny_rm"}
+    assert algorithm_presets | {"grpo_tiny_rollout_corr", "dapo_tiny"} <= presets.keys()
+    assert presets.keys() == {p.stem for p in preset_dir().glob("*.yaml")}
+    assert [name for name, label in presets.items() if label == name] == []
 
 
 @pytest.mark.parametrize("preset", [name for name, _ in list_presets()])
@@ -135,6 +148,59 @@ def test_rewards_are_built_ins_with_weights_or_an_installed_function(owner, stud
     assert again["reward_weight__format"] == "0.25"
     bad = ExperimentForm({**data, "custom_reward": "../../etc/passwd:x"}, owner=owner)
     assert not bad.is_valid() and "custom_reward" in bad.errors
+
+
+REWARD_MODEL_ON = {
+    "reward_model__enable": True,
+    "reward_model__model__path": "tiny://reward_model",
+    "reward_model__micro_batch_size_per_gpu": 64,
+}
+
+
+@pytest.mark.parametrize(
+    "names", [("reward_model", "tiny_arithmetic"), ("tiny_arithmetic", "reward_model")]
+)
+def test_a_reward_model_component_survives_the_round_trip_in_its_order(owner, names):
+    components = [{"name": name, "weight": 0.5, "kwargs": {}} for name in names]
+    config = tiny_config(**REWARD_MODEL_ON, reward__components=components)
+    data = builder_data(config, owner)
+    assert data["reward_weight__reward_model"] == data["reward_weight__tiny_arithmetic"] == "0.5"
+    form = ExperimentForm(data, owner=owner)
+    assert form.is_valid(), form.errors
+    assert [c.name for c in form.config.reward.components] == list(names)
+    assert config_to_dict(form.config) == config_to_dict(config)
+
+
+def test_a_custom_component_survives_the_round_trip(owner, studio_dirs):
+    config = tiny_config(
+        custom_reward_function__path=str(studio_dirs / "rewards" / "house_rewards.py"),
+        custom_reward_function__name="length_penalty",
+        reward__components=[
+            {"name": "custom", "weight": 0.25, "kwargs": {}},
+            {"name": "format", "weight": 0.75, "kwargs": {"pattern": "^\\d+$"}},
+        ],
+    )
+    form = ExperimentForm(builder_data(config, owner), owner=owner)
+    assert form.is_valid(), form.errors
+    assert config_to_dict(form.config) == config_to_dict(config)
+
+
+def test_a_reward_model_component_needs_the_reward_model_and_says_so_on_its_row(client_in, owner):
+    data = builder_data(
+        tiny_config(), owner, reward_weight__tiny_arithmetic="1", reward_weight__reward_model="1"
+    )
+    form = ExperimentForm(data, owner=owner)
+    assert not form.is_valid()
+    assert form.errors == {
+        "reward_weight__reward_model": ["reward_model needs reward_model.enable=True"]
+    }
+    # Given in another order, the error still lands on the reward model's row.
+    form = ExperimentForm({**data, "reward_order": "reward_model,tiny_arithmetic"}, owner=owner)
+    assert not form.is_valid() and list(form.errors) == ["reward_weight__reward_model"]
+    assert [c.name for c in form.config.reward.components] == ["reward_model", "tiny_arithmetic"]
+    page = client_in.get(reverse("experiments:new") + "?preset=grpo_tiny_rm").content.decode()
+    assert 'name="reward_weight__reward_model"' in page and 'name="reward_weight__custom"' in page
+    assert "needs reward_model.enable" in page
 
 
 def test_a_reward_module_that_does_not_parse_is_named_with_its_error_not_dropped(

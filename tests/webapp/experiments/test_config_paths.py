@@ -22,7 +22,12 @@ from engine.config.schema import RESOURCES
 from tests.engine.config.test_yaml_bounds import alias_bomb
 from tests.webapp.fixtures import builder_data, errors_by_key, make_experiment, tiny_config
 from webapp.datasets.services import dataset_create
-from webapp.experiments.configs import STUDIO_MANAGED_KEYS, config_check, resource_keys
+from webapp.experiments.configs import (
+    STUDIO_MANAGED_KEYS,
+    config_check,
+    preset_load,
+    resource_keys,
+)
 from webapp.experiments.forms import ExperimentForm, field_name
 from webapp.experiments.models import Experiment
 from webapp.experiments.services import experiment_create
@@ -183,6 +188,23 @@ def test_the_owners_datasets_runs_and_tiny_assets_are_allowed_and_empty_values_p
             "model roots an administrator lists in POSTTRAIN_MODEL_ROOTS (none yet))"
         )
     }
+
+
+def test_a_tiny_tools_yaml_is_allowed_and_a_tools_yaml_elsewhere_on_the_server_is_not(
+    owner, studio_dirs
+):
+    config_check(owner=owner, config=preset_load("grpo_tiny_calculator"))  # raises on a problem
+    key = "actor_rollout_ref.rollout.multi_turn.tool_config_path"
+    elsewhere = studio_dirs / "tools.yaml"
+    elsewhere.write_text("tools: []\n")
+    for path in (str(elsewhere), "/etc/passwd", "${trainer.project_name}/tools.yaml"):
+        found = studio_errors(
+            owner,
+            actor_rollout_ref__rollout__multi_turn__enable=True,
+            actor_rollout_ref__rollout__multi_turn__tool_config_path=path,
+            trainer__project_name=str(studio_dirs),
+        )
+        assert found == {key: NO_ROOTS}, path
 
 
 def test_model_roots_are_read_at_call_time_and_named_as_configured(
