@@ -1292,9 +1292,21 @@ _RM_ONLY = "read only with reward_model.enable=True"
 class RewardModelFSDPConfig(_Section):
     _target_: str = _target("verl.workers.config.FSDPEngineConfig")
     wrap_policy: WrapPolicyConfig = _section(WrapPolicyConfig, "Which modules FSDP wraps.")
-    param_offload: bool = _inert(False, "Keep the reward model's parameters on the CPU.")
-    reshard_after_forward: bool = _inert(True, "Free gathered parameters after forward.")
-    fsdp_size: int = _inert(-1, "Ranks per FSDP shard group; -1: all.")
+    param_offload: bool = _f(
+        False,
+        "Keep the reward model's parameters on the CPU between forwards (trainer.controller=ray "
+        "on a GPU; an error on a CPU or with trainer.controller=local).",
+    )
+    reshard_after_forward: bool = _f(
+        True,
+        "Free the gathered parameters after each forward (trainer.controller=ray); False keeps "
+        "them whole on every rank between forwards.",
+    )
+    fsdp_size: int = _f(
+        -1,
+        "Ranks per FSDP shard group of the reward model's pool (trainer.controller=ray); -1: "
+        "all, a divisor: shard within groups of that many ranks, replicate across them.",
+    )
     forward_prefetch: bool = _inert(False, "Prefetch the next FSDP unit in forward.")
 
 
@@ -1348,14 +1360,16 @@ class OverlongBufferConfig(_Section):
 class RewardModelConfig(_Section):
     enable: bool = _f(
         False,
-        "Score responses with the reward model (model.path), in the trainer's process: with no "
+        "Score responses with the reward model (model.path): in the trainer's process, or with "
+        "trainer.controller=ray as a role sharded by FSDP2 over its pool's ranks. With no "
         "reward.components its score is the reward (as verl), else a reward_model component "
         "weighs it against rule rewards.",
     )
     model: RewardModelModelConfig = _section(RewardModelModelConfig, "The reward model.")
     micro_batch_size_per_gpu: int | None = _f(
         None,
-        "Samples per reward-model forward; needed with enable=True (or micro_batch_size).",
+        "Samples per reward-model forward (per rank with trainer.controller=ray); needed with "
+        "enable=True (or micro_batch_size).",
         gt=0,
         le=MAX_BATCH,
     )
@@ -1383,9 +1397,24 @@ class RewardModelConfig(_Section):
         OverlongBufferConfig, "verl's DAPO recipe spelling of reward_kwargs.overlong_buffer_cfg."
     )
     launch_reward_fn_async: bool = _inert(False, "Compute rewards while log-probs are computed.")
-    enable_resource_pool: bool = _inert(False, f"A separate GPU pool ({_RM_ONLY}).")
-    n_gpus_per_node: int = _inert(8, f"GPUs of that pool per node ({_RM_ONLY}).")
-    nnodes: int = _inert(0, f"Nodes of that pool ({_RM_ONLY}).")
+    enable_resource_pool: bool = _f(
+        False,
+        "Run the reward model on a Ray resource pool of its own (reward_pool: nnodes x "
+        "n_gpus_per_node ranks) instead of the global pool; needs trainer.controller=ray.",
+    )
+    n_gpus_per_node: int = _f(
+        8,
+        "Ranks per node of the reward model's own pool (GPUs, or CPU ranks); read with "
+        "enable_resource_pool=True.",
+        ge=0,
+        le=MAX_WORKERS,
+    )
+    nnodes: int = _f(
+        0,
+        "Nodes of the reward model's own pool; at least 1 with enable_resource_pool=True.",
+        ge=0,
+        le=MAX_WORKERS,
+    )
     strategy: str = _inert("fsdp", f"Backend of the reward model ({_RM_ONLY}).")
     micro_batch_size: int | None = _f(
         None,

@@ -67,16 +67,17 @@ def init_process_group(
 def build_device_mesh(device_type: str, world_size: int, fsdp_size: int = -1) -> DeviceMesh:
     """Return the mesh FSDP2 shards over: 1-D, or 2-D ``(ddp, fsdp)`` (HSDP) for a smaller fsdp_size.
 
-    ``fsdp_size`` is ``actor_rollout_ref.actor.fsdp_config.fsdp_size``: -1 (or the world size)
-    shards over every rank; a divisor of the world size shards within groups of that many ranks
-    and replicates across the groups.
+    ``fsdp_size`` is a role's ``fsdp_config.fsdp_size``: -1 (or the world size) shards over
+    every rank; a divisor of the world size shards within groups of that many ranks and
+    replicates across the groups.
     """
     if fsdp_size in (-1, world_size):
         return init_device_mesh(device_type, (world_size,), mesh_dim_names=("fsdp",))
     if fsdp_size <= 0 or world_size % fsdp_size:
         raise ValueError(
             f"fsdp_config.fsdp_size={fsdp_size} must be -1 or a divisor of the {world_size} ranks "
-            "(trainer.nnodes x trainer.n_gpus_per_node)"
+            "of the role's pool (trainer.nnodes x trainer.n_gpus_per_node, or reward_model.nnodes "
+            "x reward_model.n_gpus_per_node for the reward model's own pool)"
         )
     return init_device_mesh(
         device_type, (world_size // fsdp_size, fsdp_size), mesh_dim_names=("ddp", "fsdp")

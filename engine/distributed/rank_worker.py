@@ -20,8 +20,13 @@ plain modules and the rollout samples from the policy itself, exactly the single
 worker's work inside a Ray actor (``fsdp.shards_anything``). Checkpoints keep the same
 ``fsdp2_sharded`` format either way.
 
+``ShardedRewardModel`` is verl's ``RewardModelWorker``: the single-process
+``RewardModelScorer`` (its chat-template formatting and micro-batches unchanged) with the
+classifier sharded by FSDP2 over the reward model's pool, each rank scoring its share.
+
 ``RankWorker`` is the Ray actor: it joins the process group and hosts the roles colocated on its
-rank (actor/rollout/reference and, by default, the critic), as verl's fused worker does.
+rank (actor/rollout/reference and, by default, the critic and the reward model), as verl's fused
+worker does.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from engine.distributed.process_group import (
     init_process_group,
     node_address,
 )
+from engine.rewards.reward_model import RewardModelScorer
 from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
 from engine.workers.critic import CriticWorker
 from engine.workers.lora import adapter_settings
@@ -297,6 +303,29 @@ class ShardedCritic:
         self.worker.critic.lr_scheduler.load_state_dict(state["lr_scheduler"])
 
 
+class ShardedRewardModel:
+    """A ``RewardModelScorer`` on one rank with its classifier sharded by FSDP2 (forward only).
+
+    ``reward_model.model.fsdp_config`` shapes the shards (``fsdp_size``, ``param_offload``,
+    ``reshard_after_forward``); compute precision is FSDP's ``auto``, bf16 on a GPU as verl's
+    reward model worker, fp32 on a CPU. Every rank of the pool must run the same number of
+    forwards (each one all-gathers the layers), so the controller gives every rank an equal
+    share (``RewardModelGroup``) and each cuts it into ``micro_batch_size_per_gpu`` batches.
+    """
+
+    def __init__(self, config: Any, *, device: torch.device, rank: int, world_size: int) -> None:
+        fsdp_config = config.reward_model.model.fsdp_config
+        check_offload(fsdp_config, device.type, "reward_model.model")
+        self.scorer = RewardModelScorer.from_config(config, device)
+        if shards_anything(fsdp_config, device.type, world_size):
+            mesh = build_device_mesh(device.type, world_size, fsdp_config.fsdp_size)
+            apply_fsdp2(self.scorer.model, mesh, fsdp_config, device.type, "reward_model.model")
+
+    def score(self, prompts: list[Any], responses: list[str]) -> list[float]:
+        """Return this rank's scores, one per (prompt, response) pair, in order."""
+        return self.scorer.score(prompts, responses)
+
+
 # The RankWorker methods a packed request may name.
 PACKED_METHODS = ("build_role", "call")
 
@@ -339,13 +368,18 @@ class RankWorker:
         return os.getpid()
 
     def build_role(self, role: str, config: Any, **kwargs: Any) -> None:
-        """Build ``actor_rollout_ref`` or ``critic`` on this rank from the run's config."""
+        """Build ``actor_rollout_ref``, ``critic`` or ``reward_model`` on this rank from the
+        run's config."""
         from engine.env import seed_everything
 
         if self.device.type == "cuda":  # the channel's thread starts on the default device
             torch.cuda.set_device(self.device)
 
-        classes = {"actor_rollout_ref": ShardedActorRolloutRef, "critic": ShardedCritic}
+        classes = {
+            "actor_rollout_ref": ShardedActorRolloutRef,
+            "critic": ShardedCritic,
+            "reward_model": ShardedRewardModel,
+        }
         if role not in classes:
             raise ValueError(f"unknown role {role!r}; valid roles: {', '.join(classes)}")
         seed_everything(config.trainer.seed)  # identical initial weights on every rank

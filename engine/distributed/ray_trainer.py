@@ -1,24 +1,29 @@
 """``RayPPOTrainer``: the single-controller loop of ``PPOTrainer`` driving Ray worker groups.
 
-Only the construction differs: the data, reward and KL controller are built as in the
-single-process trainer, and the actor/rollout/reference and critic become proxies over Ray
-worker groups of FSDP2-sharded ranks with the same method names. Resource pools follow verl's
-``ResourcePoolManager``: ``resource_pool_spec`` maps a pool name to ranks per node and
-``mapping`` maps each role to a pool. By default there is one pool, ``global_pool``, of
-``trainer.nnodes`` x ``trainer.n_gpus_per_node`` ranks hosting every role (the hybrid engine);
-``{"critic": "critic_pool"}`` with a second pool in the spec puts the critic on its own ranks.
+Only the construction differs: the data, reward managers and KL controller are built as in the
+single-process trainer, and the actor/rollout/reference, the critic and the reward model become
+proxies over Ray worker groups of FSDP2-sharded ranks with the same method names (the reward
+manager gets the reward model's proxy in place of a scorer; no reward model is loaded in the
+driver). Resource pools follow verl's ``ResourcePoolManager``: ``resource_pool_spec`` maps a pool
+name to ranks per node and ``mapping`` maps each role to a pool. By default there is one pool,
+``global_pool``, of ``trainer.nnodes`` x ``trainer.n_gpus_per_node`` ranks hosting every role (the
+hybrid engine); ``{"critic": "critic_pool"}`` with a second pool in the spec puts the critic on its
+own ranks. ``reward_model.enable_resource_pool=True`` adds verl's ``reward_pool`` of
+``reward_model.nnodes`` x ``reward_model.n_gpus_per_node`` ranks and maps the reward model to it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from engine.data import DataProto
 from engine.distributed.fsdp import check_offload
 from engine.distributed.worker_group import (
     ActorRolloutRefGroup,
     CriticGroup,
     RayWorkerGroup,
     ResourcePool,
+    RewardModelGroup,
     init_ray,
     resolve_worker_device,
 )
@@ -29,18 +34,44 @@ from engine.trainer.recorder import Recorder, RunStatus
 from engine.workers.batch_sizes import per_rank_size
 
 GLOBAL_POOL = "global_pool"
-ROLES = ("actor_rollout_ref", "critic")
+REWARD_POOL = "reward_pool"
+ROLES = ("actor_rollout_ref", "critic", "reward_model")
+
+
+def own_reward_pool(config: Any) -> bool:
+    """Return True when the reward model runs on a pool of its own (verl's ``reward_pool``)."""
+    return bool(config.reward_model.enable and config.reward_model.enable_resource_pool)
 
 
 def default_resource_pool_spec(config: Any) -> dict[str, list[int]]:
-    """Return ``{"global_pool": [n_gpus_per_node] * nnodes}``."""
+    """Return ``{"global_pool": [n_gpus_per_node] * nnodes}``, and verl's ``reward_pool`` of
+    ``[reward_model.n_gpus_per_node] * reward_model.nnodes`` with ``enable_resource_pool``."""
     trainer = config.trainer
     if trainer.nnodes < 1 or trainer.n_gpus_per_node < 1:
         raise ValueError(
             f"trainer.nnodes={trainer.nnodes} and trainer.n_gpus_per_node="
             f"{trainer.n_gpus_per_node} must both be at least 1"
         )
-    return {GLOBAL_POOL: [trainer.n_gpus_per_node] * trainer.nnodes}
+    spec = {GLOBAL_POOL: [trainer.n_gpus_per_node] * trainer.nnodes}
+    if own_reward_pool(config):
+        rm = config.reward_model
+        if rm.nnodes < 1 or rm.n_gpus_per_node < 1:
+            raise ValueError(
+                f"reward_model.enable_resource_pool=True gives the reward model a pool of "
+                f"reward_model.nnodes x reward_model.n_gpus_per_node ranks, but they are "
+                f"{rm.nnodes} x {rm.n_gpus_per_node}; set both to at least 1, or "
+                "reward_model.enable_resource_pool=False to share the global pool"
+            )
+        spec[REWARD_POOL] = [rm.n_gpus_per_node] * rm.nnodes
+    return spec
+
+
+def default_mapping(config: Any) -> dict[str, str]:
+    """Return each role's pool: the global pool, or ``reward_pool`` for an own reward pool."""
+    mapping = dict.fromkeys(ROLES, GLOBAL_POOL)
+    if own_reward_pool(config):
+        mapping["reward_model"] = REWARD_POOL
+    return mapping
 
 
 def check_batch_split(config: Any, world_size: int, *, use_critic: bool) -> None:
@@ -71,9 +102,10 @@ class RayPPOTrainer(PPOTrainer):
         cpus_per_rank: float = 1.0,
     ) -> None:
         self.resource_pool_spec = resource_pool_spec or default_resource_pool_spec(config)
-        self.mapping = {role: GLOBAL_POOL for role in ROLES} | dict(mapping or {})
+        self.mapping = default_mapping(config) | dict(mapping or {})
         self.cpus_per_rank = cpus_per_rank
         self.worker_groups: dict[str, RayWorkerGroup] = {}
+        self.reward_model: RewardModelGroup | None = None
         super().__init__(config, recorder)
 
     @property
@@ -82,10 +114,20 @@ class RayPPOTrainer(PPOTrainer):
         return sum(group.world_size for group in self.worker_groups.values()) or 1
 
     # -- construction: everything as PPOTrainer._build, but the workers ----------------------
+    def _build_reward(self, scorer: Any = None) -> None:
+        """Build the reward managers; with a reward model, once its role's proxy exists."""
+        if self.config.reward_model.enable and scorer is None:
+            return  # _build_workers builds them around the reward model's RewardModelGroup
+        super()._build_reward(scorer)
+
     def _build_workers(self) -> None:
         """Start the resource pools' worker groups and the role proxies on them."""
         config = self.config
-        roles = ["actor_rollout_ref", *(["critic"] if self.use_critic else [])]
+        roles = [
+            "actor_rollout_ref",
+            *(["critic"] if self.use_critic else []),
+            *(["reward_model"] if config.reward_model.enable else []),
+        ]
         unknown = [r for r in self.mapping if r not in ROLES]
         missing = {self.mapping[r] for r in roles} - set(self.resource_pool_spec)
         if unknown or missing:
@@ -100,7 +142,11 @@ class RayPPOTrainer(PPOTrainer):
         check_offload(arr.ref.fsdp_config, device_type, "actor_rollout_ref.ref")
         if self.use_critic:
             check_offload(config.critic.model.fsdp_config, device_type, "critic.model")
+        if config.reward_model.enable:
+            check_offload(config.reward_model.model.fsdp_config, device_type, "reward_model.model")
         for role in roles:
+            if role == "reward_model":  # scoring pads its batch; it has no update to split
+                continue
             pool_name = self.mapping[role]
             world_size = sum(self.resource_pool_spec[pool_name])
             check_batch_split(config, world_size, use_critic=role == "critic")
@@ -126,9 +172,24 @@ class RayPPOTrainer(PPOTrainer):
                 )
             else:
                 self.critic = None
+            if config.reward_model.enable:
+                self.reward_model = RewardModelGroup(
+                    self.worker_groups[self.mapping["reward_model"]], config
+                )
+                self._build_reward(self.reward_model)
         except BaseException:
             self.shutdown()
             raise
+
+    def generate_and_score(
+        self, prompts: DataProto, *, timing: dict[str, float]
+    ) -> tuple[DataProto, dict]:
+        """Return ``PPOTrainer.generate_and_score``'s rollouts and rewards; raise the reward
+        model's rank error, which the reward manager turned into failed samples."""
+        batch, reward_info = super().generate_and_score(prompts, timing=timing)
+        if self.reward_model is not None and self.reward_model.failure is not None:
+            raise self.reward_model.failure
+        return batch, reward_info
 
     def fit(self) -> RunStatus:
         """Train as ``PPOTrainer.fit`` does, then release the Ray actors."""

@@ -15,7 +15,9 @@ Ray marks a node dead some seconds after it stops answering (about 15 s by defau
 group waits up to ``NODE_DEATH_WAIT_S`` for Ray's verdict before raising.
 
 The proxies :class:`ActorRolloutRefGroup` and :class:`CriticGroup` expose the local workers'
-method names, so the single-process loop drives them unchanged. Two dispatch modes, as verl's:
+method names, so the single-process loop drives them unchanged; :class:`RewardModelGroup` is
+``RewardModelScorer.score`` over the reward model's ranks, handed to the reward manager in place
+of a scorer. Two dispatch modes, as verl's:
 
 - split (``DP_COMPUTE_PROTO``): the batch is padded to a multiple of the rank count (rows
   repeated from its start), cut into equal contiguous chunks, one per rank; the results are
@@ -38,6 +40,7 @@ import contextlib
 import itertools
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -171,6 +174,21 @@ def split_batch(data: DataProto, world_size: int, *, pad: bool) -> tuple[list[Da
         )
     padded, pad_size = data.pad_to_divisor(world_size)
     return padded.chunk(world_size), pad_size
+
+
+def split_rows(rows: Sequence[Any], world_size: int) -> tuple[list[list[Any]], int]:
+    """Return ``world_size`` equal contiguous chunks of ``rows`` and the rows of padding added.
+
+    ``split_batch`` for a plain list: padded to a multiple of ``world_size`` with rows repeated
+    from its start, so the results concatenated in rank order, less the last ``pad_size``
+    entries, are the rows' results in order.
+    """
+    if not rows:
+        raise ValueError("cannot split an empty list of rows: there are no rows to repeat")
+    pad_size = -len(rows) % world_size
+    padded = [*rows, *(rows[i % len(rows)] for i in range(pad_size))]
+    share = len(padded) // world_size
+    return [padded[rank * share : (rank + 1) * share] for rank in range(world_size)], pad_size
 
 
 def gather_batches(outputs: list[DataProto], pad_size: int) -> DataProto:
@@ -566,6 +584,48 @@ class CriticGroup(_RoleOnGroup):
             self.role, "update_critic", tensors_only(data), pad=False
         )
         return mean_metrics(outputs)
+
+
+class RewardModelGroup:
+    """The controller's handle on the reward model's ranks: ``RewardModelScorer.score`` over the
+    group, verl's ``RewardModelWorker.compute_rm_score`` dispatched as ``DP_COMPUTE_PROTO``.
+
+    The pairs are padded to a multiple of the rank count and cut into equal contiguous shares,
+    one per rank (every rank of a sharded classifier runs the same forwards); the scores come
+    back in order, the padding dropped. Each rank formats its pairs with the scorer's own
+    ``format_text``, so the text is the single-process scorer's.
+
+    A rank's error ends the run, where a local scorer's error only fails the batch's samples
+    (``CompositeReward.score_batch``): the other ranks of a sharded forward may still be waiting
+    for the failed one in a collective, so the group cannot score again. The call raises it and
+    keeps it in :attr:`failure`, which the trainer raises again once the reward manager has
+    caught it (``RayPPOTrainer.generate_and_score``).
+    """
+
+    role = "reward_model"
+
+    def __init__(self, group: WorkerGroup, config: Any) -> None:
+        self.group = group
+        self.failure: BaseException | None = None
+        group.execute_all("build_role", self.role, config)
+
+    def score(self, prompts: Sequence[Any], responses: Sequence[str]) -> list[float]:
+        """Return one score per (prompt text or chat messages, response) pair, in order."""
+        if len(prompts) != len(responses):
+            raise ValueError(f"got {len(prompts)} prompts but {len(responses)} responses")
+        if not prompts:
+            return []
+        pairs = list(zip(prompts, responses, strict=True))
+        shares, _ = split_rows(pairs, self.group.world_size)
+        try:
+            per_rank = self.group.call_each(
+                self.role, "score", [([p for p, _ in s], [r for _, r in s]) for s in shares]
+            )
+        except Exception as exc:
+            self.failure = exc
+            raise
+        scores = [score for rank_scores in per_rank for score in rank_scores]
+        return scores[: len(pairs)]  # the padding rows come last
 
 
 def check_sharded(state: dict[str, Any], group: WorkerGroup) -> list[tuple]:

@@ -9,6 +9,12 @@ reward model's own template renders the conversation, so a policy and a reward m
 different chat templates each read their own (verl's ``_switch_chat_template``). Batches are
 padded on the right, so a padded row reads the same positions as the row alone and batching does not change
 the scores beyond float rounding.
+
+Where it runs: with ``trainer.controller=local`` the trainer's process holds the scorer; with
+``trainer.controller=ray`` every rank of the reward model's pool builds one (from the same
+config, through :meth:`RewardModelScorer.from_config`), its classifier sharded with FSDP2, and the
+controller's ``engine.distributed.worker_group.RewardModelGroup`` splits each batch over them.
+The text each rank scores is made by the same :meth:`RewardModelScorer.format_text`.
 """
 
 from __future__ import annotations
@@ -67,6 +73,32 @@ class RewardModelScorer:
         self._has_template = bool(getattr(self.tokenizer, "chat_template", None))
         self.model.to(self.device).eval()
 
+    @classmethod
+    def from_config(cls, config: Any, device: str | torch.device = "cpu") -> RewardModelScorer:
+        """Return the scorer ``config.reward_model`` describes, on ``device``.
+
+        ``micro_batch_size_per_gpu`` samples go through each forward (``resolve_config`` has
+        divided verl's deprecated global ``micro_batch_size`` by the data-parallel size);
+        ``max_length`` defaults to the prompt and response budget, as verl's reward model worker
+        reads ``max_prompt_length + max_response_length`` when it is unset.
+        """
+        from engine.workers.models import resolve_path
+
+        rm, data = config.reward_model, config.data
+        path = resolve_path(rm.model.path)
+        if path is None:
+            raise ValueError(
+                "reward_model.model.path is not set; point it at a one-label sequence classifier "
+                "folder (tiny://reward_model: the embedded one)"
+            )
+        return cls(
+            path,
+            micro_batch_size=rm.micro_batch_size_per_gpu,
+            device=str(device),
+            max_length=rm.max_length or data.max_prompt_length + data.max_response_length,
+            trust_remote_code=rm.model.trust_remote_code,
+        )
+
     def format_text(self, prompt: str | Sequence[dict[str, Any]], response: str) -> str:
         """Return the text the model scores for one (prompt text or messages, response) pair."""
         if isinstance(prompt, str):
@@ -80,7 +112,10 @@ class RewardModelScorer:
         messages.append({"role": "assistant", "content": response})
         return str(self.tokenizer.apply_chat_template(messages, tokenize=False))
 
-    @torch.inference_mode()
+    # no_grad rather than inference_mode: FSDP2 (the Ray path's sharded classifier) crashed
+    # unsharding parameters under inference_mode in some torch releases (pytorch/pytorch#197327);
+    # the scores are the same.
+    @torch.no_grad()
     def score(
         self, prompts: Sequence[str | Sequence[dict[str, Any]]], responses: Sequence[str]
     ) -> list[float]:

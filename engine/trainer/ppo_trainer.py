@@ -206,12 +206,7 @@ class PPOTrainer:
         self.total_steps = (
             int(steps) if steps else config.trainer.total_epochs * len(self.train_loader)
         )
-        self.reward_fn = build_reward_manager(config, self.tokenizer, device=self.device)
-        self.val_reward_fn = (
-            build_reward_manager(config, self.tokenizer, validation=True)
-            if config.reward_model.enable
-            else self.reward_fn
-        )
+        self._build_reward()
         self.kl_ctrl = (
             get_kl_controller(config.algorithm.kl_ctrl)
             if config.algorithm.use_kl_in_reward
@@ -225,6 +220,22 @@ class PPOTrainer:
                 "hf_model from critic.checkpoint.save_contents"
             )
         self._build_workers()
+
+    def _build_reward(self, scorer: Any = None) -> None:
+        """Build the training and validation reward managers.
+
+        ``scorer`` is a reward model that lives elsewhere (the Ray path's worker-group proxy);
+        without one, ``reward_model.enable=True`` loads the model here, on this process's device.
+        """
+        config = self.config
+        self.reward_fn = build_reward_manager(
+            config, self.tokenizer, device=self.device, scorer=scorer
+        )
+        self.val_reward_fn = (
+            build_reward_manager(config, self.tokenizer, validation=True)
+            if config.reward_model.enable
+            else self.reward_fn
+        )
 
     def _build_workers(self) -> None:
         """Create the actor-rollout-reference worker and, when used, the critic worker.
@@ -807,33 +818,44 @@ def load_data_tokenizer(config: Any, policy_tokenizer: Any) -> Any:
 
 
 def build_reward_scorer(config: Any, device: str | torch.device = "cpu") -> Any:
-    """Return the reward model's scorer when ``reward_model.enable=True``, else None.
+    """Return the reward model's scorer in this process when ``reward_model.enable=True``, else
+    None (``RewardModelScorer.from_config``: sizes and defaults as verl's reward model worker).
 
-    ``micro_batch_size_per_gpu`` samples go through each forward (``resolve_config`` has divided
-    verl's deprecated global ``micro_batch_size`` by the data-parallel size); ``max_length``
-    defaults to the prompt and response budget, as verl's reward model worker reads
-    ``max_prompt_length + max_response_length`` when it is unset.
+    The single-process trainer's; with ``trainer.controller=ray`` the model is a role on the
+    ranks instead (``engine.distributed.worker_group.RewardModelGroup``).
     """
     rm = config.reward_model
     if not rm.enable:
         return None
+    ray_only = {
+        "reward_model.enable_resource_pool": rm.enable_resource_pool,
+        "reward_model.model.fsdp_config.param_offload": rm.model.fsdp_config.param_offload,
+    }
+    asked = [key for key, value in ray_only.items() if value]
+    if asked:
+        raise ValueError(
+            f"{' and '.join(f'{key}=True' for key in asked)}: read where the reward model is a "
+            "role on Ray ranks, but trainer.controller=local loads it whole in the trainer's "
+            "process; set trainer.controller=ray, or set them to False"
+        )
     from engine.rewards.reward_model import RewardModelScorer
 
-    return RewardModelScorer(
-        resolve_path(rm.model.path),
-        micro_batch_size=rm.micro_batch_size_per_gpu,
-        device=str(device),
-        max_length=rm.max_length or config.data.max_prompt_length + config.data.max_response_length,
-        trust_remote_code=rm.model.trust_remote_code,
-    )
+    return RewardModelScorer.from_config(config, device)
 
 
 def build_reward_manager(
-    config: Any, tokenizer: Any, *, device: str | torch.device = "cpu", validation: bool = False
+    config: Any,
+    tokenizer: Any,
+    *,
+    device: str | torch.device = "cpu",
+    validation: bool = False,
+    scorer: Any = None,
 ) -> Any:
     """Return the reward manager the config describes (custom function, composite or dispatch).
 
-    With ``reward_model.enable=True`` the reward model scores on ``device``; with no
+    With ``reward_model.enable=True`` the reward model is ``scorer`` (anything with
+    ``score(prompts, responses)``, such as the Ray path's ``RewardModelGroup``) or, without one,
+    a ``RewardModelScorer`` loaded here on ``device``; with no
     ``reward.components`` its score is the reward, as in verl (whose reward manager returns the
     reward model's ``rm_scores`` when the batch has them); a ``reward_model`` component weighs it
     against rule rewards, and a ``custom`` component is ``custom_reward_function``. With
@@ -857,15 +879,17 @@ def build_reward_manager(
     if any(name == "custom" for name, _, _ in components):
         components = [(compute_score if c[0] == "custom" else c[0], *c[1:]) for c in components]
         compute_score = None
-    use_model = config.reward_model.enable and not validation
+    model = None
     if validation:
         components = [c for c in components if c[0] != "reward_model"]
+    elif config.reward_model.enable:
+        model = scorer if scorer is not None else build_reward_scorer(config, device)
     settings = {
         "compute_score": compute_score,
         "reward_fn_key": config.data.reward_fn_key,
         "num_workers": config.reward.num_workers,
         "components": components or None,
-        "reward_model": build_reward_scorer(config, device) if use_model else None,
+        "reward_model": model,
     }
     if config.reward_model.reward_manager == "dapo":
         from engine.rewards.dapo import DAPORewardManager
