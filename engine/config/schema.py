@@ -38,7 +38,7 @@ from engine.algorithms.names import (
 )
 from engine.config.trackers import TRACKERS
 from engine.rewards.names import REWARD_COMPONENTS, REWARD_FN_NAMES, REWARD_MANAGERS  # noqa: F401
-from engine.rollout import ROLLOUT_NAMES
+from engine.rollout import ROLLOUT_NAMES, SANITY_CHECK_MODES
 from engine.rollout.tool_calls import TOOL_CALL_FORMATS, TRUNCATE_SIDES
 
 STRATEGIES = ("fsdp", "fsdp2")
@@ -234,7 +234,6 @@ def _runtime(help: str) -> Any:
 # replay, agent loops, Prometheus, ...). They exist so a verl file or command line loads
 # unchanged; each key is "no effect" or "refused" (see EFFECTS).
 
-_NO_TOOLS = "tool calling is not implemented yet; leave the multi_turn tool keys at their defaults"
 _MULTIMODAL = "multimodal data is not supported; use a text-only dataset"
 _NO_ULYSSES = (
     "Ulysses sequence parallelism is not implemented; keep 1 and lower the sequence length or "
@@ -1031,7 +1030,9 @@ class MultiTurnConfig(_Section):
     interaction_path: str | None = _f(
         None, "Python file defining the interaction.", resource="code"
     )
-    interaction_name: str | None = _f(None, "Interaction class or function name.")
+    interaction_name: str | None = _f(
+        None, "Function in interaction_path: (messages, extra_info) -> next message or None."
+    )
     _target_: str = _target("verl.workers.config.MultiTurnConfig")
     tool_config_path: str | None = _f(
         None,
@@ -1051,18 +1052,24 @@ class MultiTurnConfig(_Section):
         "Where a long tool answer is cut: left keeps its start, right its end, middle both.",
         choices=TRUNCATE_SIDES,
     )
-    interaction_config_path: str | None = _refused(
+    interaction_config_path: str | None = _f(
         None,
-        "verl's interactions YAML.",
-        "verl's interaction YAML is not read; name a Python file with "
-        "rollout.multi_turn.interaction_path and its class with interaction_name",
-        resource="path",
+        "verl's interaction YAML: a list of {name, class_name, config}; class_name is imported "
+        "(verl's BaseInteraction methods) and each sample talks to the one its "
+        "extra_info.interaction_kwargs.name names. Instead of interaction_path.",
+        resource="code",
     )
-    use_inference_chat_template: bool = _refused(
-        False, "Render turns with the inference chat template.", _NO_TOOLS
+    use_inference_chat_template: bool = _f(
+        False,
+        "Build each later turn's prompt by rendering the messages with the chat template (as a "
+        "chat server would) instead of continuing from the recorded token ids.",
     )
-    tokenization_sanity_check_mode: str = _refused(
-        "strict", "Check multi-turn tokenization against the template.", _NO_TOOLS
+    tokenization_sanity_check_mode: str = _f(
+        "strict",
+        "After each rollout, warn when a conversation's turn-by-turn token ids differ from its "
+        "messages tokenised in one piece: strict (any difference), ignore_strippable (more "
+        "than whitespace), disable.",
+        choices=SANITY_CHECK_MODES,
     )
     format: str = _f(
         "hermes",
@@ -1070,7 +1077,11 @@ class MultiTurnConfig(_Section):
         choices=TOOL_CALL_FORMATS,
     )
     num_repeat_rollouts: int | None = _refused(
-        None, "Repeat each interaction this many times.", _NO_TOOLS
+        None,
+        "Repeat each interaction this many times.",
+        "only verl's CollabLLM recipe reads it (its agent loop samples that many simulated "
+        "continuations for its own reward manager); verl's multi-turn rollout ignores it and so "
+        "does nothing here; leave it null",
     )
 
 

@@ -778,6 +778,13 @@ def _check_inputs(report: _Report, original: PPOConfig, check_files: bool) -> No
             multi_turn.interaction_path,
             "point it at a Python file",
         )
+    if multi_turn.enable and multi_turn.interaction_config_path:
+        _check_file(
+            report,
+            f"{_ARR}.rollout.multi_turn.interaction_config_path",
+            multi_turn.interaction_config_path,
+            "point it at verl's interaction YAML",
+        )
     if multi_turn.enable and multi_turn.tool_config_path:
         _check_file(
             report,
@@ -815,6 +822,16 @@ def _check_rollout_and_rewards(report: _Report) -> None:
     if engine and rollout.tensor_model_parallel_size > workers:
         report.error(
             f"{_ARR}.rollout.tensor_model_parallel_size", f"exceeds the {workers} workers; lower it"
+        )
+    multi_turn = rollout.multi_turn
+    if multi_turn.interaction_config_path and (
+        multi_turn.interaction_path or multi_turn.interaction_name
+    ):
+        report.error(
+            f"{_ARR}.rollout.multi_turn.interaction_config_path",
+            "and multi_turn.interaction_path / interaction_name both name an interaction; keep "
+            "verl's YAML or the function",
+            multi_turn.interaction_config_path,
         )
     for prefix, sampling in (
         (f"{_ARR}.rollout", rollout),

@@ -11,6 +11,9 @@ training run; the failures are counted in ``meta_info["reward_failed"]`` and eac
 is logged once per manager. Configuration mistakes that concern every sample (a missing column,
 an unpicklable function with ``num_workers > 1``) raise.
 
+A multi-turn rollout's ``turn_scores`` (an interaction's score of each turn) reach the reward
+function as ``extra_info["turn_scores"]``, as verl's reward loop hands them over.
+
 ``num_workers > 1`` scores rule-based rewards in a ``ProcessPoolExecutor`` (spawn context, so
 functions must be importable: registered, ``custom_reward_function`` or module-level ones). The
 pool is created on first use and reused; call ``close()`` or use the manager as a context
@@ -41,6 +44,19 @@ from engine.rewards.default import default_compute_score
 from engine.rewards.registry import get_reward_fn
 
 logger = logging.getLogger(__name__)
+
+
+# Per-sample columns of the rollout a reward function finds in its extra_info, as verl's reward
+# loop merges the agent loop's extra fields into it: a multi-turn interaction's turn scores.
+ROLLOUT_FIELDS = ("turn_scores",)
+
+
+def with_rollout_fields(extra_info: Any, non_tensor: dict[str, Any], i: int) -> Any:
+    """Return row ``i``'s ``extra_info`` with its :data:`ROLLOUT_FIELDS` added (a copy)."""
+    fields = {key: non_tensor[key][i] for key in ROLLOUT_FIELDS if key in non_tensor}
+    if not fields:
+        return extra_info
+    return {**(extra_info if isinstance(extra_info, dict) else {}), **fields}
 
 
 class RewardManager:
@@ -140,7 +156,9 @@ class RewardManager:
                     data_source=non_tensor[self.reward_fn_key][i],
                     solution_str=self.tokenizer.decode(valid_ids, skip_special_tokens=True),
                     ground_truth=info.get("ground_truth") if isinstance(info, dict) else None,
-                    extra_info=extra_infos[i] if extra_infos is not None else None,
+                    extra_info=with_rollout_fields(
+                        extra_infos[i] if extra_infos is not None else None, non_tensor, i
+                    ),
                 )
             )
         return samples

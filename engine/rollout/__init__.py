@@ -21,6 +21,10 @@ SGLANG_MISSING = (
     "actor_rollout_ref.rollout.name=hf"
 )
 
+# verl's multi_turn.tokenization_sanity_check_mode values (engine.rollout.multi_turn), here so that
+# the config schema can list them without importing torch.
+SANITY_CHECK_MODES = ("strict", "ignore_strippable", "disable")
+
 RolloutBuilder = Callable[[Any, Any, Any, "str | None"], Any]
 _BUILDERS: dict[str, RolloutBuilder] = {}
 

@@ -46,13 +46,16 @@ def get_rollout(
     multi_turn = getattr(rollout_config, "multi_turn", None)
     if multi_turn is not None and multi_turn.enable:
         tools = getattr(multi_turn, "tool_config_path", None)
-        if not multi_turn.interaction_path and not multi_turn.interaction_name and not tools:
+        interactions = getattr(multi_turn, "interaction_config_path", None)
+        if not (
+            multi_turn.interaction_path or multi_turn.interaction_name or interactions or tools
+        ):
             # verl's agent loop with no tools and no interaction ends after the first assistant
             # turn; so does this, and says so rather than failing a tutorial's config.
             print(
                 "note: actor_rollout_ref.rollout.multi_turn.enable=True names no interaction "
-                "(multi_turn.interaction_path / interaction_name): every conversation is the "
-                "prompt and one assistant turn"
+                "(multi_turn.interaction_config_path, or interaction_path / interaction_name): "
+                "every conversation is the prompt and one assistant turn"
             )
             return rollout
         rollout = MultiTurnRollout(

@@ -193,15 +193,23 @@ def test_message_delta_ids_follow_the_chat_template(tokenizer):
     assert tokenizer.decode(delta) == "<|user|>ok?<|assistant|>"
 
 
-def test_a_bad_interaction_return_value_is_named(model, tokenizer):
+def test_a_bad_interaction_return_value_is_a_recorded_error_that_ends_the_conversation(
+    model, tokenizer
+):
     rollout = MultiTurnRollout(
         HFRollout(model, tokenizer, None),
         tokenizer,
         multi_turn_config(),
         interaction=lambda m, e: "go",
     )
-    with pytest.raises(TypeError, match="'role' and 'content'"):
-        rollout.generate_sequences(prompts(tokenizer, ["9="]), max_new_tokens=20, sampling=GREEDY)
+    out = rollout.generate_sequences(prompts(tokenizer, ["9="]), max_new_tokens=20, sampling=GREEDY)
+    nt = out.non_tensor_batch
+    assert nt["num_turns"].tolist() == [1]
+    assert out.batch["responses"][0].tolist()[:3] == ids_of(tokenizer, "ab<eos>")
+    [error] = nt["interaction_errors"][0]
+    assert error.startswith("interaction '<lambda>' failed: ValueError: the interaction must")
+    assert "'role' and 'content' or None, got 'go'" in error
+    assert nt["turns"][0][-1] == {"role": "user", "content": "", "error": error}
 
 
 def test_prompts_without_raw_prompt_are_rejected(model, tokenizer):

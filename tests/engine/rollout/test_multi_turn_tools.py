@@ -245,7 +245,7 @@ def test_the_config_key_alone_turns_tool_calling_on(tmp_path, tokenizer):
     rollout = get_rollout("hf", torch.nn.Linear(1, 1), tokenizer, rollout_config)
     assert isinstance(rollout, MultiTurnRollout)
     assert isinstance(rollout.tools["calc"], CalculatorTool)
-    assert rollout.interaction is None
+    assert rollout.interactions is None
 
 
 def test_turn_and_tool_call_counts_become_verl_metrics(tokenizer, tools):

@@ -95,11 +95,11 @@ def test_every_schema_key_that_names_a_file_folder_code_or_host_is_classified():
         "actor_rollout_ref.model.hf_config_path",
         "actor_rollout_ref.model.lora_adapter_path",
         "actor_rollout_ref.rollout.multi_turn.tool_config_path",
-        "actor_rollout_ref.rollout.multi_turn.interaction_config_path",
     }
     assert set(resource_keys("code")) == {
         "custom_reward_function.path",
         "actor_rollout_ref.rollout.multi_turn.interaction_path",
+        "actor_rollout_ref.rollout.multi_turn.interaction_config_path",  # imports its class_names
         # Refused keys: verl's custom classes and servers are never loaded.
         "actor_rollout_ref.rollout.agent.agent_loop_config_path",
         "actor_rollout_ref.rollout.agent.custom_async_server.path",

@@ -1,0 +1,486 @@
+"""verl's interaction YAML (``multi_turn.interaction_config_path``) on the embedded tiny model.
+
+The interaction classes below are the YAML's ``class_name`` targets
+(``tests.engine.rollout.test_interactions.<Class>``). The tiny model (``tiny://model``) answers
+each arithmetic prompt greedily in a few tokens ending with EOS; what it answers does not matter
+here, only who speaks when and which tokens the loss sees.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import pytest
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from engine.config import RolloutConfig, load_config
+from engine.config.validate import ConfigValidationError, validate_config
+from engine.data import DataProto
+from engine.rewards import RewardManager
+from engine.rollout.hf import HFRollout
+from engine.rollout.interactions import load_interaction_config
+from engine.rollout.multi_turn import MultiTurnRollout
+from engine.workers.actor_rollout_ref import get_rollout
+
+HERE = "tests.engine.rollout.test_interactions"
+GREEDY = {"do_sample": False, "temperature": 0.0, "top_k": -1, "top_p": 1.0}
+KEY = "actor_rollout_ref.rollout.multi_turn.interaction_config_path"
+
+
+class RetryInteraction:
+    """verl-style: asks to try again (score 0.25) until ``config.rounds`` answers, then ends
+    (score 1.0). Keeps what each call received, so the tests can check it."""
+
+    def __init__(self, config):
+        self.config = config
+        self.started: dict[str, dict] = {}
+        self.calls: list[tuple[str, list[dict], dict]] = []
+        self.finalized: list[str] = []
+
+    async def start_interaction(self, instance_id=None, **kwargs):
+        self.started[instance_id] = kwargs
+        return instance_id
+
+    async def generate_response(self, instance_id, messages, **kwargs):
+        self.calls.append((instance_id, messages, kwargs))
+        messages.append({"role": "user", "content": "mutated"})  # must not reach the rollout
+        answers = sum(m["role"] == "assistant" for m in messages)
+        if answers < self.config["rounds"]:
+            return False, self.config.get("again", "again"), 0.25, {}
+        return True, "done", 1.0, {"answers": answers}
+
+    async def calculate_score(self, instance_id, **kwargs):  # verl's loop never calls it
+        raise AssertionError("calculate_score is the interaction's own business")
+
+    async def finalize_interaction(self, instance_id, **kwargs):
+        self.finalized.append(instance_id)
+
+
+class EchoInteraction:
+    """Plain (not async) methods, as a user might write them: replies with its own name and
+    ends after one reply, without a score; BaseInteraction's finalize takes no instance id."""
+
+    def __init__(self, config):
+        self.name = config["name"]
+        self.finalized = 0
+
+    def start_interaction(self, instance_id=None, **kwargs):
+        return instance_id
+
+    def generate_response(self, instance_id, messages, **kwargs):
+        if sum(m["role"] == "assistant" for m in messages) > 1:
+            return True, "", None, {}
+        return False, self.name, None, {}
+
+    def finalize_interaction(self):
+        self.finalized += 1
+
+
+class RaisingInteraction:
+    """Fails where ``config.where`` says: raises, returns junk, or fails to clean up."""
+
+    def __init__(self, config):
+        self.where = config["where"]
+
+    async def start_interaction(self, instance_id=None, **kwargs):
+        if self.where == "start_interaction":
+            raise ConnectionError("simulator offline")
+        return instance_id
+
+    async def generate_response(self, instance_id, messages, **kwargs):
+        if self.where == "generate_response":
+            raise RuntimeError("no simulator")
+        replies = {"junk": (False, "hi", 0.0), "nan": (False, "hi", math.nan, {})}
+        return replies.get(self.where, (True, "bye", None, {}))
+
+    async def finalize_interaction(self, instance_id, **kwargs):
+        if self.where == "finalize_interaction":
+            raise RuntimeError("cleanup failed")
+
+
+class NoResponseMethod:
+    def __init__(self, config):
+        pass
+
+
+class BrokenInit(EchoInteraction):
+    def __init__(self, config):
+        raise KeyError("api_key")
+
+
+# -- fixtures ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from engine.tiny import ensure_tiny_assets
+
+    folder = ensure_tiny_assets().model_dir
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    return model, AutoTokenizer.from_pretrained(folder)
+
+
+def write_yaml(folder, entries: str):
+    path = folder / "interaction.yaml"
+    path.write_text("interaction:\n" + textwrap.indent(textwrap.dedent(entries), "  "))
+    return path
+
+
+def rollout_config(yaml_path, **multi_turn) -> RolloutConfig:
+    config = RolloutConfig()
+    config.multi_turn.enable = True
+    config.multi_turn.interaction_config_path = str(yaml_path)
+    for key, value in multi_turn.items():
+        setattr(config.multi_turn, key, value)
+    return config
+
+
+def prompts(tokenizer, questions, kwargs):
+    messages = [[{"role": "user", "content": q}] for q in questions]
+    texts = [
+        tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
+        for m in messages
+    ]
+    enc = tokenizer(texts, padding=True, return_tensors="pt", add_special_tokens=False)
+    extra = [{"index": i, **({"interaction_kwargs": k} if k else {})} for i, k in enumerate(kwargs)]
+    return DataProto.from_dict(
+        {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]},
+        {
+            "raw_prompt": messages,
+            "data_source": ["tiny"] * len(questions),
+            "reward_model": [{"ground_truth": "0"} for _ in questions],
+            "extra_info": extra,
+        },
+    )
+
+
+def ids_of(tokenizer, text):
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def generate(rollout, batch, budget=64):
+    return rollout.generate_sequences(batch, max_new_tokens=budget, sampling=GREEDY)
+
+
+def spans(mask: list[int]) -> list[tuple[int, int]]:
+    """Return the (value, length) runs of a 0/1 mask."""
+    runs: list[tuple[int, int]] = []
+    for value in mask:
+        if runs and runs[-1][0] == value:
+            runs[-1] = (value, runs[-1][1] + 1)
+        else:
+            runs.append((value, 1))
+    return runs
+
+
+# -- the conversation --------------------------------------------------------------------------
+def test_a_yaml_interaction_answers_ends_the_conversation_and_its_scores_reach_the_reward(
+    tiny, tmp_path
+):
+    model, tokenizer = tiny
+    path = write_yaml(
+        tmp_path, f"- {{name: retry, class_name: {HERE}.RetryInteraction, config: {{rounds: 2}}}}\n"
+    )
+    rollout = get_rollout("hf", model, tokenizer, rollout_config(path))
+    assert isinstance(rollout, MultiTurnRollout)
+    kwargs = [{"name": "retry", "ground_truth": "47"}, {"name": "retry", "ground_truth": "56"}]
+    batch = prompts(tokenizer, ["12+35=", "7*8="], kwargs)
+    out = generate(rollout, batch)
+
+    interaction = rollout.interactions.by_name["retry"]
+    assert interaction.config == {"rounds": 2, "name": "retry"}  # verl injects the name
+    # verl's interaction_kwargs reach start_interaction and every generate_response.
+    assert sorted(k["ground_truth"] for k in interaction.started.values()) == ["47", "56"]
+    assert [c[2]["ground_truth"] for c in interaction.calls] == ["47", "56", "47", "56"]
+    assert sorted(interaction.finalized) == sorted(interaction.started)  # each one, once
+
+    nt, b = out.non_tensor_batch, out.batch
+    again = ids_of(tokenizer, "<|user|>again<|assistant|>")
+    for i in range(2):
+        # answer (policy) | "again" (interaction, masked) | answer (policy); "done" ended it.
+        roles = [m["role"] for m in nt["messages"][i]]
+        assert roles == ["user", "assistant", "user", "assistant"]
+        assert nt["messages"][i][2] == {"role": "user", "content": "again"}  # not "mutated"
+        width = int(b["attention_mask"][i, b["prompts"].shape[1] :].sum())
+        mask = b["response_mask"][i, :width].tolist()
+        first, user, second = spans(mask)
+        assert first[0] == 1 and user == (0, len(again)) and second[0] == 1
+        start = first[1]
+        assert b["responses"][i, start : start + len(again)].tolist() == again
+        assert b["responses"][i, width - 1].item() == tokenizer.eos_token_id
+        assert b["rollout_log_probs"][i, start : start + len(again)].tolist() == [0.0] * len(again)
+    assert nt["num_turns"].tolist() == [2, 2]
+    assert nt["turn_scores"].tolist() == [[0.25, 1.0], [0.25, 1.0]]
+    assert nt["interaction_errors"].tolist() == [[], []]
+    assert nt["truncated"].tolist() == [False, False]
+    last = nt["turns"][0][-1]
+    assert last == {"role": "user", "content": "done", "score": 1.0, "ends": True}
+    assert nt["turns"][0][1] == {"role": "user", "content": "again", "score": 0.25}
+
+    # verl's reward loop hands the rollout's turn_scores to the reward function in extra_info.
+    seen = []
+
+    def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+        seen.append(extra_info)
+        return sum(extra_info["turn_scores"])
+
+    rewards = RewardManager(tokenizer, compute_score=compute_score)(out.union(_rows(batch)))
+    for i in range(2):
+        last_assistant = int(b["response_mask"][i].nonzero().max())
+        assert rewards[i, last_assistant].item() == pytest.approx(1.25)
+        assert rewards[i].sum().item() == pytest.approx(1.25)
+    assert seen[0]["index"] == 0 and seen[0]["turn_scores"] == [0.25, 1.0]
+    assert "turn_scores" not in batch.non_tensor_batch["extra_info"][0]  # the row is not changed
+
+
+def _rows(batch: DataProto) -> DataProto:
+    """Return the prompt rows' reward columns (no tensors) to join with a rollout."""
+    keep = ["data_source", "reward_model", "extra_info"]
+    return DataProto.from_dict({}, {k: batch.non_tensor_batch[k] for k in keep})
+
+
+def test_each_sample_talks_to_the_interaction_its_kwargs_name(tiny, tmp_path):
+    model, tokenizer = tiny
+    path = write_yaml(
+        tmp_path,
+        f"""\
+        - {{name: alpha, class_name: {HERE}.EchoInteraction}}
+        - {{name: beta, class_name: {HERE}.EchoInteraction}}
+        - {{class_name: {HERE}.RetryInteraction, config: {{rounds: 2, again: retried}}}}
+        """,
+    )
+    rollout = MultiTurnRollout(
+        HFRollout(model, tokenizer, None), tokenizer, rollout_config(path).multi_turn
+    )
+    assert sorted(rollout.interactions.by_name) == ["alpha", "beta", "retry"]  # verl's default
+    names = ["beta", "alpha", "retry", "beta"]
+    out = generate(
+        rollout, prompts(tokenizer, ["1+1=", "2+2=", "3+3=", "4+4="], [{"name": n} for n in names])
+    )
+    replies = [m[2]["content"] for m in out.non_tensor_batch["messages"]]
+    assert replies == ["beta", "alpha", "retried", "beta"]
+    # Echo ends without a score; only the retry sample has turn scores.
+    assert out.non_tensor_batch["turn_scores"].tolist() == [[], [], [0.25, 1.0], []]
+    assert rollout.interactions.by_name["beta"].finalized == 2  # finalize() without an id
+
+
+def test_the_only_interaction_is_the_default_and_several_need_a_name(tiny, tmp_path):
+    model, tokenizer = tiny
+    one = write_yaml(
+        tmp_path, f"- {{name: retry, class_name: {HERE}.RetryInteraction, config: {{rounds: 2}}}}\n"
+    )
+    rollout = MultiTurnRollout(
+        HFRollout(model, tokenizer, None), tokenizer, rollout_config(one).multi_turn
+    )
+    out = generate(rollout, prompts(tokenizer, ["1+1="], [None]))
+    assert out.non_tensor_batch["turn_scores"].tolist() == [[0.25, 1.0]]
+
+    two = write_yaml(
+        tmp_path,
+        f"""\
+        - {{name: alpha, class_name: {HERE}.EchoInteraction}}
+        - {{name: beta, class_name: {HERE}.EchoInteraction}}
+        """,
+    )
+    rollout = MultiTurnRollout(
+        HFRollout(model, tokenizer, None), tokenizer, rollout_config(two).multi_turn
+    )
+    with pytest.raises(ValueError, match=r"row 1 names no interaction .* \['alpha', 'beta'\]"):
+        generate(rollout, prompts(tokenizer, ["1+1=", "2+2="], [{"name": "alpha"}, None]))
+    with pytest.raises(ValueError, match=r"asks for interaction 'gamma' .* \['alpha', 'beta'\]"):
+        generate(rollout, prompts(tokenizer, ["1+1="], [{"name": "gamma"}]))
+
+
+# -- failures at run time: recorded, the run goes on ---------------------------------------------
+@pytest.mark.parametrize(
+    ("where", "error"),
+    [
+        ("generate_response", "generate_response failed: RuntimeError: no simulator"),
+        ("junk", "generate_response failed: ValueError: generate_response must return"),
+        ("nan", "generate_response failed: ValueError: its score must be a finite number"),
+    ],
+)
+def test_an_interaction_that_raises_or_returns_junk_ends_its_conversation_with_an_error(
+    tiny, tmp_path, where, error
+):
+    model, tokenizer = tiny
+    path = write_yaml(
+        tmp_path,
+        f"- {{name: bad, class_name: {HERE}.RaisingInteraction, config: {{where: {where}}}}}\n",
+    )
+    rollout = MultiTurnRollout(
+        HFRollout(model, tokenizer, None), tokenizer, rollout_config(path).multi_turn
+    )
+    out = generate(rollout, prompts(tokenizer, ["1+1=", "2+2="], [None, None]))
+    nt = out.non_tensor_batch
+    assert nt["num_turns"].tolist() == [1, 1]
+    assert out.batch["response_mask"].sum().item() > 0  # the policy's answers are kept
+    for i in range(2):
+        [recorded] = nt["interaction_errors"][i]
+        assert recorded.startswith(f"interaction 'bad': {error}")
+        assert nt["turns"][i][-1] == {"role": "user", "content": "", "error": recorded}
+
+
+def test_a_failed_start_leaves_the_sample_without_its_interaction(tiny, tmp_path):
+    model, tokenizer = tiny
+    path = write_yaml(
+        tmp_path,
+        f"- {{name: bad, class_name: {HERE}.RaisingInteraction, "
+        "config: {where: start_interaction}}\n",
+    )
+    rollout = MultiTurnRollout(
+        HFRollout(model, tokenizer, None), tokenizer, rollout_config(path).multi_turn
+    )
+    out = generate(rollout, prompts(tokenizer, ["1+1="], [None]))
+    assert out.non_tensor_batch["num_turns"].tolist() == [1]
+    assert out.non_tensor_batch["interaction_errors"].tolist() == [
+        ["interaction 'bad': start_interaction failed: ConnectionError: simulator offline"]
+    ]
+
+
+def test_a_failed_finalize_is_recorded_after_the_conversation(tiny, tmp_path):
+    model, tokenizer = tiny
+    path = write_yaml(
+        tmp_path,
+        f"- {{name: bad, class_name: {HERE}.RaisingInteraction, "
+        "config: {where: finalize_interaction}}\n",
+    )
+    rollout = MultiTurnRollout(
+        HFRollout(model, tokenizer, None), tokenizer, rollout_config(path).multi_turn
+    )
+    out = generate(rollout, prompts(tokenizer, ["1+1="], [None]))
+    assert out.non_tensor_batch["turns"][0][-1] == {"role": "user", "content": "bye", "ends": True}
+    assert out.non_tensor_batch["interaction_errors"].tolist() == [
+        ["interaction 'bad': finalize_interaction failed: RuntimeError: cleanup failed"]
+    ]
+
+
+# -- failures at startup: the key and the class named --------------------------------------------
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        (
+            "- {class_name: no_such_module.Thing}\n",
+            r"class_name='no_such_module.Thing' cannot be imported: ModuleNotFoundError.*next to the YAML",
+        ),
+        (
+            "- {class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction}\n",
+            r"Gsm8kInteraction' cannot be imported.*verl's own interactions are not installed",
+        ),
+        (f"- {{class_name: {HERE}.Missing}}\n", rf"module {HERE} has no class 'Missing'"),
+        ("- {class_name: RetryInteraction}\n", "is not a dotted import path"),
+        (f"- {{class_name: {HERE}.NoResponseMethod}}\n", "has no generate_response"),
+        (
+            f"- {{class_name: {HERE}.BrokenInit}}\n",
+            r"could not be built with its config: KeyError: 'api_key'",
+        ),
+        (
+            f"- {{name: a, class_name: {HERE}.EchoInteraction}}\n"
+            f"- {{name: a, class_name: {HERE}.EchoInteraction}}\n",
+            "two interactions are named 'a'",
+        ),
+        ("[]\n", "needs a non-empty list under 'interaction:'"),
+        (
+            f"- {{class_name: {HERE}.EchoInteraction, config: [1]}}\n",
+            r"interaction\[0\]\.config must be a mapping",
+        ),
+    ],
+)
+def test_interaction_yaml_problems_are_errors_at_startup_naming_the_key(tmp_path, entries, message):
+    path = tmp_path / "interaction.yaml"
+    path.write_text(("interaction: " if entries == "[]\n" else "interaction:\n") + entries)
+    with pytest.raises((ImportError, ValueError), match=message) as info:
+        load_interaction_config(path)
+    assert str(info.value).startswith(f"{KEY}=")
+
+
+def test_a_missing_yaml_and_a_second_interaction_key_are_refused(tmp_path, tiny):
+    _, tokenizer = tiny
+    with pytest.raises(FileNotFoundError, match=f"{KEY}=.* is not a file"):
+        load_interaction_config(tmp_path / "missing.yaml")
+    path = write_yaml(tmp_path, f"- {{class_name: {HERE}.EchoInteraction}}\n")
+    config = rollout_config(path, interaction_path=str(tmp_path / "f.py"), interaction_name="f")
+    with pytest.raises(ValueError, match="are both set; keep one"):
+        MultiTurnRollout(None, tokenizer, config.multi_turn)
+
+
+def test_a_class_in_a_module_next_to_the_yaml_is_found(tmp_path):
+    (tmp_path / "posttrain_guess_next_to_yaml.py").write_text(
+        "class GuessInteraction:\n"
+        "    def __init__(self, config):\n"
+        "        self.config = config\n"
+        "    async def generate_response(self, instance_id, messages, **kwargs):\n"
+        "        return True, 'ok', 1.0, {}\n"
+    )
+    path = write_yaml(tmp_path, "- {class_name: posttrain_guess_next_to_yaml.GuessInteraction}\n")
+    built = load_interaction_config(path)
+    assert list(built) == ["guess"]  # verl's default name: "GuessInteraction" -> "guess"
+    assert built["guess"].config == {"name": "guess"}
+
+
+def test_the_config_keys_are_checked_when_the_config_is(tmp_path):
+    mt = "actor_rollout_ref.rollout.multi_turn"
+    path = write_yaml(tmp_path, f"- {{class_name: {HERE}.EchoInteraction}}\n")
+    ok = [f"{mt}.enable=true", f"{mt}.interaction_config_path={path}"]
+    validate_config(load_config("grpo_tiny.yaml", ok), check_files=True)
+    cases = [
+        ([f"{mt}.interaction_config_path={tmp_path / 'missing.yaml'}"], "does not exist"),
+        ([f"{mt}.interaction_path={tmp_path / 'f.py'}"], "both name an interaction"),
+        ([f"{mt}.tokenization_sanity_check_mode=loose"], "tokenization_sanity_check_mode"),
+    ]
+    for overrides, message in cases:
+        with pytest.raises(ConfigValidationError, match=message):
+            validate_config(load_config("grpo_tiny.yaml", [*ok, *overrides]), check_files=True)
+
+
+def test_the_schema_marks_the_yaml_as_code_for_the_studio():
+    from engine.config.loader import resolve_key
+
+    field = resolve_key(KEY).field
+    assert field.metadata["resource"] == "code"  # its class_names are imported
+    assert field.metadata["effect"] == "honoured"
+
+
+# -- through the trainer -------------------------------------------------------------------------
+def test_a_grpo_step_with_a_yaml_interaction_rewards_its_turn_scores(tmp_path):
+    from engine.trainer.run import run_training
+    from tests.engine.trainer.test_trainer import ListRecorder
+
+    reward = tmp_path / "turn_reward.py"
+    reward.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return sum(extra_info['turn_scores'])\n"
+    )
+    path = write_yaml(
+        tmp_path, f"- {{name: retry, class_name: {HERE}.RetryInteraction, config: {{rounds: 2}}}}\n"
+    )
+    mt = "actor_rollout_ref.rollout.multi_turn"
+    config = load_config(
+        "grpo_tiny.yaml",
+        [
+            "data.train_batch_size=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.rollout.do_sample=false",  # greedy: every answer ends with EOS
+            "data.max_response_length=32",
+            "trainer.total_training_steps=1",
+            "trainer.test_freq=-1",
+            "trainer.val_before_train=False",
+            "trainer.save_freq=-1",
+            "trainer.logger=[]",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            f"custom_reward_function.path={reward}",
+            f"{mt}.enable=true",
+            f"{mt}.interaction_config_path={path}",
+        ],
+    )
+    recorder = ListRecorder()
+    assert run_training(config, recorder) == "succeeded"
+    assert len(recorder.samples) == 4
+    for sample in recorder.samples:
+        assert sample.reward_error is None
+        assert sample.reward == pytest.approx(1.25)  # 0.25 for "again", 1.0 for "done"
+        assert [t["role"] for t in sample.turns] == ["assistant", "user", "assistant", "user"]
+        assert sample.turns[-1]["ends"] is True
+    ((_, metrics),) = recorder.steps
+    assert metrics["critic/score/mean"] == pytest.approx(1.25)
+    assert metrics["num_turns/mean"] == 2.0
