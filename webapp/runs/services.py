@@ -208,7 +208,6 @@ def run_delete(*, run: Run) -> None:
 
 
 NOTES_MAX_CHARS = 10_000
-TAG_MAX_CHARS = 50  # Run.tags' column width
 TAGS_MAX = 20
 
 
@@ -230,14 +229,14 @@ def run_set_notes(*, run: Run, notes: str) -> Run:
 
 def run_add_tags(*, run: Run, tags: str) -> Run:
     """Add comma-separated ``tags`` (lower-cased, de-duplicated) to the run's tags."""
-    from webapp.experiments.services import clean_tags
+    from webapp.experiments.services import TagsInvalid, clean_tags
 
-    new = clean_tags(tags)
+    try:
+        new = clean_tags(tags)
+    except TagsInvalid as exc:
+        raise RunAnnotationError("; ".join(e.message for e in exc.errors)) from None
     if not new:
         raise RunAnnotationError("type a tag to add, e.g. baseline (several: baseline, lr-sweep)")
-    long = [t for t in new if len(t) > TAG_MAX_CHARS]
-    if long:
-        raise RunAnnotationError(f"tag {long[0]!r} is over {TAG_MAX_CHARS} characters; shorten it")
     with transaction.atomic():
         current = Run.objects.select_for_update().values_list("tags", flat=True).get(pk=run.pk)
         merged = list(dict.fromkeys([*current, *new]))
