@@ -1,12 +1,17 @@
 """``/api/runs/{run_id}/samples``: the steps with samples, one step's samples (filtered, sorted,
 paged), one prompt's group, and the exports. The query is checked by the inspector's own forms
-(``webapp.samples.forms``), so a bad value gets the inspector's message under its name."""
+(``webapp.samples.forms``), so a bad value gets the inspector's message under its name.
+
+A multi-turn sample carries its ``turns`` as the inspector shows them: the ``Sample.turns`` JSON
+the run's recorder wrote (``engine.rollout.multi_turn``), read as is, so the page, the API and
+the exports give the same turns."""
 
 import math
 from typing import Any, Literal
 
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
+from pydantic import ConfigDict
 
 from webapp.api.errors import ErrorOut, field_error, form_error
 from webapp.api.runs import owned_run
@@ -33,6 +38,32 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+class ToolCallOut(Schema):
+    name: str = Field(description="The tool called; '' when the call could not be parsed.")
+    arguments: dict[str, Any]
+
+
+class TurnOut(Schema):
+    """One turn after the prompt: an assistant's text and its tool calls, a tool's answer, or an
+    interaction's message (any further keys of that message are kept)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: str = Field(description="assistant, tool, or the interaction's role (user).")
+    content: Any = Field(None, description="The turn's text (an interaction may send parts).")
+    tool_calls: list[ToolCallOut] | None = Field(
+        None, description="Assistant turns: the calls the tool turns after it answer, in order."
+    )
+    name: str | None = Field(None, description="Tool turns: the tool that answered.")
+    arguments: dict[str, Any] | None = Field(None, description="Tool turns: the call's arguments.")
+    error: str | None = Field(
+        None, description="Tool turns: why the call failed; user turns: the interaction's error."
+    )
+    seconds: float | None = Field(None, description="Tool turns: how long the call ran.")
+    score: float | None = Field(None, description="Interaction turns: the turn's score.")
+    ends: bool | None = Field(None, description="Interaction turns: the conversation ended here.")
+
+
 class SampleOut(Schema):
     id: int
     step: int
@@ -50,6 +81,9 @@ class SampleOut(Schema):
     advantage: float | None
     response_length: int
     truncated: bool
+    turns: list[TurnOut] | None = Field(
+        description="Multi-turn rollouts: each turn after the prompt; null for a single turn."
+    )
 
     @staticmethod
     def resolve_reward(obj: Any) -> float | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 import pytest
@@ -75,6 +77,39 @@ def test_exports_stream_the_filtered_samples(api, run):
     lines = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
     assert [(r["prompt_index"], r["reward"]) for r in lines] == [(0, 2.0), (1, 2.0)]
     assert lines[0]["tokens"] == ["a", "b"]
-    csv = api.get(f"/runs/{run.pk}/samples/export", {"format": "csv", "step": 2})
-    rows = b"".join(csv.streaming_content).decode().splitlines()
+    table = api.get(f"/runs/{run.pk}/samples/export", {"format": "csv", "step": 2})
+    rows = b"".join(table.streaming_content).decode().splitlines()
     assert rows[0].startswith("run_id,step,split") and len(rows) == 8
+
+
+def test_a_multi_turn_sample_carries_the_turns_the_inspector_shows(api, owner):
+    from tests.webapp.samples.test_turns import TURNS
+
+    run = running_run(owner)
+    multi = record(1, 0, 0, 1.0)
+    multi.turns = TURNS + [{"role": "user", "content": "right", "score": 1.0, "ends": True}]
+    samples_write(run_id=run.pk, samples=[multi, record(1, 0, 1, 0.0)])
+    recorded = [{k: v for k, v in t.items() if v is not None} for t in multi.turns]
+
+    def given(turns):  # the schema names every key; the unset ones come back null
+        return [{k: v for k, v in t.items() if v is not None} for t in turns]
+
+    page = api.get(f"/runs/{run.pk}/samples", {"step": 1}).json()["samples"]
+    assert given(page[0]["turns"]) == recorded and page[1]["turns"] is None
+    assert page[0]["turns"][1]["role"] == "tool" and page[0]["turns"][1]["content"] == "579"
+    assert page[0]["turns"][0]["tool_calls"] == [{"name": "calc", "arguments": {"expr": "123+456"}}]
+    assert page[0]["turns"][3]["error"] == "the tool call is not valid JSON"
+    group = api.get(f"/runs/{run.pk}/samples/group", {"prompt": 0, "step": 1}).json()
+    assert given(group["members"][0]["turns"]) == recorded
+    assert group["members"][1]["turns"] is None
+
+    export = api.get(f"/runs/{run.pk}/samples/export", {"step": 1, "tokens": False})
+    lines = [json.loads(line) for line in b"".join(export.streaming_content).splitlines()]
+    assert lines[0]["turns"] == multi.turns and lines[1]["turns"] is None
+    table = api.get(f"/runs/{run.pk}/samples/export", {"step": 1, "format": "csv"})
+    rows = list(csv.DictReader(io.StringIO(b"".join(table.streaming_content).decode())))
+    assert json.loads(rows[0]["turns"]) == multi.turns and rows[1]["turns"] == ""
+
+    schema = api.client.get("/api/openapi.json").json()["components"]["schemas"]
+    assert "turns" in schema["SampleOut"]["properties"]
+    assert set(schema["TurnOut"]["properties"]) >= {"role", "content", "tool_calls", "error"}
