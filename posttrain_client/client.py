@@ -12,11 +12,18 @@ TERMINAL_STATUSES = ("succeeded", "failed", "cancelled", "lost")
 
 
 class StudioError(Exception):
-    """The server refused a request: ``status``, ``errors`` (each ``{"key", "message"}``)."""
+    """The server refused a request: ``status``, ``errors`` (each ``{"key", "message"}``).
 
-    def __init__(self, status: int, errors: list[dict[str, Any]]) -> None:
+    ``retry_after`` is the seconds the server asked to wait (a 429 past the API's rate limit),
+    or None.
+    """
+
+    def __init__(
+        self, status: int, errors: list[dict[str, Any]], retry_after: int | None = None
+    ) -> None:
         self.status = status
         self.errors = errors
+        self.retry_after = retry_after
         lines = [f"{e['key']}: {e['message']}" if e.get("key") else e["message"] for e in errors]
         super().__init__(f"HTTP {status}: " + "; ".join(lines))
 
@@ -48,7 +55,8 @@ class Studio:
                 errors = response.json()["errors"]
             except (ValueError, KeyError, TypeError):
                 errors = [{"key": None, "message": response.text[:500] or response.reason_phrase}]
-            raise StudioError(response.status_code, errors)
+            wait = response.headers.get("Retry-After", "")
+            raise StudioError(response.status_code, errors, int(wait) if wait.isdigit() else None)
         return response
 
     def json(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -182,7 +190,8 @@ class Run(_Resource):
     def samples(self, step: int | None = None, **filters: Any) -> list[dict[str, Any]]:
         """Return one step's samples (the latest without ``step``), every page of them.
 
-        ``filters`` are the inspector's: split, reward_min, reward_max, q, truncated, sort.
+        ``filters`` are the inspector's: split, reward_min, reward_max, q, truncated, sort. A
+        multi-turn sample's ``turns`` lists each turn after the prompt (docs/api.md).
         """
         params = {**filters, "per_page": 200}
         if step is not None:

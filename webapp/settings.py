@@ -15,6 +15,8 @@ a working local default, and the secret key has one only with ``DJANGO_DEBUG=1``
 - ``POSTTRAIN_TLS``, ``POSTTRAIN_TLS_PROXY``  HTTPS only (secure cookies, HSTS, redirect), and
   trusting a TLS-terminating proxy's ``X-Forwarded-Proto``
 - ``POSTTRAIN_ALLOW_SIGNUP``
+- ``POSTTRAIN_API_RATE``  the API's requests per token (and per browser session) per window,
+  default ``600/min``
 
 ``manage.py check --deploy`` passes with DEBUG off, a real secret and POSTTRAIN_TLS=1.
 """
@@ -214,6 +216,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E402
 
+from webapp.api.rates import parse_rate  # noqa: E402
+
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -239,6 +243,24 @@ CHANNEL_LAYERS = {
             ],
         },
     }
+}
+
+# The API's rate limit (webapp.api.throttle): each token, and each user's browser session, may
+# send POSTTRAIN_API_RATE requests per fixed window ("600/min"; per s, min, hour or day), counted
+# in Redis so every web process shares the counts. The default cache stays in-process.
+POSTTRAIN_API_RATE = os.environ.get("POSTTRAIN_API_RATE") or "600/min"
+try:
+    parse_rate(POSTTRAIN_API_RATE)
+except ValueError as exc:
+    raise ImproperlyConfigured(f"POSTTRAIN_API_RATE={exc}") from None
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "api_rate": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": os.environ.get("POSTTRAIN_CHANNEL_PREFIX") or "posttrain",
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+    },
 }
 
 CELERY_BROKER_URL = REDIS_URL

@@ -4,7 +4,7 @@ Each resource module (``experiments``, ``runs``, ``samples``, ``datasets``, ``sw
 ``router`` that validates input, checks ownership through the selectors and calls the same
 services as the HTML views; a new resource is a new module and one ``add_router`` line here.
 The OpenAPI 3 schema is generated from the code at ``/api/openapi.json``; the docs page is
-``/api/docs``.
+``/api/docs``. Every operation counts against ``POSTTRAIN_API_RATE`` (``webapp.api.throttle``).
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ from __future__ import annotations
 from django.http import Http404, HttpRequest, HttpResponse
 from django.http.request import RawPostDataException
 from ninja import NinjaAPI
-from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
 
 from engine.config import ConfigError
 from webapp.api import datasets, experiments, runs, samples, sweeps
 from webapp.api.auth import API_AUTH
 from webapp.api.errors import ApiError, config_error, validation_errors
+from webapp.api.throttle import ApiRateThrottle
 from webapp.datasets.services import DatasetRejected
 from webapp.experiments.services import ExperimentBusy
 from webapp.runs.quotas import LaunchRefused
@@ -30,9 +31,13 @@ api = NinjaAPI(
         "Experiments, runs, metrics, samples and datasets of the logged-in user. "
         "Authenticate with `Authorization: Bearer <token>` (make one at /accounts/tokens/) "
         "or a browser session (unsafe methods then need the `X-CSRFToken` header). "
-        'Every error is `{"errors": [{"key": ..., "message": ...}]}`.'
+        'Every error is `{"errors": [{"key": ..., "message": ...}]}`. '
+        "Each token (and each browser session) may send POSTTRAIN_API_RATE requests per window "
+        "(600 a minute unless the server sets another rate); past it the answer is 429 with "
+        "`Retry-After`."
     ),
     auth=API_AUTH,
+    throttle=[ApiRateThrottle()],
     urls_namespace="api",
 )
 api.add_router("/experiments", experiments.router)
@@ -76,6 +81,14 @@ def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResp
         "or log in; a revoked token no longer works",
     )
     response["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+@api.exception_handler(Throttled)
+def _throttled(request: HttpRequest, exc: Throttled) -> HttpResponse:
+    refusal = request.api_rate_refusal  # type: ignore[attr-defined]
+    response = _one(request, 429, refusal.message)
+    response["Retry-After"] = str(refusal.retry_after)
     return response
 
 

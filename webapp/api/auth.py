@@ -3,7 +3,9 @@
 ``Authorization: Bearer <token>`` is tried first (no CSRF check: a browser never adds that
 header on its own); without it the session cookie counts, and then an unsafe method needs the
 CSRF token as every form of the studio does (``X-CSRFToken`` header). Either way the user
-becomes ``request.user``, so services see the same user as the HTML views do.
+becomes ``request.user``, so services see the same user as the HTML views do. A token's
+digest is kept as ``request.api_token_digest``: the rate limit counts per token
+(``webapp.api.throttle``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 from django.http import HttpRequest
 from ninja.security import HttpBearer, SessionAuth
 
-from webapp.api.tokens import token_user
+from webapp.api.tokens import token_digest, token_user
 
 
 class TokenAuth(HttpBearer):
@@ -23,6 +25,7 @@ class TokenAuth(HttpBearer):
         user = token_user(token)
         if user is not None:
             request.user = user
+            request.api_token_digest = token_digest(token)  # type: ignore[attr-defined]
         return user
 
 

@@ -27,7 +27,8 @@ class TokenRefused(ValueError):
     """The token cannot be made; the message says why and what to do."""
 
 
-def _digest(raw: str) -> str:
+def token_digest(raw: str) -> str:
+    """Return the SHA-256 hex digest of the token ``raw``, the form the database keeps."""
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
@@ -47,7 +48,7 @@ def token_create(*, owner: Any, name: str) -> tuple[ApiToken, str]:
         )
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(
-        owner=owner, name=name[:100], prefix=raw[: len(TOKEN_PREFIX) + 6], digest=_digest(raw)
+        owner=owner, name=name[:100], prefix=raw[: len(TOKEN_PREFIX) + 6], digest=token_digest(raw)
     )
     return token, raw
 
@@ -61,7 +62,7 @@ def token_user(raw: str) -> Any | None:
     """Return the active user whose token ``raw`` is, or None; note when it was last used."""
     if not raw.startswith(TOKEN_PREFIX):
         return None
-    token = ApiToken.objects.select_related("owner").filter(digest=_digest(raw)).first()
+    token = ApiToken.objects.select_related("owner").filter(digest=token_digest(raw)).first()
     if token is None or not token.owner.is_active:
         return None
     now = timezone.now()
