@@ -53,7 +53,8 @@ def _train_rows(*, owner: Any, config: PPOConfig) -> int | None:
 def run_size_errors(*, owner: Any, config: PPOConfig) -> list[ConfigFieldError]:
     """Return a problem for each per-run cap ``config`` exceeds.
 
-    The caps: ranks (``POSTTRAIN_MAX_RANKS``), reward processes (``POSTTRAIN_MAX_REWARD_WORKERS``)
+    The caps: ranks (``POSTTRAIN_MAX_RANKS``: the trainer's and, with
+    ``reward_model.enable_resource_pool``, the reward model's own pool), reward processes (``POSTTRAIN_MAX_REWARD_WORKERS``)
     and training steps (``POSTTRAIN_MAX_TRAINING_STEPS``). The steps are
     ``trainer.total_training_steps`` when set, otherwise ``trainer.total_epochs`` times the
     batches of an epoch when the training files are datasets with a known row count (the
@@ -61,7 +62,8 @@ def run_size_errors(*, owner: Any, config: PPOConfig) -> list[ConfigFieldError]:
     """
     errors = []
     trainer = config.trainer
-    ranks, max_ranks = trainer.n_gpus_per_node * trainer.nnodes, settings.POSTTRAIN_MAX_RANKS
+    max_ranks = settings.POSTTRAIN_MAX_RANKS
+    ranks = trainer.n_gpus_per_node * trainer.nnodes
     if ranks > max_ranks:
         errors.append(
             ConfigFieldError(
@@ -72,6 +74,23 @@ def run_size_errors(*, owner: Any, config: PPOConfig) -> list[ConfigFieldError]:
                 "server; lower trainer.n_gpus_per_node or trainer.nnodes",
             )
         )
+    rm = config.reward_model
+    if rm.enable and rm.enable_resource_pool and ranks <= max_ranks:
+        # The reward model's own pool (verl's reward_pool) holds ranks of its own.
+        reward_ranks = max(rm.n_gpus_per_node, 0) * max(rm.nnodes, 0)
+        if ranks + reward_ranks > max_ranks:
+            errors.append(
+                ConfigFieldError(
+                    "reward_model.n_gpus_per_node",
+                    rm.n_gpus_per_node,
+                    f"the reward model's own pool ({rm.n_gpus_per_node} per node x "
+                    f"reward_model.nnodes={rm.nnodes}) adds {reward_ranks} ranks to the "
+                    f"trainer's {ranks}, {ranks + reward_ranks} in all, and "
+                    f"POSTTRAIN_MAX_RANKS allows {max_ranks} per run on this server; lower "
+                    "reward_model.n_gpus_per_node or reward_model.nnodes, or set "
+                    "reward_model.enable_resource_pool=False to share the trainer's ranks",
+                )
+            )
     workers, max_workers = config.reward.num_workers, settings.POSTTRAIN_MAX_REWARD_WORKERS
     if workers > max_workers:
         errors.append(

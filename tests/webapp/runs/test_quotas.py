@@ -93,6 +93,40 @@ def test_ranks_reward_workers_and_steps_are_capped_per_run(owner, settings):
 
 
 @pytest.mark.django_db
+def test_the_reward_models_own_pool_counts_against_the_rank_cap(owner, settings):
+    settings.POSTTRAIN_MAX_RANKS = 8
+    reward_model = {
+        "reward_model__enable": True,
+        "reward_model__model__path": "tiny://reward_model",
+        "reward_model__micro_batch_size_per_gpu": 8,
+        "reward_model__enable_resource_pool": True,
+        "reward_model__n_gpus_per_node": 4,
+        "reward_model__nnodes": 2,
+    }
+    experiment = make_experiment(
+        owner, trainer__n_gpus_per_node=4, trainer__nnodes=1, **reward_model
+    )
+    with pytest.raises(ConfigValidationError) as refused:
+        run_create(experiment=experiment)
+    assert (
+        "reward_model.n_gpus_per_node=4: the reward model's own pool (4 per node x "
+        "reward_model.nnodes=2) adds 8 ranks to the trainer's 4, 12 in all, and "
+        "POSTTRAIN_MAX_RANKS allows 8 per run on this server; lower reward_model.n_gpus_per_node "
+        "or reward_model.nnodes, or set reward_model.enable_resource_pool=False to share the "
+        "trainer's ranks" in _messages(refused.value)
+    )
+    assert not Run.objects.exists()
+    # Sharing the trainer's ranks (verl's default) adds none.
+    shared = make_experiment(
+        owner,
+        trainer__n_gpus_per_node=4,
+        trainer__nnodes=1,
+        **(reward_model | {"reward_model__enable_resource_pool": False}),
+    )
+    assert run_create(experiment=shared).number == 1
+
+
+@pytest.mark.django_db
 def test_steps_of_an_epoch_count_when_the_data_is_a_dataset_of_known_length(owner, settings):
     from webapp.datasets.services import dataset_create
 
