@@ -42,6 +42,8 @@ from webapp.experiments.rewards import (
     reward_function_for_path,
     unreadable_reward_modules,
 )
+from webapp.experiments.services import TagsInvalid
+from webapp.experiments.services import clean_tags as tags_cleaned
 
 CUSTOM_REWARD_KEYS = ("custom_reward_function.path", "custom_reward_function.name")
 COMPONENTS_KEY = "reward.components"
@@ -267,6 +269,15 @@ class ExperimentForm(forms.Form):
                 return None
             components.append({"name": name, "weight": weight, "kwargs": kwargs or {}})
         return components
+
+    def clean_tags(self) -> str:
+        """Check the tags now, so a bad tag shows beside the config's own errors, not after."""
+        text = self.cleaned_data.get("tags") or ""
+        try:
+            tags_cleaned(text)
+        except TagsInvalid as exc:
+            raise forms.ValidationError([error.message for error in exc.errors]) from exc
+        return text
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()

@@ -85,6 +85,19 @@ def test_the_builder_shows_a_long_tag_under_the_tags_field_and_saves_nothing(cli
     assert Experiment.objects.get().tags == ["x" * TAG_MAX_CHARS]  # stored whole
 
 
+def test_the_builder_shows_a_bad_tag_together_with_the_configs_own_errors(client_in, owner):
+    config = tiny_config(data__train_batch_size=0)
+    data = builder_data(config, owner, tags=f"grpo, {LONG}")
+    response = client_in.post(reverse("experiments:new"), data)
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert errors["tags"] == [
+        "tag 'reward-shaping-ablat…' is over 50 characters (51); shorten it to 50 or fewer"
+    ]
+    assert "data__train_batch_size" in errors  # not held back until the tag is fixed
+    assert not Experiment.objects.exists()
+
+
 def test_the_api_answers_400_under_tags_and_saves_nothing(api):  # noqa: F811
     config = config_to_dict(tiny_config())
     body = {"name": "tagged", "config": config}
