@@ -1429,8 +1429,9 @@ class RewardModelConfig(_Section):
     strategy: str = _inert("fsdp", f"Backend of the reward model ({_RM_ONLY}).")
     micro_batch_size: int | None = _f(
         None,
-        "Samples per reward-model forward over all GPUs (verl's deprecated global size): "
-        "divided by the data-parallel size into micro_batch_size_per_gpu.",
+        "Samples per reward-model forward over all its ranks (verl's deprecated global size): "
+        "divided into micro_batch_size_per_gpu by the ranks of its own pool with "
+        "enable_resource_pool=True, else by trainer.nnodes x trainer.n_gpus_per_node.",
         gt=0,
         le=MAX_BATCH,
     )

@@ -5,7 +5,9 @@ mark each field and the CLI can print them all; each error names the key, the va
 The batch checks follow verl's (``RayPPOTrainer._validate_config`` and the FSDP workers): batch
 sizes count prompts, a mini-batch times ``rollout.n`` is split evenly over the workers, and each
 worker's share must be a multiple of its micro-batch. What only the running machine can tell (is
-a GPU visible?) is checked when the run starts.
+a GPU visible?) is checked when the run starts. A rule the trainers also check as they start (the
+reward model's own pool, the keys the single-process trainer cannot honour) is a public function
+here that they call, so the form, the CLI and the trainer give the same error.
 
 ``resolve_config`` plays the part of verl's YAML interpolations: fields left ``None`` take the
 value verl would interpolate (critic batch sizes from the actor, rollout lengths from the data)
@@ -56,6 +58,7 @@ from engine.config.tree import get_in
 from engine.rewards.names import MISSING_REWARD_MANAGERS
 from engine.rewards.overlong import reward_kwargs_problems
 from engine.rollout import SGLANG_MISSING
+from engine.tools.tiny_uris import TINY_PREFIX, TINY_URIS
 
 _REMOTE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 _ARR = "actor_rollout_ref"
@@ -184,11 +187,11 @@ def resolve_config(cfg: PPOConfig) -> PPOConfig:
     inherit(critic.checkpoint, "load_contents", critic.checkpoint.save_contents)
     inherit(cfg.reward_model.model, "input_tokenizer", model.path)
     inherit(critic, "forward_max_token_len_per_gpu", critic.ppo_max_token_len_per_gpu)
-    data_parallel = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
-    for _, section, legacy, per_gpu in _legacy_micro_batches(cfg):
-        size = getattr(section, legacy)
+    for prefix, section, legacy, per_gpu in _legacy_micro_batches(cfg):
+        size, (ranks, _) = getattr(section, legacy), _legacy_ranks(cfg, prefix)
         if size is not None and getattr(section, per_gpu) in (None, size):
-            setattr(section, per_gpu, max(1, size // data_parallel))
+            # max: a reward pool of no ranks is reported by reward_pool_problems
+            setattr(section, per_gpu, max(1, size // max(1, ranks)))
     inherit(critic, "forward_micro_batch_size_per_gpu", critic.ppo_micro_batch_size_per_gpu)
     for role in (actor, critic):  # verl 0.7's new spellings of grad_clip and warmup_style
         if role.grad_clip == 1.0:
@@ -214,11 +217,26 @@ def _legacy_micro_batches(cfg: PPOConfig) -> list[tuple[str, Any, str, str]]:
     ]
 
 
+def _legacy_ranks(cfg: PPOConfig, prefix: str) -> tuple[int, str]:
+    """Return the ranks that share a section's deprecated global size, and what they are.
+
+    As verl's workers divide it by their world size: the trainer's ranks, or for a reward model
+    on a pool of its own (``RewardModelWorker`` on verl's ``reward_pool``) that pool's.
+    """
+    if prefix == "reward_model" and own_reward_pool(cfg):
+        rm = cfg.reward_model
+        return (
+            rm.nnodes * rm.n_gpus_per_node,
+            "ranks of the reward model's own pool (reward_model.nnodes x n_gpus_per_node)",
+        )
+    return cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node, "data-parallel ranks"
+
+
 def _check_legacy_keys(report: _Report, original: PPOConfig) -> None:
     """Check verl's deprecated global micro-batch sizes and its two spellings of some keys."""
-    data_parallel = original.trainer.nnodes * original.trainer.n_gpus_per_node
     for prefix, section, legacy, per_gpu in _legacy_micro_batches(original):
         size, given = getattr(section, legacy), getattr(section, per_gpu)
+        ranks, what = _legacy_ranks(original, prefix)
         if size is None:
             continue
         if given is not None and given != size:
@@ -228,18 +246,20 @@ def _check_legacy_keys(report: _Report, original: PPOConfig) -> None:
                 f"(deprecated) and keep {per_gpu}",
                 size,
             )
-        elif size % data_parallel:
+        elif ranks < 1:
+            continue  # a reward pool of no ranks: reported by reward_pool_problems
+        elif size % ranks:
             report.error(
                 f"{prefix}.{legacy}",
-                f"a global size that the {data_parallel} data-parallel ranks cannot share; make "
-                f"it a multiple of {data_parallel}, or set {prefix}.{per_gpu}",
+                f"a global size that the {ranks} {what} cannot share; make it a multiple of "
+                f"{ranks}, or set {prefix}.{per_gpu}",
                 size,
             )
         else:
             report.warnings.append(
                 f"[DEPRECATED] {prefix}.{legacy}={size} is a global size; it is divided by the "
-                f"{data_parallel} data-parallel ranks into {prefix}.{per_gpu}="
-                f"{max(1, size // data_parallel)}: set {prefix}.{per_gpu} instead"
+                f"{ranks} {what} into {prefix}.{per_gpu}={max(1, size // ranks)}: set "
+                f"{prefix}.{per_gpu} instead"
             )
     arr = original.actor_rollout_ref
     for prefix, role in ((f"{_ARR}.actor", arr.actor), ("critic", original.critic)):
@@ -801,6 +821,92 @@ def _check_inputs(report: _Report, original: PPOConfig, check_files: bool) -> No
         )
 
 
+def _check_tiny_uris(report: _Report, original: PPOConfig) -> None:
+    """Check that every ``tiny://`` value of a path key names a known asset; nothing is built.
+
+    Keys are read as given (a key left null that takes another's value is not checked twice),
+    with ``${...}`` references filled in. No code key reads a ``tiny://`` asset.
+    """
+    for _, f, key, _, value in _leaves(original):
+        resource = f.metadata.get("resource")
+        if resource not in ("path", "code") or f.metadata.get("effect", HONOURED) != HONOURED:
+            continue
+        if isinstance(value, str) and "${" in value:
+            value = get_value(report.cfg, key)
+        for item in _files(value):  # one path, or a list of them (data.train_files)
+            if not item.startswith(TINY_PREFIX):
+                continue
+            if resource == "code":
+                report.error(
+                    key,
+                    "tiny:// names the embedded data and models, not code; point it at a "
+                    "Python file",
+                    item,
+                )
+            elif item not in TINY_URIS:
+                report.error(
+                    key,
+                    f"{item} names no embedded asset; use one of {', '.join(TINY_URIS)}, or a "
+                    "local path",
+                    item,
+                )
+
+
+def own_reward_pool(cfg: Any) -> bool:
+    """Return True when the reward model runs on a Ray pool of its own (verl's ``reward_pool``)."""
+    return bool(cfg.reward_model.enable and cfg.reward_model.enable_resource_pool)
+
+
+def reward_pool_problems(cfg: Any) -> list[ConfigFieldError]:
+    """Return an error for each of ``reward_model.nnodes`` and ``n_gpus_per_node`` below 1 when
+    the reward model has a pool of its own, as verl's ``main_ppo`` refuses them.
+
+    ``RayPPOTrainer`` raises them too, before it asks Ray for the pools.
+    """
+    if not own_reward_pool(cfg):
+        return []
+    rm = cfg.reward_model
+    return [
+        ConfigFieldError(
+            f"reward_model.{name}",
+            value,
+            "reward_model.enable_resource_pool=True gives the reward model a pool of "
+            f"reward_model.nnodes x reward_model.n_gpus_per_node ranks, but they are {rm.nnodes} "
+            f"x {rm.n_gpus_per_node}; set both to at least 1, or "
+            "reward_model.enable_resource_pool=False to share the trainer's ranks",
+        )
+        for name, value in (("nnodes", rm.nnodes), ("n_gpus_per_node", rm.n_gpus_per_node))
+        if value < 1
+    ]
+
+
+def in_process_reward_model_problems(cfg: Any) -> list[ConfigFieldError]:
+    """Return an error for each reward-model key that only its Ray role reads, set True: the
+    single-process trainer loads the reward model whole in its own process.
+
+    The validator asks with ``trainer.controller=local``; ``build_reward_scorer`` raises them
+    before it loads the model.
+    """
+    rm = cfg.reward_model
+    if not rm.enable:
+        return []
+    ray_only = {
+        "reward_model.enable_resource_pool": rm.enable_resource_pool,
+        "reward_model.model.fsdp_config.param_offload": rm.model.fsdp_config.param_offload,
+    }
+    return [
+        ConfigFieldError(
+            key,
+            value,
+            "read where the reward model is a role on Ray ranks, but the single-process trainer "
+            "(trainer.controller=local) loads it whole in its own process; set "
+            f"trainer.controller=ray, or {key}=False",
+        )
+        for key, value in ray_only.items()
+        if value
+    ]
+
+
 def _check_rollout_and_rewards(report: _Report) -> None:
     cfg = report.cfg
     rollout, workers = (
@@ -854,6 +960,31 @@ def _check_rollout_and_rewards(report: _Report) -> None:
             report.error(
                 f"{key}.name", "reward_model needs reward_model.enable=True", "reward_model"
             )
+        if component.name == "reward_model" and component.kwargs:
+            report.error(
+                f"{key}.kwargs",
+                "a reward-model component takes no kwargs: the model scores each (prompt, "
+                "response) pair as it is; remove them",
+                component.kwargs,
+            )
+    names = {component.name for component in cfg.reward.components}
+    if names and cfg.custom_reward_function.path and "custom" not in names:
+        report.error(
+            "custom_reward_function.path",
+            "is set, but reward.components has no custom component, so the function would "
+            "score nothing; add {name: custom, weight: ...} to reward.components, or unset "
+            "custom_reward_function.path",
+        )
+    if names and cfg.reward_model.enable and "reward_model" not in names:
+        report.error(
+            "reward_model.enable",
+            "loads the reward model, but reward.components has no reward_model component, so "
+            "its score would count nowhere; add {name: reward_model, weight: ...} to "
+            "reward.components, or set reward_model.enable=False",
+        )
+    report.errors += reward_pool_problems(cfg)
+    if cfg.trainer.controller != "ray":
+        report.errors += in_process_reward_model_problems(cfg)
 
 
 def _check_dapo(report: _Report) -> None:
@@ -972,6 +1103,7 @@ def validate_config(cfg: PPOConfig, *, check_files: bool = True) -> list[str]:
     if resolved.critic.enable:
         _check_batches(report, "critic")
     _check_inputs(report, cfg, check_files)
+    _check_tiny_uris(report, cfg)
     _check_legacy_keys(report, cfg)
     _check_effects(report)
     _check_rollout_and_rewards(report)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.config import ConfigValidationError
+from engine.config.validate import own_reward_pool, reward_pool_problems
 from engine.data import DataProto
 from engine.distributed.fsdp import check_offload
 from engine.distributed.worker_group import (
@@ -38,11 +40,6 @@ REWARD_POOL = "reward_pool"
 ROLES = ("actor_rollout_ref", "critic", "reward_model")
 
 
-def own_reward_pool(config: Any) -> bool:
-    """Return True when the reward model runs on a pool of its own (verl's ``reward_pool``)."""
-    return bool(config.reward_model.enable and config.reward_model.enable_resource_pool)
-
-
 def default_resource_pool_spec(config: Any) -> dict[str, list[int]]:
     """Return ``{"global_pool": [n_gpus_per_node] * nnodes}``, and verl's ``reward_pool`` of
     ``[reward_model.n_gpus_per_node] * reward_model.nnodes`` with ``enable_resource_pool``."""
@@ -52,17 +49,12 @@ def default_resource_pool_spec(config: Any) -> dict[str, list[int]]:
             f"trainer.nnodes={trainer.nnodes} and trainer.n_gpus_per_node="
             f"{trainer.n_gpus_per_node} must both be at least 1"
         )
+    problems = reward_pool_problems(config)
+    if problems:
+        raise ConfigValidationError(problems)
     spec = {GLOBAL_POOL: [trainer.n_gpus_per_node] * trainer.nnodes}
     if own_reward_pool(config):
-        rm = config.reward_model
-        if rm.nnodes < 1 or rm.n_gpus_per_node < 1:
-            raise ValueError(
-                f"reward_model.enable_resource_pool=True gives the reward model a pool of "
-                f"reward_model.nnodes x reward_model.n_gpus_per_node ranks, but they are "
-                f"{rm.nnodes} x {rm.n_gpus_per_node}; set both to at least 1, or "
-                "reward_model.enable_resource_pool=False to share the global pool"
-            )
-        spec[REWARD_POOL] = [rm.n_gpus_per_node] * rm.nnodes
+        spec[REWARD_POOL] = [config.reward_model.n_gpus_per_node] * config.reward_model.nnodes
     return spec
 
 

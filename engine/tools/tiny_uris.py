@@ -26,13 +26,24 @@ CALCULATOR_FILES = {
     "tools.yaml": "tools.yaml",
 }
 CALCULATOR_URIS = tuple(CALCULATOR_PREFIX + name for name in CALCULATOR_FILES)
+# engine.tiny's URIs (URI_FIELDS, then REWARD_MODEL_URI), listed again so that the config
+# validator knows them without importing engine.tiny, which imports torch (engine.tiny does not
+# import them from here: an edit of its sources rebuilds its cache). A test checks they agree.
+EMBEDDED_NAMES = (
+    "model",
+    "train.parquet",
+    "val.parquet",
+    "train.jsonl",
+    "val.jsonl",
+    "reward_model",
+)
+EMBEDDED_URIS = tuple(TINY_PREFIX + name for name in EMBEDDED_NAMES)
+TINY_URIS = (*EMBEDDED_URIS, *CALCULATOR_URIS)
 
 
 def tiny_uris() -> list[str]:
     """Return every ``tiny://`` URI: the embedded assets', then the calculator task's."""
-    from engine.tiny import REWARD_MODEL_URI, URI_FIELDS, URI_PREFIX
-
-    return [*(URI_PREFIX + name for name in URI_FIELDS), REWARD_MODEL_URI, *CALCULATOR_URIS]
+    return list(TINY_URIS)
 
 
 def resolve_tiny_uri(path: str, data_dir: Path | None = None) -> str:

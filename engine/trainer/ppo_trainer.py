@@ -822,22 +822,18 @@ def build_reward_scorer(config: Any, device: str | torch.device = "cpu") -> Any:
     None (``RewardModelScorer.from_config``: sizes and defaults as verl's reward model worker).
 
     The single-process trainer's; with ``trainer.controller=ray`` the model is a role on the
-    ranks instead (``engine.distributed.worker_group.RewardModelGroup``).
+    ranks instead (``engine.distributed.worker_group.RewardModelGroup``). Raise
+    ``ConfigValidationError`` for the keys only that role reads (the validator's
+    ``in_process_reward_model_problems``).
     """
-    rm = config.reward_model
-    if not rm.enable:
+    if not config.reward_model.enable:
         return None
-    ray_only = {
-        "reward_model.enable_resource_pool": rm.enable_resource_pool,
-        "reward_model.model.fsdp_config.param_offload": rm.model.fsdp_config.param_offload,
-    }
-    asked = [key for key, value in ray_only.items() if value]
-    if asked:
-        raise ValueError(
-            f"{' and '.join(f'{key}=True' for key in asked)}: read where the reward model is a "
-            "role on Ray ranks, but trainer.controller=local loads it whole in the trainer's "
-            "process; set trainer.controller=ray, or set them to False"
-        )
+    from engine.config import ConfigValidationError
+    from engine.config.validate import in_process_reward_model_problems
+
+    problems = in_process_reward_model_problems(config)
+    if problems:
+        raise ConfigValidationError(problems)
     from engine.rewards.reward_model import RewardModelScorer
 
     return RewardModelScorer.from_config(config, device)

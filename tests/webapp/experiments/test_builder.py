@@ -131,11 +131,13 @@ def test_rewards_are_built_ins_with_weights_or_an_installed_function(owner, stud
         reward_weight__format="0.25",
         reward_kwargs__format="{pattern: '^\\d+$'}",
         custom_reward="house_rewards.py:length_penalty",
+        reward_weight__custom="0.5",
     )
     form = ExperimentForm(data, owner=owner)
     assert form.is_valid(), form.errors
     components = [(c.name, c.weight, c.kwargs) for c in form.config.reward.components]
     assert sorted(components) == [
+        ("custom", 0.5, {}),
         ("format", 0.25, {"pattern": "^\\d+$"}),
         ("tiny_arithmetic", 0.75, {}),
     ]
@@ -201,6 +203,63 @@ def test_a_reward_model_component_needs_the_reward_model_and_says_so_on_its_row(
     page = client_in.get(reverse("experiments:new") + "?preset=grpo_tiny_rm").content.decode()
     assert 'name="reward_weight__reward_model"' in page and 'name="reward_weight__custom"' in page
     assert "needs reward_model.enable" in page
+
+
+def test_the_reward_models_own_pool_shows_its_error_next_to_its_field(client_in, owner):
+    # reward_model.nnodes defaults to 0 (verl's default): a pool of no ranks, which the trainer
+    # would refuse only once the run started.
+    config = tiny_config(
+        **REWARD_MODEL_ON, trainer__controller="ray", reward_model__enable_resource_pool=True
+    )
+    data = builder_data(config, owner)
+    response = client_in.post(reverse("experiments:new"), data)
+    assert response.status_code == 400
+    form = response.context["form"]
+    assert list(form.errors) == ["reward_model__nnodes"]
+    (message,) = form.errors["reward_model__nnodes"]
+    assert "reward_model.nnodes x reward_model.n_gpus_per_node ranks, but they are 0 x 8" in message
+    assert "set both to at least 1, or reward_model.enable_resource_pool=False" in message
+    assert "but they are 0 x 8; set both to at least 1" in response.content.decode()
+    assert not Experiment.objects.exists() and not Run.objects.exists()
+    assert ExperimentForm({**data, "reward_model__nnodes": "1"}, owner=owner).is_valid()
+    # The single-process trainer has no pools: the error lands on the key it cannot honour.
+    form = ExperimentForm(
+        {**data, "reward_model__nnodes": "1", "trainer__controller": "local"}, owner=owner
+    )
+    assert not form.is_valid() and list(form.errors) == ["reward_model__enable_resource_pool"]
+    (message,) = form.errors["reward_model__enable_resource_pool"]
+    assert "set trainer.controller=ray, or reward_model.enable_resource_pool=False" in message
+
+
+def test_an_installed_function_with_no_weight_is_refused_on_its_field(owner, studio_dirs):
+    # With weighted components, a chosen function that is not one of them would score nothing
+    # (the run used to fail as it started).
+    data = builder_data(
+        tiny_config(),
+        owner,
+        reward_weight__tiny_arithmetic="1",
+        custom_reward="house_rewards.py:length_penalty",
+    )
+    form = ExperimentForm(data, owner=owner)
+    assert not form.is_valid() and list(form.errors) == ["custom_reward"]
+    assert "add {name: custom, weight: ...}" in form.errors["custom_reward"][0]
+
+
+def test_a_reward_model_component_with_kwargs_is_refused_on_its_row(owner):
+    data = builder_data(
+        tiny_config(**REWARD_MODEL_ON),
+        owner,
+        reward_weight__reward_model="1",
+        reward_kwargs__reward_model="{scale: 2}",
+    )
+    form = ExperimentForm(data, owner=owner)
+    assert not form.is_valid()
+    assert form.errors == {
+        "reward_weight__reward_model": [
+            "a reward-model component takes no kwargs: the model scores each (prompt, response) "
+            "pair as it is; remove them"
+        ]
+    }
 
 
 def test_a_reward_module_that_does_not_parse_is_named_with_its_error_not_dropped(

@@ -102,6 +102,7 @@ def test_the_reward_models_own_pool_counts_against_the_rank_cap(owner, settings)
         "reward_model__enable_resource_pool": True,
         "reward_model__n_gpus_per_node": 4,
         "reward_model__nnodes": 2,
+        "trainer__controller": "ray",  # the single-process trainer has no pools
     }
     experiment = make_experiment(
         owner, trainer__n_gpus_per_node=4, trainer__nnodes=1, **reward_model
