@@ -17,7 +17,11 @@ function as ``extra_info["turn_scores"]``, as verl's reward loop hands them over
 ``num_workers > 1`` scores rule-based rewards in a ``ProcessPoolExecutor`` (spawn context, so
 functions must be importable: registered, ``custom_reward_function`` or module-level ones). The
 pool is created on first use and reused; call ``close()`` or use the manager as a context
-manager to shut it down. Reward-model components always score in this process, in batches.
+manager to shut it down. Reward-model components never go to that pool: the manager hands the
+whole batch's (prompt, response) pairs to its ``reward_model`` scorer in one call, which scores
+them in this process (``RewardModelScorer``, the single-process trainer's) or on the reward
+model's Ray ranks (``engine.distributed.worker_group.RewardModelGroup``, with
+``trainer.controller=ray``).
 """
 
 from __future__ import annotations
