@@ -7,7 +7,7 @@ verl's interaction YAML, ``interaction_config_path``::
     interaction:
       - name: guess                             # optional: the class name, lower-case,
         class_name: my_interactions.GuessInteraction  # without "Interaction"
-        config: {max_tries: 3}
+        config: {max_tries: 3, timeout_s: 30}     # timeout_s: see below
 
 ``class_name`` is a dotted import path, imported as verl imports it; the YAML's own folder is
 searched after the installed packages, so a class in a file next to the YAML needs no
@@ -28,24 +28,37 @@ verl's ``BaseInteraction`` methods (async, as verl's are, or plain):
 ``calculate_score`` is the class's own business: verl's loop does not call it either. A sample
 picks its interaction by ``extra_info.interaction_kwargs.name`` (verl's field, from the dataset
 row); those kwargs go to every call. A sample with no name gets the only interaction; with several
-it is an error naming them. A class's calls of one turn run concurrently on one event loop (a
-daemon thread), so an interaction that waits on a remote user simulator does not wait in line.
+it is an error naming them. The calls of one turn run concurrently: async methods on one event
+loop (a daemon thread), so an interaction that waits on a remote user simulator does not wait in
+line; plain methods each in a daemon thread of their own, so one that blocks holds up no other.
 
-A plain function, ``interaction_path`` and ``interaction_name``, called in the rollout's thread::
+A plain function, ``interaction_path`` and ``interaction_name``, called in a thread per sample::
 
     def interaction(messages: list[dict], extra_info: dict) -> dict | None:
         # the next user (or tool) message, or None to end the conversation
 
+Every call is time-limited: an entry's ``config.timeout_s`` (seconds > 0, checked at startup;
+the class sees it in its config too), by default the tools' ``DEFAULT_TIMEOUT_S``; a plain
+function gets the default. Async methods run under ``asyncio.wait_for``, plain ones are waited
+for until their limit. An async method that blocks the loop itself (``time.sleep`` in an
+``async def``) cannot be interrupted: once the loop has been stuck past the turn's largest limit
+and :data:`LOOP_GRACE_S`, that turn's pending calls time out, the loop is abandoned (its daemon
+thread ends when the blocking call returns, if ever) and the next calls get a new one. Python
+stops neither a thread nor a coroutine that does not await, so a call past its limit is left to
+finish on its own and what it returns is dropped, as for a timed-out tool call.
+
 Failures: a YAML that cannot be read, a class that cannot be imported or built, raise at startup
-naming the key and the class. At run time an interaction that raises or returns something else
-than its contract says ends that conversation with a recorded interaction error (in ``turns``
-and ``interaction_errors``, logged once per distinct message), as a failing tool call is
-recorded; the run goes on.
+naming the key and the class (a bad ``timeout_s`` names the entry). At run time an interaction
+that raises, runs past its limit or returns something else than its contract says ends that
+conversation with a recorded interaction error (in ``turns`` and ``interaction_errors``, logged
+once per distinct message), as a failing tool call is recorded; the run goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import copy
 import hashlib
 import importlib
@@ -56,18 +69,23 @@ import math
 import numbers
 import sys
 import threading
+import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
 
+from engine.tools.base import DEFAULT_TIMEOUT_S
+
 logger = logging.getLogger(__name__)
 
 Interaction = Callable[[list[dict[str, Any]], dict[str, Any]], dict[str, Any] | None]
+Call = Callable[[], Any]  # one interaction call, its arguments bound
 _KEY = "actor_rollout_ref.rollout.multi_turn"
 
 
@@ -149,6 +167,22 @@ def _default_name(class_name: str) -> str:
 
 def load_interaction_config(path: str | Path) -> dict[str, Any]:
     """Return the interactions verl's YAML at ``path`` lists, built, keyed by name."""
+    return _load_interaction_yaml(path)[0]
+
+
+def _timeout_s(config: dict[str, Any], where: str, name: str) -> float:
+    """Return the entry's ``config.timeout_s`` (the tools' default when unset), checked."""
+    timeout = config.get("timeout_s", DEFAULT_TIMEOUT_S)
+    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
+        raise ValueError(
+            f"{where}.config.timeout_s={timeout!r}: interaction {name!r} needs seconds > 0 "
+            f"(how long one of its calls may take; default {DEFAULT_TIMEOUT_S:g})"
+        )
+    return float(timeout)
+
+
+def _load_interaction_yaml(path: str | Path) -> tuple[dict[str, Any], dict[str, float]]:
+    """Return the interactions verl's YAML at ``path`` lists, built, and their time limits."""
     key = f"{_KEY}.interaction_config_path={str(path)!r}"
     file = Path(path).expanduser().resolve()
     if not file.is_file():
@@ -163,6 +197,7 @@ def load_interaction_config(path: str | Path) -> dict[str, Any]:
             f"{key} needs a non-empty list under 'interaction:' of {{name, class_name, config}}"
         )
     built: dict[str, Any] = {}
+    timeouts: dict[str, float] = {}
     for i, entry in enumerate(entries):
         where = f"{key}: interaction[{i}]"
         if not isinstance(entry, dict):
@@ -176,6 +211,7 @@ def load_interaction_config(path: str | Path) -> dict[str, Any]:
         config = entry.get("config") or {}
         if not isinstance(config, dict):
             raise ValueError(f"{where}.config must be a mapping")
+        timeouts[name] = _timeout_s(config, where, name)
         try:
             built[name] = cls(config={**config, "name": name})
         except Exception as exc:
@@ -183,7 +219,7 @@ def load_interaction_config(path: str | Path) -> dict[str, Any]:
                 f"{where}.class_name={entry['class_name']!r} could not be built with its config: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-    return built
+    return built, timeouts
 
 
 # -- one conversation's interaction, and the replies ---------------------------------------------
@@ -253,19 +289,70 @@ def function_reply(message: Any) -> Reply:
     return Reply(dict(message), False)
 
 
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
+# -- running calls within their limits -----------------------------------------------------------
+LOOP_GRACE_S = 1.0  # how long past the largest limit a loop may take before it counts as blocked
+_PENDING = object()  # a call's outcome before it returns
+
+
+class InteractionTimeout(Exception):
+    """A call that ran past its interaction's ``timeout_s``; the message is the recorded error."""
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _call_in_thread(
+    call: Call, outcomes: list[Any], i: int, loop: asyncio.AbstractEventLoop
+) -> None:
+    """Run a plain call (in its own thread); put its result or exception in ``outcomes[i]``."""
+    try:
+        result = call()
+        if inspect.isawaitable(result):  # a plain method that hands back a coroutine
+            result = asyncio.run_coroutine_threadsafe(_await(result), loop).result()
+        outcomes[i] = result
+    except BaseException as exc:  # the call's failure, recorded, whatever it is
+        outcomes[i] = exc
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    """Run ``loop`` until it is stopped (only an abandoned loop is), then close it."""
+    loop.run_forever()
+    loop.close()
+
+
+async def _wind_down() -> None:
+    """Cancel what is left on an abandoned loop, then stop it (once the blocking call returns)."""
+    tasks = asyncio.all_tasks() - {asyncio.current_task()}
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    asyncio.get_running_loop().stop()
 
 
 class Interactions:
-    """The interactions a multi-turn rollout may talk to, by name, and the loop they run on."""
+    """The interactions a multi-turn rollout may talk to, by name, and how their calls run."""
 
-    def __init__(self, by_name: dict[str, Any], *, function: bool = False) -> None:
-        """``by_name``: verl-style interaction objects, or one plain function (``function``)."""
+    def __init__(
+        self,
+        by_name: dict[str, Any],
+        *,
+        function: bool = False,
+        timeouts: dict[str, float] | None = None,
+        source: str | None = None,
+    ) -> None:
+        """``by_name``: verl-style interaction objects, or one plain function (``function``).
+
+        ``timeouts``: the seconds each interaction's calls may take, by name (default
+        :data:`engine.tools.base.DEFAULT_TIMEOUT_S`, as for tools); ``source``: the YAML they
+        come from, which a timeout error names.
+        """
         if not by_name:
             raise ValueError("Interactions needs at least one interaction")
         self.by_name = by_name
         self.function = function
+        self.timeouts = {name: (timeouts or {}).get(name, DEFAULT_TIMEOUT_S) for name in by_name}
+        self.source = source
         self._loop: asyncio.AbstractEventLoop | None = None
         self._logged: set[str] = set()
 
@@ -276,8 +363,9 @@ class Interactions:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> Interactions:
-        """Return the interactions verl's YAML at ``path`` lists."""
-        return cls(load_interaction_config(path))
+        """Return the interactions verl's YAML at ``path`` lists, with their time limits."""
+        built, timeouts = _load_interaction_yaml(path)
+        return cls(built, timeouts=timeouts, source=str(path))
 
     # -- choosing ----------------------------------------------------------------------------
     def session(self, extra_info: dict[str, Any]) -> Session:
@@ -309,43 +397,154 @@ class Interactions:
         return Session(name, dict(kwargs), extra_info)
 
     # -- running -----------------------------------------------------------------------------
-    def _run(self, coros: list[Coroutine[Any, Any, Any]]) -> list[Any]:
-        """Run ``coros`` concurrently on the interactions' loop; exceptions come back as values."""
-        if not coros:
+    def _run(self, what: str, calls: list[tuple[Session, Call | None]]) -> list[Any]:
+        """Run ``calls`` at once, each within its interaction's limit; return each one's result
+        or the exception it raised (:class:`InteractionTimeout` past its limit; None for a
+        session with no call).
+
+        Async methods run on the interactions' loop under ``asyncio.wait_for``; everything else
+        in a daemon thread per call, so a blocking call holds up no other. A call past its limit
+        is abandoned, not stopped (Python can stop neither a thread nor a coroutine that does not
+        await); what it returns later is not recorded.
+        """
+        if not calls:
             return []
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
             threading.Thread(
-                target=self._loop.run_forever, name="interactions", daemon=True
+                target=_serve, args=(self._loop,), name="interactions", daemon=True
             ).start()
+        loop = self._loop
+        outcomes: list[Any] = [None if call is None else _PENDING for _, call in calls]
+        started = time.monotonic()
+        threads: list[tuple[int, threading.Thread, float]] = []
+        on_loop: list[tuple[int, Call, float]] = []
+        for i, (session, call) in enumerate(calls):
+            limit = self.timeouts[session.name]
+            if call is None:
+                continue
+            if inspect.iscoroutinefunction(call):
+                on_loop.append((i, call, limit))
+                continue
+            thread = threading.Thread(
+                target=_call_in_thread,
+                args=(call, outcomes, i, loop),
+                name=f"interaction-{session.name}",
+                daemon=True,
+            )
+            thread.start()
+            threads.append((i, thread, limit))
+        future = self._start_on_loop(loop, on_loop, outcomes) if on_loop else None
+        late: set[int] = set()
+        for i, thread, limit in threads:  # the loop's calls go on meanwhile
+            thread.join(max(0.0, limit - (time.monotonic() - started)))
+            if thread.is_alive():
+                late.add(i)
+        blocked = False
+        if future is not None:  # a healthy loop is done by the largest limit: wait_for's
+            deadline = max(limit for _, _, limit in on_loop) + LOOP_GRACE_S
+            try:
+                future.result(timeout=max(0.0, deadline - (time.monotonic() - started)))
+            except TimeoutError:  # an async method blocks the loop itself: leave it behind
+                self._abandon(loop, deadline)
+                blocked = True
+        done = list(outcomes)  # a late call's result is not recorded
+        looped = {i for i, _, _ in on_loop}
+        return [
+            self._timed_out(session, what, blocked and i in looped)
+            if outcome is _PENDING or i in late
+            else outcome
+            for i, ((session, _), outcome) in enumerate(zip(calls, done, strict=True))
+        ]
 
-        async def gather() -> list[Any]:
-            return await asyncio.gather(*coros, return_exceptions=True)
+    @staticmethod
+    def _start_on_loop(
+        loop: asyncio.AbstractEventLoop,
+        calls: list[tuple[int, Call, float]],
+        outcomes: list[Any],
+    ) -> concurrent.futures.Future[None]:
+        """Start the async ``calls`` on ``loop``, each under ``asyncio.wait_for``, each putting
+        its result or exception in ``outcomes``; return the future of them all."""
 
-        return asyncio.run_coroutine_threadsafe(gather(), self._loop).result()
+        async def one(i: int, call: Call, limit: float) -> None:
+            async def guarded() -> Any:
+                try:
+                    return await call()
+                except Exception as exc:  # the call's failure; only wait_for's timeout escapes
+                    return exc
+
+            with contextlib.suppress(TimeoutError):  # left pending: recorded as a timeout
+                outcomes[i] = await asyncio.wait_for(guarded(), limit)
+
+        async def gather() -> None:
+            await asyncio.gather(*(one(*call) for call in calls))
+
+        return asyncio.run_coroutine_threadsafe(gather(), loop)
+
+    def _abandon(self, loop: asyncio.AbstractEventLoop, waited: float) -> None:
+        """Leave the blocked ``loop`` behind (its thread ends once the call returns, if ever)."""
+        if self._loop is loop:
+            self._loop = None  # the next calls start a new one
+        asyncio.run_coroutine_threadsafe(_wind_down(), loop)
+        message = (
+            "an async interaction method blocked the interactions' event loop (it sleeps or "
+            "computes without awaiting); the pending calls were recorded as timed out after "
+            "%g s, the next calls run on a new loop and the blocked one's thread is left behind "
+            "until the call returns. Make the method await (asyncio.sleep, an async client) or "
+            "make it a plain method, which runs in a thread of its own"
+        )
+        if message not in self._logged:
+            self._logged.add(message)
+            logger.warning(message, waited)
+
+    def _timed_out(self, session: Session, what: str, blocked: bool) -> InteractionTimeout:
+        """Return the error of ``session``'s call ``what`` that ran past its limit."""
+        limit = self.timeouts[session.name]
+        if self.function:
+            return InteractionTimeout(
+                f"interaction {session.name!r} timed out after {limit:g} s; make it return "
+                f"sooner (a function from {_KEY}.interaction_path has the default limit; an "
+                f"entry of {_KEY}.interaction_config_path sets its own config.timeout_s)"
+            )
+        why = (
+            " while the interactions' event loop was blocked (an async method that sleeps or "
+            "computes without awaiting holds up every async call)"
+            if blocked
+            else ""
+        )
+        return InteractionTimeout(
+            f"interaction {session.name!r}: {what} timed out after {limit:g} s{why}; raise its "
+            f"config.timeout_s in {self.source or 'the interaction YAML'} or make it return "
+            "sooner"
+        )
 
     def _failed(self, session: Session, what: str, exc: BaseException, then: str) -> str:
         """Return the error of ``session``'s failed call ``what``, logged once per message."""
-        error = f"interaction {session.name!r}: {what} failed: {_describe(exc)}"
-        if self.function:  # one call, no verl method to name
+        if isinstance(exc, InteractionTimeout):
+            error = str(exc)
+        elif self.function:  # one call, no verl method to name
             error = f"interaction {session.name!r} failed: {_describe(exc)}"
+        else:
+            error = f"interaction {session.name!r}: {what} failed: {_describe(exc)}"
         if error not in self._logged:
             self._logged.add(error)
             logger.warning("%s; %s (recorded in the sample's interaction_errors)", error, then)
         return error
 
-    async def _start(self, session: Session) -> None:
-        method = getattr(self.by_name[session.name], "start_interaction", None)
-        if method is not None:
-            await _maybe_await(method(session.instance_id, **session.kwargs))
+    def _method(self, session: Session, what: str, /, *args: Any, **kwargs: Any) -> Call | None:
+        """Return the call of ``session``'s interaction method ``what``, None without one."""
+        method = getattr(self.by_name[session.name], what, None)
+        return None if method is None else partial(method, *args, **kwargs)
 
     def start(self, sessions: list[Session]) -> list[str | None]:
         """Start each session; return each one's error (None when it started)."""
         if self.function:  # a plain function keeps no state
             return [None] * len(sessions)
-        outcomes = self._run([self._start(s) for s in sessions])
+        calls = [
+            (s, self._method(s, "start_interaction", s.instance_id, **s.kwargs)) for s in sessions
+        ]
         errors: list[str | None] = []
-        for session, outcome in zip(sessions, outcomes, strict=True):
+        for session, outcome in zip(sessions, self._run("start_interaction", calls), strict=True):
             session.started = not isinstance(outcome, BaseException)
             errors.append(
                 self._failed(session, "start_interaction", outcome, "no interaction for it")
@@ -354,33 +553,26 @@ class Interactions:
             )
         return errors
 
-    async def _respond(self, session: Session, messages: list[dict[str, Any]]) -> Reply:
-        target = self.by_name[session.name]
-        result = await _maybe_await(
-            target.generate_response(session.instance_id, messages, **session.kwargs)
-        )
-        return verl_reply(result)
-
-    def _call_function(self, session: Session, messages: list[dict[str, Any]]) -> Any:
-        """Return a plain function's reply, or the exception it raised (in this thread)."""
-        try:
-            return function_reply(self.by_name[session.name](messages, session.extra_info))
-        except Exception as exc:
-            return exc
-
     def respond(
         self, sessions: list[Session], conversations: list[list[dict[str, Any]]]
     ) -> list[Reply]:
         """Return each session's reply to its conversation (a copy is what the interaction sees)."""
         copies = [copy.deepcopy(c) for c in conversations]
-        if self.function:
-            outcomes = [self._call_function(s, c) for s, c in zip(sessions, copies, strict=True)]
-        else:
-            outcomes = self._run(
-                [self._respond(s, c) for s, c in zip(sessions, copies, strict=True)]
-            )
+        pairs = list(zip(sessions, copies, strict=True))
+        reply: Callable[[Any], Reply] = function_reply if self.function else verl_reply
+        calls: list[tuple[Session, Call | None]] = [
+            (s, partial(self.by_name[s.name], c, s.extra_info))
+            if self.function
+            else (s, partial(self.by_name[s.name].generate_response, s.instance_id, c, **s.kwargs))
+            for s, c in pairs
+        ]
         replies = []
-        for session, outcome in zip(sessions, outcomes, strict=True):
+        for session, outcome in zip(sessions, self._run("generate_response", calls), strict=True):
+            if not isinstance(outcome, BaseException):
+                try:
+                    outcome = reply(outcome)
+                except ValueError as exc:
+                    outcome = exc
             if isinstance(outcome, BaseException):
                 error = self._failed(
                     session, "generate_response", outcome, "the conversation ends there"
@@ -389,24 +581,25 @@ class Interactions:
             replies.append(outcome)
         return replies
 
-    async def _finish(self, session: Session) -> None:
+    def _finalizer(self, session: Session) -> Call | None:
+        """Return the call of ``session``'s ``finalize_interaction``, None without one."""
         method = getattr(self.by_name[session.name], "finalize_interaction", None)
         if method is None:
-            return
+            return None
         try:  # verl's BaseInteraction.finalize_interaction(self) takes no instance id
             inspect.signature(method).bind(session.instance_id)
         except TypeError:
-            await _maybe_await(method())
-        else:
-            await _maybe_await(method(session.instance_id))
+            return partial(method)
+        return partial(method, session.instance_id)
 
     def finish(self, sessions: list[Session]) -> list[str | None]:
         """Finalize each started session; return each one's error (None when it went well)."""
         started = [s for s in sessions if s.started]
+        calls = [(s, self._finalizer(s)) for s in started]
         outcomes = dict(
             zip(
                 (s.instance_id for s in started),
-                self._run([self._finish(s) for s in started]),
+                self._run("finalize_interaction", calls),
                 strict=True,
             )
         )

@@ -8,8 +8,12 @@ here, only who speaks when and which tokens the loss sees.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
 import textwrap
+import threading
+import time
 
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -19,8 +23,9 @@ from engine.config.validate import ConfigValidationError, validate_config
 from engine.data import DataProto
 from engine.rewards import RewardManager
 from engine.rollout.hf import HFRollout
-from engine.rollout.interactions import load_interaction_config
+from engine.rollout.interactions import Interactions, load_interaction_config
 from engine.rollout.multi_turn import MultiTurnRollout
+from engine.tools.base import DEFAULT_TIMEOUT_S
 from engine.workers.actor_rollout_ref import get_rollout
 
 HERE = "tests.engine.rollout.test_interactions"
@@ -99,6 +104,67 @@ class RaisingInteraction:
             raise RuntimeError("cleanup failed")
 
 
+RELEASE = threading.Event()  # set at teardown: stalled calls return and their threads end
+STALL_S = 30.0  # how long a stalled call would take; a rollout must not wait for it
+
+
+class SleepingInteraction:
+    """A plain method that, for a sample whose kwargs say ``stall``, blocks its thread; every
+    other sample gets "fine" (score 1.0) and the conversation ends."""
+
+    def __init__(self, config):
+        pass
+
+    def generate_response(self, instance_id, messages, stall=False, **kwargs):
+        if stall:
+            RELEASE.wait(STALL_S)
+        return True, "fine", 1.0, {}
+
+
+class AwaitingInteraction:
+    """Async, as verl's are: a stalled sample awaits a reply that takes too long."""
+
+    def __init__(self, config):
+        pass
+
+    async def generate_response(self, instance_id, messages, stall=False, **kwargs):
+        if stall:
+            await asyncio.sleep(STALL_S)
+        return True, "fine", 1.0, {}
+
+
+class LoopBlockingInteraction:
+    """Async but blocking: a stalled sample sleeps without awaiting, so the event loop stops."""
+
+    def __init__(self, config):
+        pass
+
+    async def generate_response(self, instance_id, messages, stall=False, **kwargs):
+        if stall:
+            RELEASE.wait(STALL_S)  # time.sleep in an async def: nothing else on the loop runs
+        return True, "fine", 1.0, {}
+
+
+class StallingLifecycle:
+    """Stalls in ``start_interaction`` (async, awaiting) or ``finalize_interaction`` (plain,
+    blocking its thread) for the sample whose kwargs say ``stall`` is that one."""
+
+    def __init__(self, config):
+        self.stalls: dict[str, str | None] = {}
+
+    async def start_interaction(self, instance_id, stall=None, **kwargs):
+        self.stalls[instance_id] = stall
+        if stall == "start":
+            await asyncio.sleep(STALL_S)
+
+    async def generate_response(self, instance_id, messages, **kwargs):
+        return True, "fine", None, {}
+
+    def finalize_interaction(self, instance_id):
+        if self.stalls[instance_id] == "finalize":
+            RELEASE.wait(STALL_S)
+
+
 class NoResponseMethod:
     def __init__(self, config):
         pass
@@ -117,6 +183,14 @@ def tiny(tmp_path_factory):
     folder = ensure_tiny_assets().model_dir
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     return model, AutoTokenizer.from_pretrained(folder)
+
+
+@pytest.fixture
+def release():
+    """Let this test's stalled calls return once it is over (their threads are daemons)."""
+    RELEASE.clear()
+    yield
+    RELEASE.set()
 
 
 def write_yaml(folder, entries: str):
@@ -354,6 +428,170 @@ def test_a_failed_finalize_is_recorded_after_the_conversation(tiny, tmp_path):
     ]
 
 
+# -- time limits: a hung call is a recorded error, the rollout goes on ---------------------------
+def stalling_rollout(tiny, tmp_path, class_name):
+    """Return a rollout whose 'slow' interaction (``class_name``, 0.2 s) stalls for the sample
+    asking it to, beside a plain 'plain' interaction, and its YAML's path."""
+    model, tokenizer = tiny
+    path = write_yaml(
+        tmp_path,
+        f"""\
+        - {{name: slow, class_name: {HERE}.{class_name}, config: {{timeout_s: 0.2}}}}
+        - {{name: plain, class_name: {HERE}.SleepingInteraction}}
+        """,
+    )
+    rollout = MultiTurnRollout(
+        HFRollout(model, tokenizer, None), tokenizer, rollout_config(path).multi_turn
+    )
+    return rollout, path
+
+
+def timed_generate(rollout, tokenizer, stall: bool):
+    """Return the rollout of three samples (slow, slow stalling if ``stall``, plain) and its
+    seconds."""
+    kwargs = [{"name": "slow"}, {"name": "slow", "stall": stall}, {"name": "plain"}]
+    batch = prompts(tokenizer, ["1+1=", "2+2=", "3+3="], kwargs)
+    started = time.monotonic()
+    out = generate(rollout, batch)
+    return out.non_tensor_batch, time.monotonic() - started
+
+
+def assert_answered(nt, i):
+    assert nt["interaction_errors"][i] == []
+    assert nt["turns"][i][-1] == {"role": "user", "content": "fine", "score": 1.0, "ends": True}
+    assert nt["turn_scores"][i] == [1.0]
+
+
+def assert_timed_out(nt, i, error):
+    assert nt["interaction_errors"][i] == [error]
+    assert nt["turns"][i][-1] == {"role": "user", "content": "", "error": error}
+    assert nt["num_turns"][i] == 1  # the conversation ends on the policy's answer
+
+
+@pytest.mark.parametrize("class_name", ["SleepingInteraction", "AwaitingInteraction"])
+def test_a_call_past_its_timeout_is_a_recorded_error_and_the_others_are_answered(
+    tiny, tmp_path, release, class_name
+):
+    rollout, path = stalling_rollout(tiny, tmp_path, class_name)
+    assert rollout.interactions.timeouts == {"slow": 0.2, "plain": DEFAULT_TIMEOUT_S}
+    nt, seconds = timed_generate(rollout, tiny[1], stall=True)
+    assert seconds < STALL_S / 3  # the rollout did not wait for the stalled call
+    assert_answered(nt, 0)
+    assert_timed_out(
+        nt,
+        1,
+        f"interaction 'slow': generate_response timed out after 0.2 s; raise its "
+        f"config.timeout_s in {path} or make it return sooner",
+    )
+    assert_answered(nt, 2)
+
+
+def test_an_async_call_that_blocks_the_loop_times_out_and_a_new_loop_serves_the_next(
+    tiny, tmp_path, release, caplog
+):
+    rollout, path = stalling_rollout(tiny, tmp_path, "LoopBlockingInteraction")
+    blocked = (
+        "interaction 'slow': generate_response timed out after 0.2 s while the interactions' "
+        "event loop was blocked (an async method that sleeps or computes without awaiting holds "
+        f"up every async call); raise its config.timeout_s in {path} or make it return sooner"
+    )
+    with caplog.at_level(logging.WARNING, logger="engine.rollout.interactions"):
+        for _ in range(2):  # each time on a new loop; the blocked ones are left behind
+            nt, seconds = timed_generate(rollout, tiny[1], stall=True)
+            assert seconds < STALL_S / 3
+            # Every async call of that turn was pending on the blocked loop: sample 0's too.
+            assert_timed_out(nt, 0, blocked)
+            assert_timed_out(nt, 1, blocked)
+            assert_answered(nt, 2)  # a plain method runs in its own thread, loop or not
+    abandoned = [r for r in caplog.records if "blocked the interactions' event loop" in r.message]
+    assert len(abandoned) == 1  # logged once
+    nt, _ = timed_generate(rollout, tiny[1], stall=False)
+    for i in range(3):
+        assert_answered(nt, i)
+
+
+def test_a_plain_function_past_the_default_timeout_is_a_recorded_error(tiny, tmp_path, release):
+    model, tokenizer = tiny
+    file = tmp_path / "stalling_interaction.py"
+    file.write_text(
+        f"from {HERE} import RELEASE, STALL_S\n\n\n"
+        "def reply(messages, extra_info):\n"
+        "    if extra_info['index'] == 1:\n"
+        "        RELEASE.wait(STALL_S)\n"
+        "    return {'role': 'user', 'content': 'fine'} if len(messages) < 3 else None\n"
+    )
+    config = RolloutConfig()
+    config.multi_turn.enable = True
+    config.multi_turn.interaction_path = str(file)
+    config.multi_turn.interaction_name = "reply"
+    rollout = MultiTurnRollout(HFRollout(model, tokenizer, None), tokenizer, config.multi_turn)
+    assert rollout.interactions.timeouts == {"reply": DEFAULT_TIMEOUT_S}  # the tools' default
+    rollout.interactions.timeouts["reply"] = 0.2  # the default, shortened for the test
+    batch = prompts(tokenizer, ["1+1=", "2+2=", "3+3="], [None] * 3)
+    started = time.monotonic()
+    nt = generate(rollout, batch).non_tensor_batch
+    assert time.monotonic() - started < STALL_S / 3
+    error = (
+        "interaction 'reply' timed out after 0.2 s; make it return sooner (a function from "
+        "actor_rollout_ref.rollout.multi_turn.interaction_path has the default limit; an entry "
+        "of actor_rollout_ref.rollout.multi_turn.interaction_config_path sets its own "
+        "config.timeout_s)"
+    )
+    assert_timed_out(nt, 1, error)
+    for i in (0, 2):  # "fine", then None ends the conversation
+        assert nt["interaction_errors"][i] == []
+        assert [m["role"] for m in nt["messages"][i]] == ["user", "assistant", "user", "assistant"]
+
+
+def test_a_start_or_finalize_past_its_timeout_is_recorded(tmp_path, release):
+    path = write_yaml(
+        tmp_path,
+        f"- {{name: life, class_name: {HERE}.StallingLifecycle, config: {{timeout_s: 0.2}}}}\n",
+    )
+    interactions = Interactions.from_yaml(path)
+    sessions = [
+        interactions.session({"interaction_kwargs": {"stall": stall}})
+        for stall in ("start", "finalize", None)
+    ]
+    hint = f"raise its config.timeout_s in {path} or make it return sooner"
+    started = time.monotonic()
+    assert interactions.start(sessions) == [
+        f"interaction 'life': start_interaction timed out after 0.2 s; {hint}",
+        None,
+        None,
+    ]
+    assert [s.started for s in sessions] == [False, True, True]  # no finalize for the first
+    assert interactions.finish(sessions) == [
+        None,
+        f"interaction 'life': finalize_interaction timed out after 0.2 s; {hint}",
+        None,
+    ]
+    assert time.monotonic() - started < STALL_S / 3
+
+
+def test_the_plain_and_async_calls_of_a_turn_run_at_the_same_time():
+    met = threading.Event()
+
+    class Waiter:  # plain: waits for the async call, which must be running meanwhile
+        def generate_response(self, instance_id, messages, **kwargs):
+            return True, "met" if met.wait(STALL_S) else "alone", None, {}
+
+    class Setter:
+        async def generate_response(self, instance_id, messages, **kwargs):
+            met.set()
+            return True, "set", None, {}
+
+    interactions = Interactions(
+        {"waiter": Waiter(), "setter": Setter()}, timeouts={"waiter": 2.0, "setter": 2.0}
+    )
+    sessions = [
+        interactions.session({"interaction_kwargs": {"name": n}}) for n in ("waiter", "setter")
+    ]
+    replies = interactions.respond(sessions, [[], []])
+    assert [r.error for r in replies] == [None, None]
+    assert [r.message["content"] for r in replies] == ["met", "set"]
+
+
 # -- failures at startup: the key and the class named --------------------------------------------
 @pytest.mark.parametrize(
     ("entries", "message"),
@@ -382,6 +620,19 @@ def test_a_failed_finalize_is_recorded_after_the_conversation(tiny, tmp_path):
         (
             f"- {{class_name: {HERE}.EchoInteraction, config: [1]}}\n",
             r"interaction\[0\]\.config must be a mapping",
+        ),
+        (
+            f"- {{class_name: {HERE}.EchoInteraction}}\n"
+            f"- {{name: slow, class_name: {HERE}.EchoInteraction, config: {{timeout_s: 0}}}}\n",
+            r"interaction\[1\]\.config\.timeout_s=0: interaction 'slow' needs seconds > 0",
+        ),
+        (
+            f"- {{class_name: {HERE}.EchoInteraction, config: {{timeout_s: soon}}}}\n",
+            r"interaction\[0\]\.config\.timeout_s='soon': interaction 'echo' needs seconds > 0",
+        ),
+        (
+            f"- {{class_name: {HERE}.EchoInteraction, config: {{timeout_s: true}}}}\n",
+            r"config\.timeout_s=True: interaction 'echo' needs seconds > 0",
         ),
     ],
 )
