@@ -78,7 +78,8 @@ class RewardModelScorer:
         """Return the scorer ``config.reward_model`` describes, on ``device``.
 
         ``micro_batch_size_per_gpu`` samples go through each forward (``resolve_config`` has
-        divided verl's deprecated global ``micro_batch_size`` by the data-parallel size);
+        divided verl's deprecated global ``micro_batch_size`` by the ranks that score: the
+        reward model's own pool with ``enable_resource_pool``, else the trainer's);
         ``max_length`` defaults to the prompt and response budget, as verl's reward model worker
         reads ``max_prompt_length + max_response_length`` when it is unset.
         """

@@ -324,11 +324,12 @@ class ExperimentForm(forms.Form):
     # -- errors from the engine ----------------------------------------------------------------
     def field_for_key(self, key: str) -> str | None:
         """Return the form field that shows errors of config ``key`` (None: the whole form)."""
-        match = re.match(r"reward\.components\[(\d+)\]", key)
+        match = re.match(r"reward\.components\[(\d+)\](\.kwargs)?", key)
         if match:
             active = self._weighted(self.data)
             index = int(match.group(1))
-            return f"reward_weight__{active[index]}" if index < len(active) else None
+            box = "reward_kwargs" if match.group(2) else "reward_weight"
+            return f"{box}__{active[index]}" if index < len(active) else None
         if key in CUSTOM_REWARD_KEYS:
             return "custom_reward"
         name = field_name(key)

@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db.models import Count, Q
 
 from engine.config import ConfigFieldError, PPOConfig
+from engine.config.validate import own_reward_pool
 from webapp.runs.models import ACTIVE_STATUSES, Run, RunStatus
 
 WAITING_STATUSES = (RunStatus.QUEUED, RunStatus.STARTING)
@@ -75,7 +76,7 @@ def run_size_errors(*, owner: Any, config: PPOConfig) -> list[ConfigFieldError]:
             )
         )
     rm = config.reward_model
-    if rm.enable and rm.enable_resource_pool and ranks <= max_ranks:
+    if own_reward_pool(config) and ranks <= max_ranks:
         # The reward model's own pool (verl's reward_pool) holds ranks of its own.
         reward_ranks = max(rm.n_gpus_per_node, 0) * max(rm.nnodes, 0)
         if ranks + reward_ranks > max_ranks:

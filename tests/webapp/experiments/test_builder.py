@@ -254,8 +254,8 @@ def test_a_reward_model_component_with_kwargs_is_refused_on_its_row(owner):
     )
     form = ExperimentForm(data, owner=owner)
     assert not form.is_valid()
-    assert form.errors == {
-        "reward_weight__reward_model": [
+    assert form.errors == {  # on the kwargs box, where the fix is
+        "reward_kwargs__reward_model": [
             "a reward-model component takes no kwargs: the model scores each (prompt, response) "
             "pair as it is; remove them"
         ]
