@@ -1394,8 +1394,12 @@ class RewardModelConfig(_Section):
     reward_manager: str = _f(
         "naive",
         "How rule rewards are computed: naive (one score per response, reward.num_workers in "
-        "parallel) or dapo (naive plus verl's DAPO overlong penalty from reward_kwargs, and "
-        "each float score recorded as acc); verl's prime and batch are not implemented.",
+        "parallel), dapo (naive plus verl's DAPO overlong penalty from reward_kwargs, and each "
+        "float score recorded as acc), prime (naive in reward.num_workers worker processes, "
+        "each response scoring 0 past reward_kwargs.timeout seconds, default 300, or if its "
+        "worker dies) or batch (one call of custom_reward_function for the whole batch: "
+        "compute_score(data_sources, solution_strs, ground_truths, extra_infos, "
+        "**reward_kwargs) returning a score per response).",
         choices=REWARD_MANAGERS,
     )
     reward_kwargs: dict[str, Any] = _f(

@@ -55,7 +55,6 @@ from engine.config.schema import (
 )
 from engine.config.trackers import tracker_install_problems
 from engine.config.tree import get_in
-from engine.rewards.names import MISSING_REWARD_MANAGERS
 from engine.rewards.overlong import reward_kwargs_problems
 from engine.rollout import SGLANG_MISSING
 from engine.tools.tiny_uris import TINY_PREFIX, TINY_URIS
@@ -987,13 +986,54 @@ def _check_rollout_and_rewards(report: _Report) -> None:
         report.errors += in_process_reward_model_problems(cfg)
 
 
+def _check_prime_and_batch(report: _Report, manager: str) -> None:
+    """Check what the prime and batch managers score with: one function, and batch's call."""
+    if manager not in ("prime", "batch"):
+        return
+    cfg, which = report.cfg, f"reward_model.reward_manager={manager}"
+    if cfg.reward.components:
+        report.error(
+            "reward.components",
+            f"are not read by {which}, which scores one reward function (custom_reward_function"
+            f"{'' if manager == 'batch' else ' or the data_source dispatch'}); weighted "
+            "components need reward_model.reward_manager=naive or dapo",
+        )
+    if cfg.reward_model.enable:
+        report.error(
+            "reward_model.enable",
+            f"loads the reward model, which {which} does not score with; use "
+            "reward_model.reward_manager=naive (the model's score is the reward) or dapo",
+        )
+    if manager != "batch":
+        return
+    custom = cfg.custom_reward_function
+    if not custom.path:
+        report.error(
+            "reward_model.reward_manager",
+            "batch calls custom_reward_function once per batch; set custom_reward_function.path "
+            "and .name to a function compute_score(data_sources, solution_strs, ground_truths, "
+            "extra_infos, **kwargs) returning one score per response",
+        )
+    if cfg.reward.num_workers != 1:
+        report.error(
+            "reward.num_workers",
+            "has no effect with reward_model.reward_manager=batch, which makes one call in the "
+            "trainer's process (a batch function parallelises itself); set it to 1",
+        )
+    for key in sorted(cfg.reward_model.reward_kwargs.keys() & (custom.reward_kwargs or {}).keys()):
+        report.error(
+            f"reward_model.reward_kwargs.{key}",
+            "is also set in custom_reward_function.reward_kwargs, and batch passes both to the "
+            "function; keep one",
+            cfg.reward_model.reward_kwargs[key],
+        )
+
+
 def _check_dapo(report: _Report) -> None:
     """Check DAPO's keys: the reward manager and its kwargs, filter_groups, gen_batch_size."""
     cfg = report.cfg
     manager = cfg.reward_model.reward_manager
-    if manager in MISSING_REWARD_MANAGERS:  # a clearer word than the choices check's
-        report.errors = [e for e in report.errors if e.key != "reward_model.reward_manager"]
-        report.error("reward_model.reward_manager", MISSING_REWARD_MANAGERS[manager], manager)
+    _check_prime_and_batch(report, manager)
     kwargs = dict(cfg.reward_model.reward_kwargs)
     problems = reward_kwargs_problems(manager, kwargs)
     for key, message in problems:

@@ -27,7 +27,6 @@ model's Ray ranks (``engine.distributed.worker_group.RewardModelGroup``, with
 from __future__ import annotations
 
 import logging
-import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -39,6 +38,7 @@ from engine.algorithms.torch_functional import mask_span_end
 from engine.rewards.batch import (
     RewardInput,
     RewardOutcome,
+    WorkerPool,
     check_picklable,
     describe_error,
     score_samples,
@@ -97,23 +97,15 @@ class RewardManager:
             self.compute_score = compute_score or default_compute_score
         if num_workers > 1:
             check_picklable(self.composite.rules if self.composite else self.compute_score)
-        self._executor: ProcessPoolExecutor | None = None
+        self._workers = WorkerPool(num_workers)
         self._logged_errors: set[str] = set()
 
     def _pool(self) -> ProcessPoolExecutor | None:
-        if self.num_workers == 1:
-            return None
-        if self._executor is None:
-            self._executor = ProcessPoolExecutor(
-                max_workers=self.num_workers, mp_context=multiprocessing.get_context("spawn")
-            )
-        return self._executor
+        return None if self.num_workers == 1 else self._workers.executor
 
     def close(self) -> None:
         """Shut the worker pool down (a later call starts a new one)."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
-            self._executor = None
+        self._workers.close()
 
     def __enter__(self) -> RewardManager:
         return self
@@ -176,7 +168,7 @@ class RewardManager:
             return score_samples(self.compute_score, samples, self._pool())
         except BrokenProcessPool as exc:
             # A worker died (e.g. killed for memory); fail this batch and start a fresh pool.
-            self._executor = None
+            self._workers.discard()
             return [RewardOutcome(None, describe_error(exc)) for _ in samples]
 
     def __call__(self, data: Any, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:

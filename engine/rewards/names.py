@@ -19,12 +19,6 @@ REWARD_FN_NAMES = (
 )
 # reward.components[*].name: the registry's names, the reward model and the custom function.
 REWARD_COMPONENTS = (*REWARD_FN_NAMES, "reward_model", "custom")
-# reward_model.reward_manager: verl's reward-manager names this engine implements
-# (engine.trainer.ppo_trainer.build_reward_manager), and verl's others with why they are not.
-REWARD_MANAGERS = ("naive", "dapo")
-MISSING_REWARD_MANAGERS = {
-    "prime": "verl's prime manager (parallel verification of math/code) is not implemented; "
-    "use naive with reward.num_workers > 1 to score in parallel",
-    "batch": "verl's batch manager (one call scoring the whole batch) is not implemented; use "
-    "naive (one call per response, reward.num_workers in parallel) or dapo",
-}
+# reward_model.reward_manager: verl's reward-manager names, each a class in
+# engine.rewards.managers.REWARD_MANAGER_CLASSES.
+REWARD_MANAGERS = ("naive", "dapo", "prime", "batch")

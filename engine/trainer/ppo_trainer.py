@@ -858,7 +858,7 @@ def build_reward_manager(
     ``validation=True`` the reward model is left out, as verl's ``val_reward_fn`` leaves it: the
     other components score, or the data-source dispatch when none is left.
     """
-    from engine.rewards import RewardManager, load_custom_reward_fn
+    from engine.rewards import load_custom_reward_fn
 
     custom = config.custom_reward_function
     compute_score = None
@@ -898,7 +898,10 @@ def build_reward_manager(
                 config.data.max_response_length, recipe.len, recipe.penalty_factor, recipe.log
             )
         return DAPORewardManager(tokenizer, overlong=overlong, **settings)
-    return RewardManager(tokenizer, **settings)
+    from engine.rewards.managers import REWARD_MANAGER_CLASSES
+
+    manager = REWARD_MANAGER_CLASSES[config.reward_model.reward_manager]
+    return manager(tokenizer, **settings, **dict(config.reward_model.reward_kwargs or {}))
 
 
 def _maybe_str(value: Any) -> str | None:

@@ -40,14 +40,6 @@ def test_a_new_reward_kwargs_entry_without_plus_says_to_add_it():
         load_config("grpo_tiny", ["reward_model.reward_kwargs.max_resp_len=8"])
 
 
-@pytest.mark.parametrize("name", ["prime", "batch"])
-def test_verls_other_reward_managers_are_refused_with_what_to_use(name):
-    errors = errors_of(f"reward_model.reward_manager={name}")
-    assert list(errors) == ["reward_model.reward_manager"]
-    assert f"verl's {name} manager" in errors["reward_model.reward_manager"]
-    assert "is not implemented; use naive" in errors["reward_model.reward_manager"]
-
-
 @pytest.mark.parametrize(
     ("overrides", "key", "words"),
     [
