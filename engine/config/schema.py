@@ -554,8 +554,9 @@ class ModuleConfig(_Section):
     path: str | None = _refused(
         None,
         "Python file with a custom reward manager.",
-        "custom reward managers are not loaded; write a custom_reward_function or a reward "
-        "module (docs/rewards)",
+        "custom reward managers are not loaded; use reward_manager=batch with a "
+        "custom_reward_function, or a reward module in POSTTRAIN_REWARD_MODULES_DIR "
+        "(docs/security.md)",
         resource="code",
     )
     name: str = _refused(
@@ -1406,7 +1407,8 @@ class RewardModelConfig(_Section):
         {},
         "Keyword arguments of the reward manager, set as verl's +reward_model.reward_kwargs.*: "
         "dapo reads max_resp_len and overlong_buffer_cfg {enable, len, penalty_factor, log}; "
-        "naive takes none.",
+        "prime reads timeout (seconds per response, default 300); batch passes them all to "
+        "custom_reward_function; naive takes none.",
     )
     overlong_buffer: OverlongBufferConfig = _section(
         OverlongBufferConfig, "verl's DAPO recipe spelling of reward_kwargs.overlong_buffer_cfg."

@@ -32,7 +32,7 @@ from engine.distributed.worker_group import (
 from engine.trainer.ppo_trainer import (
     PPOTrainer,
 )
-from engine.trainer.recorder import Recorder, RunStatus
+from engine.trainer.recorder import Recorder
 from engine.workers.batch_sizes import per_rank_size
 
 GLOBAL_POOL = "global_pool"
@@ -183,10 +183,10 @@ class RayPPOTrainer(PPOTrainer):
             raise self.reward_model.failure
         return batch, reward_info
 
-    def fit(self) -> RunStatus:
-        """Train as ``PPOTrainer.fit`` does, then release the Ray actors."""
+    def close(self) -> None:
+        """Close the reward managers as ``PPOTrainer.close`` does, then release the Ray actors."""
         try:
-            return super().fit()
+            super().close()
         finally:
             self.shutdown()
 

@@ -683,7 +683,19 @@ class PPOTrainer:
 
     # -- the loop ----------------------------------------------------------------------------
     def fit(self) -> RunStatus:
-        """Train until ``total_steps`` or a stop request; return succeeded or cancelled."""
+        """Train until ``total_steps`` or a stop request; return succeeded or cancelled. The
+        reward managers' worker processes are shut down however it ends."""
+        try:
+            return self._fit()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Shut the reward managers' worker processes down (a later call starts new ones)."""
+        for manager in {id(m): m for m in (self.reward_fn, self.val_reward_fn)}.values():
+            manager.close()
+
+    def _fit(self) -> RunStatus:
         from engine.config import config_to_dict
 
         config = self.config

@@ -4,6 +4,7 @@ processes that survive a hung or crashing reward function; both selected by
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 
@@ -387,10 +388,8 @@ def train_one_step(tmp_path, *overrides: str) -> tuple[Run, object]:
     )
     run = Run()
     trainer = PPOTrainer(config, recorder=run)
-    try:
-        assert trainer.fit() == "succeeded"
-    finally:
-        trainer.reward_fn.close()
+    assert trainer.fit() == "succeeded"
+    assert multiprocessing.active_children() == []  # fit shut the reward workers down
     return run, trainer
 
 
@@ -435,3 +434,11 @@ def test_reward_manager_prime_times_out_a_hung_response_in_a_training_step(tiny_
     for sample in run.samples:
         if not sample.reward_error:
             assert sample.reward == (1.0 if sample.response_text == sample.ground_truth else 0.25)
+
+
+def test_a_finished_run_leaves_no_reward_worker_processes(tiny_assets, tmp_path):
+    _, trainer = train_one_step(
+        tmp_path, "reward_model.reward_manager=prime", "reward.num_workers=2"
+    )
+    assert trainer.reward_fn.num_workers == 2
+    assert multiprocessing.active_children() == []
