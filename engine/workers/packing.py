@@ -23,6 +23,11 @@ own position ids (they restart at 0), and attention stays inside each sequence:
   ``flash_attention_2`` (load the model with ``override_config.attn_implementation``; the
   ``cu_seq_lens`` are passed explicitly then).
 
+When the lean runner runs a micro-batch whose rows repeat a prompt (GRPO's groups), each distinct
+prompt is packed once, as the padded path's shared prompt pass computes it once: the prompts'
+row runs first and keeps its keys and values, then the responses' row attends to them through
+:class:`PrefixAttention`, so a group of n samples costs one prompt, not n.
+
 Only the positions that predict a response token reach the LM head (or the value head); the
 outputs come back as ``(bs, R, ...)`` with zeros where no response token is predicted, which every
 loss masks. They equal the padded path's within float rounding
@@ -37,7 +42,8 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from engine.lean import LeanModel
+from engine.lean import LeanModel, checkpointing
+from engine.rollout.sampling import shared_prompts
 
 
 class Packed(NamedTuple):
@@ -165,6 +171,150 @@ class VarlenAttention:
         return padded.view(n, rows, longest, dim).transpose(0, 1)
 
 
+class PrefixAttention:
+    """Causal attention of packed responses on top of their packed prompts: ``attend`` for the
+    response row of :meth:`LeanModel.forward` with the prompt row's keys and values as ``past``.
+
+    ``q`` (1, h, Tr, D) holds the responses' queries; ``k``/``v`` (1, kv, Tp + Tr, D) the
+    prompts' keys then the responses'. Response token ``t`` of row ``i`` sees all of its prompt
+    (``prompt_of[i]``) and its own tokens up to ``t``. With flash-attn (GPU, half precision) each
+    row's keys are gathered into one sequence, prompt then response, for
+    ``flash_attn_varlen_func`` (its causal mask aligns the last query with the last key); without
+    it, rows of similar response length share one SDPA call over ``(rows, longest prompt +
+    longest response)`` keys, as :class:`VarlenAttention` does.
+    """
+
+    def __init__(
+        self,
+        prompt_cu_seqlens: torch.Tensor,
+        prompt_of: torch.Tensor,
+        seqlens: torch.Tensor,
+        cu_seqlens: torch.Tensor,
+    ) -> None:
+        from engine.workers.actor import length_buckets  # actor imports this module
+
+        device = seqlens.device
+        prompt_lens = (prompt_cu_seqlens[1:] - prompt_cu_seqlens[:-1]).long()[prompt_of]  # (bs,)
+        prompt_starts = prompt_cu_seqlens[:-1].long()[prompt_of]  # (bs,)
+        starts = cu_seqlens[:-1].long()  # (bs,)
+        total_prompt = int(prompt_cu_seqlens[-1])  # Tp: where the responses' keys begin
+        self.cu_seqlens = cu_seqlens
+        self.longest = max(1, int(seqlens.max()))
+        # flash-attn: per row, its prompt's keys then its own, as one sequence of the key row.
+        lengths = prompt_lens + seqlens  # (bs,)
+        width = int(lengths.max())
+        columns = torch.arange(width, device=device)  # (W,)
+        in_prompt = columns[None] < prompt_lens[:, None]  # (bs, W)
+        keys = torch.where(
+            in_prompt,
+            prompt_starts[:, None] + columns[None],
+            total_prompt + starts[:, None] + columns[None] - prompt_lens[:, None],
+        )  # (bs, W)
+        self.flash_keys = keys[columns[None] < lengths[:, None]]  # (sum lengths,) row-major
+        self.flash_cu_keys = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)  # (bs + 1,)
+        self.longest_keys = width
+        # SDPA: per bucket of rows, query and key indices in their (rows, m) / (rows, p + m)
+        # layouts, the mask, and which packed response tokens the real queries are.
+        self.groups: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        tokens = []
+        for rows, m in length_buckets(seqlens, self.longest):
+            p = max(1, int(prompt_lens[rows].max()))
+            own = torch.arange(m, device=device)  # (m,)
+            real = own[None] < seqlens[rows][:, None]  # (b, m) queries that are tokens
+            queries = (starts[rows][:, None] + own[None]).clamp(max=max(0, int(cu_seqlens[-1]) - 1))
+            prompt_cols = torch.arange(p, device=device)  # (p,)
+            sees_prompt = prompt_cols[None] < prompt_lens[rows][:, None]  # (b, p)
+            prompt_keys = (prompt_starts[rows][:, None] + prompt_cols[None]).clamp(
+                max=max(0, total_prompt - 1)
+            )
+            key_index = torch.cat([prompt_keys, total_prompt + queries], dim=1)  # (b, p + m)
+            causal = torch.ones(m, m, dtype=torch.bool, device=device).tril()  # (m, m)
+            mask = torch.cat(
+                [
+                    sees_prompt[:, None, :].expand(-1, m, -1),
+                    causal[None] & real[:, None, :],
+                ],
+                dim=-1,
+            )[:, None]  # (b, 1, m, p + m)
+            self.groups.append((queries, key_index, mask, real))
+            tokens.append(queries[real])
+        self.inverse = torch.argsort(torch.cat(tokens))  # (Tr,) bucket order -> packed order
+
+    def __call__(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+    ) -> torch.Tensor:
+        flash = _flash_varlen()
+        if flash is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
+            out = flash(
+                q[0].transpose(0, 1),  # (Tr, h, D)
+                k[0][:, self.flash_keys].transpose(0, 1),  # (K, kv, D)
+                v[0][:, self.flash_keys].transpose(0, 1),
+                self.cu_seqlens,
+                self.flash_cu_keys,
+                self.longest,
+                self.longest_keys,
+                softmax_scale=scale,
+                causal=True,
+            )  # (Tr, h, D)
+            return out.transpose(0, 1)[None]  # (1, h, Tr, D)
+        pieces = []
+        for queries, key_index, mask, real in self.groups:
+            out = F.scaled_dot_product_attention(
+                q[0][:, queries].transpose(0, 1),  # (b, h, m, D)
+                k[0][:, key_index].transpose(0, 1),  # (b, kv, p + m, D)
+                v[0][:, key_index].transpose(0, 1),
+                attn_mask=mask,
+                scale=scale,
+                enable_gqa=True,
+            )  # (b, h, m, D)
+            pieces.append(out.transpose(0, 1)[:, real])  # (h, t, D)
+        return torch.cat(pieces, dim=1)[:, self.inverse][None]  # (1, h, Tr, D)
+
+
+def _shared_prompt_forward(
+    runner: LeanModel, batch: dict[str, torch.Tensor], groups: tuple[torch.Tensor, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Run each distinct prompt once and every response on top of it, both packed.
+
+    Returns ``rows``, ``cols`` (N,) of the response tokens predicted and the hidden states (N, H)
+    that predict them: the prompt's last token for response token 0, else the response token
+    before.
+    """
+    first, inverse = groups  # (u,), (bs,)
+    input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+    response_length = batch["responses"].shape[-1]
+    prompt_length = input_ids.shape[-1] - response_length
+    prompts = pack(
+        input_ids[first, :prompt_length],
+        attention_mask[first, :prompt_length],
+        batch["position_ids"][first, :prompt_length],
+    )  # (1, Tp): each distinct prompt once
+    responses = pack(
+        input_ids[:, prompt_length:],
+        attention_mask[:, prompt_length:],
+        batch["position_ids"][:, prompt_length:],
+    )  # (1, Tr): positions go on from each prompt's
+    prompt_hidden, prompt_kv = runner.forward(
+        prompts.input_ids,
+        prompts.position_ids,
+        None,
+        keep_kv=True,
+        attend=VarlenAttention(prompts.seqlens, prompts.cu_seqlens),
+    )  # (1, Tp, H)
+    attend = PrefixAttention(prompts.cu_seqlens, inverse, responses.seqlens, responses.cu_seqlens)
+    response_hidden, _ = runner.forward(
+        responses.input_ids, responses.position_ids, None, past=prompt_kv, attend=attend
+    )  # (1, Tr, H)
+    last = prompt_hidden[0, prompts.cu_seqlens[1:].long() - 1]  # (u, H)
+    hidden = torch.cat([last, response_hidden[0]])  # (u + Tr, H)
+    real = attention_mask[:, prompt_length:].bool()  # (bs, R)
+    before = F.pad(responses.slot, (1, 0), value=-1)[:, :-1]  # (bs, R) the token before's slot
+    wanted = real & ((before >= 0) | (torch.arange(response_length, device=real.device) == 0))
+    rows, cols = wanted.nonzero(as_tuple=True)  # (N,)
+    index = torch.where(cols == 0, inverse[rows], len(first) + before[rows, cols])  # (N,)
+    return rows, cols, hidden[index]
+
+
 def _predictors(packed: Packed, attention_mask: torch.Tensor, response_length: int) -> Any:
     """Return the (row, response column) pairs with a response token, and their predictors.
 
@@ -211,15 +361,26 @@ def packed_response_logits(
     """
     attention_mask = batch["attention_mask"]  # (bs, P + R)
     bs, response_length = batch["responses"].shape
-    packed = pack(batch["input_ids"], attention_mask, batch["position_ids"])
-    rows, cols, predictors = _predictors(packed, attention_mask, response_length)  # (N,) each
     runner = LeanModel.build(model) if lean else None
-    if runner is None:
-        picked = _module_forward(model, packed, logits_to_keep=predictors).logits[0]  # (N, V)
+    groups = None
+    if runner is not None and not checkpointing(model):  # as response_logits shares prompts
+        prompt_length = attention_mask.shape[-1] - response_length
+        groups = shared_prompts(
+            batch["input_ids"][:, :prompt_length], attention_mask[:, :prompt_length]
+        )
+    if groups is not None:
+        assert runner is not None
+        rows, cols, hidden = _shared_prompt_forward(runner, batch, groups)
+        picked = runner.logits(hidden)  # (N, V)
     else:
-        attend = VarlenAttention(packed.seqlens, packed.cu_seqlens)
-        hidden, _ = runner.forward(packed.input_ids, packed.position_ids, None, attend=attend)
-        picked = runner.logits(hidden[0, predictors])  # (N, V)
+        packed = pack(batch["input_ids"], attention_mask, batch["position_ids"])
+        rows, cols, predictors = _predictors(packed, attention_mask, response_length)  # (N,)
+        if runner is None:
+            picked = _module_forward(model, packed, logits_to_keep=predictors).logits[0]  # (N, V)
+        else:
+            attend = VarlenAttention(packed.seqlens, packed.cu_seqlens)
+            hidden, _ = runner.forward(packed.input_ids, packed.position_ids, None, attend=attend)
+            picked = runner.logits(hidden[0, predictors])  # (N, V)
     if picked.dtype in (torch.float16, torch.bfloat16):
         picked = picked.float()
     logits = picked.new_zeros(bs, response_length, picked.shape[-1])  # (bs, R, V)

@@ -4,7 +4,8 @@ A tiny fp32 Qwen2 policy and value model on a batch with left-padded prompts and
 responses of lengths 1 to 6: log-probs, entropy, values and gradients equal the padded path
 within 1e-5, through the lean runner and through the model's own forward (transformers' packed
 sequences), with row and token-budget micro-batches. Changing one packed sequence leaves every
-other sequence's outputs bit for bit unchanged: no attention crosses a boundary.
+other sequence's outputs bit for bit unchanged: no attention crosses a boundary. The same holds
+where rows repeat a prompt (GRPO's groups), which the lean runner packs once per distinct prompt.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import torch
 
 from engine.config.schema import ConfigValidationError
 from engine.config.validate import validate_config
+from engine.workers import packing
 from engine.workers.actor import PolicyActor, response_logits
 from engine.workers.critic import ValueCritic, response_values
 from engine.workers.packing import (
+    PrefixAttention,
     VarlenAttention,
     pack,
     packed_response_logits,
@@ -50,6 +53,36 @@ def padded_batch():
         b["input_ids"][row, :pad] = 0
     b["position_ids"] = (b["attention_mask"].cumsum(-1) - 1).clamp(min=0)
     return data
+
+
+GROUPS = [[0, 1, 2], [3, 4], [5, 6]]  # rows that share a prompt in ``grouped_batch``
+
+
+def grouped_batch():
+    """Return ``padded_batch`` with each group of ``GROUPS`` repeating its first row's prompt,
+    as GRPO's n samples of one prompt do (prompts of 2, 3 and 2 real tokens)."""
+    data = padded_batch()
+    b = data.batch
+    prompt = b["input_ids"].shape[1] - b["responses"].shape[1]
+    for rows in GROUPS:
+        for row in rows[1:]:
+            b["input_ids"][row, :prompt] = b["input_ids"][rows[0], :prompt]
+            b["attention_mask"][row, :prompt] = b["attention_mask"][rows[0], :prompt]
+    b["position_ids"] = (b["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+    return data
+
+
+def shared_calls(monkeypatch) -> list[int]:
+    """Record the distinct prompts of each shared-prompt packed forward."""
+    calls: list[int] = []
+    original = packing._shared_prompt_forward
+
+    def spy(runner, batch, groups):
+        calls.append(len(groups[0]))
+        return original(runner, batch, groups)
+
+    monkeypatch.setattr(packing, "_shared_prompt_forward", spy)
+    return calls
 
 
 def test_pack_keeps_the_real_tokens_with_restarting_positions():
@@ -167,6 +200,105 @@ def test_no_attention_crosses_a_sequence_boundary(forward):
     assert not torch.equal(before[3], after[3])  # the changed sequence did change
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_shared_prompts_are_packed_once_and_the_logits_equal_the_padded_path(
+    monkeypatch, temperature
+):
+    batch = grouped_batch().batch
+    model = tiny_policy(VOCAB, seed=1).eval()
+    mask = batch["response_mask"].bool()
+    calls = shared_calls(monkeypatch)
+    packed = packed_response_logits(model, batch, temperature)
+    assert calls == [3]  # one packed forward over the 3 distinct prompts
+    padded = response_logits(model, batch, temperature)
+    torch.testing.assert_close(packed[mask], padded[mask], atol=TOL, rtol=0)
+    assert packed[~mask].abs().max() == 0
+    unshared = packed_response_logits(model, batch, temperature, lean=False)  # every prompt
+    torch.testing.assert_close(packed[mask], unshared[mask], atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("mode", "rows", "budget"),
+    [("token-mean", 7, None), ("seq-mean-token-sum", 3, None), ("token-mean", 7, 20)],
+)
+def test_the_policy_gradient_through_shared_prompts_equals_the_padded_path(
+    monkeypatch, mode, rows, budget
+):
+    data = grouped_batch()
+    base = tiny_policy(VOCAB, seed=1)
+    calls = shared_calls(monkeypatch)
+    grads, losses = [], []
+    for remove_padding in (False, True):
+        model = copy.deepcopy(base)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1)
+        actor = PolicyActor(model, actor_config(mode), optimizer, remove_padding=remove_padding)
+        before = weights(model)
+        metrics = actor.update_policy(
+            data, mini_batch_size=7, micro_batch_size=rows, temperature=1.0, max_token_len=budget
+        )
+        grads.append(minus(before, model.state_dict()))
+        losses.append([metrics[k] for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy")])
+    assert calls  # at least one micro-batch held a repeated prompt
+    assert max(g.abs().max().item() for g in grads[0].values()) > 1e-3
+    assert max_diff(grads[1], grads[0]) < TOL
+    assert losses[1] == pytest.approx(losses[0], abs=TOL)
+
+
+def test_no_attention_crosses_a_sequence_boundary_between_rows_sharing_a_prompt(monkeypatch):
+    """Other response tokens in row 4: every other row, row 3 of its group included, is bit for
+    bit the same; another prompt for group 0 changes its three rows and no other."""
+    batch = grouped_batch().batch
+    model = tiny_policy(VOCAB, seed=1).eval()
+    calls = shared_calls(monkeypatch)
+    before = packed_response_logits(model, batch)
+    response = {key: value.clone() for key, value in batch.items()}
+    n = int(response["response_mask"][4].sum())
+    response["responses"][4, :n] = (response["responses"][4, :n] + 5) % VOCAB
+    response["input_ids"][4, -response["responses"].shape[1] :] = response["responses"][4]
+    after = packed_response_logits(model, response)
+    others = [0, 1, 2, 3, 5, 6]
+    assert torch.equal(before[others], after[others])
+    assert not torch.equal(before[4], after[4])
+    prompt = {key: value.clone() for key, value in batch.items()}
+    width = prompt["input_ids"].shape[1] - prompt["responses"].shape[1]
+    for row in GROUPS[0]:
+        keep = prompt["attention_mask"][row, :width].bool()
+        prompt["input_ids"][row, :width][keep] = (
+            prompt["input_ids"][row, :width][keep] + 7
+        ) % VOCAB
+    after = packed_response_logits(model, prompt)
+    assert torch.equal(before[3:], after[3:])
+    assert all(not torch.equal(before[row], after[row]) for row in GROUPS[0])
+    assert calls == [3, 3, 3]
+
+
+def test_prefix_attention_sees_the_whole_prompt_and_the_earlier_tokens_of_its_response():
+    """Hand check as for VarlenAttention: prompts of 2 and 1 keys, responses of 2, 1 and 2
+    tokens on prompts 0, 0 and 1; the output rows are the attention weights over the 2 + 1
+    prompt keys then the 5 response keys."""
+    prompt_cu = torch.tensor([0, 2, 3], dtype=torch.int32)
+    seqlens = torch.tensor([2, 1, 2])
+    cu = torch.tensor([0, 2, 3, 5], dtype=torch.int32)
+    attend = PrefixAttention(prompt_cu, torch.tensor([0, 0, 1]), seqlens, cu)
+    q = torch.zeros(1, 1, 5, 2)
+    k = torch.zeros(1, 1, 8, 2)  # equal scores: uniform weights over the allowed keys
+    v = torch.eye(8)[None, None]
+    out = attend(q, k, v, 1.0)[0, 0]  # (5, 8)
+    expected = torch.tensor(
+        [
+            [1 / 3, 1 / 3, 0, 1 / 3, 0, 0, 0, 0],
+            [1 / 4, 1 / 4, 0, 1 / 4, 1 / 4, 0, 0, 0],
+            [1 / 3, 1 / 3, 0, 0, 0, 1 / 3, 0, 0],
+            [0, 0, 1 / 2, 0, 0, 0, 1 / 2, 0],
+            [0, 0, 1 / 3, 0, 0, 0, 1 / 3, 1 / 3],
+        ]
+    )
+    torch.testing.assert_close(out, expected)
+    keys = attend.flash_keys.tolist()  # the flash-attn layout: each row's prompt, then itself
+    assert keys == [0, 1, 3, 4, 0, 1, 5, 2, 6, 7]
+    assert attend.flash_cu_keys.tolist() == [0, 4, 7, 10]
+
+
 def test_varlen_attention_sees_only_the_earlier_tokens_of_its_own_sequence():
     """Hand check: with one key per position and value = position one-hot, the output is the
     attention weights; they are zero outside the query's own sequence and its future."""
@@ -266,6 +398,14 @@ def test_flash_attention_varlen_equals_the_sdpa_path_on_a_gpu():
     torch.testing.assert_close(
         packed_response_logits(model, cuda_batch)[mask],
         response_logits(model, cuda_batch)[mask],
+        atol=5e-2,
+        rtol=5e-2,
+    )
+    grouped = {key: value.cuda() for key, value in grouped_batch().batch.items()}
+    mask = grouped["response_mask"].bool()
+    torch.testing.assert_close(  # shared prompts: PrefixAttention's flash_attn_varlen_func
+        packed_response_logits(model, grouped)[mask],
+        response_logits(model, grouped)[mask],
         atol=5e-2,
         rtol=5e-2,
     )
