@@ -3,7 +3,7 @@
 The embedded tiny model adds two-digit numbers after its warm start and cannot add three-digit
 ones; the calculator can. A policy that learns from scratch never writes a 60-character
 ``<tool_call>`` block by chance, so the behaviour is seeded, and this is said plainly: a short
-supervised pass (400 steps) from the embedded tiny model on transcripts, ``TOOL_FRACTION`` of
+supervised pass (800 steps, on one torch thread) from the embedded tiny model on transcripts, ``TOOL_FRACTION`` of
 them calling the tool and copying its answer, the rest answering directly. RL then has both
 behaviours to choose from and is rewarded for the right answer (:func:`compute_score`: the
 calculator's answer when the policy called it), which the tool makes reachable::
@@ -45,7 +45,7 @@ TOOL_NAME = "calc"
 ARGUMENT = "expr"
 OPERANDS = (100, 999)
 TOOL_FRACTION = 0.3  # of the seeding transcripts that call the tool
-SFT_STEPS = 400
+SFT_STEPS = 800  # 400 seeded copying the operands into the call on one CPU and not on another
 SFT_BATCH = 32
 SFT_LR = 2e-3
 TOOL_CHAT_TEMPLATE = (
@@ -201,7 +201,12 @@ def build_calculator_task(
     torch.manual_seed(0)
     model = Qwen2ForCausalLM.from_pretrained(assets.model_dir, dtype=torch.float32)
     train, val = make_rows(train_rows, 0, "train"), make_rows(val_rows, 0, "val")
-    losses = seed_tool_use(model, tokenizer, train, steps=steps)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # reproducible sums on one machine, as the tiny recipe's build
+    try:
+        losses = seed_tool_use(model, tokenizer, train, steps=steps)
+    finally:
+        torch.set_num_threads(threads)
     model.save_pretrained(out_dir / "model", safe_serialization=True)
     tokenizer.save_pretrained(out_dir / "model")
     (out_dir / "data").mkdir(parents=True, exist_ok=True)

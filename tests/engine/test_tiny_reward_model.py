@@ -17,7 +17,9 @@ from engine.tiny.reward_model import (
 )
 from engine.tiny.task import Problem, split_pool
 
-NEAR_MISS_ACCURACY = 0.85  # measured 0.935 on the build of 2026-12-04
+# Measured 2026-12-05 on one CPU: 0.78 after 700 training steps (0.905 on another CPU the day
+# before), 0.895 after 1200, 1.0 after 1600 (the recipe's).
+NEAR_MISS_ACCURACY = 0.85
 
 
 def test_a_wrong_reply_is_never_the_answer_and_takes_every_form():
