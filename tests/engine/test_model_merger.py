@@ -231,12 +231,18 @@ EXCLUDE_FIRST_BLOCK = r".*\.layers\.0\..*"
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory):
     """Return ``(trainer, actor folder)`` of a one-step GRPO run training a LoRA adapter
-    (r=4, alpha=8) on every linear layer but those of the first block."""
+    (r=4, alpha=8) on every linear layer but those of the first block.
+
+    8 samples a prompt: LoRA's B starts at zero, so a step whose groups all tie (every sample
+    right, or every one wrong: no advantage) leaves the adapter at zero; with 2 samples that
+    happens on some tiny-model builds; with 8 all four groups tie almost never.
+    """
     pytest.importorskip("peft")
     folder = tmp_path_factory.mktemp("lora") / "ckpt"
     config = tiny_run_config(
         folder,
         "grpo_tiny",
+        "actor_rollout_ref.rollout.n=8",
         "actor_rollout_ref.model.lora_rank=4",
         "actor_rollout_ref.model.lora_alpha=8",
         f"actor_rollout_ref.model.exclude_modules={EXCLUDE_FIRST_BLOCK}",
