@@ -33,6 +33,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+import transformers
 from transformers import PreTrainedTokenizerBase, Qwen2ForCausalLM
 
 from engine import env
@@ -47,6 +48,7 @@ OPERANDS = (100, 999)
 TOOL_FRACTION = 0.3  # of the seeding transcripts that call the tool
 SFT_STEPS = 800  # 400 seeded copying the operands into the call on one CPU and not on another
 SFT_BATCH = 32
+MANIFEST = "manifest.json"
 SFT_LR = 2e-3
 TOOL_CHAT_TEMPLATE = (
     "{{ bos_token }}"
@@ -190,10 +192,62 @@ def seed_tool_use(
     return losses
 
 
+@torch.no_grad()
+def tool_use_rates(
+    model: Qwen2ForCausalLM,
+    tokenizer: PreTrainedTokenizerBase,
+    rows: list[dict[str, Any]],
+    *,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Return how the seeded model starts on ``rows``, which is what RL has to work with.
+
+    ``sampled_call_rate``: the share of first turns sampled at temperature 1 that open a
+    ``<tool_call>``; ``sampled_exact_calls``: the share of those calls whose expression is the
+    question exactly (a call with another expression answers another sum, so it earns nothing);
+    ``greedy_exact_calls``: the share of greedy calls, forced by starting the turn with
+    ``<tool_call>``, whose expression is the question exactly.
+    """
+    questions = [row["prompt"][0]["content"] for row in rows]
+    prompts = [f"<bos><|user|>{q}<|assistant|>" for q in questions]
+    longest = len(tokenizer(tool_call_text(max(questions, key=len)))["input_ids"]) + 2
+
+    def first_turns(texts: list[str], sample: bool) -> list[str]:
+        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        out = model.generate(
+            **enc,
+            do_sample=sample,
+            temperature=1.0 if sample else None,
+            top_k=0 if sample else None,
+            top_p=1.0 if sample else None,
+            max_new_tokens=longest,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :])
+
+    def exact(text: str, question: str) -> bool:
+        return tool_call_text(question) in text
+
+    torch.manual_seed(seed)
+    sampled = first_turns(prompts, sample=True)
+    calls = [(t, q) for t, q in zip(sampled, questions, strict=True) if "<tool_call>" in t]
+    forced = first_turns([p + "<tool_call>" for p in prompts], sample=False)
+    return {
+        "sampled_call_rate": len(calls) / len(rows),
+        "sampled_exact_calls": sum(exact(t, q) for t, q in calls) / max(1, len(calls)),
+        "greedy_exact_calls": sum(
+            exact("<tool_call>" + t, q) for t, q in zip(forced, questions, strict=True)
+        )
+        / len(rows),
+    }
+
+
 def build_calculator_task(
     out_dir: Path, *, train_rows: int = 1000, val_rows: int = 100, steps: int = SFT_STEPS
 ) -> dict[str, Any]:
-    """Write ``model/``, ``data/{train,val}.parquet``, ``tools.yaml`` and ``overrides.txt``."""
+    """Write ``model/``, ``data/{train,val}.parquet``, ``tools.yaml``, ``overrides.txt`` and
+    ``manifest.json`` (the seeding's settings and losses, and :func:`tool_use_rates` on the
+    validation rows); return the manifest."""
     started = time.perf_counter()
     out_dir = Path(out_dir)
     assets = ensure_tiny_assets()
@@ -215,12 +269,17 @@ def build_calculator_task(
     (out_dir / "tools.yaml").write_text(TOOLS_YAML)
     overrides = calculator_overrides(out_dir)
     (out_dir / "overrides.txt").write_text(" ".join(overrides) + "\n")
-    return {
+    model.eval()
+    manifest = {
         "sft_steps": steps,
         "sft_loss_first": losses[0],
-        "sft_loss_last": losses[-1],
+        "sft_loss_last": round(sum(losses[-20:]) / len(losses[-20:]), 4),
+        "tool_use": tool_use_rates(model, tokenizer, val),
         "seconds": round(time.perf_counter() - started, 1),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
     }
+    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
 
 
 def ensure_calculator_task(data_dir: Path | None = None) -> Path:
