@@ -98,6 +98,39 @@ def _flash_varlen() -> Any:
     return flash_attn_varlen_func
 
 
+def _flash_for(q: torch.Tensor) -> Any:
+    """Return ``flash_attn_varlen_func`` when it can run on ``q`` (CUDA, half precision)."""
+    flash = _flash_varlen()
+    if flash is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
+        return flash
+    return None
+
+
+def _flash_attention(
+    flash: Any,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens: tuple[torch.Tensor, torch.Tensor],
+    longest: tuple[int, int],
+    scale: float,
+) -> torch.Tensor:
+    """Causal ``flash`` attention of packed queries (1, h, Tq, D) on packed keys and values
+    (1, kv, Tk, D), sequences cut by ``cu_seqlens`` (queries', keys'); returns (1, h, Tq, D).
+    Where a sequence has more keys than queries, the last query sees every key (flash-attn's
+    causal mask is aligned at the bottom right)."""
+    out = flash(
+        q[0].transpose(0, 1),  # (Tq, h, D)
+        k[0].transpose(0, 1),  # (Tk, kv, D)
+        v[0].transpose(0, 1),
+        *cu_seqlens,
+        *longest,
+        softmax_scale=scale,
+        causal=True,
+    )  # (Tq, h, D)
+    return out.transpose(0, 1)[None]
+
+
 class VarlenAttention:
     """Causal attention inside each packed sequence: ``attend(q, k, v, scale)`` for LeanModel.
 
@@ -129,20 +162,11 @@ class VarlenAttention:
     def __call__(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
     ) -> torch.Tensor:
-        flash = _flash_varlen()
-        if flash is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
-            out = flash(
-                q[0].transpose(0, 1),  # (T, h, D)
-                k[0].transpose(0, 1),  # (T, kv, D)
-                v[0].transpose(0, 1),
-                self.cu_seqlens,
-                self.cu_seqlens,
-                self.longest,
-                self.longest,
-                softmax_scale=scale,
-                causal=True,
-            )  # (T, h, D)
-            return out.transpose(0, 1)[None]  # (1, h, T, D)
+        flash = _flash_for(q)
+        if flash is not None:
+            return _flash_attention(
+                flash, q, k, v, (self.cu_seqlens, self.cu_seqlens), (self.longest,) * 2, scale
+            )
         pieces = []
         for group in self.groups:
             rows, longest, slots, _ = group
@@ -243,20 +267,17 @@ class PrefixAttention:
     def __call__(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
     ) -> torch.Tensor:
-        flash = _flash_varlen()
-        if flash is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
-            out = flash(
-                q[0].transpose(0, 1),  # (Tr, h, D)
-                k[0][:, self.flash_keys].transpose(0, 1),  # (K, kv, D)
-                v[0][:, self.flash_keys].transpose(0, 1),
-                self.cu_seqlens,
-                self.flash_cu_keys,
-                self.longest,
-                self.longest_keys,
-                softmax_scale=scale,
-                causal=True,
-            )  # (Tr, h, D)
-            return out.transpose(0, 1)[None]  # (1, h, Tr, D)
+        flash = _flash_for(q)
+        if flash is not None:
+            return _flash_attention(
+                flash,
+                q,
+                k[:, :, self.flash_keys],  # (1, kv, K, D): each row's prompt keys, then its own
+                v[:, :, self.flash_keys],
+                (self.cu_seqlens, self.flash_cu_keys),
+                (self.longest, self.longest_keys),
+                scale,
+            )
         pieces = []
         for queries, key_index, mask, real in self.groups:
             out = F.scaled_dot_product_attention(
