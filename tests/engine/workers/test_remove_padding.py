@@ -130,13 +130,15 @@ def test_log_probs_and_entropy_equal_the_padded_path(budget):
         torch.testing.assert_close(packed[mask], padded[mask], atol=TOL, rtol=0)
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["distinct-prompts", "shared-prompts"])
 @pytest.mark.parametrize(
     ("mode", "rows", "budget"),
     [("token-mean", 7, None), ("seq-mean-token-sum", 3, None), ("token-mean", 7, 20)],
 )
-def test_the_policy_gradient_equals_the_padded_path(mode, rows, budget):
-    data = padded_batch()
+def test_the_policy_gradient_equals_the_padded_path(monkeypatch, mode, rows, budget, shared):
+    data = grouped_batch() if shared else padded_batch()
     base = tiny_policy(VOCAB, seed=1)
+    calls = shared_calls(monkeypatch)
     grads, losses = [], []
     for remove_padding in (False, True):
         model = copy.deepcopy(base)
@@ -148,6 +150,7 @@ def test_the_policy_gradient_equals_the_padded_path(mode, rows, budget):
         )
         grads.append(minus(before, model.state_dict()))
         losses.append([metrics[k] for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy")])
+    assert bool(calls) == shared  # a micro-batch that repeats a prompt packs it once
     assert max(g.abs().max().item() for g in grads[0].values()) > 1e-3  # a real gradient
     assert max_diff(grads[1], grads[0]) < TOL
     assert losses[1] == pytest.approx(losses[0], abs=TOL)
@@ -217,33 +220,6 @@ def test_shared_prompts_are_packed_once_and_the_logits_equal_the_padded_path(
     torch.testing.assert_close(packed[mask], unshared[mask], atol=TOL, rtol=0)
 
 
-@pytest.mark.parametrize(
-    ("mode", "rows", "budget"),
-    [("token-mean", 7, None), ("seq-mean-token-sum", 3, None), ("token-mean", 7, 20)],
-)
-def test_the_policy_gradient_through_shared_prompts_equals_the_padded_path(
-    monkeypatch, mode, rows, budget
-):
-    data = grouped_batch()
-    base = tiny_policy(VOCAB, seed=1)
-    calls = shared_calls(monkeypatch)
-    grads, losses = [], []
-    for remove_padding in (False, True):
-        model = copy.deepcopy(base)
-        optimizer = torch.optim.SGD(model.parameters(), lr=1)
-        actor = PolicyActor(model, actor_config(mode), optimizer, remove_padding=remove_padding)
-        before = weights(model)
-        metrics = actor.update_policy(
-            data, mini_batch_size=7, micro_batch_size=rows, temperature=1.0, max_token_len=budget
-        )
-        grads.append(minus(before, model.state_dict()))
-        losses.append([metrics[k] for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy")])
-    assert calls  # at least one micro-batch held a repeated prompt
-    assert max(g.abs().max().item() for g in grads[0].values()) > 1e-3
-    assert max_diff(grads[1], grads[0]) < TOL
-    assert losses[1] == pytest.approx(losses[0], abs=TOL)
-
-
 def test_no_attention_crosses_a_sequence_boundary_between_rows_sharing_a_prompt(monkeypatch):
     """Other response tokens in row 4: every other row, row 3 of its group included, is bit for
     bit the same; another prompt for group 0 changes its three rows and no other."""
@@ -297,6 +273,47 @@ def test_prefix_attention_sees_the_whole_prompt_and_the_earlier_tokens_of_its_re
     keys = attend.flash_keys.tolist()  # the flash-attn layout: each row's prompt, then itself
     assert keys == [0, 1, 3, 4, 0, 1, 5, 2, 6, 7]
     assert attend.flash_cu_keys.tolist() == [0, 4, 7, 10]
+
+
+def reference_flash_varlen(q, k, v, cu_q, cu_k, max_q, max_k, *, softmax_scale, causal):
+    """flash-attn's ``flash_attn_varlen_func`` contract on a CPU: (T, h, D) packed sequences cut
+    by ``cu_q``/``cu_k``, causal aligned at the bottom right (the last query sees every key)."""
+    assert causal
+    out = torch.empty_like(q)
+    for i in range(len(cu_q) - 1):
+        qs, ks = slice(int(cu_q[i]), int(cu_q[i + 1])), slice(int(cu_k[i]), int(cu_k[i + 1]))
+        nq, nk = qs.stop - qs.start, ks.stop - ks.start
+        assert nq <= max_q and nk <= max_k
+        sees = torch.ones(nq, nk, dtype=torch.bool).tril(diagonal=nk - nq)
+        out[qs] = torch.nn.functional.scaled_dot_product_attention(
+            q[qs].transpose(0, 1),
+            k[ks].transpose(0, 1),
+            v[ks].transpose(0, 1),
+            attn_mask=sees,
+            scale=softmax_scale,
+            enable_gqa=True,
+        ).transpose(0, 1)
+    return out
+
+
+def test_the_flash_attention_calls_lay_out_what_flash_attn_expects(monkeypatch):
+    """Both attentions through a CPU stand-in for ``flash_attn_varlen_func`` (the real one is
+    the gpu test's) equal their SDPA paths: the packed layout and boundaries are flash-attn's."""
+    g = torch.Generator().manual_seed(0)
+    seqlens = torch.tensor([3, 1, 7, 4])
+    cu = torch.nn.functional.pad(seqlens.cumsum(0), (1, 0)).to(torch.int32)
+    prompt_cu = torch.tensor([0, 5, 7], dtype=torch.int32)
+    q = torch.randn(1, 4, int(seqlens.sum()), 8, generator=g)
+    own_k, own_v = (torch.randn(1, 2, int(seqlens.sum()), 8, generator=g) for _ in range(2))
+    prompt_k, prompt_v = (torch.randn(1, 2, 7, 8, generator=g) for _ in range(2))
+    varlen = VarlenAttention(seqlens, cu)
+    prefix = PrefixAttention(prompt_cu, torch.tensor([1, 0, 0, 1]), seqlens, cu)
+    k, v = torch.cat([prompt_k, own_k], dim=2), torch.cat([prompt_v, own_v], dim=2)
+    sdpa = varlen(q, own_k, own_v, 0.3), prefix(q, k, v, 0.3)
+    monkeypatch.setattr(packing, "_flash_for", lambda q: reference_flash_varlen)
+    flash = varlen(q, own_k, own_v, 0.3), prefix(q, k, v, 0.3)
+    for a, b in zip(flash, sdpa, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
 
 
 def test_varlen_attention_sees_only_the_earlier_tokens_of_its_own_sequence():
