@@ -1,12 +1,12 @@
 """A tiny task where a tool helps: three-digit addition with the built-in calculator.
 
-The embedded tiny model adds two-digit numbers after its warm start and cannot add three-digit
-ones; the calculator can. A policy that learns from scratch never writes a 60-character
-``<tool_call>`` block by chance, so the behaviour is seeded, and this is said plainly: a short
-supervised pass (800 steps, on one torch thread) from the embedded tiny model on transcripts, ``TOOL_FRACTION`` of
-them calling the tool and copying its answer, the rest answering directly. RL then has both
-behaviours to choose from and is rewarded for the right answer (:func:`compute_score`: the
-calculator's answer when the policy called it), which the tool makes reachable::
+The embedded tiny model adds two-digit numbers after its warm start and cannot add three-digit ones;
+the calculator can. A policy that learns from scratch never writes a 60-character ``<tool_call>``
+block by chance, so the behaviour is seeded, and this is said plainly: a short supervised pass (800
+steps, on one torch thread) from the embedded tiny model on transcripts, ``TOOL_FRACTION`` of them
+calling the tool and copying its answer, the rest answering directly. RL then has both behaviours to
+choose from and is rewarded for the right answer (:func:`compute_score`: the calculator's answer
+when the policy called it), which the tool makes reachable::
 
     python -m engine.tools.tiny_task /tmp/calc      # builds model/, data/, tools.yaml
     python -m engine.main_ppo --config-name grpo_tiny $(cat /tmp/calc/overrides.txt)
@@ -37,7 +37,7 @@ import transformers
 from transformers import PreTrainedTokenizerBase, Qwen2ForCausalLM
 
 from engine import env
-from engine.tiny.recipe import ensure_tiny_assets, recipe_hash
+from engine.tiny.recipe import MANIFEST_NAME, ensure_tiny_assets, recipe_hash
 from engine.tiny.task import split_of
 from engine.tiny.tokenizer import build_tokenizer
 
@@ -48,7 +48,6 @@ OPERANDS = (100, 999)
 TOOL_FRACTION = 0.3  # of the seeding transcripts that call the tool
 SFT_STEPS = 800  # 400 seeded copying the operands into the call on one CPU and not on another
 SFT_BATCH = 32
-MANIFEST = "manifest.json"
 SFT_LR = 2e-3
 TOOL_CHAT_TEMPLATE = (
     "{{ bos_token }}"
@@ -278,7 +277,7 @@ def build_calculator_task(
         "seconds": round(time.perf_counter() - started, 1),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
     }
-    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    (out_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 

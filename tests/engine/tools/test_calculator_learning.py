@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from engine.tools.tiny_task import MANIFEST, calculator_overrides, ensure_calculator_task
+from engine.tiny.recipe import MANIFEST_NAME
+from engine.tools.tiny_task import calculator_overrides, ensure_calculator_task
 
 STEPS = 20
 VAL = "val-core/tiny_calculator/reward/mean@1"
@@ -28,7 +29,7 @@ def test_the_seeded_model_calls_the_calculator_with_the_question():
     # What RL starts from: calls it samples, and calls that compute the asked sum. A seed that
     # calls but garbles the operands (400 steps did on one CPU: 1% exact) gives RL no right
     # answer to reinforce, and the run below fails with no sign of why.
-    manifest = json.loads((ensure_calculator_task() / MANIFEST).read_text())
+    manifest = json.loads((ensure_calculator_task() / MANIFEST_NAME).read_text())
     rates = manifest["tool_use"]
     assert rates["greedy_exact_calls"] >= 0.8, manifest
     assert rates["sampled_call_rate"] >= 0.1 and rates["sampled_exact_calls"] >= 0.1, manifest
