@@ -56,10 +56,10 @@ what it cannot fake:
 ``POSTTRAIN_SANDBOX=local`` is the administrator's opt-in for machines without bubblewrap:
 ``python -I`` subprocesses with rlimits, temporary working directories and an audit hook (PEP
 578) that refuses writes outside them, new processes, signals, sockets and ``ctypes``; an
-assertion suite runs the same two programs as above, as two such processes. That stops
-accidents and the usual reward hacks of a policy model, those above included; it is not a
-security boundary (audit hooks are not one, by their own documentation, a candidate can read
-the evaluator's nonce, and a stdio candidate shares an interpreter with the harness that
+assertion suite runs the same two programs as above, as two such processes. That stops accidents
+and the usual reward hacks of a policy model, those above included; it is not a security
+boundary (audit hooks are not one, by their own documentation, a candidate can read the
+evaluator's tests and nonce, and a stdio candidate shares an interpreter with the harness that
 reports its outputs).
 
 Where the code is: this module (the reward: pick the code, check its syntax, choose the path),

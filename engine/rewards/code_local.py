@@ -16,9 +16,9 @@ minimal environment, its own session (killed as a group at the deadline) and an 
   iteration.
 
 This is NOT a security boundary. It stops accidents and the usual reward hacks of a policy
-model, but audit hooks are not one (their own documentation says so: code in the process can
-get around them), reads are not refused (the candidate can read any file the server's user
-can, the evaluator's nonce included), and a stdio candidate shares an interpreter with the
+model, but audit hooks are not one (their own documentation says so: code in the process can get
+around them), reads are not refused (the candidate can read any file the server's user can, the
+evaluator's tests and nonce included), and a stdio candidate shares an interpreter with the
 harness that reports its outputs, so a determined one can forge results. Only the time and
 memory limits (``timeout_s``, ``memory_mb``) and the size of one reply between the processes
 (``max_output_bytes``) apply here; files are capped at 16 MiB, and ``max_processes`` and
