@@ -7,15 +7,17 @@ Every HTTP request passes ``webapp.body_limit.RequestBodyLimit`` first: a body p
 import os
 
 from django.conf import settings
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
+
+from webapp.static_files import StaticFilesHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 # Django must be set up before the consumers (and their models) are imported.
 django_asgi_app = get_asgi_application()
 if settings.POSTTRAIN_SERVE_STATIC:
     # The studio serves its own static files (Plotly's bundle included): no CDN, no extra server.
-    django_asgi_app = ASGIStaticFilesHandler(django_asgi_app)
+    # A path that leaves the static folders is a 400 (webapp.static_files), never a 500.
+    django_asgi_app = StaticFilesHandler(django_asgi_app)
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import traceback
+from typing import Any
 
 logger = logging.getLogger("workers.driver")
 
@@ -73,6 +74,24 @@ class HeartbeatThread(threading.Thread):
         self.stopped.set()
 
 
+def expand_home(config: Any) -> None:
+    """Resolve ``config`` and expand ``~`` in its path and code values, in place, against ``HOME``.
+
+    The studio checked them so (``webapp.experiments.configs``); inside ``tracker_environment`` the
+    run has a home of its own, where ``~`` would name another folder than the one checked.
+    """
+    from engine.config import get_value, resolve_config, set_value
+    from webapp.experiments.configs import resource_keys
+
+    resolve_config(config)  # references first: a path taken from another key is expanded too
+    for key in (*resource_keys("path"), *resource_keys("code")):
+        value = get_value(config, key)
+        if isinstance(value, str):
+            set_value(config, key, os.path.expanduser(value))
+        elif isinstance(value, list):
+            set_value(config, key, [os.path.expanduser(v) for v in value])
+
+
 def drive(run_id: int, publish: bool = True) -> str:
     """Train run ``run_id`` to its end; return its final status (or ``skipped``)."""
     from django.conf import settings
@@ -105,7 +124,9 @@ def drive(run_id: int, publish: bool = True) -> str:
             return "cancelled"
         config = config_from_dict(run.config)
         set_value(config, "trainer.default_local_dir", run.checkpoint_dir)
-        # Trackers write into the run's own folder, never where an experiment could point them.
+        expand_home(config)
+        # Trackers write into the run's own folder (their HOME too), never where an experiment
+        # could point them.
         with tracker_environment(run_dir(run_id) / "trackers"):
             status = run_training(config, recorder)
         recorder.on_finish(status=status)

@@ -42,17 +42,25 @@ what it cannot fake:
   early (``os._exit(0)``, ``SystemExit``), printing fake report lines, reading frames, ``gc``,
   ``/proc/self`` or file descriptors, or returning an object whose ``__eq__`` is always true (a
   handle is equal only to itself and has no truth value) earns nothing: the evaluator and its
-  nonce are in another sandbox. What a candidate does control is the values its functions
-  return, which is what the tests are meant to judge. A test can pass plain values and handles to
-  the program, not its own functions or objects; statements that are not asserts run in the
-  evaluator, so setup code cannot set the program's globals.
+  nonce are in another sandbox. An exception the program raises comes back by its builtin name
+  (a test may expect a ``ValueError``), except where it would steer the test's own control
+  flow: ``StopIteration`` and ``StopAsyncIteration`` come back as a ``RuntimeError`` naming them
+  (as PEP 479 does in generators), like ``GeneratorExit``, ``KeyboardInterrupt``, ``SystemExit``
+  and every other ``BaseException``; only the end of one of the program's own iterators is a
+  ``StopIteration``. So a function that raises cannot end the test's ``all(map(...))``,
+  ``filter``, ``zip`` or generator early. What a candidate does control is the values its
+  functions return, which is what the tests are meant to judge. A test can pass plain values and
+  handles to the program, not its own functions or objects; statements that are not asserts run
+  in the evaluator, so setup code cannot set the program's globals.
 
-``POSTTRAIN_SANDBOX=local`` is the administrator's opt-in for machines without bubblewrap: one
-``python -I`` subprocess per candidate, rlimits, a temporary working directory and an audit hook
-(PEP 578) that refuses writes outside it, new processes, signals, sockets and ``ctypes``. That
-stops accidents and the usual reward hacks of a policy model; it is not a security boundary
-(audit hooks are not one, by their own documentation, and the candidate shares an interpreter
-with the harness that reports its results).
+``POSTTRAIN_SANDBOX=local`` is the administrator's opt-in for machines without bubblewrap:
+``python -I`` subprocesses with rlimits, temporary working directories and an audit hook (PEP
+578) that refuses writes outside them, new processes, signals, sockets and ``ctypes``; an
+assertion suite runs the same two programs as above, as two such processes. That stops accidents
+and the usual reward hacks of a policy model, those above included; it is not a security
+boundary (audit hooks are not one, by their own documentation, a candidate can read the
+evaluator's tests and nonce, and a stdio candidate shares an interpreter with the harness that
+reports its outputs).
 
 Where the code is: this module (the reward: pick the code, check its syntax, choose the path),
 ``code_tests`` (parse the ground truth, compare outputs, score the reports), ``code_sandboxed``
@@ -95,7 +103,13 @@ def extract_code(solution_str: str) -> str:
 def run_tests(code: str, suite: TestSuite, limits: sandbox.Limits) -> dict[str, Any]:
     """Run a candidate against its tests as ``POSTTRAIN_SANDBOX`` says; return the result parts."""
     if env.sandbox_mode() == "local":
-        return run_tests_local(code, suite, timeout_s=limits.timeout_s, memory_mb=limits.memory_mb)
+        return run_tests_local(
+            code,
+            suite,
+            timeout_s=limits.timeout_s,
+            memory_mb=limits.memory_mb,
+            max_output_bytes=limits.max_output_bytes,
+        )
     return run_tests_bwrap(code, suite, limits)
 
 

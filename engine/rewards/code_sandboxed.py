@@ -24,7 +24,6 @@ given to the sandbox as read-only files of ``/box``: the project itself is never
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import subprocess
@@ -37,6 +36,10 @@ from engine.rewards.code_tests import MAX_ERROR_CHARS, Reports, TestSuite, read_
 
 def _python_argv(script: str, *args: str) -> list[str]:
     return [sandbox.interpreter(), "-I", "-B", "-X", "utf8", script, *args]
+
+
+def _in_box(files: dict[str, bytes]) -> dict[str, bytes]:
+    return {f"/box/{name}": data for name, data in files.items()}
 
 
 def _last_line(stderr: bytes) -> str:
@@ -84,23 +87,13 @@ def _run_asserts(
 ) -> dict[str, Any]:
     """Run the program and the evaluator in two sandboxes joined by pipes; read its reports."""
     nonce = secrets.token_hex(16)
-    tests = {
-        "nonce": nonce,
-        "statements": suite.statements,
-        "max_reply_bytes": int(limits.max_output_bytes),
-    }
-    codec = harness.source("codec.py").encode()
     request_r, request_w = os.pipe()  # evaluator -> program
     reply_r, reply_w = os.pipe()  # program -> evaluator
     program = evaluator = None
     try:
         program = sandbox.Sandbox(
             bwrap,
-            {
-                "/box/server.py": harness.source("program_server.py").encode(),
-                "/box/codec.py": codec,
-                "/box/main.py": code,
-            },
+            _in_box(harness.program_files(code)),
             limits,
             _python_argv("/box/server.py"),
             stdin=request_r,
@@ -109,11 +102,7 @@ def _run_asserts(
         )
         evaluator = sandbox.Sandbox(
             bwrap,
-            {
-                "/box/evaluator.py": harness.source("evaluator.py").encode(),
-                "/box/codec.py": codec,
-                "/box/tests.json": json.dumps(tests).encode(),
-            },
+            _in_box(harness.evaluator_files(suite.statements, nonce, int(limits.max_output_bytes))),
             limits,
             _python_argv("/box/evaluator.py", str(request_w)),
             stdin=reply_r,

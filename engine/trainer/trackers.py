@@ -24,8 +24,9 @@ writes comes from the same environment variables verl reads:
   ClearML files a scalar under a title and a series: ``critic/score/mean`` is title ``critic``,
   series ``score/mean`` (verl's split at the first slash; a name without one is both).
 
-``tracker_environment`` points every tracker's local output into one folder: the studio's driver
-uses it so a run's tracker files stay in the run's own folder on the server.
+``tracker_environment`` points every tracker's local output into one folder, the libraries'
+home included: the studio's driver uses it so a run's tracker files stay in the run's own folder
+on the server and nothing lands in the worker's ``HOME``.
 """
 
 from __future__ import annotations
@@ -82,23 +83,51 @@ def clearml_title_series(key: str) -> tuple[str, str]:
     return (title, series) if series else (key, key)
 
 
+def _shared_caches() -> dict[str, str]:
+    """Return the cache folders a run keeps sharing with this process, whatever its ``HOME``.
+
+    Downloaded models (``HF_HOME``) and compiled kernels (``VLLM_CACHE_ROOT``,
+    ``TRITON_CACHE_DIR``): each library's variable, else its default under this home.
+    """
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    defaults = {
+        "HF_HOME": os.path.join(cache, "huggingface"),
+        "VLLM_CACHE_ROOT": os.path.join(cache, "vllm"),
+        "TRITON_CACHE_DIR": os.path.expanduser("~/.triton/cache"),
+    }
+    return {name: os.environ.get(name) or default for name, default in defaults.items()}
+
+
 @contextmanager
 def tracker_environment(folder: str | Path) -> Iterator[dict[str, str]]:
     """Point every tracker's local output into ``folder`` while the block runs; yield the settings.
 
     Tensorboard, wandb, swanlab and clearml write under ``folder`` whatever the environment said.
     MLflow logs to ``folder/mlflow.db`` unless ``MLFLOW_TRACKING_URI`` is set (a server's MLflow).
+    ``HOME`` and the XDG folders are ``folder/home``, so what the libraries keep in a home
+    (ClearML's ``.clearml/``, MLflow's ``.config/mlflow/``, wandb's debug logs) stays in the
+    folder too, and nothing of the user's home (``~/.netrc``, ``~/clearml.conf``) is read: keys
+    come from the variables. The model and kernel caches stay where they were
+    (:func:`_shared_caches`). Inside the block ``~`` is ``folder/home``: expand it in paths before.
     The variables are restored afterwards.
     """
-    folder = Path(folder)
+    folder = Path(folder).resolve()
+    home = folder / "home"
+    home.mkdir(parents=True, exist_ok=True)
     settings = {
+        **_shared_caches(),
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
         "TENSORBOARD_DIR": str(folder / "tensorboard"),
         "WANDB_DIR": str(folder),
         "SWANLAB_LOG_DIR": str(folder / "swanlog"),
         "CLEARML_CACHE_DIR": str(folder / "clearml"),
     }
     if not os.environ.get("MLFLOW_TRACKING_URI"):
-        settings["MLFLOW_TRACKING_URI"] = f"sqlite:///{folder.resolve() / 'mlflow.db'}"
+        settings["MLFLOW_TRACKING_URI"] = f"sqlite:///{folder / 'mlflow.db'}"
     before = {name: os.environ.get(name) for name in settings}
     os.environ.update(settings)
     try:

@@ -1,8 +1,12 @@
-"""A studio run that names a tracker logs to it, inside the run's own folder on the server."""
+"""A studio run that names a tracker logs to it, inside the run's own folder on the server.
+
+Nothing lands in the worker's HOME: the run's trackers have a home in the run's folder.
+"""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -51,6 +55,47 @@ def test_a_studio_run_logs_to_tensorboard_in_its_own_folder(
         assert point.value == pytest.approx(value, rel=1e-6, abs=1e-6)
     assert not elsewhere.exists()
     assert os.environ["TENSORBOARD_DIR"] == str(elsewhere)  # restored after the run
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_studio_run_with_trackers_leaves_nothing_in_the_workers_home(
+    owner,
+    tiny_cache,  # noqa: F811
+    monkeypatch,
+    settings,
+    tmp_path,
+):
+    from engine.tools.tiny_uris import resolve_tiny_uri
+
+    model = Path(resolve_tiny_uri("tiny://model", tiny_cache))
+    home = tmp_path / "worker-home"  # the worker's HOME, as the web app's check sees it
+    home.mkdir()
+    (home / "models").symlink_to(model.parent, target_is_directory=True)  # a model root
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")  # MLflow writes its home file only outside tests
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    settings.POSTTRAIN_MODEL_ROOTS = "~/models"
+    experiment = make_experiment(
+        owner,
+        **SMALL,
+        actor_rollout_ref__model__path=f"~/models/{model.name}",  # the worker's home, as checked
+        trainer__logger=["console", "tensorboard", "mlflow", "wandb"],
+        trainer__total_training_steps=1,
+        trainer__test_freq=-1,
+        trainer__val_before_train=False,
+    )
+    run = run_create(experiment=experiment)
+    run_claim_for_start(run_id=run.pk)
+    assert drive(run.pk, publish=False) == "succeeded", Run.objects.get(pk=run.pk).error
+    assert os.listdir(home) == ["models"]  # the model root it had, and nothing else
+    # What the libraries keep in a home is in the run's folder instead.
+    tracker_home = run_dir(run.pk) / "trackers" / "home"
+    assert (tracker_home / ".config" / "mlflow").is_dir()
+    assert (tracker_home / ".cache" / "wandb").is_dir()
+    assert os.environ["HOME"] == str(home)  # restored after the run
 
 
 @pytest.mark.django_db

@@ -133,28 +133,30 @@ def run_size_errors(*, owner: Any, config: PPOConfig) -> list[ConfigFieldError]:
     return errors
 
 
-def run_count_check(*, owner_id: int) -> None:
-    """Raise ``LaunchRefused`` when one more run would pass the owner's queued or active limit.
+def run_count_check(*, owner_id: int, runs: int = 1) -> None:
+    """Raise ``LaunchRefused`` when ``runs`` more runs would pass the owner's queued or active cap.
 
     Call it inside the launch's transaction with the owner's row locked, so the counts cannot
-    change before the new run is written.
+    change before the new run is written. Outside it (a sweep's check before it validates its
+    members), a pass is only a forecast: each launch checks again under the lock.
     """
     counts = Run.objects.filter(owner_id=owner_id).aggregate(
         waiting=Count("pk", filter=Q(status__in=WAITING_STATUSES)),
         active=Count("pk", filter=Q(status__in=ACTIVE_STATUSES)),
     )
+    more = "another" if runs == 1 else f"{runs} more"
     max_waiting = settings.POSTTRAIN_MAX_QUEUED_RUNS_PER_USER
-    if counts["waiting"] >= max_waiting:
+    if counts["waiting"] + runs > max_waiting:
         raise LaunchRefused(
             f"POSTTRAIN_MAX_QUEUED_RUNS_PER_USER allows {max_waiting} runs per user waiting for "
-            f"a worker and you have {counts['waiting']} queued or starting, so another would "
-            f"make {counts['waiting'] + 1}; wait until they start (if none does, the Celery "
+            f"a worker and you have {counts['waiting']} queued or starting, so {more} would "
+            f"make {counts['waiting'] + runs}; wait until they start (if none does, the Celery "
             "worker is down) or cancel one"
         )
     max_active = settings.POSTTRAIN_MAX_ACTIVE_RUNS_PER_USER
-    if counts["active"] >= max_active:
+    if counts["active"] + runs > max_active:
         raise LaunchRefused(
             f"POSTTRAIN_MAX_ACTIVE_RUNS_PER_USER allows {max_active} active runs per user and "
-            f"you have {counts['active']} queued, starting or running, so another would make "
-            f"{counts['active'] + 1}; wait for one to end or cancel one"
+            f"you have {counts['active']} queued, starting or running, so {more} would make "
+            f"{counts['active'] + runs}; wait for one to end or cancel one"
         )

@@ -1,10 +1,12 @@
 """Write operations on sweeps: create (validate every member, then launch them all) and cancel.
 
-Every member's config passes the builder's check (``config_check``) and the per-run caps
-(``run_size_errors``) before anything is written; the members are then launched by
-``run_create`` inside one transaction, so a refused launch (a run-count quota) leaves nothing
-behind. Members start through the usual start task; ``webapp.sweeps.slots`` holds them to the
-sweep's concurrency.
+A sweep that would take the owner past a run-count quota is refused first, from two counts,
+before any member is built or validated (a 256-member sweep used to validate every member before
+it was refused). Every member's config then passes the builder's check (``config_check``) and
+the per-run caps (``run_size_errors``) before anything is written; the members are launched by
+``run_create`` inside one transaction, which checks the quota again under the owner's lock, so
+a refused launch leaves nothing behind. Members start through the usual start task;
+``webapp.sweeps.slots`` holds them to the sweep's concurrency.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from engine.config import ConfigFieldError, ConfigValidationError, PPOConfig, se
 from webapp.experiments.configs import as_config, config_check
 from webapp.experiments.models import Experiment
 from webapp.runs.models import ACTIVE_STATUSES, Run
-from webapp.runs.quotas import LaunchRefused, run_size_errors
+from webapp.runs.quotas import LaunchRefused, run_count_check, run_size_errors
 from webapp.runs.services import LAUNCH_KEY_PATTERN, run_cancel, run_create
 from webapp.sweeps.models import Sweep, SweepMember
 from webapp.sweeps.spec import expand_spec, parse_spec
@@ -95,8 +97,9 @@ def sweep_create(
     """Expand ``spec`` over ``experiment``'s config and queue one run of it per member.
 
     Raise ``SweepInvalid`` for a bad spec, concurrency or member config (every problem, each
-    naming its key and member), ``LaunchRefused`` when a member is over the owner's run limits
-    and ``SweepAlreadyCreated`` when ``launch_key`` made a sweep before; then nothing is created.
+    naming its key and member), ``LaunchRefused`` when the members would take the owner past a
+    run-count limit (checked before any member is built or validated), and
+    ``SweepAlreadyCreated`` when ``launch_key`` made a sweep before; then nothing is created.
     """
     owner = experiment.owner
     if launch_key and not LAUNCH_KEY_PATTERN.fullmatch(launch_key):
@@ -118,6 +121,13 @@ def sweep_create(
     except ConfigValidationError as exc:
         raise SweepInvalid([*errors, *exc.errors]) from None
     members = expand_spec(canonical)
+    try:
+        run_count_check(owner_id=owner.pk, runs=len(members))
+    except LaunchRefused as exc:
+        raise LaunchRefused(
+            f"this sweep has {len(members)} members: {exc} (a sweep launches all its members at "
+            "once; sweep fewer values)"
+        ) from None
     configs, member_errors = _member_errors(owner=owner, base=experiment.config, members=members)
     if errors or member_errors:
         raise SweepInvalid([*errors, *member_errors])

@@ -1,11 +1,15 @@
-"""The evaluator's sandbox of an assertion suite: run the tests against the program's values.
+"""The evaluator's side of an assertion suite: run the tests against the program's values.
 
-Started as ``/box/evaluator.py REQUEST_FD`` with the tests at ``/box/tests.json`` (the nonce, the
-statements, the reply size limit); stdin carries the program's replies, ``REQUEST_FD`` the
-requests to it. It never runs candidate code: the program's top-level names are bound to
-``Remote`` proxies whose calls and attributes come back as plain values or further proxies, and
-a proxy has no truth value. Each ``assert`` is reported on the real stdout as one line, the
-nonce then ``[index, passed, error]``; statements' own output goes to ``/dev/null``.
+Started as ``evaluator.py REQUEST_FD`` (``/box`` in a sandbox, a folder of its own under the
+local guard) with the tests beside it in ``tests.json`` (the nonce, the statements, the reply
+size limit); stdin carries the program's replies, ``REQUEST_FD`` the requests to it. It never
+runs candidate code: the program's top-level names are bound to ``Remote`` proxies whose calls
+and attributes come back as plain values or further proxies, and a proxy has no truth value. An
+exception the program raised is raised here by its builtin name, except those that end an
+iteration: only the end of one of the program's iterators raises ``StopIteration``, so the
+program can never end the tests' own ``map``, ``filter``, ``zip`` or generator. Each ``assert``
+is reported on the real stdout as one line, the nonce then ``[index, passed, error]``;
+statements' own output goes to ``/dev/null``.
 """
 
 import builtins
@@ -13,12 +17,14 @@ import json
 import os
 import sys
 
+# Where this program was started from: /box in a sandbox, a folder under the local guard.
+BOX = os.path.dirname(os.path.abspath(__file__))
 codec: dict = {}  # the names codec.py defines
-with open("/box/codec.py", encoding="utf-8") as f:
-    exec(compile(f.read(), "/box/codec.py", "exec"), codec)
+with open(os.path.join(BOX, "codec.py"), encoding="utf-8") as f:
+    exec(compile(f.read(), "codec.py", "exec"), codec)
 encode, decode = codec["encode"], codec["decode"]
 
-with open("/box/tests.json", encoding="utf-8") as f:
+with open(os.path.join(BOX, "tests.json"), encoding="utf-8") as f:
     payload = json.load(f)
 report = os.fdopen(os.dup(1), "w")
 null = os.open("/dev/null", os.O_RDWR)
@@ -26,6 +32,7 @@ os.dup2(null, 1)
 replies, requests = os.fdopen(0, "rb"), os.fdopen(int(sys.argv[1]), "wb")
 limit = payload["max_reply_bytes"]
 PLAIN = "plain values (None, bool, numbers, str, bytes, list, tuple, dict, set)"
+ENDS_LOOPS = (StopIteration, StopAsyncIteration)
 
 
 class ProgramGone(Exception):
@@ -49,8 +56,13 @@ def rpc(op, **fields):
     if "ok" in message:
         return decode(message["ok"], Remote)
     name, text = message["err"]
+    if op == "next" and name == "StopIteration":
+        raise StopIteration  # one of the program's iterators ended
     kind = getattr(builtins, str(name), None)
-    if isinstance(kind, type) and issubclass(kind, Exception):
+    # Anywhere else an exception that ends an iteration would end the test's own loop (a
+    # function raising StopIteration inside all(map(...)) would make it vacuously true): it is
+    # reported like a BaseException, as a RuntimeError naming it (as PEP 479 does in generators).
+    if isinstance(kind, type) and issubclass(kind, Exception) and not issubclass(kind, ENDS_LOOPS):
         try:
             error = kind(str(text))
         except Exception:

@@ -1,17 +1,24 @@
-"""The ``POSTTRAIN_SANDBOX=local`` harness: the candidate and its tests in one guarded process.
+"""The ``POSTTRAIN_SANDBOX=local`` harness: a guarded process for a candidate or a harness program.
 
-Started as ``python -I -c <this text>`` in a temporary working folder; stdin carries one JSON
-payload (the nonce, the code, the mode, then the inputs or the statements). It installs an
-audit hook (PEP 578) that refuses writes outside the working folder, new processes, signals,
-sockets and ``ctypes``, runs the tests, and reports one line per test on its real stdout: the
-nonce then ``[index, value, error]`` (the captured output for stdio tests, whether the assert
-held for assertion tests). The candidate shares this interpreter, so it can reach all of this:
-it is a guard against accidents, not a security boundary.
+Started as ``python -I -c <this text>`` in a temporary working folder. It installs an audit hook
+(PEP 578) that refuses writes outside the working folder (``/dev/null`` aside), new processes,
+signals, sockets and ``ctypes``, then:
+
+- with a script named after the text (``python -I -c <this text> /folder/server.py ARGS``): runs
+  that harness program as ``__main__`` under the guard (an assertion suite's program side or
+  evaluator, each in its own process, as in the bubblewrap sandboxes);
+- without one: reads one JSON payload on stdin (the nonce, the code, the inputs), runs the
+  candidate once per input with that input as stdin, and reports one line per input on its real
+  stdout: the nonce then ``[index, captured output, error]``.
+
+The candidate shares the interpreter with this guard, so it can reach all of it: it is a guard
+against accidents, not a security boundary.
 """
 
 import io
 import json
 import os
+import runpy
 import sys
 
 
@@ -65,7 +72,7 @@ def _install_guard(workdir):
             writes = (mode is not None and any(c in mode for c in "wax+")) or (
                 isinstance(flags, int) and flags & write_flags
             )
-            if writes and path is not None and not inside(path):
+            if writes and path is not None and path != os.devnull and not inside(path):
                 raise PermissionError(f"writing {path!r} outside the sandbox is not allowed")
         elif event in path_args:
             for i in path_args[event]:
@@ -79,60 +86,41 @@ def _install_guard(workdir):
     sys.addaudithook(hook)
 
 
-def _run():
+def _run_stdio():
     payload = json.loads(sys.stdin.read())
     nonce = payload["nonce"]
     report = sys.stdout
     code = compile(payload["code"], "<candidate>", "exec")
 
-    def emit(index, value, error):
-        report.write(nonce + " " + json.dumps([index, value, error]) + "\n")
-        report.flush()
+    def text_stream(text=""):
+        return io.TextIOWrapper(io.BytesIO(text.encode()), encoding="utf-8", write_through=True)
 
     def describe(exc):
         text = str(exc)
         return (f"{type(exc).__name__}: {text}" if text else type(exc).__name__)[:500]
 
-    def text_stream(text=""):
-        return io.TextIOWrapper(io.BytesIO(text.encode()), encoding="utf-8", write_through=True)
-
     _install_guard(os.getcwd())
-    if payload["mode"] == "stdio":
-        for index, text in enumerate(payload["inputs"]):
-            sys.stdin, sys.stdout = text_stream(text), text_stream()
-            captured, error = sys.stdout, None
-            try:
-                exec(code, {"__name__": "__main__"})
-            except SystemExit:
-                pass
-            except BaseException as exc:
-                error = describe(exc)
-            sys.stdout = report
-            try:
-                output = captured.buffer.getvalue().decode("utf-8", "replace")
-            except Exception as exc:
-                output, error = "", error or describe(exc)
-            emit(index, output, error)
-        return
-    namespace = {"__name__": "__main__"}
-    setup_error = None
-    try:
-        exec(code, namespace)
-    except SystemExit:
-        pass
-    except BaseException as exc:
-        setup_error = describe(exc)
-    index = 0
-    for source, is_test in payload["statements"]:
-        error = setup_error
-        if error is None:
-            try:
-                exec(compile(source, "<tests>", "exec"), namespace)
-            except BaseException as exc:
-                error = describe(exc)
-        if is_test:
-            emit(index, error is None, error)
-            index += 1
+    for index, text in enumerate(payload["inputs"]):
+        sys.stdin, sys.stdout = text_stream(text), text_stream()
+        captured, error = sys.stdout, None
+        try:
+            exec(code, {"__name__": "__main__"})
+        except SystemExit:
+            pass
+        except BaseException as exc:
+            error = describe(exc)
+        sys.stdout = report
+        try:
+            output = captured.buffer.getvalue().decode("utf-8", "replace")
+        except Exception as exc:
+            output, error = "", error or describe(exc)
+        report.write(nonce + " " + json.dumps([index, output, error]) + "\n")
+        report.flush()
 
 
-_run()
+if len(sys.argv) > 1:
+    _install_guard(os.getcwd())
+    sys.argv = sys.argv[1:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+else:
+    _run_stdio()

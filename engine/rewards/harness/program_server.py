@@ -1,19 +1,22 @@
-"""The program's sandbox of an assertion suite: run the candidate, then answer with values.
+"""The program's side of an assertion suite: run the candidate, then answer with values.
 
-Started as ``/box/server.py`` with the candidate at ``/box/main.py``; stdin carries the
-evaluator's requests and stdout the replies, one JSON line each. The candidate's own stdin and
-stdout are ``/dev/null``. The first reply is the candidate's top-level names (or the error that
-stopped it); each later one is ``{"ok": value}`` or ``{"err": [exception name, message]}``.
-Everything here is the candidate's to tamper with: the evaluator trusts only the values.
+Started as ``server.py`` (``/box`` in a sandbox, a folder of its own under the local guard) with
+the candidate beside it in ``main.py``; stdin carries the evaluator's requests and stdout the
+replies, one JSON line each. The candidate's own stdin and stdout are ``/dev/null``. The first
+reply is the candidate's top-level names (or the error that stopped it); each later one is
+``{"ok": value}`` or ``{"err": [exception name, message]}``. Everything here is the candidate's
+to tamper with: the evaluator trusts only the values.
 """
 
 import builtins
 import json
 import os
 
+# Where this program was started from: /box in a sandbox, a folder under the local guard.
+BOX = os.path.dirname(os.path.abspath(__file__))
 codec: dict = {}  # the names codec.py defines
-with open("/box/codec.py", encoding="utf-8") as f:
-    exec(compile(f.read(), "/box/codec.py", "exec"), codec)
+with open(os.path.join(BOX, "codec.py"), encoding="utf-8") as f:
+    exec(compile(f.read(), "codec.py", "exec"), codec)
 encode, decode = codec["encode"], codec["decode"]
 
 requests, replies = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
@@ -39,7 +42,7 @@ def failure(exc):
 
 namespace = {"__name__": "__main__", "__builtins__": builtins}
 try:
-    with open("/box/main.py", encoding="utf-8") as f:
+    with open(os.path.join(BOX, "main.py"), encoding="utf-8") as f:
         exec(compile(f.read(), "<candidate>", "exec"), namespace)
 except SystemExit:
     pass

@@ -1,4 +1,5 @@
 import json
+import os
 import time
 
 import pytest
@@ -135,6 +136,21 @@ def test_local_guard_runs_in_a_fresh_directory_that_is_removed(tmp_path, monkeyp
     result = compute_score(code, {"inputs": [""], "outputs": [expected]}, timeout_s=2.0)
     assert result["score"] == 1.0, result
     assert list(tmp_path.iterdir()) == []
+    # An assertion suite: two processes, each in its own folder; a hung call ends both.
+    hangs = "def f():\n    while True:\n        pass\n"
+    start = time.monotonic()
+    result = compute_score(hangs, {"assert": "assert f() is None"}, timeout_s=1.0)
+    assert time.monotonic() - start < 3.0
+    assert result["timed_out"] == 1 and result["score"] == 0.0, result
+    assert list(tmp_path.iterdir()) == []
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _cwd_in(pid, tmp_path)]
+
+
+def _cwd_in(pid: str, folder) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd").startswith(str(folder))
+    except OSError:
+        return False
 
 
 def test_sandbox_sees_an_empty_tmp_a_minimal_environment_and_no_project():

@@ -2,7 +2,9 @@
 
 Each test checks what was left outside the sandbox (files, processes, host memory), not only
 the reward's return value. A stdio suite whose expected output is what a contained attack prints
-doubles as proof that the attack ran.
+doubles as proof that the attack ran. The attacks on the verdict itself (forged reports,
+exceptions and objects that would pass a test without the right values, patched builtins) run
+under the local guard (``mode``) too, which judges assertion tests the same way.
 """
 
 import os
@@ -55,6 +57,13 @@ def targets(tmp_path):
     yield paths
     for path in paths:
         path.unlink(missing_ok=True)
+
+
+@pytest.fixture(params=["bwrap", "local"])
+def mode(request, monkeypatch):
+    """Run the test in the bubblewrap sandbox and under the local guard."""
+    monkeypatch.setenv("POSTTRAIN_SANDBOX", request.param)
+    return request.param
 
 
 def test_correct_programs_still_score_one():
@@ -163,7 +172,7 @@ def test_no_process_outlives_the_run():
     assert processes_with(marker) == []
 
 
-def test_forged_reports_score_zero():
+def test_forged_reports_score_zero(mode):
     forger = (
         "import gc, os, sys, re\n"
         "found = set()\n"
@@ -266,3 +275,109 @@ def test_local_opt_in_runs_without_bubblewrap(monkeypatch):
     monkeypatch.setenv("POSTTRAIN_SANDBOX", "local")
     result = compute_score("print(int(input()) + 1)", {"inputs": ["1"], "outputs": ["2"]})
     assert result["score"] == 1.0, result
+
+
+# -- a pass only from values the candidate returned, over the tests' own iteration -----------------
+
+# Each assert holds for f(x) == 2 * x and g(n) == [0, 2, ..., 2n - 2]; each iterates in its own
+# way (map, filter, any/all, comprehensions, generators, zip, next with a default), so an
+# exception that ended the test's iteration early would make some of them vacuously true.
+ITERATING_TESTS = """\
+assert all(map(lambda x: f(x) == 2 * x, [1, 2, 3]))
+assert not any(map(lambda x: f(x) != 2 * x, [1, 2, 3]))
+assert list(filter(lambda x: f(x) != 2 * x, [1, 2, 3])) == []
+assert next(filter(lambda x: f(x) != 2 * x, [1, 2, 3]), None) is None
+assert all(f(x) == 2 * x for x in [1, 2, 3])
+assert all(f(x) == 2 * x for x in (y for y in [1, 2, 3]))
+assert [f(x) for x in [1, 2, 3]] == [2, 4, 6]
+assert {x: f(x) for x in [1, 2]} == {1: 2, 2: 4}
+assert all(a == b for a, b in zip(map(f, [1, 2, 3]), [2, 4, 6]))
+assert sum(map(f, [1, 2, 3])) == 12
+assert all(a == 2 * b for a, b in zip(g(3), [0, 1, 2], strict=True))
+assert list(g(3)) == [0, 2, 4]
+assert [v for v in g(2)] == [0, 2]
+"""
+ITERATING_TOTAL = ITERATING_TESTS.count("assert ")
+ALWAYS = (
+    "class Always:\n"
+    "    __eq__ = lambda self, other: True\n"
+    "    __ne__ = lambda self, other: False\n"
+    "    __bool__ = lambda self: True\n"
+    "    __hash__ = lambda self: 0\n"
+    "    __index__ = lambda self: 0\n"
+    "    __int__ = lambda self: 0\n"
+    "    __iter__ = lambda self: iter([self] * 3)\n"
+    "    __len__ = lambda self: 3\n"
+    "    __add__ = __radd__ = lambda self, other: 12\n"
+)
+HOSTILE_RESULTS = {
+    "StopIteration": "raise StopIteration",
+    "StopIteration with a value": "raise StopIteration(2 * x)",
+    "StopAsyncIteration": "raise StopAsyncIteration",
+    "GeneratorExit": "raise GeneratorExit",
+    "KeyboardInterrupt": "raise KeyboardInterrupt",
+    "SystemExit": "raise SystemExit(0)",
+    "a BaseException subclass": "raise type('Out', (BaseException,), {})()",
+    "its own class named StopIteration": "raise type('StopIteration', (Exception,), {})()",
+    "next() of an empty iterator": "return next(iter([]))",
+    "an always-equal object": "return Always()",
+}
+
+
+def hostile(result: str) -> str:
+    """Return f and g that both end in ``result`` (a ``raise`` or ``return`` of x and n)."""
+    return f"{ALWAYS}def f(x):\n    {result}\ndef g(n):\n    x = n\n    {result}\n"
+
+
+def test_the_iterating_tests_pass_for_a_correct_candidate(mode):
+    code = (
+        "def f(x):\n"
+        "    if x < 0:\n"
+        "        raise ValueError(x)\n"
+        "    return 2 * x\n"
+        "def g(n):\n"
+        "    yield from (2 * i for i in range(n))\n"
+    )
+    expects_an_error = "try:\n    f(-1)\nexcept ValueError:\n    raised = True\nassert raised\n"
+    result = compute_score(code, {"assert": ITERATING_TESTS + expects_an_error})
+    assert (result["passed"], result["total"]) == (ITERATING_TOTAL + 1,) * 2, result
+
+
+@pytest.mark.parametrize("result", HOSTILE_RESULTS.values(), ids=HOSTILE_RESULTS.keys())
+def test_an_exception_or_object_from_the_candidate_never_passes_an_iterating_test(mode, result):
+    scored = compute_score(hostile(result), {"assert": ITERATING_TESTS})
+    assert (scored["passed"], scored["score"]) == (0, 0.0), scored
+
+
+@pytest.mark.parametrize(
+    "iterable",
+    [
+        "class Bad:\n    def __iter__(self):\n        raise StopIteration\n",
+        "class Bad:\n    def __iter__(self):\n        return self\n"
+        "    def __next__(self):\n        raise StopAsyncIteration\n",
+        "def Bad():\n    yield 0\n    raise StopIteration\n",  # PEP 479: a RuntimeError
+    ],
+    ids=["__iter__ raises StopIteration", "__next__ raises StopAsyncIteration", "a generator"],
+)
+def test_a_candidates_iterable_that_raises_never_passes_an_iterating_test(mode, iterable):
+    code = f"{iterable}def g(n):\n    return Bad()\n"
+    tests = "assert all(map(lambda n: list(g(n)) == [0, 2][:n], [1, 2]))"
+    scored = compute_score(code, {"assert": tests})
+    assert scored["passed"] == 0, scored
+
+
+def test_patched_builtins_do_not_reach_the_tests(mode):
+    patcher = (
+        "import builtins\n"
+        "builtins.all = builtins.any = lambda *args: True\n"
+        "builtins.map = lambda *args: iter([])\n"
+        "builtins.AssertionError = type('AssertionError', (Exception,), {})\n"
+        "def f(x):\n"
+        "    import builtins\n"
+        "    builtins.all = lambda *args: True\n"
+        "    return 0\n"
+        "def g(n):\n"
+        "    return []\n"
+    )
+    scored = compute_score(patcher, {"assert": ITERATING_TESTS})
+    assert (scored["passed"], scored["score"]) == (0, 0.0), scored

@@ -49,17 +49,18 @@ STEPS = [
     },
 ]
 CHILD = """
-import json, sys
-from engine.trainer.trackers import RECORDERS
-name, status = sys.argv[1:3]
+import contextlib, json, sys
+from engine.trainer.trackers import RECORDERS, tracker_environment
+name, status, folder = sys.argv[1:4]
 with open("inputs.json") as f:
     config, steps, project, experiment = json.load(f)
-recorder = RECORDERS[name](project, experiment)
-recorder.on_start(config=config, total_steps=len(steps), start_step=0)
-for step, metrics in enumerate(steps, start=1):
-    recorder.on_step(step, metrics)
-recorder.on_finish(status=status)
-recorder.on_finish(status=status)  # a second call (run_training after fit) changes nothing
+with tracker_environment(folder) if folder else contextlib.nullcontext():
+    recorder = RECORDERS[name](project, experiment)
+    recorder.on_start(config=config, total_steps=len(steps), start_step=0)
+    for step, metrics in enumerate(steps, start=1):
+        recorder.on_step(step, metrics)
+    recorder.on_finish(status=status)
+    recorder.on_finish(status=status)  # a second call (run_training after fit) changes nothing
 """
 
 
@@ -67,9 +68,20 @@ def tiny_config_dict() -> dict:
     return config_to_dict(load_config("grpo_tiny.yaml"))
 
 
-def run_tracker(name: str, tmp_path: Path, status: str = "succeeded", **env: str) -> None:
-    """Run a tracker's recorder over ``STEPS`` in a child process with only ``env`` for it."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(TRACKER_ENV_PREFIXES)}
+def run_tracker(
+    name: str, tmp_path: Path, status: str = "succeeded", folder: Path | None = None, **env: str
+) -> None:
+    """Run a tracker's recorder over ``STEPS`` in a child process with only ``env`` for it.
+
+    Its HOME is ``tmp_path/home``; with ``folder`` the recorder runs in ``tracker_environment``.
+    """
+    # As a run's: no XDG folders of this machine, and no PYTEST_CURRENT_TEST (MLflow writes its
+    # telemetry file in the home only outside tests and CI).
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith((*TRACKER_ENV_PREFIXES, "XDG_")) and k != "PYTEST_CURRENT_TEST"
+    }
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     child_env = {**clean, "HOME": str(home), "PYTHONPATH": str(ROOT), **env}
@@ -77,7 +89,7 @@ def run_tracker(name: str, tmp_path: Path, status: str = "succeeded", **env: str
         json.dumps([tiny_config_dict(), STEPS, PROJECT, EXPERIMENT])
     )
     result = subprocess.run(
-        [sys.executable, "-c", CHILD, name, status],
+        [sys.executable, "-c", CHILD, name, status, str(folder or "")],
         cwd=tmp_path,
         env=child_env,
         capture_output=True,
@@ -166,15 +178,30 @@ def test_params_flatten_like_verls_and_clearml_splits_at_the_first_slash():
 
 
 def test_tracker_environment_points_the_output_into_one_folder_and_restores(monkeypatch, tmp_path):
+    user = tmp_path / "user"
+    monkeypatch.setenv("HOME", str(user))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(user / "config"))
     monkeypatch.setenv("TENSORBOARD_DIR", "/elsewhere")
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    with tracker_environment(tmp_path) as settings:
-        assert os.environ["TENSORBOARD_DIR"] == str(tmp_path / "tensorboard")
-        assert os.environ["WANDB_DIR"] == str(tmp_path)
-        assert os.environ["MLFLOW_TRACKING_URI"] == f"sqlite:///{tmp_path / 'mlflow.db'}"
-        assert settings["SWANLAB_LOG_DIR"] == str(tmp_path / "swanlog")
+    monkeypatch.setenv("VLLM_CACHE_ROOT", "/srv/vllm-cache")
+    for name in ("MLFLOW_TRACKING_URI", "XDG_CACHE_HOME", "HF_HOME", "TRITON_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    folder = tmp_path / "trackers"
+    with tracker_environment(folder) as settings:
+        assert os.environ["TENSORBOARD_DIR"] == str(folder / "tensorboard")
+        assert os.environ["WANDB_DIR"] == str(folder)
+        assert os.environ["MLFLOW_TRACKING_URI"] == f"sqlite:///{folder / 'mlflow.db'}"
+        assert settings["SWANLAB_LOG_DIR"] == str(folder / "swanlog")
+        # The libraries' home is the folder's; the model and kernel caches stay the user's.
+        assert Path("~").expanduser() == folder / "home" and (folder / "home").is_dir()
+        assert os.environ["XDG_CONFIG_HOME"] == str(folder / "home" / ".config")
+        assert os.environ["XDG_CACHE_HOME"] == str(folder / "home" / ".cache")
+        assert os.environ["HF_HOME"] == str(user / ".cache" / "huggingface")
+        assert os.environ["TRITON_CACHE_DIR"] == str(user / ".triton" / "cache")
+        assert os.environ["VLLM_CACHE_ROOT"] == "/srv/vllm-cache"
     assert os.environ["TENSORBOARD_DIR"] == "/elsewhere"
-    assert "MLFLOW_TRACKING_URI" not in os.environ
+    assert os.environ["HOME"] == str(user) and os.environ["XDG_CONFIG_HOME"] == str(user / "config")
+    for name in ("MLFLOW_TRACKING_URI", "XDG_CACHE_HOME", "HF_HOME", "TRITON_CACHE_DIR"):
+        assert name not in os.environ
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.internal:5000")  # the server's
     with tracker_environment(tmp_path):
         assert os.environ["MLFLOW_TRACKING_URI"] == "http://mlflow.internal:5000"
@@ -189,6 +216,21 @@ def test_default_recorders_build_one_recorder_per_named_tracker():
 
 
 # -- each library, offline ------------------------------------------------------------------------
+
+# What each library keeps in its home, offline: seen in the user's HOME before it was the folder's.
+KEPT_IN_HOME = {"mlflow": ".config/mlflow", "wandb": ".cache/wandb", "clearml": ".clearml"}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=[pytest.mark.slow] * (n == "clearml")) for n in RECORDERS]
+)
+def test_a_tracker_in_its_environment_writes_nothing_in_the_users_home(name, tmp_path):
+    folder = tmp_path / "trackers"
+    offline = {"WANDB_MODE": "offline", "SWANLAB_MODE": "offline", "CLEARML_OFFLINE_MODE": "1"}
+    run_tracker(name, tmp_path, folder=folder, **offline)
+    assert sorted((tmp_path / "home").rglob("*")) == []
+    if name in KEPT_IN_HOME:
+        assert (folder / "home" / KEPT_IN_HOME[name]).is_dir()
 
 
 def test_wandb_offline_writes_the_run_with_config_and_metrics(tmp_path):

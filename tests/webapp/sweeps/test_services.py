@@ -15,6 +15,7 @@ from webapp.runs.models import DRIVER_STATUSES, Run, RunStatus
 from webapp.runs.quotas import LaunchRefused
 from webapp.runs.recording import run_claim_for_start
 from webapp.runs.services import run_create
+from webapp.sweeps import services as sweep_services
 from webapp.sweeps.models import Sweep, SweepMember
 from webapp.sweeps.services import (
     SweepAlreadyCreated,
@@ -95,9 +96,51 @@ def test_a_bad_value_names_its_key_and_member_and_nothing_is_created(owner):
 
 
 @pytest.mark.django_db
-def test_a_member_over_the_run_quota_is_named_and_nothing_is_created(owner, settings):
+def test_a_sweep_over_the_run_quota_is_refused_before_any_member_is_validated(
+    owner, settings, monkeypatch
+):
     settings.POSTTRAIN_MAX_QUEUED_RUNS_PER_USER = 2
     experiment = make_experiment(owner)
+    calls = []
+    for name in ("member_config", "config_check", "run_size_errors"):
+        real = getattr(sweep_services, name)
+        monkeypatch.setattr(
+            sweep_services,
+            name,
+            lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k),
+        )
+    spec = {"mode": "grid", "params": {LR: [1e-6 * (i + 1) for i in range(256)]}}
+    with pytest.raises(LaunchRefused) as refused:
+        sweep_create(experiment=experiment, name="big", spec=spec, concurrency=1)
+    assert str(refused.value) == (
+        "this sweep has 256 members: POSTTRAIN_MAX_QUEUED_RUNS_PER_USER allows 2 runs per user "
+        "waiting for a worker and you have 0 queued or starting, so 256 more would make 256; "
+        "wait until they start (if none does, the Celery worker is down) or cancel one (a sweep "
+        "launches all its members at once; sweep fewer values)"
+    )
+    assert calls == []
+    assert nothing_created()
+    assert Experiment.objects.filter(pk=experiment.pk).exists()  # the caller's, not the sweep's
+    # The active limit counts the runs the owner already has.
+    settings.POSTTRAIN_MAX_QUEUED_RUNS_PER_USER = 100
+    settings.POSTTRAIN_MAX_ACTIVE_RUNS_PER_USER = 4
+    run_create(experiment=experiment)
+    refusal = r"has 4 members: .*you have 1 queued, starting or running, so 4 more would make 5;"
+    with pytest.raises(LaunchRefused, match=refusal):
+        lr_sweep(experiment, values=(1e-6, 2e-6, 3e-6, 4e-6))
+    assert calls == [] and Run.objects.count() == 1
+    sweep = lr_sweep(experiment)  # 1 + 3 runs: at the limit, not over it
+    assert len(member_runs(sweep)) == 3 and calls.count("config_check") == 3
+
+
+@pytest.mark.django_db
+def test_a_member_a_concurrent_launch_put_over_the_run_quota_is_named_and_nothing_is_created(
+    owner, settings, monkeypatch
+):
+    settings.POSTTRAIN_MAX_QUEUED_RUNS_PER_USER = 2
+    experiment = make_experiment(owner)
+    # As if another launch took the slots between the sweep's first count and its transaction.
+    monkeypatch.setattr(sweep_services, "run_count_check", lambda **kwargs: None)
     with pytest.raises(LaunchRefused, match=r"member 3 of 3 .*POSTTRAIN_MAX_QUEUED_RUNS_PER_USER"):
         lr_sweep(experiment)
     assert nothing_created()
