@@ -46,13 +46,8 @@ from engine.trainer.metrics import (
     compute_timing_metrics,
     compute_validation_metrics,
 )
-from engine.trainer.recorder import (
-    CompositeRecorder,
-    Recorder,
-    RunStatus,
-    SampleRecord,
-    default_recorders,
-)
+from engine.trainer.recorder import CompositeRecorder, Recorder, RunStatus, SampleRecord
+from engine.trainer.trackers import default_recorders
 from engine.workers.actor import needs_sum_pi_squared
 from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
 from engine.workers.critic import CriticWorker

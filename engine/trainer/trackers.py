@@ -1,9 +1,10 @@
 """Experiment trackers: ``trainer.logger`` names as verl spells them, each one a ``Recorder``.
 
 ``TRACKERS`` is the one list of names ``trainer.logger`` accepts (the config schema imports it).
-``console`` and ``jsonl`` are the built-in recorders of ``engine.trainer.recorder``; the others
-report through their own library, installed with the optional extra (``pip install -e
-.[trackers]``) and imported only when a run names them. The validator refuses a name whose
+``default_recorders`` builds the recorders a run's ``trainer.logger`` names: ``console`` and
+``jsonl`` are the built-in recorders of ``engine.trainer.recorder`` (which knows nothing of this
+module); the others report through their own library, installed with the optional extra (``pip
+install -e .[trackers]``) and imported only when a run names them. The validator refuses a name whose
 library is missing (``tracker_install_problems``) before anything runs.
 
 Each tracker follows verl's ``verl/utils/tracking.py``: the project is ``trainer.project_name``,
@@ -30,8 +31,10 @@ uses it so a run's tracker files stay in the run's own folder on the server.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,7 +45,7 @@ from engine.config.trackers import (  # noqa: F401 - re-exported for the trainer
     TRACKERS,
     tracker_install_problems,
 )
-from engine.trainer.recorder import Recorder
+from engine.trainer.recorder import ConsoleRecorder, JsonlRecorder, Recorder
 
 # Variables a tracker reads (keys, hosts, modes): the studio's driver keeps them.
 TRACKER_ENV_PREFIXES = ("WANDB_", "MLFLOW_", "SWANLAB_", "CLEARML_", "TENSORBOARD_")
@@ -158,8 +161,6 @@ class TensorboardRecorder(_TrackerRecorder):
     """Write event files to ``$TENSORBOARD_DIR`` or ``tensorboard_log/<project>/<experiment>``."""
 
     def start(self, config: dict[str, Any]) -> None:
-        import json
-
         from torch.utils.tensorboard import SummaryWriter
 
         default = Path("tensorboard_log") / self.project / self.experiment
@@ -200,8 +201,6 @@ class MlflowRecorder(_TrackerRecorder):
         self.client.log_batch(run_id, params=params)
 
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
-        import time
-
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
@@ -284,3 +283,16 @@ def tracker_recorders(config: Any) -> list[Recorder]:
         for name in dict.fromkeys(names)
         if name in RECORDERS
     ]
+
+
+def default_recorders(config: Any) -> list[Recorder]:
+    """Return the recorders that ``trainer.logger`` names: console, jsonl and the trackers."""
+    loggers = config.trainer.logger
+    loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
+    recorders: list[Recorder] = []
+    if "console" in loggers:
+        recorders.append(ConsoleRecorder(every=config.trainer.log_freq))
+    if "jsonl" in loggers:
+        folder = Path(config.trainer.default_local_dir).expanduser()
+        recorders.append(JsonlRecorder(folder / "logs"))
+    return recorders + tracker_recorders(config)
