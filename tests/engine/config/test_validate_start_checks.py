@@ -52,7 +52,7 @@ def test_an_own_reward_pool_needs_at_least_one_rank_per_side():
 
 
 def test_the_ray_trainer_raises_the_validators_pool_error_before_asking_for_pools():
-    from engine.distributed.ray_trainer import default_resource_pool_spec
+    from engine.trainer.ray_trainer import default_resource_pool_spec
 
     config = load_config("grpo_tiny", OWN_POOL)
     with pytest.raises(ConfigValidationError) as caught:
