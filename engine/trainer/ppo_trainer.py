@@ -33,11 +33,24 @@ from engine.algorithms.rollout_correction import (
     correction_settings,
     rollout_correction_active,
 )
+from engine.config import config_to_dict, resolve_config, validate_config
 from engine.data import DataProto
-from engine.data.dataset import RLHFDataset, collate_prompts
-from engine.data.loader import PromptDataLoader
-from engine.env import seed_everything
+from engine.data.dataset import collate_prompts
+from engine.device_info import get_device_info, summary_line
+from engine.env import apply_cpu_process_env, seed_everything
 from engine.trainer import checkpoint
+from engine.trainer.build import (
+    build_datasets,
+    build_local_rank,
+    build_local_workers,
+    build_reward_managers,
+    build_train_loader,
+    check_critic_checkpoint,
+    load_data_tokenizer,
+    total_training_steps,
+    uses_critic,
+    uses_reference,
+)
 from engine.trainer.dynamic_sampling import fill_batch
 from engine.trainer.metrics import (
     compute_data_metrics,
@@ -49,9 +62,7 @@ from engine.trainer.metrics import (
 from engine.trainer.recorder import CompositeRecorder, Recorder, RunStatus, SampleRecord
 from engine.trainer.trackers import default_recorders
 from engine.workers.actor import needs_sum_pi_squared
-from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
-from engine.workers.critic import CriticWorker
-from engine.workers.models import resolve_device, resolve_path
+from engine.workers.models import load_tokenizer, resolve_device, resolve_path
 from engine.workers.protocols import ActorRolloutRef, Critic
 from engine.workers.seqlen_balancing import balanced_order
 
@@ -62,12 +73,6 @@ def timer(name: str, timing: dict[str, float]):
     start = time.perf_counter()
     yield
     timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
-
-
-def uses_critic(config: Any) -> bool:
-    """Return True when a value model trains: ``critic.enable``, or unset with GAE."""
-    enable = config.critic.enable
-    return config.algorithm.adv_estimator == "gae" if enable is None else bool(enable)
 
 
 def compute_advantage(batch: DataProto, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,8 +122,6 @@ class PPOTrainer:
     critic: Critic | None
 
     def __init__(self, config: Any, recorder: Recorder | None = None) -> None:
-        from engine.config import resolve_config, validate_config
-
         self.config = config
         resolve_config(config)
         for warning in validate_config(config, check_files=True):
@@ -129,12 +132,8 @@ class PPOTrainer:
         self.log_sinks = default_recorders(config)
         trainer_cfg = config.trainer
         self.device = resolve_device(trainer_cfg.device)
-        from engine.device_info import get_device_info, summary_line
-
         print(summary_line(get_device_info()))
         if self.device.type == "cpu":
-            from engine.env import apply_cpu_process_env
-
             apply_cpu_process_env()
         seed_everything(trainer_cfg.seed)
         self.global_step = 0
@@ -155,117 +154,45 @@ class PPOTrainer:
         return 1
 
     def _build(self) -> None:
+        """Build the data, reward managers and workers (``engine.trainer.build``)."""
         config = self.config
         self.use_critic = uses_critic(config)
-        self.need_ref = (
-            config.actor_rollout_ref.actor.use_kl_loss or config.algorithm.use_kl_in_reward
-        )
-        # The tokenizer is needed to read the data; the datasets are read before training starts
-        # so a malformed line fails fast.
-        from engine.workers.models import load_tokenizer
-
+        self.need_ref = uses_reference(config)
         self.tokenizer = load_tokenizer(config.actor_rollout_ref.model)
         self.data_tokenizer = load_data_tokenizer(config, self.tokenizer)
-        self.train_dataset = RLHFDataset(
-            resolve_files(config.data.train_files),
-            self.data_tokenizer,
-            config.data,
-            max_samples=config.data.train_max_samples,
-        )
-        self.val_dataset = (
-            RLHFDataset(
-                resolve_files(config.data.val_files),
-                self.data_tokenizer,
-                config.data,
-                max_samples=config.data.val_max_samples,
-            )
-            if config.data.val_files
-            else None
-        )
-        if config.trainer.val_only and self.val_dataset is None:
-            raise ValueError(
-                "trainer.val_only=True validates and stops, but data.val_files is not set; "
-                "set data.val_files or drop trainer.val_only"
-            )
-        collate = partial(collate_prompts, pad_token_id=self.tokenizer.pad_token_id)
-        self.collate = collate
-        self.train_loader = PromptDataLoader(
-            self.train_dataset,
-            config.data.gen_batch_size or config.data.train_batch_size,
-            shuffle=config.data.shuffle,
-            seed=config.data.seed,
-            drop_last=True,
-            collate_fn=collate,
-        )
-        steps = config.trainer.total_training_steps
-        self.total_steps = (
-            int(steps) if steps else config.trainer.total_epochs * len(self.train_loader)
-        )
+        self.train_dataset, self.val_dataset = build_datasets(config, self.data_tokenizer)
+        self.collate = partial(collate_prompts, pad_token_id=self.tokenizer.pad_token_id)
+        self.train_loader = build_train_loader(config, self.train_dataset, self.collate)
+        self.total_steps = total_training_steps(config, len(self.train_loader))
         self._build_reward()
         self.kl_ctrl = (
             get_kl_controller(config.algorithm.kl_ctrl)
             if config.algorithm.use_kl_in_reward
             else None
         )
-        sharded = config.trainer.controller == "ray" or self.device.type == "cuda"
-        if self.use_critic and sharded and "hf_model" in config.critic.checkpoint.save_contents:
-            raise ValueError(
-                "critic.checkpoint.save_contents=[..., hf_model]: a sharded critic (trainer."
-                "controller=ray or a CUDA device) cannot write a Hugging Face folder yet; drop "
-                "hf_model from critic.checkpoint.save_contents"
-            )
+        check_critic_checkpoint(config, self.device)
         self._build_workers()
 
     def _build_reward(self, scorer: Any = None) -> None:
-        """Build the training and validation reward managers.
-
-        ``scorer`` is a reward model that lives elsewhere (the Ray path's worker-group proxy);
-        without one, ``reward_model.enable=True`` loads the model here, on this process's device.
-        """
-        config = self.config
-        self.reward_fn = build_reward_manager(
-            config, self.tokenizer, device=self.device, scorer=scorer
-        )
-        self.val_reward_fn = (
-            build_reward_manager(config, self.tokenizer, validation=True)
-            if config.reward_model.enable
-            else self.reward_fn
+        """Build the training and validation reward managers (``build_reward_managers``)."""
+        self.reward_fn, self.val_reward_fn = build_reward_managers(
+            self.config, self.tokenizer, device=self.device, scorer=scorer
         )
 
     def _build_workers(self) -> None:
-        """Create the actor-rollout-reference worker and, when used, the critic worker.
-
-        On a CUDA device they are FSDP2 ranks of a one-rank NCCL group in this process, as in a
-        one-GPU verl run (``engine.distributed.local_group``): bf16 compute with fp32 master
-        weights, the rollout sampling from a bf16 copy. On a CPU they are the plain workers.
-        """
-        config = self.config
+        """Create the actor-rollout-reference worker and, when used, the critic worker: FSDP2
+        ranks of a one-rank group on a CUDA device, the plain workers on a CPU."""
         if self.device.type == "cuda":
             self._build_local_rank()
             return
-        worker = ActorRolloutRefWorker(
-            config, device=self.device, total_steps=self.total_steps, need_ref=self.need_ref
-        )
-        worker.tokenizer = self.tokenizer
-        self.arr = worker
-        self.critic = (
-            CriticWorker(config, device=self.device, total_steps=self.total_steps)
-            if self.use_critic
-            else None
+        self.arr, self.critic = build_local_workers(
+            self.config, self.device, self.tokenizer, self.total_steps
         )
 
     def _build_local_rank(self) -> None:
-        from engine.distributed.local_group import LocalWorkerGroup
-        from engine.distributed.worker_group import ActorRolloutRefGroup, CriticGroup
-
-        self.rank_group = LocalWorkerGroup(self.device.type)
-        self.arr = ActorRolloutRefGroup(
-            self.rank_group, self.config, total_steps=self.total_steps, need_ref=self.need_ref
-        )
-        self.critic = (
-            CriticGroup(self.rank_group, self.config, total_steps=self.total_steps)
-            if self.use_critic
-            else None
+        """Build the workers as FSDP2 ranks of a one-rank group in this process."""
+        self.rank_group, self.arr, self.critic = build_local_rank(
+            self.config, self.device, self.total_steps
         )
 
     # -- one training step -------------------------------------------------------------------
@@ -691,8 +618,6 @@ class PPOTrainer:
             manager.close()
 
     def _fit(self) -> RunStatus:
-        from engine.config import config_to_dict
-
         config = self.config
         trainer_cfg = config.trainer
         self.load_checkpoint()
@@ -761,12 +686,6 @@ class PPOTrainer:
             yield from self.train_loader
 
 
-def resolve_files(files: str | list[str]) -> list[str]:
-    """Return local paths for ``data.train_files`` / ``data.val_files`` (str or list)."""
-    items = [files] if isinstance(files, str) else list(files)
-    return [resolve_path(f) for f in items]  # type: ignore[misc]
-
-
 def pick_val_generations(records: list[SampleRecord], n: int) -> list[SampleRecord]:
     """Return ``n`` validation samples picked as verl's ``_maybe_log_val_generations`` does.
 
@@ -786,129 +705,6 @@ FRESH = {
     "optimizer": "the optimizer starts fresh (no moment estimates)",
     "extra": "the learning-rate schedule and sampling RNG start afresh",
 }
-
-
-def load_data_tokenizer(config: Any, policy_tokenizer: Any) -> Any:
-    """Return the tokenizer that reads the data: ``data.tokenizer`` when set, else the policy's.
-
-    The prompt ids it produces are fed to the policy, so its vocabulary must be the policy's
-    (token for token); only its chat template and settings may differ. ``custom_chat_template``
-    applies to it as to the policy's tokenizer.
-    """
-    path = config.data.tokenizer
-    if not path:
-        return policy_tokenizer
-    from types import SimpleNamespace
-
-    from engine.workers.models import load_tokenizer
-
-    settings = SimpleNamespace(
-        path=path,
-        trust_remote_code=config.data.trust_remote_code,
-        custom_chat_template=config.actor_rollout_ref.model.custom_chat_template,
-    )
-    tokenizer = load_tokenizer(settings, path=path)
-    data_vocab, policy_vocab = tokenizer.get_vocab(), policy_tokenizer.get_vocab()
-    if data_vocab != policy_vocab:
-        differ = sorted(
-            token
-            for token in data_vocab.keys() | policy_vocab.keys()
-            if data_vocab.get(token) != policy_vocab.get(token)
-        )
-        raise ValueError(
-            f"data.tokenizer={path!r} has a different vocabulary from the policy's tokenizer "
-            f"({len(data_vocab)} vs {len(policy_vocab)} tokens; {len(differ)} differ, e.g. "
-            f"{differ[:3]}), so the prompt ids would mean other tokens to the model; point "
-            "data.tokenizer at a tokenizer with the policy's vocabulary, or unset it"
-        )
-    return tokenizer
-
-
-def build_reward_scorer(config: Any, device: str | torch.device = "cpu") -> Any:
-    """Return the reward model's scorer in this process when ``reward_model.enable=True``, else
-    None (``RewardModelScorer.from_config``: sizes and defaults as verl's reward model worker).
-
-    The single-process trainer's; with ``trainer.controller=ray`` the model is a role on the
-    ranks instead (``engine.distributed.worker_group.RewardModelGroup``). Raise
-    ``ConfigValidationError`` for the keys only that role reads (the validator's
-    ``in_process_reward_model_problems``).
-    """
-    if not config.reward_model.enable:
-        return None
-    from engine.config import ConfigValidationError
-    from engine.config.validate import in_process_reward_model_problems
-
-    problems = in_process_reward_model_problems(config)
-    if problems:
-        raise ConfigValidationError(problems)
-    from engine.rewards.reward_model import RewardModelScorer
-
-    return RewardModelScorer.from_config(config, device)
-
-
-def build_reward_manager(
-    config: Any,
-    tokenizer: Any,
-    *,
-    device: str | torch.device = "cpu",
-    validation: bool = False,
-    scorer: Any = None,
-) -> Any:
-    """Return the reward manager the config describes (custom function, composite or dispatch).
-
-    With ``reward_model.enable=True`` the reward model is ``scorer`` (anything with
-    ``score(prompts, responses)``, such as the Ray path's ``RewardModelGroup``) or, without one,
-    a ``RewardModelScorer`` loaded here on ``device``; with no
-    ``reward.components`` its score is the reward, as in verl (whose reward manager returns the
-    reward model's ``rm_scores`` when the batch has them); a ``reward_model`` component weighs it
-    against rule rewards, and a ``custom`` component is ``custom_reward_function``. With
-    ``validation=True`` the reward model is left out, as verl's ``val_reward_fn`` leaves it: the
-    other components score, or the data-source dispatch when none is left.
-    """
-    from engine.rewards import load_custom_reward_fn
-
-    custom = config.custom_reward_function
-    compute_score = None
-    if custom.path:
-        compute_score = load_custom_reward_fn(
-            resolve_path(custom.path), custom.name, dict(custom.reward_kwargs or {})
-        )
-    components = [
-        (c["name"], float(c.get("weight", 1.0)), dict(c.get("kwargs") or {}))
-        if isinstance(c, dict)
-        else (c.name, float(c.weight), dict(c.kwargs or {}))
-        for c in (config.reward.components or [])
-    ]
-    if any(name == "custom" for name, _, _ in components):
-        components = [(compute_score if c[0] == "custom" else c[0], *c[1:]) for c in components]
-        compute_score = None
-    model = None
-    if validation:
-        components = [c for c in components if c[0] != "reward_model"]
-    elif config.reward_model.enable:
-        model = scorer if scorer is not None else build_reward_scorer(config, device)
-    settings = {
-        "compute_score": compute_score,
-        "reward_fn_key": config.data.reward_fn_key,
-        "num_workers": config.reward.num_workers,
-        "components": components or None,
-        "reward_model": model,
-    }
-    if config.reward_model.reward_manager == "dapo":
-        from engine.rewards.dapo import DAPORewardManager
-        from engine.rewards.overlong import OverlongBuffer, overlong_buffer
-
-        overlong = overlong_buffer(dict(config.reward_model.reward_kwargs or {}))
-        recipe = config.reward_model.overlong_buffer  # verl's DAPO recipe spelling
-        if recipe.enable:
-            overlong = OverlongBuffer(
-                config.data.max_response_length, recipe.len, recipe.penalty_factor, recipe.log
-            )
-        return DAPORewardManager(tokenizer, overlong=overlong, **settings)
-    from engine.rewards.managers import REWARD_MANAGER_CLASSES
-
-    manager = REWARD_MANAGER_CLASSES[config.reward_model.reward_manager]
-    return manager(tokenizer, **settings, **dict(config.reward_model.reward_kwargs or {}))
 
 
 def _maybe_str(value: Any) -> str | None:

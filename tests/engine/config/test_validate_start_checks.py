@@ -77,7 +77,7 @@ def test_the_single_process_trainer_refuses_the_keys_only_the_ray_role_reads():
 
 
 def test_the_in_process_scorer_raises_the_validators_errors_before_loading_a_model():
-    from engine.trainer.ppo_trainer import build_reward_scorer
+    from engine.trainer.build import build_reward_scorer
 
     overrides = [*RM, "reward_model.enable_resource_pool=True", "reward_model.nnodes=1"]
     with pytest.raises(ConfigValidationError) as caught:
@@ -173,7 +173,7 @@ def test_weighted_components_must_include_the_custom_function_and_the_reward_mod
 
 def test_the_custom_function_left_out_of_the_components_failed_at_start(tmp_path):
     # What the validator now refuses is what the reward manager refuses as the run starts.
-    from engine.trainer.ppo_trainer import build_reward_manager
+    from engine.trainer.build import build_reward_manager
 
     path = tmp_path / "reward.py"
     path.write_text(

@@ -32,7 +32,7 @@ from engine.tiny.reward_model import build_classifier
 from engine.tiny.task import make_problems, write_split
 from engine.tiny.tokenizer import build_tokenizer
 from engine.trainer import Recorder
-from engine.trainer.ppo_trainer import build_reward_scorer
+from engine.trainer.build import build_reward_scorer
 from engine.trainer.ray_trainer import RayPPOTrainer
 from tests.engine.distributed.helpers import tiny_policy
 
