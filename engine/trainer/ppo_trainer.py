@@ -26,7 +26,6 @@ from engine.algorithms import (
     compute_pf_ppo_reweight_data,
     get_adv_estimator_fn,
     get_kl_controller,
-    mask_span_end,
 )
 from engine.algorithms.rollout_correction import (
     compute_rollout_correction_and_rejection_mask,
@@ -60,6 +59,7 @@ from engine.trainer.metrics import (
     compute_validation_metrics,
 )
 from engine.trainer.recorder import CompositeRecorder, Recorder, RunStatus, SampleRecord
+from engine.trainer.samples import sample_records
 from engine.trainer.trackers import default_recorders
 from engine.workers.actor import needs_sum_pi_squared
 from engine.workers.models import load_tokenizer, resolve_device, resolve_path
@@ -426,7 +426,9 @@ class PPOTrainer:
             sources += [str(s) for s in batch.non_tensor_batch["data_source"]]
             uids += list(batch.non_tensor_batch["uid"])
             turns += list(batch.non_tensor_batch.get("num_turns", []))
-            records += self.sample_records(batch, info, split="val", n=val_kwargs.n)
+            records += sample_records(
+                batch, info, self.tokenizer, step=self.global_step, split="val", n=val_kwargs.n
+            )
         metrics = compute_validation_metrics(sources, uids, scores, extra_infos=infos)
         if turns:
             metrics["val-aux/num_turns/min"] = float(np.min(turns))
@@ -444,54 +446,6 @@ class PPOTrainer:
         if picked:
             for sink in self.log_sinks:
                 sink.on_samples(step, picked)
-
-    # -- samples for the recorder ------------------------------------------------------------
-    def sample_records(
-        self, batch: DataProto, reward_info: dict[str, list], *, split: str, n: int
-    ) -> list[SampleRecord]:
-        """Return one :class:`SampleRecord` per response in ``batch``."""
-        b, nt = batch.batch, batch.non_tensor_batch
-        scores = b["token_level_scores"].sum(-1).tolist()
-        has_adv = "advantages" in b
-        # Up to the last response token: a multi-turn mask has gaps where the interaction spoke.
-        lengths = mask_span_end(b["response_mask"]).tolist()
-        records = []
-        part_keys = [k for k in reward_info if k not in {"reward_error", "score"}]
-        for i in range(len(batch)):
-            length = int(lengths[i])
-            ids = b["responses"][i, :length].tolist()
-            reward_model = nt["reward_model"][i] or {}
-            extra = nt["extra_info"][i] or {}
-            parts = {k: _json_safe(reward_info[k][i]) for k in part_keys}
-            adv_tokens = b["advantages"][i, :length].tolist() if has_adv else None
-            logp_key = "old_log_probs" if "old_log_probs" in b else "rollout_log_probs"
-            records.append(
-                SampleRecord(
-                    step=self.global_step,
-                    split=split,
-                    prompt_index=int(extra.get("index", nt["index"][i])),
-                    sample_index=i % n,
-                    group_id=str(nt["uid"][i]),
-                    data_source=str(nt["data_source"][i]),
-                    prompt_text=str(nt["prompt_text"][i]),
-                    response_text=self.tokenizer.decode(ids, skip_special_tokens=True),
-                    ground_truth=_maybe_str(reward_model.get("ground_truth")),
-                    reward=float(scores[i]),
-                    reward_parts=parts,
-                    reward_error=(reward_info.get("reward_error") or [None] * len(batch))[i],
-                    advantage=float(np.mean(adv_tokens)) if adv_tokens else None,
-                    response_length=length,
-                    truncated=bool(nt["truncated"][i]),
-                    turns=list(nt["turns"][i]) if "turns" in nt else None,
-                    tokens=self.tokenizer.convert_ids_to_tokens(ids),
-                    token_logprobs=b[logp_key][i, :length].tolist(),
-                    token_ref_logprobs=(
-                        b["ref_log_prob"][i, :length].tolist() if "ref_log_prob" in b else None
-                    ),
-                    token_advantages=adv_tokens,
-                )
-            )
-        return records
 
     # -- checkpoints (the folder layout: engine.trainer.checkpoint) --------------------------
     def checkpointed_roles(self) -> list[tuple[str, Any, Any]]:
@@ -643,8 +597,13 @@ class PPOTrainer:
                 metrics, batch, reward_info = self.train_step(prompts, batches)
                 self.report.on_samples(
                     self.global_step,
-                    self.sample_records(
-                        batch, reward_info, split="train", n=config.actor_rollout_ref.rollout.n
+                    sample_records(
+                        batch,
+                        reward_info,
+                        self.tokenizer,
+                        step=self.global_step,
+                        split="train",
+                        n=config.actor_rollout_ref.rollout.n,
                     ),
                 )
                 last = self.global_step >= self.total_steps
@@ -705,15 +664,3 @@ FRESH = {
     "optimizer": "the optimizer starts fresh (no moment estimates)",
     "extra": "the learning-rate schedule and sampling RNG start afresh",
 }
-
-
-def _maybe_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, (np.floating, np.integer)):
-        return value.item()
-    if isinstance(value, torch.Tensor):
-        return value.tolist()
-    return value
