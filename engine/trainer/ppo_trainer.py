@@ -37,7 +37,7 @@ from engine.data import DataProto
 from engine.data.dataset import collate_prompts
 from engine.device_info import get_device_info, summary_line
 from engine.env import apply_cpu_process_env, seed_everything
-from engine.trainer import checkpoint
+from engine.trainer import checkpoint, validation
 from engine.trainer.build import (
     build_datasets,
     build_local_rank,
@@ -56,7 +56,6 @@ from engine.trainer.metrics import (
     compute_rollout_probs_diff_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
-    compute_validation_metrics,
 )
 from engine.trainer.recorder import CompositeRecorder, Recorder, RunStatus, SampleRecord
 from engine.trainer.samples import sample_records
@@ -385,67 +384,29 @@ class PPOTrainer:
         scores = self.reward_fn(base, return_dict=True)["reward_tensor"].sum(-1)  # (bs,)
         return scores.repeat_interleave(n)[:, None]
 
-    # -- validation --------------------------------------------------------------------------
+    # -- validation (engine.trainer.validation) ---------------------------------------------
     def validate(self) -> tuple[dict[str, float], list[SampleRecord]]:
-        """Score the validation set with ``val_kwargs`` sampling; return metrics and samples.
-
-        The metrics are verl's ``_validate``: ``reward`` and each numeric key the reward
-        function reports (``acc``, ...; ``pred`` votes for ``maj@n``) per data source, see
-        ``engine.trainer.metrics.compute_validation_metrics``; ``val-aux/num_turns/*`` for
-        multi-turn rollouts. The manager's ``score`` (the reward again) and ``reward_error``
-        are left out.
-        """
+        """Score the validation set with ``val_kwargs`` sampling; return metrics and samples."""
         assert self.val_dataset is not None
-        val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
-        batch_size = self.config.data.val_batch_size or len(self.val_dataset)
-        sources, uids, records, turns = [], [], [], []
-        scores: list[float] = []
-        infos: dict[str, list] = {}
-        for start in range(0, len(self.val_dataset), batch_size):
-            items = [
-                self.val_dataset[i]
-                for i in range(start, min(start + batch_size, len(self.val_dataset)))
-            ]
-            prompts = self.collate(items)
-            prompts.non_tensor_batch["uid"] = np.array(
-                [str(item["index"]) for item in items], dtype=object
-            )
-            batch = prompts.repeat(val_kwargs.n, interleave=True)
-            gen = self.arr.generate_sequences(batch, validate=True)
-            batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
-            batch = batch.union(gen.to("cpu"))
-            result = self.val_reward_fn(batch, return_dict=True)
-            batch.batch["token_level_scores"] = result["reward_tensor"]
-            info = result.get("reward_extra_info", {})
-            # A key a batch lacks is None for its samples (skipped, never averaged as 0).
-            for key in info.keys() - infos.keys() - {"score", "reward_error"}:
-                infos[key] = [None] * len(scores)
-            for key, values in infos.items():
-                values += list(info.get(key, [None] * len(batch)))
-            scores += result["reward_tensor"].sum(-1).tolist()
-            sources += [str(s) for s in batch.non_tensor_batch["data_source"]]
-            uids += list(batch.non_tensor_batch["uid"])
-            turns += list(batch.non_tensor_batch.get("num_turns", []))
-            records += sample_records(
-                batch, info, self.tokenizer, step=self.global_step, split="val", n=val_kwargs.n
-            )
-        metrics = compute_validation_metrics(sources, uids, scores, extra_infos=infos)
-        if turns:
-            metrics["val-aux/num_turns/min"] = float(np.min(turns))
-            metrics["val-aux/num_turns/max"] = float(np.max(turns))
-            metrics["val-aux/num_turns/mean"] = float(np.mean(turns))
-        return metrics, records
+        return validation.validate(
+            self.arr,
+            self.val_dataset,
+            self.val_reward_fn,
+            collate=self.collate,
+            tokenizer=self.tokenizer,
+            config=self.config,
+            step=self.global_step,
+        )
 
     def report_val_samples(self, step: int, records: list[SampleRecord]) -> None:
-        """Hand a validation pass's samples on: every one to the caller's recorder (the studio
-        keeps them all for its inspector), and the ``trainer.log_val_generations`` picked by
-        :func:`pick_val_generations` to ``trainer.logger``'s sinks (console table, jsonl,
-        trackers); 0 gives the sinks none."""
-        self.recorder.on_samples(step, records)
-        picked = pick_val_generations(records, self.config.trainer.log_val_generations)
-        if picked:
-            for sink in self.log_sinks:
-                sink.on_samples(step, picked)
+        """Hand a validation pass's samples to the recorder and trainer.logger's sinks."""
+        validation.report_val_samples(
+            step,
+            records,
+            recorder=self.recorder,
+            sinks=self.log_sinks,
+            log_val_generations=self.config.trainer.log_val_generations,
+        )
 
     # -- checkpoints (the folder layout: engine.trainer.checkpoint) --------------------------
     def checkpointed_roles(self) -> list[tuple[str, Any, Any]]:
@@ -643,19 +604,6 @@ class PPOTrainer:
         """Yield the training loader's batches epoch after epoch, without end."""
         while True:
             yield from self.train_loader
-
-
-def pick_val_generations(records: list[SampleRecord], n: int) -> list[SampleRecord]:
-    """Return ``n`` validation samples picked as verl's ``_maybe_log_val_generations`` does.
-
-    Sorted by input text, shuffled with ``np.random.RandomState(42)`` and cut to the first
-    ``n``: the same prompts every validation, so a tracker's table shows one set improve.
-    """
-    if n <= 0:
-        return []
-    picked = sorted(records, key=lambda r: r.prompt_text)
-    np.random.RandomState(42).shuffle(picked)  # type: ignore[arg-type]
-    return picked[:n]
 
 
 # What a worker keeps when a resume leaves a checkpoint content out (checkpoint.load_contents).
