@@ -11,7 +11,6 @@ from __future__ import annotations
 import inspect
 import time
 import uuid
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -408,115 +407,31 @@ class PPOTrainer:
             log_val_generations=self.config.trainer.log_val_generations,
         )
 
-    # -- checkpoints (the folder layout: engine.trainer.checkpoint) --------------------------
-    def checkpointed_roles(self) -> list[tuple[str, Any, Any]]:
-        """Return ``(folder, worker, checkpoint settings)`` for each role a checkpoint holds."""
-        roles: list[tuple[str, Any, Any]] = [
-            ("actor", self.arr, self.config.actor_rollout_ref.actor.checkpoint)
-        ]
-        if self.critic is not None:
-            roles.append(("critic", self.critic, self.config.critic.checkpoint))
-        return roles
-
+    # -- checkpoints (the layout and the policy: engine.trainer.checkpoint) ---------------
     def save_checkpoint(self) -> Path:
-        """Write ``global_step_<N>/`` (actor, critic, trainer state) and mark it the latest.
-
-        Each worker's file holds what its ``checkpoint.save_contents`` lists; ``hf_model`` adds
-        a Hugging Face folder ``<role>/huggingface/``. The trainer state is always written.
-        """
-        parts: dict[str, Any] = {}
-        for role, worker, settings in self.checkpointed_roles():
-            contents = list(settings.save_contents)
-            state = checkpoint.select_contents(worker.state_dict(), contents)
-            parts[f"{role}/state.pt"] = partial(checkpoint.save_state, state)
-            if "hf_model" in contents:
-                parts[f"{role}/{checkpoint.HF_FOLDER}"] = worker.export_hf
-        parts[checkpoint.STATE_FILE] = partial(checkpoint.save_state, self.trainer_state())
-        target = checkpoint.write_checkpoint(self.local_dir, self.global_step, parts)
-        trainer_cfg = self.config.trainer
-        checkpoint.prune(
-            self.local_dir, trainer_cfg.max_actor_ckpt_to_keep, trainer_cfg.max_critic_ckpt_to_keep
+        """Write ``global_step_<N>/`` (actor, critic, trainer state), mark it the latest, prune
+        the older ones and tell the recorder."""
+        target = checkpoint.save_checkpoint(
+            self.local_dir,
+            self.global_step,
+            checkpoint.checkpointed_roles(self.config, self.arr, self.critic),
+            checkpoint.trainer_state(self.global_step, self.train_loader, self.kl_ctrl),
+            self.config.trainer,
         )
         self.report.on_checkpoint(self.global_step, str(target))
         return target
 
-    def trainer_state(self) -> dict[str, Any]:
-        """Return the controller's state: step, data position, KL coefficient and RNG."""
-        return {
-            "global_step": self.global_step,
-            "dataloader": self.train_loader.state_dict(),
-            "kl_coef": self.kl_ctrl.value if self.kl_ctrl is not None else None,
-            "kl_ctrl": getattr(self.kl_ctrl, "__dict__", None),
-            "rng": checkpoint.rng_states(),
-        }
-
-    def resume_dir(self) -> Path | None:
-        """Return the checkpoint to resume from, as ``trainer.resume_mode`` says."""
-        mode = self.config.trainer.resume_mode
-        if mode == "disable":
-            return None
-        if mode == "resume_path":
-            path = Path(resolve_path(self.config.trainer.resume_from_path) or "")
-            if not checkpoint.is_complete(path):
-                raise FileNotFoundError(
-                    f"trainer.resume_from_path={str(path)!r} is not a checkpoint folder "
-                    f"(no {checkpoint.STATE_FILE}); point it at .../global_step_<N>"
-                )
-            return path
-        return checkpoint.latest_checkpoint(self.local_dir)
-
     def load_checkpoint(self) -> None:
-        """Restore workers and controller from :meth:`resume_dir`, if there is one."""
-        path = self.resume_dir()
+        """Restore workers and controller from the checkpoint ``trainer.resume_mode`` names."""
+        trainer_cfg = self.config.trainer
+        path = checkpoint.resume_dir(
+            trainer_cfg.resume_mode, resolve_path(trainer_cfg.resume_from_path), self.local_dir
+        )
         if path is None:
             return
-        for role, worker, settings in self.checkpointed_roles():
-            self.load_worker(path / role, worker, settings, role)
-        state = checkpoint.load_state(path / checkpoint.STATE_FILE)
-        self.global_step = state["global_step"]
-        self.train_loader.load_state_dict(state["dataloader"])
-        if self.kl_ctrl is not None and state.get("kl_ctrl"):
-            self.kl_ctrl.__dict__.update(state["kl_ctrl"])
-        checkpoint.restore_rng_states(state["rng"])
+        roles = checkpoint.checkpointed_roles(self.config, self.arr, self.critic)
+        self.global_step = checkpoint.load_checkpoint(path, roles, self.train_loader, self.kl_ctrl)
         print(f"resumed from {path} at step {self.global_step}")
-
-    def load_worker(self, folder: Path, worker: Any, settings: Any, role: str) -> None:
-        """Restore one worker from ``folder`` with only its ``checkpoint.load_contents``.
-
-        A content the checkpoint lacks is refused; one left out keeps the worker's live value
-        (a fresh optimizer, the starting schedule and RNG, the model path's weights), with a
-        warning. ``hf_model`` loads nothing (the weights are ``model``): it only asks that the
-        checkpoint has the Hugging Face folder.
-        """
-        key = "actor_rollout_ref.actor.checkpoint" if role == "actor" else f"{role}.checkpoint"
-        contents = list(
-            settings.save_contents if settings.load_contents is None else settings.load_contents
-        )
-        if not (folder / "state.pt").is_file():
-            raise FileNotFoundError(
-                f"the checkpoint {folder.parent} holds no {role} state ({role}/state.pt): "
-                f"trainer.max_{role}_ckpt_to_keep pruned it from this older step; resume from a "
-                "newer step (trainer.resume_mode=auto takes the newest)"
-            )
-        saved = checkpoint.load_state(folder / "state.pt")
-        held = checkpoint.saved_contents(folder, saved)
-        lacking = [name for name in contents if name not in held]
-        if lacking:
-            raise ValueError(
-                f"{key}.load_contents asks for {lacking} but the checkpoint {folder} holds only "
-                f"{held}; drop them from {key}.load_contents (what is not loaded starts fresh) "
-                "or resume from a checkpoint saved with them"
-            )
-        skipped = [name for name in checkpoint.CONTENT_KEYS if name not in contents]
-        if skipped:
-            warnings.warn(
-                f"resuming {role} from {folder} without {skipped} ({key}.load_contents="
-                f"{contents}): {'; '.join(FRESH[name] for name in skipped)}",
-                UserWarning,
-                stacklevel=2,
-            )
-            saved = checkpoint.merge_contents(worker.state_dict(), saved, contents)
-        worker.load_state_dict(saved)
 
     # -- the loop ----------------------------------------------------------------------------
     def fit(self) -> RunStatus:
@@ -604,11 +519,3 @@ class PPOTrainer:
         """Yield the training loader's batches epoch after epoch, without end."""
         while True:
             yield from self.train_loader
-
-
-# What a worker keeps when a resume leaves a checkpoint content out (checkpoint.load_contents).
-FRESH = {
-    "model": "the weights stay those of the model path",
-    "optimizer": "the optimizer starts fresh (no moment estimates)",
-    "extra": "the learning-rate schedule and sampling RNG start afresh",
-}
