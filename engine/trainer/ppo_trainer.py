@@ -12,7 +12,6 @@ import inspect
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -55,6 +54,7 @@ from engine.trainer.metrics import (
     compute_rollout_probs_diff_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
+    timer,
 )
 from engine.trainer.recorder import CompositeRecorder, Recorder, RunStatus, SampleRecord
 from engine.trainer.samples import sample_records
@@ -63,14 +63,6 @@ from engine.workers.actor import needs_sum_pi_squared
 from engine.workers.models import load_tokenizer, resolve_device, resolve_path
 from engine.workers.protocols import ActorRolloutRef, Critic
 from engine.workers.seqlen_balancing import balanced_order
-
-
-@contextmanager
-def timer(name: str, timing: dict[str, float]):
-    """Add the block's wall time to ``timing[name]``."""
-    start = time.perf_counter()
-    yield
-    timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
 
 
 def compute_advantage(batch: DataProto, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -454,16 +446,16 @@ class PPOTrainer:
         self.report.on_start(
             config=config_to_dict(config), total_steps=self.total_steps, start_step=self.global_step
         )
-        if trainer_cfg.val_only:  # verl: validate at the start (or resumed) step, then stop
+        # verl validates before the first step, and with val_only at the start (or resumed)
+        # step, then stops.
+        first = self.val_dataset is not None and trainer_cfg.val_before_train
+        if trainer_cfg.val_only or (first and self.global_step == 0):
             val_metrics, records = self.validate()
             self.report_val_samples(self.global_step, records)
             self.report.on_step(self.global_step, val_metrics)
-            self.report.on_finish(status=RunStatus.SUCCEEDED)
-            return RunStatus.SUCCEEDED
-        if self.val_dataset is not None and trainer_cfg.val_before_train and self.global_step == 0:
-            val_metrics, records = self.validate()
-            self.report_val_samples(0, records)
-            self.report.on_step(0, val_metrics)
+            if trainer_cfg.val_only:
+                self.report.on_finish(status=RunStatus.SUCCEEDED)
+                return RunStatus.SUCCEEDED
         status = RunStatus.SUCCEEDED
         # One stream of batches over the epochs: filter_groups draws its extra batches from it.
         batches = self.prompt_batches()
@@ -489,19 +481,15 @@ class PPOTrainer:
                     and test_freq > 0
                     and (self.global_step % test_freq == 0 or last)
                 ):
-                    timing: dict[str, float] = {}
-                    with timer("testing", timing):
+                    with timer("timing_s/testing", metrics):
                         val_metrics, records = self.validate()
                     metrics.update(val_metrics)
-                    metrics["timing_s/testing"] = timing["testing"]
                     self.report_val_samples(self.global_step, records)
                 stop = self.report.should_stop()
                 save_freq = trainer_cfg.save_freq
                 if stop or (save_freq > 0 and (self.global_step % save_freq == 0 or last)):
-                    timing = {}
-                    with timer("save_checkpoint", timing):
+                    with timer("timing_s/save_checkpoint", metrics):
                         self.save_checkpoint()
-                    metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
                 self.report.on_step(self.global_step, metrics)
                 if stop:
                     status = RunStatus.CANCELLED
