@@ -20,17 +20,22 @@ Every file holds only tensors and plain containers and is read back with
 written under a temporary name and renamed into place, so a crash mid-save never leaves a
 half-written folder that looks complete.
 
-This module imports no torch at import time: the web app asks it for a run's latest checkpoint.
+This module imports no torch at import time: the web app asks it for a run's latest checkpoint,
+so the functions that read or write a state file import torch themselves.
 """
 
 from __future__ import annotations
 
+import pickle
+import random
 import shutil
 import warnings
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 STATE_FILE = "trainer_state.pt"
@@ -137,7 +142,7 @@ def save_state(state: Any, path: Path) -> None:
     :func:`load_state` reads it back with ``weights_only=True``, which refuses any other object
     (NumPy arrays included: see :func:`rng_states`).
     """
-    import torch
+    import torch  # deferred: the web app imports this module without torch
 
     torch.save(state, path)
 
@@ -149,9 +154,7 @@ def load_state(path: Path) -> Any:
     any other pickled object is refused instead of letting it run code on load, so a checkpoint
     folder handed in from elsewhere (``trainer.resume_from_path``) cannot execute anything.
     """
-    import pickle
-
-    import torch
+    import torch  # deferred: the web app imports this module without torch
 
     try:
         return torch.load(path, weights_only=True, map_location="cpu")
@@ -169,10 +172,7 @@ def rng_states() -> dict[str, Any]:
     NumPy's own state holds an array, which ``weights_only`` loading refuses; its 624 words are
     kept as a list of ints instead.
     """
-    import random
-
-    import numpy as np
-    import torch
+    import torch  # deferred: the web app imports this module without torch
 
     name, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
     return {
@@ -184,10 +184,7 @@ def rng_states() -> dict[str, Any]:
 
 def restore_rng_states(state: dict[str, Any]) -> None:
     """Restore the RNG states saved by :func:`rng_states`."""
-    import random
-
-    import numpy as np
-    import torch
+    import torch  # deferred: the web app imports this module without torch
 
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])

@@ -141,7 +141,7 @@ class WandbRecorder(_TrackerRecorder):
     """Log to Weights & Biases; ``WANDB_MODE=offline`` writes the run under ``WANDB_DIR`` only."""
 
     def start(self, config: dict[str, Any]) -> None:
-        import wandb
+        import wandb  # optional: the [trackers] extra
 
         self.run = wandb.init(
             project=self.project,
@@ -161,7 +161,7 @@ class TensorboardRecorder(_TrackerRecorder):
     """Write event files to ``$TENSORBOARD_DIR`` or ``tensorboard_log/<project>/<experiment>``."""
 
     def start(self, config: dict[str, Any]) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # optional: the [trackers] extra
 
         default = Path("tensorboard_log") / self.project / self.experiment
         self.directory = Path(os.environ.get("TENSORBOARD_DIR") or default)
@@ -184,7 +184,7 @@ class MlflowRecorder(_TrackerRecorder):
     """Log to MLflow at ``$MLFLOW_TRACKING_URI``; keys mapped by ``mlflow_key``."""
 
     def start(self, config: dict[str, Any]) -> None:
-        from mlflow import MlflowClient
+        from mlflow import MlflowClient  # optional: the [trackers] extra
         from mlflow.entities import Param
 
         self.client = MlflowClient(os.environ.get("MLFLOW_TRACKING_URI") or MLFLOW_DEFAULT_URI)
@@ -201,7 +201,7 @@ class MlflowRecorder(_TrackerRecorder):
         self.client.log_batch(run_id, params=params)
 
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric  # optional: the [trackers] extra
 
         now = int(time.time() * 1000)
         rows = [Metric(mlflow_key(k), float(v), now, step) for k, v in metrics.items()]
@@ -215,7 +215,7 @@ class SwanlabRecorder(_TrackerRecorder):
     """Log to SwanLab; ``SWANLAB_MODE=offline`` keeps the run under ``SWANLAB_LOG_DIR``."""
 
     def start(self, config: dict[str, Any]) -> None:
-        import swanlab
+        import swanlab  # optional: the [trackers] extra
 
         self.swanlab = swanlab
         if os.environ.get("SWANLAB_API_KEY"):
@@ -239,7 +239,7 @@ class ClearmlRecorder(_TrackerRecorder):
     """Log to ClearML as a task; ``CLEARML_OFFLINE_MODE=1`` stores it under its cache folder."""
 
     def start(self, config: dict[str, Any]) -> None:
-        from clearml import Task
+        from clearml import Task  # optional: the [trackers] extra
 
         self.task: Any = Task.init(
             project_name=self.project,
