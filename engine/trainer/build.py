@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from engine.algorithms.kl import KLController, get_kl_controller
 from engine.config import ConfigValidationError
 from engine.config.validate import in_process_reward_model_problems
 from engine.data.dataset import RLHFDataset
@@ -119,6 +120,13 @@ def total_training_steps(config: Any, batches_per_epoch: int) -> int:
     """Return ``trainer.total_training_steps``, else ``total_epochs`` times the epoch's batches."""
     steps = config.trainer.total_training_steps
     return int(steps) if steps else config.trainer.total_epochs * batches_per_epoch
+
+
+def build_kl_controller(config: Any) -> KLController | None:
+    """Return the KL-in-reward coefficient's controller (``algorithm.kl_ctrl``), or None
+    without ``algorithm.use_kl_in_reward``."""
+    algorithm = config.algorithm
+    return get_kl_controller(algorithm.kl_ctrl) if algorithm.use_kl_in_reward else None
 
 
 # -- workers ----------------------------------------------------------------------------------

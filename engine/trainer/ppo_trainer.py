@@ -2,8 +2,10 @@
 
 Each step: rollout -> reward -> old log-prob (skipped when on-policy) -> reference log-prob ->
 values -> KL-in-reward -> advantages -> critic update -> actor update. The controller only moves
-``DataProto`` batches between worker objects; the workers own the models. The distributed
-controller hands the same calls to Ray worker groups instead of local objects.
+``DataProto`` batches between worker objects; the workers own the models. Its other jobs are
+plain functions beside it: what a run is built from (``build``), validation (``validation``),
+checkpoints and resuming (``checkpoint``), sample records (``samples``). ``RayPPOTrainer``
+(``ray_trainer``) hands the same calls to Ray worker groups instead of local objects.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from engine.algorithms import (
     apply_kl_penalty,
     compute_pf_ppo_reweight_data,
     get_adv_estimator_fn,
-    get_kl_controller,
 )
 from engine.algorithms.rollout_correction import (
     compute_rollout_correction_and_rejection_mask,
@@ -38,6 +39,7 @@ from engine.env import apply_cpu_process_env, seed_everything
 from engine.trainer import checkpoint, validation
 from engine.trainer.build import (
     build_datasets,
+    build_kl_controller,
     build_local_rank,
     build_local_workers,
     build_reward_managers,
@@ -155,11 +157,7 @@ class PPOTrainer:
         self.train_loader = build_train_loader(config, self.train_dataset, self.collate)
         self.total_steps = total_training_steps(config, len(self.train_loader))
         self._build_reward()
-        self.kl_ctrl = (
-            get_kl_controller(config.algorithm.kl_ctrl)
-            if config.algorithm.use_kl_in_reward
-            else None
-        )
+        self.kl_ctrl = build_kl_controller(config)
         check_critic_checkpoint(config, self.device)
         self._build_workers()
 
