@@ -167,7 +167,7 @@ def run_engine(args: Any, task: TaskData, controller: str = "local") -> dict[str
     )
     clock = StepClock()
     if controller == "ray":
-        from engine.distributed.ray_trainer import RayPPOTrainer
+        from engine.trainer.ray_trainer import RayPPOTrainer
 
         # The rank gets the in-process arm's threads (a CPU rank runs one per reserved CPU).
         trainer: Any = RayPPOTrainer(config, clock, cpus_per_rank=float(max(1, args.threads)))

@@ -97,8 +97,8 @@ def build_trainers(args: argparse.Namespace) -> dict[str, Any]:
     from bench.training.compare_tasks import prepare_task
     from engine.config import load_config
     from engine.distributed import channel
-    from engine.distributed.ray_trainer import RayPPOTrainer
     from engine.trainer.ppo_trainer import PPOTrainer
+    from engine.trainer.ray_trainer import RayPPOTrainer
 
     task, _ = prepare_task(args.scale, Path(args.root), args.threads)
     arms = ["local", "ray"]

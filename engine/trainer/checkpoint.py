@@ -10,20 +10,32 @@ LoRA settings), ``optimizer``, ``extra`` (learning-rate schedule and sampling RN
 adds the ``huggingface/`` folder. The file lists what it holds under ``contents``, and a resume
 restores only ``checkpoint.load_contents`` (:func:`merge_contents`).
 
+The trainer's policy is here too, as functions of the workers and the controller's state:
+:func:`save_checkpoint` writes each role's contents and the trainer state then prunes to
+``trainer.max_actor_ckpt_to_keep`` / ``max_critic_ckpt_to_keep``; :func:`resume_dir` finds the
+checkpoint ``trainer.resume_mode`` names and :func:`load_checkpoint` restores it.
+
 Every file holds only tensors and plain containers and is read back with
 ``torch.load(weights_only=True)``, so loading a checkpoint never runs code. A checkpoint is
 written under a temporary name and renamed into place, so a crash mid-save never leaves a
 half-written folder that looks complete.
 
-This module imports no torch at import time: the web app asks it for a run's latest checkpoint.
+This module imports no torch at import time: the web app asks it for a run's latest checkpoint,
+so the functions that read or write a state file import torch themselves.
 """
 
 from __future__ import annotations
 
+import pickle
+import random
 import shutil
+import warnings
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 STATE_FILE = "trainer_state.pt"
@@ -36,6 +48,12 @@ CONTENT_KEYS = {
 }
 # What checkpoints written before save_contents was honoured hold.
 LEGACY_CONTENTS = ("model", "optimizer", "extra")
+# What a worker keeps when a resume leaves a checkpoint content out (checkpoint.load_contents).
+FRESH = {
+    "model": "the weights stay those of the model path",
+    "optimizer": "the optimizer starts fresh (no moment estimates)",
+    "extra": "the learning-rate schedule and sampling RNG start afresh",
+}
 
 
 def step_dir(folder: str | Path, step: int) -> Path:
@@ -124,7 +142,7 @@ def save_state(state: Any, path: Path) -> None:
     :func:`load_state` reads it back with ``weights_only=True``, which refuses any other object
     (NumPy arrays included: see :func:`rng_states`).
     """
-    import torch
+    import torch  # deferred: the web app imports this module without torch
 
     torch.save(state, path)
 
@@ -136,9 +154,7 @@ def load_state(path: Path) -> Any:
     any other pickled object is refused instead of letting it run code on load, so a checkpoint
     folder handed in from elsewhere (``trainer.resume_from_path``) cannot execute anything.
     """
-    import pickle
-
-    import torch
+    import torch  # deferred: the web app imports this module without torch
 
     try:
         return torch.load(path, weights_only=True, map_location="cpu")
@@ -156,10 +172,7 @@ def rng_states() -> dict[str, Any]:
     NumPy's own state holds an array, which ``weights_only`` loading refuses; its 624 words are
     kept as a list of ints instead.
     """
-    import random
-
-    import numpy as np
-    import torch
+    import torch  # deferred: the web app imports this module without torch
 
     name, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
     return {
@@ -171,10 +184,7 @@ def rng_states() -> dict[str, Any]:
 
 def restore_rng_states(state: dict[str, Any]) -> None:
     """Restore the RNG states saved by :func:`rng_states`."""
-    import random
-
-    import numpy as np
-    import torch
+    import torch  # deferred: the web app imports this module without torch
 
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
@@ -235,3 +245,121 @@ def merge_contents(
     merged = _per_rank(current, merge, saved)
     merged.pop("contents", None)
     return merged
+
+
+# -- the trainer's policy: what a checkpoint holds, which one a run resumes from ---------------
+def checkpointed_roles(config: Any, actor: Any, critic: Any) -> list[tuple[str, Any, Any]]:
+    """Return ``(folder, worker, checkpoint settings)`` for each role a checkpoint holds."""
+    roles: list[tuple[str, Any, Any]] = [
+        ("actor", actor, config.actor_rollout_ref.actor.checkpoint)
+    ]
+    if critic is not None:
+        roles.append(("critic", critic, config.critic.checkpoint))
+    return roles
+
+
+def trainer_state(step: int, train_loader: Any, kl_ctrl: Any) -> dict[str, Any]:
+    """Return the controller's state: step, data position, KL coefficient and RNG."""
+    return {
+        "global_step": step,
+        "dataloader": train_loader.state_dict(),
+        "kl_coef": kl_ctrl.value if kl_ctrl is not None else None,
+        "kl_ctrl": getattr(kl_ctrl, "__dict__", None),
+        "rng": rng_states(),
+    }
+
+
+def save_checkpoint(
+    folder: Path,
+    step: int,
+    roles: list[tuple[str, Any, Any]],
+    state: dict[str, Any],
+    trainer_config: Any,
+) -> Path:
+    """Write ``global_step_<step>/`` (each role, the trainer ``state``), mark it the latest and
+    prune older ones to ``trainer.max_actor_ckpt_to_keep`` / ``max_critic_ckpt_to_keep``.
+
+    Each worker's file holds what its ``checkpoint.save_contents`` lists; ``hf_model`` adds
+    a Hugging Face folder ``<role>/huggingface/``. The trainer state is always written.
+    """
+    parts: dict[str, Any] = {}
+    for role, worker, settings in roles:
+        contents = list(settings.save_contents)
+        parts[f"{role}/state.pt"] = partial(
+            save_state, select_contents(worker.state_dict(), contents)
+        )
+        if "hf_model" in contents:
+            parts[f"{role}/{HF_FOLDER}"] = worker.export_hf
+    parts[STATE_FILE] = partial(save_state, state)
+    target = write_checkpoint(folder, step, parts)
+    prune(folder, trainer_config.max_actor_ckpt_to_keep, trainer_config.max_critic_ckpt_to_keep)
+    return target
+
+
+def resume_dir(mode: str, resume_from_path: str | None, folder: Path) -> Path | None:
+    """Return the checkpoint to resume from, as ``trainer.resume_mode`` says: none
+    (``disable``), ``resume_from_path`` (``resume_path``), else the newest in ``folder``."""
+    if mode == "disable":
+        return None
+    if mode == "resume_path":
+        path = Path(resume_from_path or "")
+        if not is_complete(path):
+            raise FileNotFoundError(
+                f"trainer.resume_from_path={str(path)!r} is not a checkpoint folder "
+                f"(no {STATE_FILE}); point it at .../global_step_<N>"
+            )
+        return path
+    return latest_checkpoint(folder)
+
+
+def load_checkpoint(
+    path: Path, roles: list[tuple[str, Any, Any]], train_loader: Any, kl_ctrl: Any
+) -> int:
+    """Restore each role's worker and the controller's state from ``path``; return its step."""
+    for role, worker, settings in roles:
+        load_worker(path / role, worker, settings, role)
+    state = load_state(path / STATE_FILE)
+    train_loader.load_state_dict(state["dataloader"])
+    if kl_ctrl is not None and state.get("kl_ctrl"):
+        kl_ctrl.__dict__.update(state["kl_ctrl"])
+    restore_rng_states(state["rng"])
+    return state["global_step"]
+
+
+def load_worker(folder: Path, worker: Any, settings: Any, role: str) -> None:
+    """Restore one worker from ``folder`` with only its ``checkpoint.load_contents``.
+
+    A content the checkpoint lacks is refused; one left out keeps the worker's live value
+    (a fresh optimizer, the starting schedule and RNG, the model path's weights), with a
+    warning. ``hf_model`` loads nothing (the weights are ``model``): it only asks that the
+    checkpoint has the Hugging Face folder.
+    """
+    key = "actor_rollout_ref.actor.checkpoint" if role == "actor" else f"{role}.checkpoint"
+    contents = list(
+        settings.save_contents if settings.load_contents is None else settings.load_contents
+    )
+    if not (folder / "state.pt").is_file():
+        raise FileNotFoundError(
+            f"the checkpoint {folder.parent} holds no {role} state ({role}/state.pt): "
+            f"trainer.max_{role}_ckpt_to_keep pruned it from this older step; resume from a "
+            "newer step (trainer.resume_mode=auto takes the newest)"
+        )
+    saved = load_state(folder / "state.pt")
+    held = saved_contents(folder, saved)
+    lacking = [name for name in contents if name not in held]
+    if lacking:
+        raise ValueError(
+            f"{key}.load_contents asks for {lacking} but the checkpoint {folder} holds only "
+            f"{held}; drop them from {key}.load_contents (what is not loaded starts fresh) "
+            "or resume from a checkpoint saved with them"
+        )
+    skipped = [name for name in CONTENT_KEYS if name not in contents]
+    if skipped:
+        warnings.warn(
+            f"resuming {role} from {folder} without {skipped} ({key}.load_contents="
+            f"{contents}): {'; '.join(FRESH[name] for name in skipped)}",
+            UserWarning,
+            stacklevel=2,
+        )
+        saved = merge_contents(worker.state_dict(), saved, contents)
+    worker.load_state_dict(saved)

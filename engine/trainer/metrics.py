@@ -8,8 +8,10 @@ verl's per-draw Python loop, which gives the same numbers.
 
 from __future__ import annotations
 
+import time
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -59,6 +61,14 @@ def compute_data_metrics(batch: DataProto, *, use_critic: bool, max_response_len
             counts = np.asarray(batch.non_tensor_batch[key], dtype=np.float64)
             metrics.update(_stats(key, torch.from_numpy(counts)))
     return metrics
+
+
+@contextmanager
+def timer(name: str, timing: dict[str, float]) -> Iterator[None]:
+    """Add the block's wall time to ``timing[name]`` (reported by :func:`compute_timing_metrics`)."""
+    start = time.perf_counter()
+    yield
+    timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
 
 
 def compute_timing_metrics(timing: dict[str, float], num_tokens: int) -> dict[str, float]:

@@ -2,8 +2,10 @@
 
 Each step: rollout -> reward -> old log-prob (skipped when on-policy) -> reference log-prob ->
 values -> KL-in-reward -> advantages -> critic update -> actor update. The controller only moves
-``DataProto`` batches between worker objects; the workers own the models. The distributed
-controller hands the same calls to Ray worker groups instead of local objects.
+``DataProto`` batches between worker objects; the workers own the models. Its other jobs are
+plain functions beside it: what a run is built from (``build``), validation (``validation``),
+checkpoints and resuming (``checkpoint``), sample records (``samples``). ``RayPPOTrainer``
+(``ray_trainer``) hands the same calls to Ray worker groups instead of local objects.
 """
 
 from __future__ import annotations
@@ -11,9 +13,7 @@ from __future__ import annotations
 import inspect
 import time
 import uuid
-import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,54 +25,46 @@ from engine.algorithms import (
     apply_kl_penalty,
     compute_pf_ppo_reweight_data,
     get_adv_estimator_fn,
-    get_kl_controller,
-    mask_span_end,
 )
 from engine.algorithms.rollout_correction import (
     compute_rollout_correction_and_rejection_mask,
     correction_settings,
     rollout_correction_active,
 )
+from engine.config import config_to_dict, resolve_config, validate_config
 from engine.data import DataProto
-from engine.data.dataset import RLHFDataset, collate_prompts
-from engine.data.loader import PromptDataLoader
-from engine.env import seed_everything
-from engine.trainer import checkpoint
+from engine.data.dataset import collate_prompts
+from engine.device_info import get_device_info, summary_line
+from engine.env import apply_cpu_process_env, seed_everything
+from engine.trainer import checkpoint, validation
+from engine.trainer.build import (
+    build_datasets,
+    build_kl_controller,
+    build_local_rank,
+    build_local_workers,
+    build_reward_managers,
+    build_train_loader,
+    check_critic_checkpoint,
+    load_data_tokenizer,
+    total_training_steps,
+    uses_critic,
+    uses_reference,
+)
 from engine.trainer.dynamic_sampling import fill_batch
 from engine.trainer.metrics import (
     compute_data_metrics,
     compute_rollout_probs_diff_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
-    compute_validation_metrics,
+    timer,
 )
-from engine.trainer.recorder import (
-    CompositeRecorder,
-    Recorder,
-    RunStatus,
-    SampleRecord,
-    default_recorders,
-)
+from engine.trainer.recorder import CompositeRecorder, Recorder, RunStatus, SampleRecord
+from engine.trainer.samples import sample_records
+from engine.trainer.trackers import default_recorders
 from engine.workers.actor import needs_sum_pi_squared
-from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
-from engine.workers.critic import CriticWorker
-from engine.workers.models import resolve_device, resolve_path
+from engine.workers.models import load_tokenizer, resolve_device, resolve_path
 from engine.workers.protocols import ActorRolloutRef, Critic
 from engine.workers.seqlen_balancing import balanced_order
-
-
-@contextmanager
-def timer(name: str, timing: dict[str, float]):
-    """Add the block's wall time to ``timing[name]``."""
-    start = time.perf_counter()
-    yield
-    timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
-
-
-def uses_critic(config: Any) -> bool:
-    """Return True when a value model trains: ``critic.enable``, or unset with GAE."""
-    enable = config.critic.enable
-    return config.algorithm.adv_estimator == "gae" if enable is None else bool(enable)
 
 
 def compute_advantage(batch: DataProto, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -122,8 +114,6 @@ class PPOTrainer:
     critic: Critic | None
 
     def __init__(self, config: Any, recorder: Recorder | None = None) -> None:
-        from engine.config import resolve_config, validate_config
-
         self.config = config
         resolve_config(config)
         for warning in validate_config(config, check_files=True):
@@ -134,12 +124,8 @@ class PPOTrainer:
         self.log_sinks = default_recorders(config)
         trainer_cfg = config.trainer
         self.device = resolve_device(trainer_cfg.device)
-        from engine.device_info import get_device_info, summary_line
-
         print(summary_line(get_device_info()))
         if self.device.type == "cpu":
-            from engine.env import apply_cpu_process_env
-
             apply_cpu_process_env()
         seed_everything(trainer_cfg.seed)
         self.global_step = 0
@@ -160,117 +146,41 @@ class PPOTrainer:
         return 1
 
     def _build(self) -> None:
+        """Build the data, reward managers and workers (``engine.trainer.build``)."""
         config = self.config
         self.use_critic = uses_critic(config)
-        self.need_ref = (
-            config.actor_rollout_ref.actor.use_kl_loss or config.algorithm.use_kl_in_reward
-        )
-        # The tokenizer is needed to read the data; the datasets are read before training starts
-        # so a malformed line fails fast.
-        from engine.workers.models import load_tokenizer
-
+        self.need_ref = uses_reference(config)
         self.tokenizer = load_tokenizer(config.actor_rollout_ref.model)
         self.data_tokenizer = load_data_tokenizer(config, self.tokenizer)
-        self.train_dataset = RLHFDataset(
-            resolve_files(config.data.train_files),
-            self.data_tokenizer,
-            config.data,
-            max_samples=config.data.train_max_samples,
-        )
-        self.val_dataset = (
-            RLHFDataset(
-                resolve_files(config.data.val_files),
-                self.data_tokenizer,
-                config.data,
-                max_samples=config.data.val_max_samples,
-            )
-            if config.data.val_files
-            else None
-        )
-        if config.trainer.val_only and self.val_dataset is None:
-            raise ValueError(
-                "trainer.val_only=True validates and stops, but data.val_files is not set; "
-                "set data.val_files or drop trainer.val_only"
-            )
-        collate = partial(collate_prompts, pad_token_id=self.tokenizer.pad_token_id)
-        self.collate = collate
-        self.train_loader = PromptDataLoader(
-            self.train_dataset,
-            config.data.gen_batch_size or config.data.train_batch_size,
-            shuffle=config.data.shuffle,
-            seed=config.data.seed,
-            drop_last=True,
-            collate_fn=collate,
-        )
-        steps = config.trainer.total_training_steps
-        self.total_steps = (
-            int(steps) if steps else config.trainer.total_epochs * len(self.train_loader)
-        )
+        self.train_dataset, self.val_dataset = build_datasets(config, self.data_tokenizer)
+        self.collate = partial(collate_prompts, pad_token_id=self.tokenizer.pad_token_id)
+        self.train_loader = build_train_loader(config, self.train_dataset, self.collate)
+        self.total_steps = total_training_steps(config, len(self.train_loader))
         self._build_reward()
-        self.kl_ctrl = (
-            get_kl_controller(config.algorithm.kl_ctrl)
-            if config.algorithm.use_kl_in_reward
-            else None
-        )
-        sharded = config.trainer.controller == "ray" or self.device.type == "cuda"
-        if self.use_critic and sharded and "hf_model" in config.critic.checkpoint.save_contents:
-            raise ValueError(
-                "critic.checkpoint.save_contents=[..., hf_model]: a sharded critic (trainer."
-                "controller=ray or a CUDA device) cannot write a Hugging Face folder yet; drop "
-                "hf_model from critic.checkpoint.save_contents"
-            )
+        self.kl_ctrl = build_kl_controller(config)
+        check_critic_checkpoint(config, self.device)
         self._build_workers()
 
     def _build_reward(self, scorer: Any = None) -> None:
-        """Build the training and validation reward managers.
-
-        ``scorer`` is a reward model that lives elsewhere (the Ray path's worker-group proxy);
-        without one, ``reward_model.enable=True`` loads the model here, on this process's device.
-        """
-        config = self.config
-        self.reward_fn = build_reward_manager(
-            config, self.tokenizer, device=self.device, scorer=scorer
-        )
-        self.val_reward_fn = (
-            build_reward_manager(config, self.tokenizer, validation=True)
-            if config.reward_model.enable
-            else self.reward_fn
+        """Build the training and validation reward managers (``build_reward_managers``)."""
+        self.reward_fn, self.val_reward_fn = build_reward_managers(
+            self.config, self.tokenizer, device=self.device, scorer=scorer
         )
 
     def _build_workers(self) -> None:
-        """Create the actor-rollout-reference worker and, when used, the critic worker.
-
-        On a CUDA device they are FSDP2 ranks of a one-rank NCCL group in this process, as in a
-        one-GPU verl run (``engine.distributed.local_group``): bf16 compute with fp32 master
-        weights, the rollout sampling from a bf16 copy. On a CPU they are the plain workers.
-        """
-        config = self.config
+        """Create the actor-rollout-reference worker and, when used, the critic worker: FSDP2
+        ranks of a one-rank group on a CUDA device, the plain workers on a CPU."""
         if self.device.type == "cuda":
             self._build_local_rank()
             return
-        worker = ActorRolloutRefWorker(
-            config, device=self.device, total_steps=self.total_steps, need_ref=self.need_ref
-        )
-        worker.tokenizer = self.tokenizer
-        self.arr = worker
-        self.critic = (
-            CriticWorker(config, device=self.device, total_steps=self.total_steps)
-            if self.use_critic
-            else None
+        self.arr, self.critic = build_local_workers(
+            self.config, self.device, self.tokenizer, self.total_steps
         )
 
     def _build_local_rank(self) -> None:
-        from engine.distributed.local_group import LocalWorkerGroup
-        from engine.distributed.worker_group import ActorRolloutRefGroup, CriticGroup
-
-        self.rank_group = LocalWorkerGroup(self.device.type)
-        self.arr = ActorRolloutRefGroup(
-            self.rank_group, self.config, total_steps=self.total_steps, need_ref=self.need_ref
-        )
-        self.critic = (
-            CriticGroup(self.rank_group, self.config, total_steps=self.total_steps)
-            if self.use_critic
-            else None
+        """Build the workers as FSDP2 ranks of a one-rank group in this process."""
+        self.rank_group, self.arr, self.critic = build_local_rank(
+            self.config, self.device, self.total_steps
         )
 
     # -- one training step -------------------------------------------------------------------
@@ -463,223 +373,55 @@ class PPOTrainer:
         scores = self.reward_fn(base, return_dict=True)["reward_tensor"].sum(-1)  # (bs,)
         return scores.repeat_interleave(n)[:, None]
 
-    # -- validation --------------------------------------------------------------------------
+    # -- validation (engine.trainer.validation) ---------------------------------------------
     def validate(self) -> tuple[dict[str, float], list[SampleRecord]]:
-        """Score the validation set with ``val_kwargs`` sampling; return metrics and samples.
-
-        The metrics are verl's ``_validate``: ``reward`` and each numeric key the reward
-        function reports (``acc``, ...; ``pred`` votes for ``maj@n``) per data source, see
-        ``engine.trainer.metrics.compute_validation_metrics``; ``val-aux/num_turns/*`` for
-        multi-turn rollouts. The manager's ``score`` (the reward again) and ``reward_error``
-        are left out.
-        """
+        """Score the validation set with ``val_kwargs`` sampling; return metrics and samples."""
         assert self.val_dataset is not None
-        val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
-        batch_size = self.config.data.val_batch_size or len(self.val_dataset)
-        sources, uids, records, turns = [], [], [], []
-        scores: list[float] = []
-        infos: dict[str, list] = {}
-        for start in range(0, len(self.val_dataset), batch_size):
-            items = [
-                self.val_dataset[i]
-                for i in range(start, min(start + batch_size, len(self.val_dataset)))
-            ]
-            prompts = self.collate(items)
-            prompts.non_tensor_batch["uid"] = np.array(
-                [str(item["index"]) for item in items], dtype=object
-            )
-            batch = prompts.repeat(val_kwargs.n, interleave=True)
-            gen = self.arr.generate_sequences(batch, validate=True)
-            batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
-            batch = batch.union(gen.to("cpu"))
-            result = self.val_reward_fn(batch, return_dict=True)
-            batch.batch["token_level_scores"] = result["reward_tensor"]
-            info = result.get("reward_extra_info", {})
-            # A key a batch lacks is None for its samples (skipped, never averaged as 0).
-            for key in info.keys() - infos.keys() - {"score", "reward_error"}:
-                infos[key] = [None] * len(scores)
-            for key, values in infos.items():
-                values += list(info.get(key, [None] * len(batch)))
-            scores += result["reward_tensor"].sum(-1).tolist()
-            sources += [str(s) for s in batch.non_tensor_batch["data_source"]]
-            uids += list(batch.non_tensor_batch["uid"])
-            turns += list(batch.non_tensor_batch.get("num_turns", []))
-            records += self.sample_records(batch, info, split="val", n=val_kwargs.n)
-        metrics = compute_validation_metrics(sources, uids, scores, extra_infos=infos)
-        if turns:
-            metrics["val-aux/num_turns/min"] = float(np.min(turns))
-            metrics["val-aux/num_turns/max"] = float(np.max(turns))
-            metrics["val-aux/num_turns/mean"] = float(np.mean(turns))
-        return metrics, records
+        return validation.validate(
+            self.arr,
+            self.val_dataset,
+            self.val_reward_fn,
+            collate=self.collate,
+            tokenizer=self.tokenizer,
+            config=self.config,
+            step=self.global_step,
+        )
 
     def report_val_samples(self, step: int, records: list[SampleRecord]) -> None:
-        """Hand a validation pass's samples on: every one to the caller's recorder (the studio
-        keeps them all for its inspector), and the ``trainer.log_val_generations`` picked by
-        :func:`pick_val_generations` to ``trainer.logger``'s sinks (console table, jsonl,
-        trackers); 0 gives the sinks none."""
-        self.recorder.on_samples(step, records)
-        picked = pick_val_generations(records, self.config.trainer.log_val_generations)
-        if picked:
-            for sink in self.log_sinks:
-                sink.on_samples(step, picked)
+        """Hand a validation pass's samples to the recorder and trainer.logger's sinks."""
+        validation.report_val_samples(
+            step,
+            records,
+            recorder=self.recorder,
+            sinks=self.log_sinks,
+            log_val_generations=self.config.trainer.log_val_generations,
+        )
 
-    # -- samples for the recorder ------------------------------------------------------------
-    def sample_records(
-        self, batch: DataProto, reward_info: dict[str, list], *, split: str, n: int
-    ) -> list[SampleRecord]:
-        """Return one :class:`SampleRecord` per response in ``batch``."""
-        b, nt = batch.batch, batch.non_tensor_batch
-        scores = b["token_level_scores"].sum(-1).tolist()
-        has_adv = "advantages" in b
-        # Up to the last response token: a multi-turn mask has gaps where the interaction spoke.
-        lengths = mask_span_end(b["response_mask"]).tolist()
-        records = []
-        part_keys = [k for k in reward_info if k not in {"reward_error", "score"}]
-        for i in range(len(batch)):
-            length = int(lengths[i])
-            ids = b["responses"][i, :length].tolist()
-            reward_model = nt["reward_model"][i] or {}
-            extra = nt["extra_info"][i] or {}
-            parts = {k: _json_safe(reward_info[k][i]) for k in part_keys}
-            adv_tokens = b["advantages"][i, :length].tolist() if has_adv else None
-            logp_key = "old_log_probs" if "old_log_probs" in b else "rollout_log_probs"
-            records.append(
-                SampleRecord(
-                    step=self.global_step,
-                    split=split,
-                    prompt_index=int(extra.get("index", nt["index"][i])),
-                    sample_index=i % n,
-                    group_id=str(nt["uid"][i]),
-                    data_source=str(nt["data_source"][i]),
-                    prompt_text=str(nt["prompt_text"][i]),
-                    response_text=self.tokenizer.decode(ids, skip_special_tokens=True),
-                    ground_truth=_maybe_str(reward_model.get("ground_truth")),
-                    reward=float(scores[i]),
-                    reward_parts=parts,
-                    reward_error=(reward_info.get("reward_error") or [None] * len(batch))[i],
-                    advantage=float(np.mean(adv_tokens)) if adv_tokens else None,
-                    response_length=length,
-                    truncated=bool(nt["truncated"][i]),
-                    turns=list(nt["turns"][i]) if "turns" in nt else None,
-                    tokens=self.tokenizer.convert_ids_to_tokens(ids),
-                    token_logprobs=b[logp_key][i, :length].tolist(),
-                    token_ref_logprobs=(
-                        b["ref_log_prob"][i, :length].tolist() if "ref_log_prob" in b else None
-                    ),
-                    token_advantages=adv_tokens,
-                )
-            )
-        return records
-
-    # -- checkpoints (the folder layout: engine.trainer.checkpoint) --------------------------
-    def checkpointed_roles(self) -> list[tuple[str, Any, Any]]:
-        """Return ``(folder, worker, checkpoint settings)`` for each role a checkpoint holds."""
-        roles: list[tuple[str, Any, Any]] = [
-            ("actor", self.arr, self.config.actor_rollout_ref.actor.checkpoint)
-        ]
-        if self.critic is not None:
-            roles.append(("critic", self.critic, self.config.critic.checkpoint))
-        return roles
-
+    # -- checkpoints (the layout and the policy: engine.trainer.checkpoint) ---------------
     def save_checkpoint(self) -> Path:
-        """Write ``global_step_<N>/`` (actor, critic, trainer state) and mark it the latest.
-
-        Each worker's file holds what its ``checkpoint.save_contents`` lists; ``hf_model`` adds
-        a Hugging Face folder ``<role>/huggingface/``. The trainer state is always written.
-        """
-        parts: dict[str, Any] = {}
-        for role, worker, settings in self.checkpointed_roles():
-            contents = list(settings.save_contents)
-            state = checkpoint.select_contents(worker.state_dict(), contents)
-            parts[f"{role}/state.pt"] = partial(checkpoint.save_state, state)
-            if "hf_model" in contents:
-                parts[f"{role}/{checkpoint.HF_FOLDER}"] = worker.export_hf
-        parts[checkpoint.STATE_FILE] = partial(checkpoint.save_state, self.trainer_state())
-        target = checkpoint.write_checkpoint(self.local_dir, self.global_step, parts)
-        trainer_cfg = self.config.trainer
-        checkpoint.prune(
-            self.local_dir, trainer_cfg.max_actor_ckpt_to_keep, trainer_cfg.max_critic_ckpt_to_keep
+        """Write ``global_step_<N>/`` (actor, critic, trainer state), mark it the latest, prune
+        the older ones and tell the recorder."""
+        target = checkpoint.save_checkpoint(
+            self.local_dir,
+            self.global_step,
+            checkpoint.checkpointed_roles(self.config, self.arr, self.critic),
+            checkpoint.trainer_state(self.global_step, self.train_loader, self.kl_ctrl),
+            self.config.trainer,
         )
         self.report.on_checkpoint(self.global_step, str(target))
         return target
 
-    def trainer_state(self) -> dict[str, Any]:
-        """Return the controller's state: step, data position, KL coefficient and RNG."""
-        return {
-            "global_step": self.global_step,
-            "dataloader": self.train_loader.state_dict(),
-            "kl_coef": self.kl_ctrl.value if self.kl_ctrl is not None else None,
-            "kl_ctrl": getattr(self.kl_ctrl, "__dict__", None),
-            "rng": checkpoint.rng_states(),
-        }
-
-    def resume_dir(self) -> Path | None:
-        """Return the checkpoint to resume from, as ``trainer.resume_mode`` says."""
-        mode = self.config.trainer.resume_mode
-        if mode == "disable":
-            return None
-        if mode == "resume_path":
-            path = Path(resolve_path(self.config.trainer.resume_from_path) or "")
-            if not checkpoint.is_complete(path):
-                raise FileNotFoundError(
-                    f"trainer.resume_from_path={str(path)!r} is not a checkpoint folder "
-                    f"(no {checkpoint.STATE_FILE}); point it at .../global_step_<N>"
-                )
-            return path
-        return checkpoint.latest_checkpoint(self.local_dir)
-
     def load_checkpoint(self) -> None:
-        """Restore workers and controller from :meth:`resume_dir`, if there is one."""
-        path = self.resume_dir()
+        """Restore workers and controller from the checkpoint ``trainer.resume_mode`` names."""
+        trainer_cfg = self.config.trainer
+        path = checkpoint.resume_dir(
+            trainer_cfg.resume_mode, resolve_path(trainer_cfg.resume_from_path), self.local_dir
+        )
         if path is None:
             return
-        for role, worker, settings in self.checkpointed_roles():
-            self.load_worker(path / role, worker, settings, role)
-        state = checkpoint.load_state(path / checkpoint.STATE_FILE)
-        self.global_step = state["global_step"]
-        self.train_loader.load_state_dict(state["dataloader"])
-        if self.kl_ctrl is not None and state.get("kl_ctrl"):
-            self.kl_ctrl.__dict__.update(state["kl_ctrl"])
-        checkpoint.restore_rng_states(state["rng"])
+        roles = checkpoint.checkpointed_roles(self.config, self.arr, self.critic)
+        self.global_step = checkpoint.load_checkpoint(path, roles, self.train_loader, self.kl_ctrl)
         print(f"resumed from {path} at step {self.global_step}")
-
-    def load_worker(self, folder: Path, worker: Any, settings: Any, role: str) -> None:
-        """Restore one worker from ``folder`` with only its ``checkpoint.load_contents``.
-
-        A content the checkpoint lacks is refused; one left out keeps the worker's live value
-        (a fresh optimizer, the starting schedule and RNG, the model path's weights), with a
-        warning. ``hf_model`` loads nothing (the weights are ``model``): it only asks that the
-        checkpoint has the Hugging Face folder.
-        """
-        key = "actor_rollout_ref.actor.checkpoint" if role == "actor" else f"{role}.checkpoint"
-        contents = list(
-            settings.save_contents if settings.load_contents is None else settings.load_contents
-        )
-        if not (folder / "state.pt").is_file():
-            raise FileNotFoundError(
-                f"the checkpoint {folder.parent} holds no {role} state ({role}/state.pt): "
-                f"trainer.max_{role}_ckpt_to_keep pruned it from this older step; resume from a "
-                "newer step (trainer.resume_mode=auto takes the newest)"
-            )
-        saved = checkpoint.load_state(folder / "state.pt")
-        held = checkpoint.saved_contents(folder, saved)
-        lacking = [name for name in contents if name not in held]
-        if lacking:
-            raise ValueError(
-                f"{key}.load_contents asks for {lacking} but the checkpoint {folder} holds only "
-                f"{held}; drop them from {key}.load_contents (what is not loaded starts fresh) "
-                "or resume from a checkpoint saved with them"
-            )
-        skipped = [name for name in checkpoint.CONTENT_KEYS if name not in contents]
-        if skipped:
-            warnings.warn(
-                f"resuming {role} from {folder} without {skipped} ({key}.load_contents="
-                f"{contents}): {'; '.join(FRESH[name] for name in skipped)}",
-                UserWarning,
-                stacklevel=2,
-            )
-            saved = checkpoint.merge_contents(worker.state_dict(), saved, contents)
-        worker.load_state_dict(saved)
 
     # -- the loop ----------------------------------------------------------------------------
     def fit(self) -> RunStatus:
@@ -696,24 +438,22 @@ class PPOTrainer:
             manager.close()
 
     def _fit(self) -> RunStatus:
-        from engine.config import config_to_dict
-
         config = self.config
         trainer_cfg = config.trainer
         self.load_checkpoint()
         self.report.on_start(
             config=config_to_dict(config), total_steps=self.total_steps, start_step=self.global_step
         )
-        if trainer_cfg.val_only:  # verl: validate at the start (or resumed) step, then stop
+        # verl validates before the first step, and with val_only at the start (or resumed)
+        # step, then stops.
+        first = self.val_dataset is not None and trainer_cfg.val_before_train
+        if trainer_cfg.val_only or (first and self.global_step == 0):
             val_metrics, records = self.validate()
             self.report_val_samples(self.global_step, records)
             self.report.on_step(self.global_step, val_metrics)
-            self.report.on_finish(status=RunStatus.SUCCEEDED)
-            return RunStatus.SUCCEEDED
-        if self.val_dataset is not None and trainer_cfg.val_before_train and self.global_step == 0:
-            val_metrics, records = self.validate()
-            self.report_val_samples(0, records)
-            self.report.on_step(0, val_metrics)
+            if trainer_cfg.val_only:
+                self.report.on_finish(status=RunStatus.SUCCEEDED)
+                return RunStatus.SUCCEEDED
         status = RunStatus.SUCCEEDED
         # One stream of batches over the epochs: filter_groups draws its extra batches from it.
         batches = self.prompt_batches()
@@ -723,8 +463,13 @@ class PPOTrainer:
                 metrics, batch, reward_info = self.train_step(prompts, batches)
                 self.report.on_samples(
                     self.global_step,
-                    self.sample_records(
-                        batch, reward_info, split="train", n=config.actor_rollout_ref.rollout.n
+                    sample_records(
+                        batch,
+                        reward_info,
+                        self.tokenizer,
+                        step=self.global_step,
+                        split="train",
+                        n=config.actor_rollout_ref.rollout.n,
                     ),
                 )
                 last = self.global_step >= self.total_steps
@@ -734,19 +479,15 @@ class PPOTrainer:
                     and test_freq > 0
                     and (self.global_step % test_freq == 0 or last)
                 ):
-                    timing: dict[str, float] = {}
-                    with timer("testing", timing):
+                    with timer("timing_s/testing", metrics):
                         val_metrics, records = self.validate()
                     metrics.update(val_metrics)
-                    metrics["timing_s/testing"] = timing["testing"]
                     self.report_val_samples(self.global_step, records)
                 stop = self.report.should_stop()
                 save_freq = trainer_cfg.save_freq
                 if stop or (save_freq > 0 and (self.global_step % save_freq == 0 or last)):
-                    timing = {}
-                    with timer("save_checkpoint", timing):
+                    with timer("timing_s/save_checkpoint", metrics):
                         self.save_checkpoint()
-                    metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
                 self.report.on_step(self.global_step, metrics)
                 if stop:
                     status = RunStatus.CANCELLED
@@ -764,165 +505,3 @@ class PPOTrainer:
         """Yield the training loader's batches epoch after epoch, without end."""
         while True:
             yield from self.train_loader
-
-
-def resolve_files(files: str | list[str]) -> list[str]:
-    """Return local paths for ``data.train_files`` / ``data.val_files`` (str or list)."""
-    items = [files] if isinstance(files, str) else list(files)
-    return [resolve_path(f) for f in items]  # type: ignore[misc]
-
-
-def pick_val_generations(records: list[SampleRecord], n: int) -> list[SampleRecord]:
-    """Return ``n`` validation samples picked as verl's ``_maybe_log_val_generations`` does.
-
-    Sorted by input text, shuffled with ``np.random.RandomState(42)`` and cut to the first
-    ``n``: the same prompts every validation, so a tracker's table shows one set improve.
-    """
-    if n <= 0:
-        return []
-    picked = sorted(records, key=lambda r: r.prompt_text)
-    np.random.RandomState(42).shuffle(picked)  # type: ignore[arg-type]
-    return picked[:n]
-
-
-# What a worker keeps when a resume leaves a checkpoint content out (checkpoint.load_contents).
-FRESH = {
-    "model": "the weights stay those of the model path",
-    "optimizer": "the optimizer starts fresh (no moment estimates)",
-    "extra": "the learning-rate schedule and sampling RNG start afresh",
-}
-
-
-def load_data_tokenizer(config: Any, policy_tokenizer: Any) -> Any:
-    """Return the tokenizer that reads the data: ``data.tokenizer`` when set, else the policy's.
-
-    The prompt ids it produces are fed to the policy, so its vocabulary must be the policy's
-    (token for token); only its chat template and settings may differ. ``custom_chat_template``
-    applies to it as to the policy's tokenizer.
-    """
-    path = config.data.tokenizer
-    if not path:
-        return policy_tokenizer
-    from types import SimpleNamespace
-
-    from engine.workers.models import load_tokenizer
-
-    settings = SimpleNamespace(
-        path=path,
-        trust_remote_code=config.data.trust_remote_code,
-        custom_chat_template=config.actor_rollout_ref.model.custom_chat_template,
-    )
-    tokenizer = load_tokenizer(settings, path=path)
-    data_vocab, policy_vocab = tokenizer.get_vocab(), policy_tokenizer.get_vocab()
-    if data_vocab != policy_vocab:
-        differ = sorted(
-            token
-            for token in data_vocab.keys() | policy_vocab.keys()
-            if data_vocab.get(token) != policy_vocab.get(token)
-        )
-        raise ValueError(
-            f"data.tokenizer={path!r} has a different vocabulary from the policy's tokenizer "
-            f"({len(data_vocab)} vs {len(policy_vocab)} tokens; {len(differ)} differ, e.g. "
-            f"{differ[:3]}), so the prompt ids would mean other tokens to the model; point "
-            "data.tokenizer at a tokenizer with the policy's vocabulary, or unset it"
-        )
-    return tokenizer
-
-
-def build_reward_scorer(config: Any, device: str | torch.device = "cpu") -> Any:
-    """Return the reward model's scorer in this process when ``reward_model.enable=True``, else
-    None (``RewardModelScorer.from_config``: sizes and defaults as verl's reward model worker).
-
-    The single-process trainer's; with ``trainer.controller=ray`` the model is a role on the
-    ranks instead (``engine.distributed.worker_group.RewardModelGroup``). Raise
-    ``ConfigValidationError`` for the keys only that role reads (the validator's
-    ``in_process_reward_model_problems``).
-    """
-    if not config.reward_model.enable:
-        return None
-    from engine.config import ConfigValidationError
-    from engine.config.validate import in_process_reward_model_problems
-
-    problems = in_process_reward_model_problems(config)
-    if problems:
-        raise ConfigValidationError(problems)
-    from engine.rewards.reward_model import RewardModelScorer
-
-    return RewardModelScorer.from_config(config, device)
-
-
-def build_reward_manager(
-    config: Any,
-    tokenizer: Any,
-    *,
-    device: str | torch.device = "cpu",
-    validation: bool = False,
-    scorer: Any = None,
-) -> Any:
-    """Return the reward manager the config describes (custom function, composite or dispatch).
-
-    With ``reward_model.enable=True`` the reward model is ``scorer`` (anything with
-    ``score(prompts, responses)``, such as the Ray path's ``RewardModelGroup``) or, without one,
-    a ``RewardModelScorer`` loaded here on ``device``; with no
-    ``reward.components`` its score is the reward, as in verl (whose reward manager returns the
-    reward model's ``rm_scores`` when the batch has them); a ``reward_model`` component weighs it
-    against rule rewards, and a ``custom`` component is ``custom_reward_function``. With
-    ``validation=True`` the reward model is left out, as verl's ``val_reward_fn`` leaves it: the
-    other components score, or the data-source dispatch when none is left.
-    """
-    from engine.rewards import load_custom_reward_fn
-
-    custom = config.custom_reward_function
-    compute_score = None
-    if custom.path:
-        compute_score = load_custom_reward_fn(
-            resolve_path(custom.path), custom.name, dict(custom.reward_kwargs or {})
-        )
-    components = [
-        (c["name"], float(c.get("weight", 1.0)), dict(c.get("kwargs") or {}))
-        if isinstance(c, dict)
-        else (c.name, float(c.weight), dict(c.kwargs or {}))
-        for c in (config.reward.components or [])
-    ]
-    if any(name == "custom" for name, _, _ in components):
-        components = [(compute_score if c[0] == "custom" else c[0], *c[1:]) for c in components]
-        compute_score = None
-    model = None
-    if validation:
-        components = [c for c in components if c[0] != "reward_model"]
-    elif config.reward_model.enable:
-        model = scorer if scorer is not None else build_reward_scorer(config, device)
-    settings = {
-        "compute_score": compute_score,
-        "reward_fn_key": config.data.reward_fn_key,
-        "num_workers": config.reward.num_workers,
-        "components": components or None,
-        "reward_model": model,
-    }
-    if config.reward_model.reward_manager == "dapo":
-        from engine.rewards.dapo import DAPORewardManager
-        from engine.rewards.overlong import OverlongBuffer, overlong_buffer
-
-        overlong = overlong_buffer(dict(config.reward_model.reward_kwargs or {}))
-        recipe = config.reward_model.overlong_buffer  # verl's DAPO recipe spelling
-        if recipe.enable:
-            overlong = OverlongBuffer(
-                config.data.max_response_length, recipe.len, recipe.penalty_factor, recipe.log
-            )
-        return DAPORewardManager(tokenizer, overlong=overlong, **settings)
-    from engine.rewards.managers import REWARD_MANAGER_CLASSES
-
-    manager = REWARD_MANAGER_CLASSES[config.reward_model.reward_manager]
-    return manager(tokenizer, **settings, **dict(config.reward_model.reward_kwargs or {}))
-
-
-def _maybe_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, (np.floating, np.integer)):
-        return value.item()
-    if isinstance(value, torch.Tensor):
-        return value.tolist()
-    return value

@@ -202,18 +202,3 @@ def _cell(text: str, width: int = 48) -> str:
     """Return ``text`` on one line, cut to ``width`` characters for a console table."""
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 3] + "..."
-
-
-def default_recorders(config: Any) -> list[Recorder]:
-    """Return the recorders that ``trainer.logger`` names: console, jsonl and the trackers."""
-    from engine.trainer.trackers import tracker_recorders
-
-    loggers = config.trainer.logger
-    loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
-    recorders: list[Recorder] = []
-    if "console" in loggers:
-        recorders.append(ConsoleRecorder(every=config.trainer.log_freq))
-    if "jsonl" in loggers:
-        folder = Path(config.trainer.default_local_dir).expanduser()
-        recorders.append(JsonlRecorder(folder / "logs"))
-    return recorders + tracker_recorders(config)

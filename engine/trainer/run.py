@@ -11,6 +11,7 @@ import traceback
 from typing import Any
 
 from engine.trainer.ppo_trainer import PPOTrainer
+from engine.trainer.ray_trainer import RayPPOTrainer
 from engine.trainer.recorder import Recorder, RunStatus
 
 
@@ -23,11 +24,8 @@ def run_training(config: Any, recorder: Recorder | None = None) -> RunStatus:
     """
     trainer: PPOTrainer | None = None
     try:
-        trainer_cls: type[PPOTrainer] = PPOTrainer
-        if config.trainer.controller == "ray":
-            from engine.distributed.ray_trainer import RayPPOTrainer
-
-            trainer_cls = RayPPOTrainer
+        # Importing RayPPOTrainer does not import Ray; its worker groups start Ray when built.
+        trainer_cls = RayPPOTrainer if config.trainer.controller == "ray" else PPOTrainer
         trainer = trainer_cls(config, recorder)
         return trainer.fit()
     except BaseException:

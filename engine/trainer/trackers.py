@@ -1,9 +1,10 @@
 """Experiment trackers: ``trainer.logger`` names as verl spells them, each one a ``Recorder``.
 
 ``TRACKERS`` is the one list of names ``trainer.logger`` accepts (the config schema imports it).
-``console`` and ``jsonl`` are the built-in recorders of ``engine.trainer.recorder``; the others
-report through their own library, installed with the optional extra (``pip install -e
-.[trackers]``) and imported only when a run names them. The validator refuses a name whose
+``default_recorders`` builds the recorders a run's ``trainer.logger`` names: ``console`` and
+``jsonl`` are the built-in recorders of ``engine.trainer.recorder`` (which knows nothing of this
+module); the others report through their own library, installed with the optional extra (``pip
+install -e .[trackers]``) and imported only when a run names them. The validator refuses a name whose
 library is missing (``tracker_install_problems``) before anything runs.
 
 Each tracker follows verl's ``verl/utils/tracking.py``: the project is ``trainer.project_name``,
@@ -31,8 +32,10 @@ on the server and nothing lands in the worker's ``HOME``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,7 +46,7 @@ from engine.config.trackers import (  # noqa: F401 - re-exported for the trainer
     TRACKERS,
     tracker_install_problems,
 )
-from engine.trainer.recorder import Recorder
+from engine.trainer.recorder import ConsoleRecorder, JsonlRecorder, Recorder
 
 # Variables a tracker reads (keys, hosts, modes): the studio's driver keeps them.
 TRACKER_ENV_PREFIXES = ("WANDB_", "MLFLOW_", "SWANLAB_", "CLEARML_", "TENSORBOARD_")
@@ -167,7 +170,7 @@ class WandbRecorder(_TrackerRecorder):
     """Log to Weights & Biases; ``WANDB_MODE=offline`` writes the run under ``WANDB_DIR`` only."""
 
     def start(self, config: dict[str, Any]) -> None:
-        import wandb
+        import wandb  # optional: the [trackers] extra
 
         self.run = wandb.init(
             project=self.project,
@@ -187,9 +190,7 @@ class TensorboardRecorder(_TrackerRecorder):
     """Write event files to ``$TENSORBOARD_DIR`` or ``tensorboard_log/<project>/<experiment>``."""
 
     def start(self, config: dict[str, Any]) -> None:
-        import json
-
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # optional: the [trackers] extra
 
         default = Path("tensorboard_log") / self.project / self.experiment
         self.directory = Path(os.environ.get("TENSORBOARD_DIR") or default)
@@ -212,7 +213,7 @@ class MlflowRecorder(_TrackerRecorder):
     """Log to MLflow at ``$MLFLOW_TRACKING_URI``; keys mapped by ``mlflow_key``."""
 
     def start(self, config: dict[str, Any]) -> None:
-        from mlflow import MlflowClient
+        from mlflow import MlflowClient  # optional: the [trackers] extra
         from mlflow.entities import Param
 
         self.client = MlflowClient(os.environ.get("MLFLOW_TRACKING_URI") or MLFLOW_DEFAULT_URI)
@@ -229,9 +230,7 @@ class MlflowRecorder(_TrackerRecorder):
         self.client.log_batch(run_id, params=params)
 
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
-        import time
-
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric  # optional: the [trackers] extra
 
         now = int(time.time() * 1000)
         rows = [Metric(mlflow_key(k), float(v), now, step) for k, v in metrics.items()]
@@ -245,7 +244,7 @@ class SwanlabRecorder(_TrackerRecorder):
     """Log to SwanLab; ``SWANLAB_MODE=offline`` keeps the run under ``SWANLAB_LOG_DIR``."""
 
     def start(self, config: dict[str, Any]) -> None:
-        import swanlab
+        import swanlab  # optional: the [trackers] extra
 
         self.swanlab = swanlab
         if os.environ.get("SWANLAB_API_KEY"):
@@ -269,7 +268,7 @@ class ClearmlRecorder(_TrackerRecorder):
     """Log to ClearML as a task; ``CLEARML_OFFLINE_MODE=1`` stores it under its cache folder."""
 
     def start(self, config: dict[str, Any]) -> None:
-        from clearml import Task
+        from clearml import Task  # optional: the [trackers] extra
 
         self.task: Any = Task.init(
             project_name=self.project,
@@ -313,3 +312,16 @@ def tracker_recorders(config: Any) -> list[Recorder]:
         for name in dict.fromkeys(names)
         if name in RECORDERS
     ]
+
+
+def default_recorders(config: Any) -> list[Recorder]:
+    """Return the recorders that ``trainer.logger`` names: console, jsonl and the trackers."""
+    loggers = config.trainer.logger
+    loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
+    recorders: list[Recorder] = []
+    if "console" in loggers:
+        recorders.append(ConsoleRecorder(every=config.trainer.log_freq))
+    if "jsonl" in loggers:
+        folder = Path(config.trainer.default_local_dir).expanduser()
+        recorders.append(JsonlRecorder(folder / "logs"))
+    return recorders + tracker_recorders(config)

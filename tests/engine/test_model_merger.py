@@ -399,7 +399,7 @@ class GatherAtCheckpoint(Recorder):
 @pytest.mark.slow
 def test_a_two_rank_fsdp2_checkpoint_of_a_ray_run_merges_to_the_trained_weights(tmp_path):
     ray = pytest.importorskip("ray")
-    from engine.distributed.ray_trainer import RayPPOTrainer
+    from engine.trainer.ray_trainer import RayPPOTrainer
 
     folder = tmp_path / "ckpt"
     config = tiny_run_config(

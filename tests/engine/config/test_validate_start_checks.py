@@ -52,7 +52,7 @@ def test_an_own_reward_pool_needs_at_least_one_rank_per_side():
 
 
 def test_the_ray_trainer_raises_the_validators_pool_error_before_asking_for_pools():
-    from engine.distributed.ray_trainer import default_resource_pool_spec
+    from engine.trainer.ray_trainer import default_resource_pool_spec
 
     config = load_config("grpo_tiny", OWN_POOL)
     with pytest.raises(ConfigValidationError) as caught:
@@ -77,7 +77,7 @@ def test_the_single_process_trainer_refuses_the_keys_only_the_ray_role_reads():
 
 
 def test_the_in_process_scorer_raises_the_validators_errors_before_loading_a_model():
-    from engine.trainer.ppo_trainer import build_reward_scorer
+    from engine.trainer.build import build_reward_scorer
 
     overrides = [*RM, "reward_model.enable_resource_pool=True", "reward_model.nnodes=1"]
     with pytest.raises(ConfigValidationError) as caught:
@@ -173,7 +173,7 @@ def test_weighted_components_must_include_the_custom_function_and_the_reward_mod
 
 def test_the_custom_function_left_out_of_the_components_failed_at_start(tmp_path):
     # What the validator now refuses is what the reward manager refuses as the run starts.
-    from engine.trainer.ppo_trainer import build_reward_manager
+    from engine.trainer.build import build_reward_manager
 
     path = tmp_path / "reward.py"
     path.write_text(

@@ -18,11 +18,11 @@ from transformers import AutoModelForCausalLM
 from engine.config import load_config
 from engine.data import DataProto
 from engine.distributed.channel import ENV_SWITCH, RankChannelError
-from engine.distributed.ray_trainer import RayPPOTrainer
 from engine.distributed.worker_group import ActorRolloutRefGroup, RayWorkerGroup, ResourcePool
 from engine.tiny.task import make_problems, write_split
 from engine.tiny.tokenizer import build_tokenizer
 from engine.trainer import Recorder
+from engine.trainer.ray_trainer import RayPPOTrainer
 from engine.trainer.run import run_training
 from tests.engine.distributed.helpers import (
     max_diff,

@@ -20,7 +20,6 @@ import pytest
 from engine.config import load_config
 from engine.config.schema import PPOConfig
 from engine.distributed.channel import RankChannelError
-from engine.distributed.ray_trainer import RayPPOTrainer
 from engine.distributed.worker_group import (
     RayWorkerGroup,
     ResourcePool,
@@ -33,7 +32,8 @@ from engine.tiny.reward_model import build_classifier
 from engine.tiny.task import make_problems, write_split
 from engine.tiny.tokenizer import build_tokenizer
 from engine.trainer import Recorder
-from engine.trainer.ppo_trainer import build_reward_scorer
+from engine.trainer.build import build_reward_scorer
+from engine.trainer.ray_trainer import RayPPOTrainer
 from tests.engine.distributed.helpers import tiny_policy
 
 ray = pytest.importorskip("ray")

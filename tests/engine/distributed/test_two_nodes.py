@@ -14,8 +14,8 @@ import torch
 
 from engine.data import DataProto
 from engine.distributed.channel import ENV_SWITCH
-from engine.distributed.ray_trainer import RayPPOTrainer
 from engine.distributed.worker_group import RankDiedError, RayWorkerGroup, ResourcePool
+from engine.trainer.ray_trainer import RayPPOTrainer
 from engine.trainer.run import run_training
 from tests.engine.distributed.ray_nodes import kill_node, start_head, start_node
 from tests.engine.distributed.test_ray import ListRecorder, assets, ray_config  # noqa: F401

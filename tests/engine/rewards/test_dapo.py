@@ -117,7 +117,7 @@ def test_a_disabled_buffer_needs_nothing_else():
 
 def _manager(char_tokenizer, *overrides):
     from engine.config import load_config
-    from engine.trainer.ppo_trainer import build_reward_manager
+    from engine.trainer.build import build_reward_manager
 
     return build_reward_manager(load_config("grpo_tiny", list(overrides)), char_tokenizer)
 

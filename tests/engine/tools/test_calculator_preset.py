@@ -146,7 +146,7 @@ def test_the_tiny_calculator_source_is_scored_by_the_tasks_compute_score(monkeyp
 
 
 def test_the_presets_reward_manager_dispatches_by_data_source():
-    from engine.trainer.ppo_trainer import build_reward_manager
+    from engine.trainer.build import build_reward_manager
 
     config = load_config(PRESET)
     for validation in (False, True):

@@ -18,7 +18,7 @@ from engine.rewards.reward_model import RewardModelScorer
 from engine.tiny.reward_model import build_classifier
 from engine.tiny.tokenizer import build_tokenizer
 from engine.trainer import PPOTrainer, Recorder
-from engine.trainer.ppo_trainer import build_reward_manager, build_reward_scorer
+from engine.trainer.build import build_reward_manager, build_reward_scorer
 
 QUESTIONS = ["12+35=", "3+4=", "50+50="]
 REPLIES = ["47", "8", "100"]  # right, wrong, right

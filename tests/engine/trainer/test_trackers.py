@@ -18,13 +18,14 @@ import pytest
 
 from engine.config import ConfigValidationError, config_to_dict, load_config, validate_config
 from engine.config.introspect import iter_field_specs
-from engine.trainer.recorder import Recorder, default_recorders
+from engine.trainer.recorder import Recorder
 from engine.trainer.trackers import (
     RECORDERS,
     TRACKER_ENV_PREFIXES,
     TRACKER_MODULES,
     TRACKERS,
     clearml_title_series,
+    default_recorders,
     flat_params,
     mlflow_key,
     tracker_environment,

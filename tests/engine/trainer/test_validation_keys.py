@@ -11,9 +11,9 @@ import torch
 from engine.main_ppo import main
 from engine.trainer import PPOTrainer
 from engine.trainer.checkpoint import saved_steps
-from engine.trainer.ppo_trainer import pick_val_generations
 from engine.trainer.recorder import SampleRecord
 from engine.trainer.run import run_training
+from engine.trainer.validation import pick_val_generations
 from tests.engine.trainer.test_trainer import ListRecorder
 
 VAL_KEY = "val-core/tiny_arithmetic/reward/mean@1"
