@@ -50,7 +50,7 @@ from engine.lean import LeanModel, causal_mask, checkpointing
 from engine.rollout.sampling import new_kv_cache, shared_prompts, trim_left_padding, with_cache
 from engine.workers.batch_sizes import epoch_batches, global_batch
 from engine.workers.packing import packed_response_logits
-from engine.workers.seqlen_balancing import restore_order, split_micro_batches
+from engine.workers.seqlen_balancing import length_buckets, restore_order, split_micro_batches
 
 PPO_MAX_TOKEN_LEN_KEY = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
 
@@ -211,55 +211,6 @@ def _full_pass(
         ).logits
     hidden, _ = runner.forward(input_ids, position_ids, causal_mask(attention_mask))
     return runner.logits(hidden[:, -keep:])
-
-
-def length_buckets(
-    lengths: torch.Tensor, response_length: int, max_buckets: int = 4, min_saving: float = 0.05
-) -> list[tuple[torch.Tensor, int]]:
-    """Split rows by response length (bs,) into buckets; return ``(rows, longest)`` per bucket.
-
-    Buckets are contiguous runs of the rows sorted by length, chosen (dynamic programming over at
-    most 32 candidate cuts) to minimise the padded tokens ``sum(rows x longest)``. Every bucket
-    costs a forward call, so each one past the first must save at least ``min_saving`` of the
-    unsplit batch's tokens and four tokens a row: on a small model a call's fixed cost is worth
-    many tokens.
-    """
-    bs = lengths.shape[0]
-    longest = max(1, min(response_length, int(lengths.max())))
-    whole = [(torch.arange(bs, device=lengths.device), longest)]
-    sorted_lengths, order = torch.sort(lengths.clamp(min=1, max=longest))
-    values = sorted_lengths.tolist()
-    cuts = [j for j in range(1, bs) if values[j - 1] < values[j]]  # where the length changes
-    if not cuts:
-        return whole
-    if len(cuts) > 32:
-        cuts = [cuts[round(i * (len(cuts) - 1) / 31)] for i in range(32)]
-    points = [0, *cuts, bs]  # bucket boundaries to choose from
-    penalty = max(min_saving * bs * longest, 4.0 * bs)
-    inf = float("inf")
-    # best[k][b]: least cost of the rows before points[b] in k buckets; prev[k][b]: the last cut
-    best = [[inf] * len(points) for _ in range(max_buckets + 1)]
-    prev = [[0] * len(points) for _ in range(max_buckets + 1)]
-    best[0][0] = 0.0
-    for k in range(1, max_buckets + 1):
-        for b in range(1, len(points)):
-            for a in range(b):
-                if best[k - 1][a] == inf:
-                    continue
-                rows = points[b] - points[a]
-                cost = best[k - 1][a] + rows * values[points[b] - 1] + (penalty if k > 1 else 0)
-                if cost < best[k][b]:
-                    best[k][b], prev[k][b] = cost, a
-    end = len(points) - 1
-    k = min(range(1, max_buckets + 1), key=lambda n: best[n][end])
-    if k == 1:
-        return whole
-    buckets = []
-    while k > 0:
-        a = prev[k][end]
-        buckets.append((order[points[a] : points[end]], int(values[points[end] - 1])))
-        end, k = a, k - 1
-    return buckets[::-1]
 
 
 def select_cache(cache: Any, rows: torch.Tensor, model: torch.nn.Module, *, last: bool) -> Any:
