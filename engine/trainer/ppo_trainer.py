@@ -21,18 +21,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.algorithms import (
-    apply_kl_penalty,
-    compute_pf_ppo_reweight_data,
-    get_adv_estimator_fn,
-    get_kl_controller,
-    mask_span_end,
-)
+from engine.algorithms.advantages import get_adv_estimator_fn
+from engine.algorithms.kl import apply_kl_penalty, get_kl_controller
+from engine.algorithms.pf_ppo import compute_pf_ppo_reweight_data
 from engine.algorithms.rollout_correction import (
     compute_rollout_correction_and_rejection_mask,
     correction_settings,
     rollout_correction_active,
 )
+from engine.algorithms.torch_functional import mask_span_end
 from engine.data import DataProto
 from engine.data.dataset import RLHFDataset, collate_prompts
 from engine.data.loader import PromptDataLoader

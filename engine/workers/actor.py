@@ -31,20 +31,18 @@ from typing import Any
 
 import torch
 
-from engine.algorithms import (
-    agg_loss,
-    entropy_from_logits,
-    get_policy_loss_fn,
-    kl_penalty,
-    logprobs_from_logits,
-)
+from engine.algorithms.kl import kl_penalty
 from engine.algorithms.names import TOKEN_BASELINE_ESTIMATORS
-from engine.algorithms.policy_loss import normalised_over
+from engine.algorithms.policy_loss import agg_loss, get_policy_loss_fn, normalised_over
 from engine.algorithms.rollout_correction import (
     compute_policy_loss_bypass_mode,
     compute_rollout_corr_metrics_from_logprobs,
 )
-from engine.algorithms.torch_functional import sum_pi_squared_from_logits
+from engine.algorithms.torch_functional import (
+    entropy_from_logits,
+    logprobs_from_logits,
+    sum_pi_squared_from_logits,
+)
 from engine.data import DataProto
 from engine.lean import LeanModel, causal_mask, checkpointing
 from engine.rollout.sampling import new_kv_cache, shared_prompts, trim_left_padding, with_cache

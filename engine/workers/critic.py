@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
-from engine.algorithms import compute_value_loss, masked_mean
 from engine.algorithms.policy_loss import normalised_over
+from engine.algorithms.torch_functional import masked_mean
+from engine.algorithms.value import compute_value_loss
 from engine.data import DataProto
 from engine.workers.batch_sizes import epoch_batches, global_batch, micro_size, per_rank_size
 from engine.workers.packing import packed_response_values

@@ -6,21 +6,19 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from engine.algorithms import (
+from engine.algorithms.policy_loss import (
     POLICY_LOSS_REGISTRY,
+    GlobalBatch,
     agg_loss,
     compute_policy_loss_cispo,
     compute_policy_loss_clip_cov,
+    compute_policy_loss_geo_mean,
     compute_policy_loss_gpg,
     compute_policy_loss_gspo,
     compute_policy_loss_kl_cov,
+    compute_policy_loss_sapo,
     compute_policy_loss_vanilla,
     get_policy_loss_fn,
-)
-from engine.algorithms.policy_loss import (
-    GlobalBatch,
-    compute_policy_loss_geo_mean,
-    compute_policy_loss_sapo,
     normalised_over,
 )
 

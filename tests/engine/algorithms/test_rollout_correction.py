@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from engine.algorithms import get_policy_loss_fn
+from engine.algorithms.policy_loss import get_policy_loss_fn
 from engine.algorithms.rollout_correction import (
     compute_offpolicy_metrics,
     compute_policy_loss_bypass_mode,
