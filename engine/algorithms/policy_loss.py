@@ -24,41 +24,21 @@ from typing import Any
 import torch
 
 from engine.algorithms.names import LOSS_AGG_MODES, POLICY_LOSS_MODES
+from engine.algorithms.registry import Registry
 from engine.algorithms.torch_functional import check_same_shape, masked_mean, masked_sum
 
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 
-POLICY_LOSS_REGISTRY: dict[str, PolicyLossFn] = {}
-
-
-def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    """Return a decorator that registers a policy loss under ``name`` (a ``loss_mode``).
-
-    The name must be listed in ``engine.algorithms.names.POLICY_LOSS_MODES``, the config's choices.
-    """
-    if name not in POLICY_LOSS_MODES:
-        raise ValueError(
-            f"Policy loss {name!r} is not listed; add it to "
-            "engine.algorithms.names.POLICY_LOSS_MODES so the config accepts it."
-        )
-
-    def decorator(fn: PolicyLossFn) -> PolicyLossFn:
-        if POLICY_LOSS_REGISTRY.get(name, fn) is not fn:
-            raise ValueError(f"Policy loss {name!r} is already registered; pick another name.")
-        POLICY_LOSS_REGISTRY[name] = fn
-        return fn
-
-    return decorator
-
-
-def get_policy_loss_fn(name: str) -> PolicyLossFn:
-    """Return the policy loss registered as ``name``; ValueError lists the valid loss modes."""
-    if name not in POLICY_LOSS_REGISTRY:
-        raise ValueError(
-            f"Unknown policy loss mode {name!r}; "
-            f"valid loss modes are: {', '.join(sorted(POLICY_LOSS_REGISTRY))}."
-        )
-    return POLICY_LOSS_REGISTRY[name]
+POLICY_LOSS_REGISTRY: Registry[PolicyLossFn] = Registry(
+    POLICY_LOSS_MODES,
+    kind="policy loss mode",
+    plural="loss modes",
+    listed_as="engine.algorithms.names.POLICY_LOSS_MODES",
+    source="engine/algorithms/policy_loss.py",
+)
+# verl's names. A name is given as a string literal: names.POLICY_LOSS_MODES reads it from here.
+register_policy_loss = POLICY_LOSS_REGISTRY.register
+get_policy_loss_fn = POLICY_LOSS_REGISTRY.lookup
 
 
 @dataclass(frozen=True)
