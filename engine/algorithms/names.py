@@ -33,9 +33,9 @@ TOKEN_BASELINE_ESTIMATORS = ("optimal_token_baseline", "tir_optimal_token_baseli
 # algorithm.pf_ppo.reweight_method: engine.algorithms.pf_ppo.pf_ppo_weights.
 PF_PPO_REWEIGHT_METHODS = ("pow", "max_min", "max_random")
 
-# actor.policy_loss.loss_mode: the @register_policy_loss names of engine/algorithms/policy_loss.py.
-POLICY_LOSS_MODES = registered_names(_HERE / "policy_loss.py", "register_policy_loss")
-# loss_agg_mode: how engine.algorithms.policy_loss.agg_loss averages token losses.
+# actor.policy_loss.loss_mode: the @register_policy_loss names of engine/algorithms/policy_loss/.
+POLICY_LOSS_MODES = registered_names(_HERE / "policy_loss", "register_policy_loss")
+# loss_agg_mode: how engine.algorithms.loss_aggregation.agg_loss averages token losses.
 LOSS_AGG_MODES = (
     "token-mean",
     "seq-mean-token-sum",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.algorithms.policy_loss import agg_loss
+from engine.algorithms.loss_aggregation import agg_loss
 from engine.algorithms.torch_functional import (
     check_same_shape,
     clip_by_value,

@@ -32,12 +32,11 @@ from typing import Any
 import torch
 
 from engine.algorithms.kl import kl_penalty
+from engine.algorithms.loss_aggregation import agg_loss, normalised_over
 from engine.algorithms.names import TOKEN_BASELINE_ESTIMATORS
-from engine.algorithms.policy_loss import agg_loss, get_policy_loss_fn, normalised_over
-from engine.algorithms.rollout_correction import (
-    compute_policy_loss_bypass_mode,
-    compute_rollout_corr_metrics_from_logprobs,
-)
+from engine.algorithms.policy_loss.base import get_policy_loss_fn
+from engine.algorithms.policy_loss.bypass_mode import compute_policy_loss_bypass_mode
+from engine.algorithms.rollout_correction import compute_rollout_corr_metrics_from_logprobs
 from engine.algorithms.torch_functional import (
     entropy_from_logits,
     logprobs_from_logits,

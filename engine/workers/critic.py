@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from engine.algorithms.policy_loss import normalised_over
+from engine.algorithms.loss_aggregation import normalised_over
 from engine.algorithms.torch_functional import masked_mean
 from engine.algorithms.value import compute_value_loss
 from engine.data import DataProto

@@ -7,13 +7,9 @@ computed with the mini-batch's counts must add up to the loss of the whole mini-
 import pytest
 import torch
 
+from engine.algorithms.loss_aggregation import GlobalBatch, agg_loss, normalised_over
 from engine.algorithms.names import LOSS_AGG_MODES
-from engine.algorithms.policy_loss import (
-    GlobalBatch,
-    agg_loss,
-    compute_policy_loss_vanilla,
-    normalised_over,
-)
+from engine.algorithms.policy_loss.vanilla import compute_policy_loss_vanilla
 
 # Row 0: 2 tokens summing to 3; row 1: 1 token (4); row 2: 3 tokens summing to 6.
 LOSS = torch.tensor([[1.0, 2.0, 9.0], [4.0, 9.0, 9.0], [1.0, 2.0, 3.0]])

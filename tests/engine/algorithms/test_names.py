@@ -11,6 +11,7 @@ from engine.algorithms.advantages import (
     register_adv_est,
 )
 from engine.algorithms.kl import get_kl_controller
+from engine.algorithms.loss_aggregation import agg_loss
 from engine.algorithms.names import (
     ADV_ESTIMATORS,
     GROUP_ESTIMATORS,
@@ -19,7 +20,7 @@ from engine.algorithms.names import (
     LOSS_AGG_MODES,
     POLICY_LOSS_MODES,
 )
-from engine.algorithms.policy_loss import POLICY_LOSS_REGISTRY, agg_loss, register_policy_loss
+from engine.algorithms.policy_loss.base import POLICY_LOSS_REGISTRY, register_policy_loss
 from engine.config import schema
 
 

@@ -6,21 +6,18 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from engine.algorithms.policy_loss import (
-    POLICY_LOSS_REGISTRY,
-    GlobalBatch,
-    agg_loss,
-    compute_policy_loss_cispo,
+from engine.algorithms.loss_aggregation import GlobalBatch, agg_loss, normalised_over
+from engine.algorithms.policy_loss.base import POLICY_LOSS_REGISTRY, get_policy_loss_fn
+from engine.algorithms.policy_loss.cispo import compute_policy_loss_cispo
+from engine.algorithms.policy_loss.covariance import (
     compute_policy_loss_clip_cov,
-    compute_policy_loss_geo_mean,
-    compute_policy_loss_gpg,
-    compute_policy_loss_gspo,
     compute_policy_loss_kl_cov,
-    compute_policy_loss_sapo,
-    compute_policy_loss_vanilla,
-    get_policy_loss_fn,
-    normalised_over,
 )
+from engine.algorithms.policy_loss.geo_mean import compute_policy_loss_geo_mean
+from engine.algorithms.policy_loss.gpg import compute_policy_loss_gpg
+from engine.algorithms.policy_loss.gspo import compute_policy_loss_gspo
+from engine.algorithms.policy_loss.sapo import compute_policy_loss_sapo
+from engine.algorithms.policy_loss.vanilla import compute_policy_loss_vanilla
 
 # Ratios 1, 1.5, 0.5 with A = +1; ratios 1.1, 4, 0.5 with A = -1, -1, +1 (last token masked).
 RATIOS = torch.tensor([[1.0, 1.5, 0.5], [1.1, 4.0, 0.5]])

@@ -7,11 +7,13 @@ import math
 import pytest
 import torch
 
-from engine.algorithms.policy_loss import get_policy_loss_fn
-from engine.algorithms.rollout_correction import (
-    compute_offpolicy_metrics,
+from engine.algorithms.policy_loss.base import get_policy_loss_fn
+from engine.algorithms.policy_loss.bypass_mode import (
     compute_policy_loss_bypass_mode,
     compute_policy_loss_reinforce,
+)
+from engine.algorithms.rollout_correction import (
+    compute_offpolicy_metrics,
     compute_rollout_correction_and_rejection_mask,
     compute_rollout_correction_weights,
     compute_rollout_rejection_mask,

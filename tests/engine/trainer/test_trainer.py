@@ -172,7 +172,7 @@ def test_masked_response_tokens_never_change_the_loss(make_config):
         logits = response_logits(model, data.batch)
         log_prob = torch.log_softmax(logits, -1).gather(-1, data.batch["responses"][..., None])
         log_prob = log_prob.squeeze(-1)
-        from engine.algorithms.policy_loss import compute_policy_loss_vanilla
+        from engine.algorithms.policy_loss.vanilla import compute_policy_loss_vanilla
 
         loss, _ = compute_policy_loss_vanilla(
             log_prob.detach(), log_prob, data.batch["advantages"], data.batch["response_mask"]
