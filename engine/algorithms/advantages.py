@@ -32,16 +32,10 @@ AdvantageEstimator = StrEnum(  # type: ignore[misc]
     "AdvantageEstimator", [(name.upper(), name) for name in ADV_ESTIMATORS]
 )
 
-ADV_ESTIMATOR_REGISTRY: Registry[AdvantageFn] = Registry(
-    ADV_ESTIMATORS,
-    kind="advantage estimator",
-    plural="names",
-    listed_as="engine.algorithms.names.ADV_ESTIMATORS",
-    source="engine/algorithms/advantages.py",
-)
-
-
 # verl's names. A name is given as a string literal: names.ADV_ESTIMATORS reads it from this file.
+ADV_ESTIMATOR_REGISTRY: Registry[AdvantageFn] = Registry(
+    ADV_ESTIMATORS, "advantage estimator", "names", "ADV_ESTIMATORS", "advantages.py"
+)
 register_adv_est = ADV_ESTIMATOR_REGISTRY.register
 get_adv_estimator_fn = ADV_ESTIMATOR_REGISTRY.lookup
 

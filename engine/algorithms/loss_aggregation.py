@@ -3,14 +3,12 @@
 Every loss of the update (the policy losses, the KL and entropy terms, the critic's value loss)
 averages its ``(bs, L)`` token losses over the response mask in one of ``LOSS_AGG_MODES``. In
 the trainer a micro-batch is normalised by counts over its whole mini-batch
-(:class:`GlobalBatch`), so the micro-batches' gradients add up to the mini-batch's.
+(:class:`GlobalBatch`, an argument of every loss), so the micro-batches' gradients add up to the
+mini-batch's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -36,23 +34,6 @@ class GlobalBatch:
     loss_scale_factor: float | None = None
 
 
-_GLOBAL_BATCH: ContextVar[GlobalBatch | None] = ContextVar("global_batch", default=None)
-
-
-@contextmanager
-def normalised_over(batch: GlobalBatch | None) -> Iterator[None]:
-    """Make every :func:`agg_loss` call in the block normalise over ``batch`` (None: locally).
-
-    The actor and critic wrap each micro-batch's loss in it, so every policy loss, registered
-    now or later, aggregates over the mini-batch without a parameter of its own.
-    """
-    token = _GLOBAL_BATCH.set(batch)
-    try:
-        yield
-    finally:
-        _GLOBAL_BATCH.reset(token)
-
-
 def agg_loss(
     loss_mat: torch.Tensor,
     loss_mask: torch.Tensor,
@@ -68,8 +49,8 @@ def agg_loss(
     defaults to ``L`` (Dr. GRPO, arXiv 2503.20783). A masked token never contributes, even when
     its loss is NaN.
 
-    ``global_batch`` (by default the one set by :func:`normalised_over`, else None) is verl 0.7's
-    global aggregation (``core_algos.agg_loss`` with ``batch_num_tokens`` / ``global_batch_size``
+    ``global_batch`` (the actor and critic pass their mini-batch's) is verl 0.7's global
+    aggregation (``core_algos.agg_loss`` with ``batch_num_tokens`` / ``global_batch_size``
     / ``dp_size``): ``tokens`` and ``sequences`` count the whole mini-batch over micro-batches and
     ranks, and the result is multiplied by ``dp_size``, so summing the micro-batches' gradients
     and averaging over ranks gives the gradient of the mini-batch's loss however it was split.
@@ -82,20 +63,19 @@ def agg_loss(
         raise ValueError(
             f"Unknown loss_agg_mode {loss_agg_mode!r}; valid modes are: {', '.join(LOSS_AGG_MODES)}."
         )
-    batch = global_batch if global_batch is not None else _GLOBAL_BATCH.get()
-    dp_size = batch.dp_size if batch is not None else 1
+    dp_size = global_batch.dp_size if global_batch is not None else 1
     if loss_agg_mode == "token-mean":
-        if batch is None:
+        if global_batch is None:
             return masked_mean(loss_mat, loss_mask)
-        return masked_sum(loss_mat, loss_mask) / max(batch.tokens, 1) * dp_size
+        return masked_sum(loss_mat, loss_mask) / max(global_batch.tokens, 1) * dp_size
     seq_losses = masked_sum(loss_mat, loss_mask, axis=-1)  # (bs,) token sums
     if loss_agg_mode == "seq-mean-token-sum-norm":
-        scale = batch.loss_scale_factor if batch is not None else None
+        scale = global_batch.loss_scale_factor if global_batch is not None else None
         return seq_losses.sum() / (scale or loss_mask.shape[-1]) * dp_size
     seq_tokens = loss_mask.sum(dim=-1)  # (bs,)
     seq_valid = (seq_tokens > 0).to(loss_mat.dtype)  # (bs,) sequences with any valid token
     if loss_agg_mode == "seq-mean-token-mean":
         seq_losses = seq_losses / (seq_tokens + 1e-8)  # (bs,) token means
-    if batch is None:
+    if global_batch is None:
         return masked_mean(seq_losses, seq_valid)
-    return masked_sum(seq_losses, seq_valid) / max(batch.sequences, 1) * dp_size
+    return masked_sum(seq_losses, seq_valid) / max(global_batch.sequences, 1) * dp_size

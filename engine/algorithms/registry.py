@@ -55,18 +55,19 @@ class Registry(dict[str, F], Generic[F]):
     """Functions by name; only a name of ``names`` (the config's choices) may be registered.
 
     ``kind`` and ``plural`` word the errors ("advantage estimator", "names"); ``listed_as`` is
-    the list of ``names`` and ``source`` where it is read from.
+    the name of ``names`` in ``engine.algorithms.names`` and ``source`` the file or folder of
+    ``engine/algorithms`` it is read from.
     """
 
     def __init__(
-        self, names: tuple[str, ...], *, kind: str, plural: str, listed_as: str, source: str
+        self, names: tuple[str, ...], kind: str, plural: str, listed_as: str, source: str
     ) -> None:
         super().__init__()
         self.names = names
         self.kind = kind
         self.plural = plural
-        self.listed_as = listed_as
-        self.source = source
+        self.listed_as = f"engine.algorithms.names.{listed_as}"
+        self.source = f"engine/algorithms/{source}"
 
     def register(self, name: str) -> Callable[[F], F]:
         """Return a decorator that registers a function under ``name``."""

@@ -27,15 +27,15 @@ forward.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from engine.algorithms.kl import kl_penalty
-from engine.algorithms.loss_aggregation import agg_loss, normalised_over
+from engine.algorithms.loss_aggregation import agg_loss
 from engine.algorithms.names import TOKEN_BASELINE_ESTIMATORS
-from engine.algorithms.policy_loss.base import get_policy_loss_fn
-from engine.algorithms.policy_loss.bypass_mode import compute_policy_loss_bypass_mode
+from engine.algorithms.policy_loss.base import PolicyLossInputs, get_policy_loss_fn
 from engine.algorithms.rollout_correction import compute_rollout_corr_metrics_from_logprobs
 from engine.algorithms.torch_functional import (
     entropy_from_logits,
@@ -322,31 +322,6 @@ class PolicyActor:
         set_training(self.model, was_training)
         return {key: restore_order(torch.cat(parts), order) for key, parts in stats.items()}
 
-    def _policy_loss_kwargs(self) -> dict[str, Any]:
-        cfg = self.config
-        kwargs: dict[str, Any] = {
-            "loss_agg_mode": cfg.loss_agg_mode,
-            "clip_ratio": cfg.clip_ratio,
-            "clip_ratio_low": cfg.clip_ratio_low,
-            "clip_ratio_high": cfg.clip_ratio_high,
-            "clip_ratio_c": cfg.clip_ratio_c,
-        }
-        policy_loss = cfg.policy_loss
-        mode = policy_loss.loss_mode
-        if mode == "clip_cov":
-            kwargs.update(
-                clip_cov_ratio=policy_loss.clip_cov_ratio,
-                clip_cov_lb=policy_loss.clip_cov_lb,
-                clip_cov_ub=policy_loss.clip_cov_ub,
-            )
-        elif mode == "kl_cov":
-            kwargs.update(
-                kl_cov_ratio=policy_loss.kl_cov_ratio, ppo_kl_coef=policy_loss.ppo_kl_coef
-            )
-        elif mode == "sapo":
-            kwargs.update(tau_pos=cfg.tau_pos, tau_neg=cfg.tau_neg)
-        return kwargs
-
     def update_policy(
         self,
         data: DataProto,
@@ -373,10 +348,14 @@ class PolicyActor:
         ``rollout_corr/*`` off-policy metrics against ``rollout_log_probs`` are recorded.
         """
         assert self.optimizer is not None, "update_policy needs an optimizer"
+        cfg = loss_config = self.config
         bypass = rollout_correction is not None and rollout_correction.bypass_mode
-        cfg = self.config
-        policy_loss_fn = get_policy_loss_fn(cfg.policy_loss.loss_mode)
-        loss_kwargs = self._policy_loss_kwargs()
+        if bypass:  # verl's apply_bypass_mode: the bypass loss, which applies the correction
+            policy_loss = replace(
+                cfg.policy_loss, loss_mode="bypass_mode", rollout_correction=rollout_correction
+            )
+            loss_config = replace(cfg, policy_loss=policy_loss)
+        policy_loss_fn = get_policy_loss_fn(loss_config.policy_loss.loss_mode)
         on_policy = "old_log_probs" not in data.batch
         if on_policy and not is_on_policy(cfg, len(data), mini_batch_size):
             raise ValueError(
@@ -400,47 +379,38 @@ class PolicyActor:
                     logits = self.forward(self.model, batch, temperature)  # (b, R, V)
                     log_prob = logprobs_from_logits(logits, batch["responses"])  # (b, R)
                     old_log_prob = log_prob.detach() if on_policy else batch["old_log_probs"]
-                    with normalised_over(counts):  # every agg_loss: over the mini-batch
-                        if bypass:
-                            pg_loss, pg_metrics = compute_policy_loss_bypass_mode(
-                                old_log_prob,
-                                log_prob,
-                                batch["advantages"],
-                                mask,
-                                rollout_correction=rollout_correction,
-                                **loss_kwargs,
+                    inputs = PolicyLossInputs(
+                        old_log_prob,
+                        log_prob,
+                        batch["advantages"],
+                        mask,
+                        cfg.loss_agg_mode,
+                        batch.get("rollout_is_weights"),
+                        counts,  # every loss term is normalised over the mini-batch
+                    )
+                    pg_loss, pg_metrics = policy_loss_fn(inputs, loss_config)
+                    if rollout_correction is not None and not bypass and mask.any():
+                        pg_metrics.update(
+                            compute_rollout_corr_metrics_from_logprobs(
+                                log_prob, batch["rollout_log_probs"], mask
                             )
-                        else:
-                            pg_loss, pg_metrics = policy_loss_fn(
-                                old_log_prob,
-                                log_prob,
-                                batch["advantages"],
-                                mask,
-                                rollout_is_weights=batch.get("rollout_is_weights"),
-                                **loss_kwargs,
-                            )
-                            if rollout_correction is not None and mask.any():
-                                pg_metrics.update(
-                                    compute_rollout_corr_metrics_from_logprobs(
-                                        log_prob, batch["rollout_log_probs"], mask
-                                    )
-                                )
-                        loss = pg_loss
-                        if cfg.entropy_coeff != 0:
+                        )
+                    loss = pg_loss
+                    if cfg.entropy_coeff != 0:
+                        entropy_loss = agg_loss(
+                            entropy_from_logits(logits), mask, cfg.loss_agg_mode, counts
+                        )
+                        loss = loss - cfg.entropy_coeff * entropy_loss
+                    else:
+                        with torch.no_grad():
                             entropy_loss = agg_loss(
-                                entropy_from_logits(logits), mask, cfg.loss_agg_mode
+                                entropy_from_logits(logits), mask, cfg.loss_agg_mode, counts
                             )
-                            loss = loss - cfg.entropy_coeff * entropy_loss
-                        else:
-                            with torch.no_grad():
-                                entropy_loss = agg_loss(
-                                    entropy_from_logits(logits), mask, cfg.loss_agg_mode
-                                )
-                        if cfg.use_kl_loss:
-                            kld = kl_penalty(log_prob, batch["ref_log_prob"], cfg.kl_loss_type)
-                            kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode)
-                            loss = loss + cfg.kl_loss_coef * kl_loss
-                            totals["actor/kl_loss"] += kl_loss.item()
+                    if cfg.use_kl_loss:
+                        kld = kl_penalty(log_prob, batch["ref_log_prob"], cfg.kl_loss_type)
+                        kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode, counts)
+                        loss = loss + cfg.kl_loss_coef * kl_loss
+                        totals["actor/kl_loss"] += kl_loss.item()
                     loss.backward()
                     totals["actor/pg_loss"] += pg_loss.item()
                     totals["actor/entropy"] += entropy_loss.item()

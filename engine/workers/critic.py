@@ -13,7 +13,6 @@ from typing import Any
 
 import torch
 
-from engine.algorithms.loss_aggregation import normalised_over
 from engine.algorithms.torch_functional import masked_mean
 from engine.algorithms.value import compute_value_loss
 from engine.data import DataProto
@@ -106,15 +105,15 @@ class ValueCritic:
                     batch = micro.batch
                     mask = batch["response_mask"]
                     vpreds = self.forward(self.model, batch)
-                    with normalised_over(counts):
-                        vf_loss, vf_clipfrac = compute_value_loss(
-                            vpreds,
-                            batch["returns"],
-                            batch["values"],
-                            mask,
-                            cliprange_value=cfg.cliprange_value,
-                            loss_agg_mode=cfg.loss_agg_mode,
-                        )
+                    vf_loss, vf_clipfrac = compute_value_loss(
+                        vpreds,
+                        batch["returns"],
+                        batch["values"],
+                        mask,
+                        cliprange_value=cfg.cliprange_value,
+                        loss_agg_mode=cfg.loss_agg_mode,
+                        global_batch=counts,
+                    )
                     vf_loss.backward()
                     vf_loss_total += vf_loss.item()
                     metrics["critic/vf_clipfrac"].append(float(vf_clipfrac))

@@ -8,19 +8,23 @@ the loss, and applies PPO's clipped loss or REINFORCE (``loss_type``).
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import torch
 
-from engine.algorithms.loss_aggregation import agg_loss
 from engine.algorithms.names import BYPASS_LOSS_TYPES
-from engine.algorithms.policy_loss.base import register_policy_loss
+from engine.algorithms.policy_loss.base import PolicyLossInputs, register_policy_loss
 from engine.algorithms.policy_loss.vanilla import compute_policy_loss_vanilla
 from engine.algorithms.rollout_correction import (
     compute_rollout_correction_and_rejection_mask,
     correction_settings,
 )
-from engine.algorithms.torch_functional import check_same_shape, masked_mean
+from engine.algorithms.torch_functional import masked_mean
+
+if TYPE_CHECKING:
+    from engine.algorithms.policy_loss.base import LossOutput
+    from engine.config import ActorConfig
 
 # verl's algorithm.rollout_correction defaults with bypass mode on.
 BYPASS_DEFAULTS = {
@@ -36,53 +40,33 @@ BYPASS_DEFAULTS = {
 }
 
 
-def compute_policy_loss_reinforce(
-    rollout_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    loss_agg_mode: str = "seq-mean-token-sum",
-    rollout_is_weights: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+def compute_policy_loss_reinforce(inputs: PolicyLossInputs) -> LossOutput:
     """Return REINFORCE's loss ``-A * log pi * sg(w)`` (``w`` the IS weights, 1 when None).
 
-    No ratio and no clip. Metric ``actor/ppo_kl``: ``E[log pi_rollout - log pi]``. All (bs, L).
+    ``inputs.old_log_prob`` is the rollout's. No ratio and no clip. Metric ``actor/ppo_kl``:
+    ``E[log pi_rollout - log pi]``. All (bs, L).
     """
-    check_same_shape(
-        rollout_log_prob=rollout_log_prob,
-        log_prob=log_prob,
-        advantages=advantages,
-        response_mask=response_mask,
-    )
-    pg_losses = -advantages * log_prob  # (bs, L)
-    if rollout_is_weights is not None:
-        pg_losses = pg_losses * rollout_is_weights
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
-    ppo_kl = masked_mean(rollout_log_prob - log_prob, response_mask)
+    rollout_log_prob, log_prob = inputs.old_log_prob, inputs.log_prob  # (bs, L) each
+    pg_losses = -inputs.advantages * log_prob  # (bs, L)
+    pg_loss = inputs.aggregate(pg_losses)
+    ppo_kl = masked_mean(rollout_log_prob - log_prob, inputs.response_mask)
     return pg_loss, {"actor/ppo_kl": ppo_kl.detach().item()}
 
 
 @register_policy_loss("bypass_mode")
-def compute_policy_loss_bypass_mode(
-    old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    loss_agg_mode: str = "token-mean",
-    *,
-    rollout_correction: Any = None,
-    **clip_kwargs: Any,
-) -> tuple[torch.Tensor, dict[str, float]]:
+def compute_policy_loss_bypass_mode(inputs: PolicyLossInputs, config: ActorConfig) -> LossOutput:
     """Return bypass mode's loss: ``old_log_prob`` is the rollout's; corrections use ``pi / pi_rollout``.
 
     verl's ``compute_policy_loss_bypass_mode``: the IS weights, rejection mask and veto are
     computed (without gradient) between the current ``log_prob`` and the rollout's; the rejection
     applies to both loss types. ``loss_type=ppo_clip``: PPO's clipped loss with the rollout as the
     old policy, no IS weights (the ratio already is one); ``reinforce``: REINFORCE with the IS
-    weights. ``rollout_correction`` is the config section or a dict (None: verl's defaults, PPO's
-    clipped loss and no correction); ``clip_kwargs`` are the vanilla loss's clip keys. Metrics:
-    the loss's and every ``rollout_corr/*``. All tensors (bs, L).
+    weights. Reads ``policy_loss.rollout_correction`` (``algorithm.rollout_correction``, a config
+    section or a dict, which the actor puts there as verl's trainer does; None: verl's defaults,
+    PPO's clipped loss and no correction) and, for ``ppo_clip``, the vanilla loss's keys.
+    Metrics: the loss's and every ``rollout_corr/*``. All tensors (bs, L).
     """
+    rollout_correction = config.policy_loss.rollout_correction
     if rollout_correction is None:
         rollout_correction = dict(BYPASS_DEFAULTS)
     settings = correction_settings(rollout_correction)
@@ -96,15 +80,13 @@ def compute_policy_loss_bypass_mode(
         raise ValueError(f"Invalid loss_type: {loss_type!r}; use one of {BYPASS_LOSS_TYPES}.")
     with torch.no_grad():
         weights, mask, metrics = compute_rollout_correction_and_rejection_mask(
-            log_prob, old_log_prob, response_mask, **settings
+            inputs.log_prob, inputs.old_log_prob, inputs.response_mask, **settings
         )
     if loss_type == "reinforce":
-        pg_loss, pg_metrics = compute_policy_loss_reinforce(
-            old_log_prob, log_prob, advantages, mask, loss_agg_mode, weights
-        )
+        corrected = replace(inputs, response_mask=mask, rollout_is_weights=weights)
+        pg_loss, pg_metrics = compute_policy_loss_reinforce(corrected)
     else:
-        pg_loss, pg_metrics = compute_policy_loss_vanilla(
-            old_log_prob, log_prob, advantages, mask, loss_agg_mode, **clip_kwargs
-        )
+        corrected = replace(inputs, response_mask=mask, rollout_is_weights=None)
+        pg_loss, pg_metrics = compute_policy_loss_vanilla(corrected, config)
     pg_metrics.update(metrics)
     return pg_loss, pg_metrics

@@ -70,8 +70,9 @@ def test_bad_settings_name_the_key_and_the_fix(overrides, key, message):
 
 
 def test_verls_bypass_mode_loss_name_goes_with_bypass_mode():
-    from engine.algorithms.policy_loss.base import get_policy_loss_fn
+    from engine.algorithms.policy_loss.base import PolicyLossInputs, get_policy_loss_fn
     from engine.algorithms.policy_loss.bypass_mode import compute_policy_loss_bypass_mode
+    from engine.config.schema import ActorConfig
 
     loss_mode = "actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode"
     assert problems([loss_mode, f"{KEY}.bypass_mode=True"]) == {}  # as verl's trainer sets it
@@ -95,8 +96,9 @@ def test_verls_bypass_mode_loss_name_goes_with_bypass_mode():
         )
     }
     settings |= {"rollout_is_batch_normalize": False, "bypass_mode": True}
-    via_registry, _ = loss(old, new, advantages, mask, rollout_correction=settings)
-    direct, _ = compute_policy_loss_bypass_mode(
-        old, new, advantages, mask, rollout_correction=settings
-    )
+    config = ActorConfig()
+    config.policy_loss.rollout_correction = settings  # what the actor does in bypass mode
+    inputs = PolicyLossInputs(old, new, advantages, mask)
+    via_registry, _ = loss(inputs, config)
+    direct, _ = compute_policy_loss_bypass_mode(inputs, config)
     assert torch.equal(via_registry, direct)
