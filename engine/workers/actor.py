@@ -46,6 +46,7 @@ from engine.data import DataProto
 from engine.lean import LeanModel, causal_mask, checkpointing
 from engine.rollout.sampling import new_kv_cache, shared_prompts, trim_left_padding, with_cache
 from engine.workers.batch_sizes import epoch_batches, global_batch
+from engine.workers.optim import finish_update, optimizer_step
 from engine.workers.packing import packed_response_logits
 from engine.workers.seqlen_balancing import length_buckets, restore_order, split_micro_batches
 
@@ -422,14 +423,6 @@ class PolicyActor:
                     metrics[key].append(value)
                 if cfg.use_kl_loss:
                     metrics["actor/kl_coef"].append(cfg.kl_loss_coef)
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-                if torch.isfinite(grad_norm):
-                    self.optimizer.step()
-                else:
-                    self.optimizer.zero_grad(set_to_none=True)
-                metrics["actor/grad_norm"].append(float(grad_norm))
-        self.optimizer.zero_grad(set_to_none=True)
-        metrics["actor/lr"].append(self.optimizer.param_groups[0]["lr"])
-        if self.lr_scheduler is not None:
-            self.lr_scheduler.step()
-        return {key: sum(values) / len(values) for key, values in metrics.items()}
+                grad_norm = optimizer_step(self.model, self.optimizer, cfg.grad_clip)
+                metrics["actor/grad_norm"].append(grad_norm)
+        return finish_update(self.optimizer, self.lr_scheduler, metrics, "actor")
