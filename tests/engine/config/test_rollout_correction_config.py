@@ -99,6 +99,9 @@ def test_verls_bypass_mode_loss_name_goes_with_bypass_mode():
     config = ActorConfig()
     config.policy_loss.rollout_correction = settings  # what the actor does in bypass mode
     inputs = PolicyLossInputs(old, new, advantages, mask)
-    via_registry, _ = loss(inputs, config)
-    direct, _ = compute_policy_loss_bypass_mode(inputs, config)
-    assert torch.equal(via_registry, direct)
+    reinforce, _ = loss(inputs, config)
+    ppo_clip, _ = loss(inputs, ActorConfig())  # no section: verl's defaults, PPO's clipped loss
+    # REINFORCE's -A log pi w, with w = pi / pi_rollout = e^0.1 under the threshold 2.
+    expected = -(new * torch.exp(torch.tensor(0.1, dtype=torch.float64))).mean()
+    assert reinforce.item() == pytest.approx(expected.item())
+    assert not torch.equal(reinforce, ppo_clip)
