@@ -193,7 +193,7 @@ def run_passes(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from engine.algorithms import logprobs_from_logits
+    from engine.algorithms.torch_functional import logprobs_from_logits
     from engine.config.schema import PPOConfig
     from engine.data import DataProto
     from engine.workers.actor import PolicyActor

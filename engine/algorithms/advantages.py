@@ -17,72 +17,27 @@ probabilities: ``old_log_probs`` and ``sum_pi_squared`` (``sum_v pi_v^2`` per to
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from enum import Enum, StrEnum
+from enum import StrEnum
 
 import torch
 
 from engine.algorithms.names import ADV_ESTIMATORS
+from engine.algorithms.registry import Registry
 from engine.algorithms.torch_functional import check_same_shape, masked_whiten
 
 AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
+# verl's enum of the estimators' names, made from the one list (member GAE = "gae", ...).
+AdvantageEstimator = StrEnum(  # type: ignore[misc]
+    "AdvantageEstimator", [(name.upper(), name) for name in ADV_ESTIMATORS]
+)
 
-class AdvantageEstimator(StrEnum):
-    """The advantage estimators known to ``algorithm.adv_estimator`` (verl's names)."""
-
-    GAE = "gae"
-    GRPO = "grpo"
-    REINFORCE_PLUS_PLUS = "reinforce_plus_plus"
-    REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
-    REMAX = "remax"
-    RLOO = "rloo"
-    OPO = "opo"
-    GRPO_PASSK = "grpo_passk"
-    GPG = "gpg"
-    RLOO_VECTORIZED = "rloo_vectorized"
-    GRPO_VECTORIZED = "grpo_vectorized"
-    OPTIMAL_TOKEN_BASELINE = "optimal_token_baseline"
-    TIR_OPTIMAL_TOKEN_BASELINE = "tir_optimal_token_baseline"
-
-
-ADV_ESTIMATOR_REGISTRY: dict[str, AdvantageFn] = {}
-
-
-def register_adv_est(
-    name_or_enum: str | AdvantageEstimator,
-) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Return a decorator that registers an advantage estimator under ``name_or_enum``.
-
-    The name must be listed in ``engine.algorithms.names.ADV_ESTIMATORS``, the config's choices.
-    """
-    name = name_or_enum.value if isinstance(name_or_enum, Enum) else name_or_enum
-    if name not in ADV_ESTIMATORS:
-        raise ValueError(
-            f"Advantage estimator {name!r} is not listed; add it to "
-            "engine.algorithms.names.ADV_ESTIMATORS so the config accepts it."
-        )
-
-    def decorator(fn: AdvantageFn) -> AdvantageFn:
-        if ADV_ESTIMATOR_REGISTRY.get(name, fn) is not fn:
-            raise ValueError(
-                f"Advantage estimator {name!r} is already registered "
-                f"({ADV_ESTIMATOR_REGISTRY[name].__name__}); pick another name."
-            )
-        ADV_ESTIMATOR_REGISTRY[name] = fn
-        return fn
-
-    return decorator
-
-
-def get_adv_estimator_fn(name_or_enum: str | AdvantageEstimator) -> AdvantageFn:
-    """Return the estimator registered under ``name_or_enum``; ValueError lists valid names."""
-    name = name_or_enum.value if isinstance(name_or_enum, Enum) else name_or_enum
-    if name not in ADV_ESTIMATOR_REGISTRY:
-        raise ValueError(
-            f"Unknown advantage estimator {name!r}; "
-            f"valid names are: {', '.join(sorted(ADV_ESTIMATOR_REGISTRY))}."
-        )
-    return ADV_ESTIMATOR_REGISTRY[name]
+# verl's names. A name is given as a string literal: names.ADV_ESTIMATORS reads it from this file.
+ADV_ESTIMATOR_REGISTRY: Registry[AdvantageFn] = Registry(
+    ADV_ESTIMATORS, "advantage estimator", "names", "ADV_ESTIMATORS", "advantages.py"
+)
+register_adv_est = ADV_ESTIMATOR_REGISTRY.register
+get_adv_estimator_fn = ADV_ESTIMATOR_REGISTRY.lookup
 
 
 def _group_ids(index: Sequence[Hashable], scores: torch.Tensor) -> tuple[torch.Tensor, list]:
@@ -112,7 +67,7 @@ def _group_stats(
     return mean[group], std[group], counts[group]
 
 
-@register_adv_est(AdvantageEstimator.GAE)
+@register_adv_est("gae")
 def compute_gae_advantage_return(
     token_level_rewards: torch.Tensor,
     values: torch.Tensor,
@@ -147,7 +102,7 @@ def compute_gae_advantage_return(
     return advantages, returns
 
 
-@register_adv_est(AdvantageEstimator.GRPO)
+@register_adv_est("grpo")
 def compute_grpo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -174,7 +129,7 @@ def compute_grpo_outcome_advantage(
     return advantages, advantages
 
 
-@register_adv_est(AdvantageEstimator.RLOO)
+@register_adv_est("rloo")
 def compute_rloo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -198,7 +153,7 @@ def compute_rloo_outcome_advantage(
     return advantages, advantages
 
 
-@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS)
+@register_adv_est("reinforce_plus_plus")
 def compute_reinforce_plus_plus_outcome_advantage(
     token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -221,7 +176,7 @@ def compute_reinforce_plus_plus_outcome_advantage(
     return advantages, returns
 
 
-@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE)
+@register_adv_est("reinforce_plus_plus_baseline")
 def compute_reinforce_plus_plus_baseline_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -245,7 +200,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     return advantages, advantages
 
 
-@register_adv_est(AdvantageEstimator.REMAX)
+@register_adv_est("remax")
 def compute_remax_outcome_advantage(
     token_level_rewards: torch.Tensor, reward_baselines: torch.Tensor, response_mask: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -270,7 +225,7 @@ def compute_remax_outcome_advantage(
     return advantages, returns
 
 
-@register_adv_est(AdvantageEstimator.GRPO_PASSK)
+@register_adv_est("grpo_passk")
 def compute_grpo_passk_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -307,7 +262,7 @@ def compute_grpo_passk_outcome_advantage(
     return advantages, advantages
 
 
-@register_adv_est(AdvantageEstimator.OPO)
+@register_adv_est("opo")
 def compute_opo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -335,7 +290,7 @@ def compute_opo_outcome_advantage(
     return advantages, advantages
 
 
-@register_adv_est(AdvantageEstimator.GPG)
+@register_adv_est("gpg")
 def compute_gpg_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -363,7 +318,7 @@ def compute_gpg_outcome_advantage(
     return advantages, advantages
 
 
-@register_adv_est(AdvantageEstimator.GRPO_VECTORIZED)
+@register_adv_est("grpo_vectorized")
 def compute_grpo_vectorized_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -400,7 +355,7 @@ def compute_grpo_vectorized_outcome_advantage(
     return advantages, advantages
 
 
-@register_adv_est(AdvantageEstimator.RLOO_VECTORIZED)
+@register_adv_est("rloo_vectorized")
 def compute_rloo_vectorized_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -480,7 +435,7 @@ def _group_baselines(
     return baselines
 
 
-@register_adv_est(AdvantageEstimator.OPTIMAL_TOKEN_BASELINE)
+@register_adv_est("optimal_token_baseline")
 def compute_optimal_token_baseline_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -521,7 +476,7 @@ def compute_optimal_token_baseline_advantage(
     return advantages, returns
 
 
-@register_adv_est(AdvantageEstimator.TIR_OPTIMAL_TOKEN_BASELINE)
+@register_adv_est("tir_optimal_token_baseline")
 def compute_multi_turn_optimal_token_baseline_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,

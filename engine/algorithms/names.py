@@ -1,27 +1,19 @@
 """The names the algorithm registries accept, in one torch-free place.
 
-``engine.config.schema`` takes its choices from here, so the config accepts exactly what is
-registered: ``register_adv_est`` and ``register_policy_loss`` refuse a name not listed here, and
-the tests check that every listed name is registered. To add an estimator or a loss, list its
-name here and register it beside its peers.
+``engine.config`` takes its choices from here, so the config accepts exactly what is registered.
+The estimators' and the policy losses' names are read from their decorators in the source
+(``engine.algorithms.registry.registered_names``, no import): to add one, register it beside its
+peers and nothing here changes. The other lists are written here.
 """
 
-# algorithm.adv_estimator: engine.algorithms.advantages' registry (verl's names).
-ADV_ESTIMATORS = (
-    "gae",
-    "grpo",
-    "rloo",
-    "reinforce_plus_plus",
-    "reinforce_plus_plus_baseline",
-    "remax",
-    "grpo_passk",
-    "opo",
-    "gpg",
-    "grpo_vectorized",
-    "rloo_vectorized",
-    "optimal_token_baseline",
-    "tir_optimal_token_baseline",
-)
+from pathlib import Path
+
+from engine.algorithms.registry import registered_names
+
+_HERE = Path(__file__).parent
+
+# algorithm.adv_estimator: the @register_adv_est names of engine/algorithms/advantages.py (verl's).
+ADV_ESTIMATORS = registered_names(_HERE / "advantages.py", "register_adv_est")
 # Estimators whose baseline comes from the other samples of the same prompt.
 GROUP_ESTIMATORS = (
     "grpo",
@@ -41,19 +33,9 @@ TOKEN_BASELINE_ESTIMATORS = ("optimal_token_baseline", "tir_optimal_token_baseli
 # algorithm.pf_ppo.reweight_method: engine.algorithms.pf_ppo.pf_ppo_weights.
 PF_PPO_REWEIGHT_METHODS = ("pow", "max_min", "max_random")
 
-# actor.policy_loss.loss_mode: engine.algorithms.policy_loss' registry.
-POLICY_LOSS_MODES = (
-    "vanilla",
-    "gspo",
-    "gpg",
-    "cispo",
-    "clip_cov",
-    "kl_cov",
-    "sapo",
-    "geo_mean",
-    "bypass_mode",  # what algorithm.rollout_correction.bypass_mode=True trains with
-)
-# loss_agg_mode: how engine.algorithms.policy_loss.agg_loss averages token losses.
+# actor.policy_loss.loss_mode: the @register_policy_loss names of engine/algorithms/policy_loss/.
+POLICY_LOSS_MODES = registered_names(_HERE / "policy_loss", "register_policy_loss")
+# loss_agg_mode: how engine.algorithms.loss_aggregation.agg_loss averages token losses.
 LOSS_AGG_MODES = (
     "token-mean",
     "seq-mean-token-sum",

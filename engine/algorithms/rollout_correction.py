@@ -14,7 +14,8 @@ the trainer recomputes ``pi_old``; ``rho = pi_old / pi_rollout`` per token, in l
 - Off-policy diagnostics: KL, k3 KL, perplexities and chi-square divergences.
 
 Every metric is named as verl's helper names it, under ``rollout_corr/``. Bypass mode uses the
-rollout's log-probs as ``pi_old`` and corrects inside the loss (:func:`compute_policy_loss_bypass_mode`).
+rollout's log-probs as ``pi_old`` and corrects inside its loss
+(``engine.algorithms.policy_loss.bypass_mode``).
 
 Liu, Li, Fu, Wang, Liu, Shen (2025), "When Speed Kills Stability: Demystifying RL Collapse from
 the Training-Inference Mismatch", https://richardli.xyz/rl-collapse; Yao et al., "Your
@@ -27,8 +28,7 @@ from typing import Any
 
 import torch
 
-from engine.algorithms.names import BYPASS_LOSS_TYPES, ROLLOUT_IS_LEVELS, ROLLOUT_RS_LEVELS
-from engine.algorithms.policy_loss import agg_loss, compute_policy_loss_vanilla
+from engine.algorithms.names import ROLLOUT_IS_LEVELS, ROLLOUT_RS_LEVELS
 from engine.algorithms.torch_functional import check_same_shape, masked_mean, masked_sum
 
 # exp(20) ~ 4.9e8 and exp(-20) ~ 2e-9: the bounds of every exponentiated log ratio (verl's).
@@ -307,76 +307,6 @@ def correction_settings(config: Any) -> dict[str, Any]:
         "rollout_is_batch_normalize",
     )
     return {name: get(name) for name in names}
-
-
-def compute_policy_loss_reinforce(
-    rollout_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    loss_agg_mode: str = "seq-mean-token-sum",
-    rollout_is_weights: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Return REINFORCE's loss ``-A * log pi * sg(w)`` (``w`` the IS weights, 1 when None).
-
-    No ratio and no clip. Metric ``actor/ppo_kl``: ``E[log pi_rollout - log pi]``. All (bs, L).
-    """
-    check_same_shape(
-        rollout_log_prob=rollout_log_prob,
-        log_prob=log_prob,
-        advantages=advantages,
-        response_mask=response_mask,
-    )
-    pg_losses = -advantages * log_prob  # (bs, L)
-    if rollout_is_weights is not None:
-        pg_losses = pg_losses * rollout_is_weights
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
-    ppo_kl = masked_mean(rollout_log_prob - log_prob, response_mask)
-    return pg_loss, {"actor/ppo_kl": ppo_kl.detach().item()}
-
-
-def compute_policy_loss_bypass_mode(
-    old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    loss_agg_mode: str = "token-mean",
-    *,
-    rollout_correction: Any,
-    **clip_kwargs: Any,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Return bypass mode's loss: ``old_log_prob`` is the rollout's; corrections use ``pi / pi_rollout``.
-
-    verl's ``compute_policy_loss_bypass_mode``: the IS weights, rejection mask and veto are
-    computed (without gradient) between the current ``log_prob`` and the rollout's; the rejection
-    applies to both loss types. ``loss_type=ppo_clip``: PPO's clipped loss with the rollout as the
-    old policy, no IS weights (the ratio already is one); ``reinforce``: REINFORCE with the IS
-    weights. ``clip_kwargs`` are the vanilla loss's clip keys. Metrics: the loss's and every
-    ``rollout_corr/*``. All tensors (bs, L).
-    """
-    settings = correction_settings(rollout_correction)
-    get = (
-        rollout_correction.get
-        if isinstance(rollout_correction, dict)
-        else lambda key: getattr(rollout_correction, key)
-    )
-    loss_type = get("loss_type")
-    if loss_type not in BYPASS_LOSS_TYPES:
-        raise ValueError(f"Invalid loss_type: {loss_type!r}; use one of {BYPASS_LOSS_TYPES}.")
-    with torch.no_grad():
-        weights, mask, metrics = compute_rollout_correction_and_rejection_mask(
-            log_prob, old_log_prob, response_mask, **settings
-        )
-    if loss_type == "reinforce":
-        pg_loss, pg_metrics = compute_policy_loss_reinforce(
-            old_log_prob, log_prob, advantages, mask, loss_agg_mode, weights
-        )
-    else:
-        pg_loss, pg_metrics = compute_policy_loss_vanilla(
-            old_log_prob, log_prob, advantages, mask, loss_agg_mode, **clip_kwargs
-        )
-    pg_metrics.update(metrics)
-    return pg_loss, pg_metrics
 
 
 def rollout_correction_active(config: Any) -> bool:

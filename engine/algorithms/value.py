@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.algorithms.policy_loss import agg_loss
+from engine.algorithms.loss_aggregation import GlobalBatch, agg_loss
 from engine.algorithms.torch_functional import (
     check_same_shape,
     clip_by_value,
@@ -25,11 +25,13 @@ def compute_value_loss(
     response_mask: torch.Tensor,
     cliprange_value: float,
     loss_agg_mode: str = "token-mean",
+    global_batch: GlobalBatch | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return the clipped value loss and the share of tokens where the clip bites.
 
     ``vf_loss = 0.5 * agg(max((v - R)^2, (clip(v, v_old - c, v_old + c) - R)^2))`` and
-    ``vf_clipfrac = mean((clipped error) > (unclipped error))`` over the masked tokens.
+    ``vf_clipfrac = mean((clipped error) > (unclipped error))`` over the masked tokens;
+    ``global_batch``: the mini-batch's counts ``agg`` normalises by (None: these tokens').
     Shapes: vpreds, returns, values, response_mask ``(bs, L)`` -> two scalars.
     """
     check_same_shape(vpreds=vpreds, returns=returns, values=values, response_mask=response_mask)
@@ -37,7 +39,7 @@ def compute_value_loss(
     vf_losses1 = (vpreds - returns) ** 2  # (bs, L)
     vf_losses2 = (vpredclipped - returns) ** 2  # (bs, L)
     clipped_vf_losses = torch.max(vf_losses1, vf_losses2)  # (bs, L)
-    vf_loss = 0.5 * agg_loss(clipped_vf_losses, response_mask, loss_agg_mode)
+    vf_loss = 0.5 * agg_loss(clipped_vf_losses, response_mask, loss_agg_mode, global_batch)
     vf_clipfrac = masked_mean(torch.gt(vf_losses2, vf_losses1).float(), response_mask)
     return vf_loss, vf_clipfrac
 

@@ -797,6 +797,10 @@ class PolicyLossConfig(_Section):
     kl_cov_ratio: float = _f(0.0002, "kl_cov: fraction of tokens given a KL penalty.")
     ppo_kl_coef: float = _f(0.1, "kl_cov: coefficient of that KL penalty.")
     _target_: str = _target("verl.workers.config.PolicyLossConfig")
+    rollout_correction: Any = _runtime(
+        "algorithm.rollout_correction, which the bypass_mode loss reads; the actor sets it in "
+        "bypass mode, as verl's trainer does."
+    )
 
 
 @dataclass

@@ -21,11 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.algorithms import (
-    apply_kl_penalty,
-    compute_pf_ppo_reweight_data,
-    get_adv_estimator_fn,
-)
+from engine.algorithms.advantages import get_adv_estimator_fn
+from engine.algorithms.kl import apply_kl_penalty
+from engine.algorithms.pf_ppo import compute_pf_ppo_reweight_data
 from engine.algorithms.rollout_correction import (
     compute_rollout_correction_and_rejection_mask,
     correction_settings,

@@ -27,30 +27,28 @@ forward.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 import torch
 
-from engine.algorithms import (
-    agg_loss,
-    entropy_from_logits,
-    get_policy_loss_fn,
-    kl_penalty,
-    logprobs_from_logits,
-)
+from engine.algorithms.kl import kl_penalty
+from engine.algorithms.loss_aggregation import agg_loss
 from engine.algorithms.names import TOKEN_BASELINE_ESTIMATORS
-from engine.algorithms.policy_loss import normalised_over
-from engine.algorithms.rollout_correction import (
-    compute_policy_loss_bypass_mode,
-    compute_rollout_corr_metrics_from_logprobs,
+from engine.algorithms.policy_loss.base import PolicyLossInputs, get_policy_loss_fn
+from engine.algorithms.rollout_correction import compute_rollout_corr_metrics_from_logprobs
+from engine.algorithms.torch_functional import (
+    entropy_from_logits,
+    logprobs_from_logits,
+    sum_pi_squared_from_logits,
 )
-from engine.algorithms.torch_functional import sum_pi_squared_from_logits
 from engine.data import DataProto
 from engine.lean import LeanModel, causal_mask, checkpointing
 from engine.rollout.sampling import new_kv_cache, shared_prompts, trim_left_padding, with_cache
 from engine.workers.batch_sizes import epoch_batches, global_batch
+from engine.workers.optim import finish_update, optimizer_step
 from engine.workers.packing import packed_response_logits
-from engine.workers.seqlen_balancing import restore_order, split_micro_batches
+from engine.workers.seqlen_balancing import length_buckets, restore_order, split_micro_batches
 
 PPO_MAX_TOKEN_LEN_KEY = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
 
@@ -213,55 +211,6 @@ def _full_pass(
     return runner.logits(hidden[:, -keep:])
 
 
-def length_buckets(
-    lengths: torch.Tensor, response_length: int, max_buckets: int = 4, min_saving: float = 0.05
-) -> list[tuple[torch.Tensor, int]]:
-    """Split rows by response length (bs,) into buckets; return ``(rows, longest)`` per bucket.
-
-    Buckets are contiguous runs of the rows sorted by length, chosen (dynamic programming over at
-    most 32 candidate cuts) to minimise the padded tokens ``sum(rows x longest)``. Every bucket
-    costs a forward call, so each one past the first must save at least ``min_saving`` of the
-    unsplit batch's tokens and four tokens a row: on a small model a call's fixed cost is worth
-    many tokens.
-    """
-    bs = lengths.shape[0]
-    longest = max(1, min(response_length, int(lengths.max())))
-    whole = [(torch.arange(bs, device=lengths.device), longest)]
-    sorted_lengths, order = torch.sort(lengths.clamp(min=1, max=longest))
-    values = sorted_lengths.tolist()
-    cuts = [j for j in range(1, bs) if values[j - 1] < values[j]]  # where the length changes
-    if not cuts:
-        return whole
-    if len(cuts) > 32:
-        cuts = [cuts[round(i * (len(cuts) - 1) / 31)] for i in range(32)]
-    points = [0, *cuts, bs]  # bucket boundaries to choose from
-    penalty = max(min_saving * bs * longest, 4.0 * bs)
-    inf = float("inf")
-    # best[k][b]: least cost of the rows before points[b] in k buckets; prev[k][b]: the last cut
-    best = [[inf] * len(points) for _ in range(max_buckets + 1)]
-    prev = [[0] * len(points) for _ in range(max_buckets + 1)]
-    best[0][0] = 0.0
-    for k in range(1, max_buckets + 1):
-        for b in range(1, len(points)):
-            for a in range(b):
-                if best[k - 1][a] == inf:
-                    continue
-                rows = points[b] - points[a]
-                cost = best[k - 1][a] + rows * values[points[b] - 1] + (penalty if k > 1 else 0)
-                if cost < best[k][b]:
-                    best[k][b], prev[k][b] = cost, a
-    end = len(points) - 1
-    k = min(range(1, max_buckets + 1), key=lambda n: best[n][end])
-    if k == 1:
-        return whole
-    buckets = []
-    while k > 0:
-        a = prev[k][end]
-        buckets.append((order[points[a] : points[end]], int(values[points[end] - 1])))
-        end, k = a, k - 1
-    return buckets[::-1]
-
-
 def select_cache(cache: Any, rows: torch.Tensor, model: torch.nn.Module, *, last: bool) -> Any:
     """Return a KV cache holding ``rows`` of ``cache`` (in place when it is not needed again)."""
     if last:
@@ -374,31 +323,6 @@ class PolicyActor:
         set_training(self.model, was_training)
         return {key: restore_order(torch.cat(parts), order) for key, parts in stats.items()}
 
-    def _policy_loss_kwargs(self) -> dict[str, Any]:
-        cfg = self.config
-        kwargs: dict[str, Any] = {
-            "loss_agg_mode": cfg.loss_agg_mode,
-            "clip_ratio": cfg.clip_ratio,
-            "clip_ratio_low": cfg.clip_ratio_low,
-            "clip_ratio_high": cfg.clip_ratio_high,
-            "clip_ratio_c": cfg.clip_ratio_c,
-        }
-        policy_loss = cfg.policy_loss
-        mode = policy_loss.loss_mode
-        if mode == "clip_cov":
-            kwargs.update(
-                clip_cov_ratio=policy_loss.clip_cov_ratio,
-                clip_cov_lb=policy_loss.clip_cov_lb,
-                clip_cov_ub=policy_loss.clip_cov_ub,
-            )
-        elif mode == "kl_cov":
-            kwargs.update(
-                kl_cov_ratio=policy_loss.kl_cov_ratio, ppo_kl_coef=policy_loss.ppo_kl_coef
-            )
-        elif mode == "sapo":
-            kwargs.update(tau_pos=cfg.tau_pos, tau_neg=cfg.tau_neg)
-        return kwargs
-
     def update_policy(
         self,
         data: DataProto,
@@ -425,10 +349,14 @@ class PolicyActor:
         ``rollout_corr/*`` off-policy metrics against ``rollout_log_probs`` are recorded.
         """
         assert self.optimizer is not None, "update_policy needs an optimizer"
+        cfg = loss_config = self.config
         bypass = rollout_correction is not None and rollout_correction.bypass_mode
-        cfg = self.config
-        policy_loss_fn = get_policy_loss_fn(cfg.policy_loss.loss_mode)
-        loss_kwargs = self._policy_loss_kwargs()
+        if bypass:  # verl's apply_bypass_mode: the bypass loss, which applies the correction
+            policy_loss = replace(
+                cfg.policy_loss, loss_mode="bypass_mode", rollout_correction=rollout_correction
+            )
+            loss_config = replace(cfg, policy_loss=policy_loss)
+        policy_loss_fn = get_policy_loss_fn(loss_config.policy_loss.loss_mode)
         on_policy = "old_log_probs" not in data.batch
         if on_policy and not is_on_policy(cfg, len(data), mini_batch_size):
             raise ValueError(
@@ -452,47 +380,38 @@ class PolicyActor:
                     logits = self.forward(self.model, batch, temperature)  # (b, R, V)
                     log_prob = logprobs_from_logits(logits, batch["responses"])  # (b, R)
                     old_log_prob = log_prob.detach() if on_policy else batch["old_log_probs"]
-                    with normalised_over(counts):  # every agg_loss: over the mini-batch
-                        if bypass:
-                            pg_loss, pg_metrics = compute_policy_loss_bypass_mode(
-                                old_log_prob,
-                                log_prob,
-                                batch["advantages"],
-                                mask,
-                                rollout_correction=rollout_correction,
-                                **loss_kwargs,
+                    inputs = PolicyLossInputs(
+                        old_log_prob,
+                        log_prob,
+                        batch["advantages"],
+                        mask,
+                        cfg.loss_agg_mode,
+                        batch.get("rollout_is_weights"),
+                        counts,  # every loss term is normalised over the mini-batch
+                    )
+                    pg_loss, pg_metrics = policy_loss_fn(inputs, loss_config)
+                    if rollout_correction is not None and not bypass and mask.any():
+                        pg_metrics.update(
+                            compute_rollout_corr_metrics_from_logprobs(
+                                log_prob, batch["rollout_log_probs"], mask
                             )
-                        else:
-                            pg_loss, pg_metrics = policy_loss_fn(
-                                old_log_prob,
-                                log_prob,
-                                batch["advantages"],
-                                mask,
-                                rollout_is_weights=batch.get("rollout_is_weights"),
-                                **loss_kwargs,
-                            )
-                            if rollout_correction is not None and mask.any():
-                                pg_metrics.update(
-                                    compute_rollout_corr_metrics_from_logprobs(
-                                        log_prob, batch["rollout_log_probs"], mask
-                                    )
-                                )
-                        loss = pg_loss
-                        if cfg.entropy_coeff != 0:
+                        )
+                    loss = pg_loss
+                    if cfg.entropy_coeff != 0:
+                        entropy_loss = agg_loss(
+                            entropy_from_logits(logits), mask, cfg.loss_agg_mode, counts
+                        )
+                        loss = loss - cfg.entropy_coeff * entropy_loss
+                    else:
+                        with torch.no_grad():
                             entropy_loss = agg_loss(
-                                entropy_from_logits(logits), mask, cfg.loss_agg_mode
+                                entropy_from_logits(logits), mask, cfg.loss_agg_mode, counts
                             )
-                            loss = loss - cfg.entropy_coeff * entropy_loss
-                        else:
-                            with torch.no_grad():
-                                entropy_loss = agg_loss(
-                                    entropy_from_logits(logits), mask, cfg.loss_agg_mode
-                                )
-                        if cfg.use_kl_loss:
-                            kld = kl_penalty(log_prob, batch["ref_log_prob"], cfg.kl_loss_type)
-                            kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode)
-                            loss = loss + cfg.kl_loss_coef * kl_loss
-                            totals["actor/kl_loss"] += kl_loss.item()
+                    if cfg.use_kl_loss:
+                        kld = kl_penalty(log_prob, batch["ref_log_prob"], cfg.kl_loss_type)
+                        kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode, counts)
+                        loss = loss + cfg.kl_loss_coef * kl_loss
+                        totals["actor/kl_loss"] += kl_loss.item()
                     loss.backward()
                     totals["actor/pg_loss"] += pg_loss.item()
                     totals["actor/entropy"] += entropy_loss.item()
@@ -504,14 +423,6 @@ class PolicyActor:
                     metrics[key].append(value)
                 if cfg.use_kl_loss:
                     metrics["actor/kl_coef"].append(cfg.kl_loss_coef)
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-                if torch.isfinite(grad_norm):
-                    self.optimizer.step()
-                else:
-                    self.optimizer.zero_grad(set_to_none=True)
-                metrics["actor/grad_norm"].append(float(grad_norm))
-        self.optimizer.zero_grad(set_to_none=True)
-        metrics["actor/lr"].append(self.optimizer.param_groups[0]["lr"])
-        if self.lr_scheduler is not None:
-            self.lr_scheduler.step()
-        return {key: sum(values) / len(values) for key, values in metrics.items()}
+                grad_norm = optimizer_step(self.model, self.optimizer, cfg.grad_clip)
+                metrics["actor/grad_norm"].append(grad_norm)
+        return finish_update(self.optimizer, self.lr_scheduler, metrics, "actor")

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from engine.algorithms.policy_loss import GlobalBatch
+from engine.algorithms.loss_aggregation import GlobalBatch
 
 
 def per_rank_size(global_size: int, world_size: int, key: str) -> int:
@@ -47,7 +47,7 @@ def data_parallel_size() -> int:
 
 
 def global_batch(response_mask: torch.Tensor, loss_scale_factor: float | None) -> GlobalBatch:
-    """Return the mini-batch's counts for :func:`~engine.algorithms.policy_loss.agg_loss`.
+    """Return the mini-batch's counts for :func:`~engine.algorithms.loss_aggregation.agg_loss`.
 
     ``response_mask`` (bs, R) is this rank's whole mini-batch; its valid tokens and the rows with
     one are summed over the data-parallel ranks with one all-reduce when there are several (as

@@ -13,10 +13,16 @@ from typing import Any
 
 import torch
 
-from engine.algorithms import compute_value_loss, masked_mean
-from engine.algorithms.policy_loss import normalised_over
+from engine.algorithms.torch_functional import masked_mean
+from engine.algorithms.value import compute_value_loss
 from engine.data import DataProto
 from engine.workers.batch_sizes import epoch_batches, global_batch, micro_size, per_rank_size
+from engine.workers.optim import (
+    build_lr_scheduler,
+    build_optimizer,
+    finish_update,
+    optimizer_step,
+)
 from engine.workers.packing import packed_response_values
 from engine.workers.seqlen_balancing import restore_order, split_micro_batches
 
@@ -105,31 +111,23 @@ class ValueCritic:
                     batch = micro.batch
                     mask = batch["response_mask"]
                     vpreds = self.forward(self.model, batch)
-                    with normalised_over(counts):
-                        vf_loss, vf_clipfrac = compute_value_loss(
-                            vpreds,
-                            batch["returns"],
-                            batch["values"],
-                            mask,
-                            cliprange_value=cfg.cliprange_value,
-                            loss_agg_mode=cfg.loss_agg_mode,
-                        )
+                    vf_loss, vf_clipfrac = compute_value_loss(
+                        vpreds,
+                        batch["returns"],
+                        batch["values"],
+                        mask,
+                        cliprange_value=cfg.cliprange_value,
+                        loss_agg_mode=cfg.loss_agg_mode,
+                        global_batch=counts,
+                    )
                     vf_loss.backward()
                     vf_loss_total += vf_loss.item()
                     metrics["critic/vf_clipfrac"].append(float(vf_clipfrac))
                     metrics["critic/vpred_mean"].append(masked_mean(vpreds, mask).item())
                 metrics["critic/vf_loss"].append(vf_loss_total)
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-                if torch.isfinite(grad_norm):
-                    self.optimizer.step()
-                else:
-                    self.optimizer.zero_grad(set_to_none=True)
-                metrics["critic/grad_norm"].append(float(grad_norm))
-        self.optimizer.zero_grad(set_to_none=True)
-        metrics["critic/lr"].append(self.optimizer.param_groups[0]["lr"])
-        if self.lr_scheduler is not None:
-            self.lr_scheduler.step()
-        return {key: sum(values) / len(values) for key, values in metrics.items()}
+                grad_norm = optimizer_step(self.model, self.optimizer, cfg.grad_clip)
+                metrics["critic/grad_norm"].append(grad_norm)
+        return finish_update(self.optimizer, self.lr_scheduler, metrics, "critic")
 
 
 class CriticWorker:
@@ -149,7 +147,6 @@ class CriticWorker:
         shard: Callable[[torch.nn.Module], None] | None = None,
     ) -> None:
         from engine.workers.models import load_critic
-        from engine.workers.optim import build_lr_scheduler, build_optimizer
 
         critic_config = config.critic
         self.model = load_critic(critic_config, config.actor_rollout_ref.model, device)

@@ -65,3 +65,34 @@ def build_lr_scheduler(
         return 1.0
 
     return LambdaLR(optimizer, factor)
+
+
+def optimizer_step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float
+) -> float:
+    """Clip the gradients' global norm to ``grad_clip`` and step; return the norm before clipping.
+
+    A norm that is not finite (a NaN or inf in the loss) skips the step and drops the gradients,
+    so one bad mini-batch leaves the weights as they were.
+    """
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    if torch.isfinite(grad_norm):
+        optimizer.step()
+    else:
+        optimizer.zero_grad(set_to_none=True)
+    return float(grad_norm)
+
+
+def finish_update(
+    optimizer: torch.optim.Optimizer,
+    lr_scheduler: Any,
+    metrics: dict[str, list[float]],
+    role: str,
+) -> dict[str, float]:
+    """End an actor's or critic's update: drop the gradients, record ``{role}/lr``, advance the
+    schedule by one step (one per update, as verl) and return the mean of each metric."""
+    optimizer.zero_grad(set_to_none=True)
+    metrics[f"{role}/lr"].append(optimizer.param_groups[0]["lr"])
+    if lr_scheduler is not None:
+        lr_scheduler.step()
+    return {key: sum(values) / len(values) for key, values in metrics.items()}

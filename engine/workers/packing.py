@@ -11,11 +11,11 @@ own position ids (they restart at 0), and attention stays inside each sequence:
   with ``flash_attn`` importable and half-precision activations, ``flash_attn_varlen_func`` over
   the sequences' boundaries (``cu_seqlens``); otherwise the packed queries, keys and values are
   scattered into one row per sequence (sequences start at column 0, so the plain causal mask is
-  exact), sequences of similar length together in one SDPA call (the actor's
-  ``length_buckets``), then gathered back. Attention costs about what the bucketed padded path's
-  costs; the dense layers and the head run on real tokens only (on a 27M-parameter Qwen2 and
-  responses of 2-215 tokens, the update takes 0.85x the CPU time of the bucketed padded path,
-  ``bench/training/varlen.py --passes``).
+  exact), sequences of similar length together in one SDPA call (``length_buckets`` of
+  ``engine.workers.seqlen_balancing``), then gathered back. Attention costs about what the
+  bucketed padded path's costs; the dense layers and the head run on real tokens only (on a
+  27M-parameter Qwen2 and responses of 2-215 tokens, the update takes 0.85x the CPU time of the
+  bucketed padded path, ``bench/training/varlen.py --passes``).
 - other models (FSDP2's hooks, PEFT adapters, gradient checkpointing, the critic's
   token-classification head) run their own forward on the packed row with ``attention_mask=None``
   and the packed position ids, which transformers (>= 4.56) reads as packed sequences: a
@@ -44,6 +44,7 @@ import torch.nn.functional as F
 
 from engine.lean import LeanModel, checkpointing
 from engine.rollout.sampling import shared_prompts
+from engine.workers.seqlen_balancing import length_buckets
 
 
 class Packed(NamedTuple):
@@ -135,13 +136,11 @@ class VarlenAttention:
     """Causal attention inside each packed sequence: ``attend(q, k, v, scale)`` for LeanModel.
 
     ``q`` (1, h, T, D), ``k``/``v`` (1, kv, T, D) of the packed row -> (1, h, T, D). Without
-    flash-attn, sequences of similar length (the actor's ``length_buckets``) share one SDPA call
+    flash-attn, sequences of similar length (``length_buckets``) share one SDPA call
     over rows cut to their longest, so attention costs about what the bucketed padded path pays.
     """
 
     def __init__(self, seqlens: torch.Tensor, cu_seqlens: torch.Tensor) -> None:
-        from engine.workers.actor import length_buckets  # actor imports this module
-
         self.cu_seqlens = cu_seqlens  # (bs + 1,)
         self.longest = max(1, int(seqlens.max()))
         starts = cu_seqlens[:-1].long()  # (bs,)
@@ -215,8 +214,6 @@ class PrefixAttention:
         seqlens: torch.Tensor,
         cu_seqlens: torch.Tensor,
     ) -> None:
-        from engine.workers.actor import length_buckets  # actor imports this module
-
         device = seqlens.device
         prompt_lens = (prompt_cu_seqlens[1:] - prompt_cu_seqlens[:-1]).long()[prompt_of]  # (bs,)
         prompt_starts = prompt_cu_seqlens[:-1].long()[prompt_of]  # (bs,)

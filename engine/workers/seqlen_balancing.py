@@ -1,6 +1,7 @@
-"""Balanced partitions of sequences by length: token-budget micro-batches and balanced ranks.
+"""Balanced partitions of sequences by length: token-budget micro-batches, balanced ranks and
+length buckets.
 
-After verl's ``verl/utils/seqlen_balancing.py``. Two users:
+After verl's ``verl/utils/seqlen_balancing.py``. Three users:
 
 - **Dynamic micro-batches** (``use_dynamic_bsz``): a rank's rows are cut into the fewest
   micro-batches whose tokens (a row's tokens = its ``attention_mask`` sum) fit the budget
@@ -12,8 +13,12 @@ After verl's ``verl/utils/seqlen_balancing.py``. Two users:
 - **Balanced ranks** (``trainer.balance_batch``): the controller reorders the batch so that each
   rank's contiguous share holds nearly the same work, with ``equal_size`` partitions so every
   rank keeps the same row count; ``global_seqlen/*`` metrics say how uneven it was and is.
+- **Length buckets** (:func:`length_buckets`): the actor's padded forward and the packed
+  attention (``engine.workers.packing``) run rows of similar length together, each bucket cut to
+  its longest row, so little of their work is padding (a dynamic programme over the sorted
+  lengths).
 
-The partition is the Largest Differencing Method (Karmarkar and Karp, "The differencing method
+The first two partition with the Largest Differencing Method (Karmarkar and Karp, "The differencing method
 of set partitioning", 1982; https://en.wikipedia.org/wiki/Largest_differencing_method): keep
 states of ``k`` sets, repeatedly merge the two states whose spread (largest minus smallest sum) is
 largest, pairing the largest set of one with the smallest of the other.
@@ -248,3 +253,52 @@ def restore_order(outputs: torch.Tensor, order: torch.Tensor | None) -> torch.Te
     if order is None:
         return outputs
     return outputs[torch.argsort(order).to(outputs.device)]
+
+
+def length_buckets(
+    lengths: torch.Tensor, response_length: int, max_buckets: int = 4, min_saving: float = 0.05
+) -> list[tuple[torch.Tensor, int]]:
+    """Split rows by response length (bs,) into buckets; return ``(rows, longest)`` per bucket.
+
+    Buckets are contiguous runs of the rows sorted by length, chosen (dynamic programming over at
+    most 32 candidate cuts) to minimise the padded tokens ``sum(rows x longest)``. Every bucket
+    costs a forward call, so each one past the first must save at least ``min_saving`` of the
+    unsplit batch's tokens and four tokens a row: on a small model a call's fixed cost is worth
+    many tokens.
+    """
+    bs = lengths.shape[0]
+    longest = max(1, min(response_length, int(lengths.max())))
+    whole = [(torch.arange(bs, device=lengths.device), longest)]
+    sorted_lengths, order = torch.sort(lengths.clamp(min=1, max=longest))
+    values = sorted_lengths.tolist()
+    cuts = [j for j in range(1, bs) if values[j - 1] < values[j]]  # where the length changes
+    if not cuts:
+        return whole
+    if len(cuts) > 32:
+        cuts = [cuts[round(i * (len(cuts) - 1) / 31)] for i in range(32)]
+    points = [0, *cuts, bs]  # bucket boundaries to choose from
+    penalty = max(min_saving * bs * longest, 4.0 * bs)
+    inf = float("inf")
+    # best[k][b]: least cost of the rows before points[b] in k buckets; prev[k][b]: the last cut
+    best = [[inf] * len(points) for _ in range(max_buckets + 1)]
+    prev = [[0] * len(points) for _ in range(max_buckets + 1)]
+    best[0][0] = 0.0
+    for k in range(1, max_buckets + 1):
+        for b in range(1, len(points)):
+            for a in range(b):
+                if best[k - 1][a] == inf:
+                    continue
+                rows = points[b] - points[a]
+                cost = best[k - 1][a] + rows * values[points[b] - 1] + (penalty if k > 1 else 0)
+                if cost < best[k][b]:
+                    best[k][b], prev[k][b] = cost, a
+    end = len(points) - 1
+    k = min(range(1, max_buckets + 1), key=lambda n: best[n][end])
+    if k == 1:
+        return whole
+    buckets = []
+    while k > 0:
+        a = prev[k][end]
+        buckets.append((order[points[a] : points[end]], int(values[points[end] - 1])))
+        end, k = a, k - 1
+    return buckets[::-1]

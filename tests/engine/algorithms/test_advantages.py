@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.algorithms import (
+from engine.algorithms.advantages import (
     ADV_ESTIMATOR_REGISTRY,
     AdvantageEstimator,
     compute_gae_advantage_return,

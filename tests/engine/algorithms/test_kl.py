@@ -7,7 +7,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from engine.algorithms import (
+from engine.algorithms.kl import (
     AdaptiveKLController,
     FixedKLController,
     PIDKLController,

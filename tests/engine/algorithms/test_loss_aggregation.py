@@ -7,13 +7,11 @@ computed with the mini-batch's counts must add up to the loss of the whole mini-
 import pytest
 import torch
 
+from engine.algorithms.loss_aggregation import GlobalBatch, agg_loss
 from engine.algorithms.names import LOSS_AGG_MODES
-from engine.algorithms.policy_loss import (
-    GlobalBatch,
-    agg_loss,
-    compute_policy_loss_vanilla,
-    normalised_over,
-)
+from engine.algorithms.policy_loss.base import PolicyLossInputs
+from engine.algorithms.policy_loss.vanilla import compute_policy_loss_vanilla
+from engine.config import ActorConfig
 
 # Row 0: 2 tokens summing to 3; row 1: 1 token (4); row 2: 3 tokens summing to 6.
 LOSS = torch.tensor([[1.0, 2.0, 9.0], [4.0, 9.0, 9.0], [1.0, 2.0, 3.0]])
@@ -70,17 +68,22 @@ def test_a_masked_nan_never_contributes_and_an_empty_batch_gives_zero():
         assert agg_loss(LOSS, torch.zeros_like(MASK), mode, empty).item() == 0.0
 
 
-def test_normalised_over_reaches_the_agg_loss_inside_a_policy_loss():
+def test_the_global_batch_reaches_the_agg_loss_inside_a_policy_loss():
     old = torch.zeros(3, 3)
     adv = torch.ones(3, 3)
+    config = ActorConfig()
     # On-policy ratio 1: the vanilla loss is -A = -1 per token.
-    local, _ = compute_policy_loss_vanilla(old, old.clone(), adv, MASK[:, :3])
-    with normalised_over(GlobalBatch(tokens=12, sequences=3, dp_size=1)):
-        share, _ = compute_policy_loss_vanilla(old, old.clone(), adv, MASK)
+    local, _ = compute_policy_loss_vanilla(
+        PolicyLossInputs(old, old.clone(), adv, MASK[:, :3]), config
+    )
+    whole = GlobalBatch(tokens=12, sequences=3, dp_size=1)
+    share, _ = compute_policy_loss_vanilla(
+        PolicyLossInputs(old, old.clone(), adv, MASK, global_batch=whole), config
+    )
     assert local.item() == pytest.approx(-1.0)
     assert share.item() == pytest.approx(-6 / 12)
-    # Outside the block the aggregation is local again.
-    again, _ = compute_policy_loss_vanilla(old, old.clone(), adv, MASK)
+    # Without a global batch the aggregation is local again.
+    again, _ = compute_policy_loss_vanilla(PolicyLossInputs(old, old.clone(), adv, MASK), config)
     assert again.item() == pytest.approx(-1.0)
 
 

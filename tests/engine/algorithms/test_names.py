@@ -5,15 +5,13 @@ import dataclasses
 import pytest
 import torch
 
-from engine.algorithms import (
+from engine.algorithms.advantages import (
     ADV_ESTIMATOR_REGISTRY,
-    POLICY_LOSS_REGISTRY,
     AdvantageEstimator,
-    agg_loss,
-    get_kl_controller,
     register_adv_est,
-    register_policy_loss,
 )
+from engine.algorithms.kl import get_kl_controller
+from engine.algorithms.loss_aggregation import agg_loss
 from engine.algorithms.names import (
     ADV_ESTIMATORS,
     GROUP_ESTIMATORS,
@@ -22,6 +20,7 @@ from engine.algorithms.names import (
     LOSS_AGG_MODES,
     POLICY_LOSS_MODES,
 )
+from engine.algorithms.policy_loss.base import POLICY_LOSS_REGISTRY, register_policy_loss
 from engine.config import schema
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.algorithms import (
-    PF_PPO_REWEIGHT_METHODS,
+from engine.algorithms.names import PF_PPO_REWEIGHT_METHODS
+from engine.algorithms.pf_ppo import (
     compute_pf_ppo_reweight_data,
     pf_ppo_sample_indices,
     pf_ppo_weights,

@@ -6,33 +6,36 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from engine.algorithms import (
+from engine.algorithms.loss_aggregation import GlobalBatch, agg_loss
+from engine.algorithms.policy_loss.base import (
     POLICY_LOSS_REGISTRY,
-    agg_loss,
-    compute_policy_loss_cispo,
-    compute_policy_loss_clip_cov,
-    compute_policy_loss_gpg,
-    compute_policy_loss_gspo,
-    compute_policy_loss_kl_cov,
-    compute_policy_loss_vanilla,
+    PolicyLossInputs,
     get_policy_loss_fn,
 )
-from engine.algorithms.policy_loss import (
-    GlobalBatch,
-    compute_policy_loss_geo_mean,
-    compute_policy_loss_sapo,
-    normalised_over,
+from engine.algorithms.policy_loss.cispo import compute_policy_loss_cispo
+from engine.algorithms.policy_loss.covariance import (
+    compute_policy_loss_clip_cov,
+    compute_policy_loss_kl_cov,
 )
+from engine.algorithms.policy_loss.geo_mean import compute_policy_loss_geo_mean
+from engine.algorithms.policy_loss.gpg import compute_policy_loss_gpg
+from engine.algorithms.policy_loss.gspo import compute_policy_loss_gspo
+from engine.algorithms.policy_loss.sapo import compute_policy_loss_sapo
+from engine.algorithms.policy_loss.vanilla import compute_policy_loss_vanilla
+from engine.config.schema import ActorConfig, PolicyLossConfig
 
 # Ratios 1, 1.5, 0.5 with A = +1; ratios 1.1, 4, 0.5 with A = -1, -1, +1 (last token masked).
 RATIOS = torch.tensor([[1.0, 1.5, 0.5], [1.1, 4.0, 0.5]])
 ADV = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, 1.0]])
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
 OLD = torch.zeros(2, 3)
+ACTOR = ActorConfig()  # verl's defaults: clip_ratio 0.2, clip_ratio_c 3, tau_pos 1, tau_neg 1.05
 
 
 def test_vanilla_ppo_hand_values():
-    loss, metrics = compute_policy_loss_vanilla(OLD, RATIOS.log(), ADV, MASK)
+    loss, metrics = compute_policy_loss_vanilla(
+        PolicyLossInputs(OLD, RATIOS.log(), ADV, MASK), ACTOR
+    )
     # per token: -1, -1.2 (clipped), -0.5, 1.1, 3 (dual clip of 4).
     assert loss.item() == pytest.approx((-1 - 1.2 - 0.5 + 1.1 + 3) / 5)
     assert metrics["actor/pg_clipfrac"] == pytest.approx(1 / 5)
@@ -43,19 +46,17 @@ def test_vanilla_ppo_hand_values():
 
 def test_vanilla_asymmetric_clip_range():
     loss, _ = compute_policy_loss_vanilla(
-        torch.zeros(1, 1),
-        torch.tensor([[math.log(1.5)]]),
-        torch.ones(1, 1),
-        torch.ones(1, 1),
-        clip_ratio_low=0.2,
-        clip_ratio_high=0.28,
+        PolicyLossInputs(
+            torch.zeros(1, 1), torch.tensor([[math.log(1.5)]]), torch.ones(1, 1), torch.ones(1, 1)
+        ),
+        ActorConfig(clip_ratio_low=0.2, clip_ratio_high=0.28),
     )
     assert loss.item() == pytest.approx(-1.28)
 
 
 def test_vanilla_gradient_vanishes_exactly_where_the_clip_bites():
     log_prob = RATIOS.log().requires_grad_()
-    loss, _ = compute_policy_loss_vanilla(OLD, log_prob, ADV, MASK)
+    loss, _ = compute_policy_loss_vanilla(PolicyLossInputs(OLD, log_prob, ADV, MASK), ACTOR)
     loss.backward()
     # d(-A r)/d logp = -A r, divided by 5 valid tokens; clipped and dual-clipped tokens get 0.
     expected = torch.tensor([[-1.0, 0.0, -0.5], [1.1, 0.0, 0.0]]) / 5
@@ -67,7 +68,7 @@ def test_clipping_bounds_hold_for_extreme_ratios():
     log_prob = torch.tensor([[30.0, -30.0, 30.0, -30.0]])  # ratios clamp to exp(+-20)
     adv = torch.tensor([[1.0, 1.0, -1.0, -1.0]])
     loss, _ = compute_policy_loss_vanilla(
-        torch.zeros(1, 4), log_prob, adv, ones, loss_agg_mode="seq-mean-token-sum"
+        PolicyLossInputs(torch.zeros(1, 4), log_prob, adv, ones, "seq-mean-token-sum"), ACTOR
     )
     # A>0: -1.2 and -exp(-20); A<0: dual clip caps at 3; tiny ratio gives 0.8.
     assert loss.item() == pytest.approx(-1.2 - math.exp(-20) + 3.0 + 0.8)
@@ -78,38 +79,42 @@ def test_dual_clip_only_bites_when_advantage_is_negative():
     positive = torch.ones(1, 2)
     for c in (1.01, 3.0, 100.0):
         loss, metrics = compute_policy_loss_vanilla(
-            torch.zeros(1, 2), log_prob, positive, torch.ones(1, 2), clip_ratio_c=c
+            PolicyLossInputs(torch.zeros(1, 2), log_prob, positive, torch.ones(1, 2)),
+            ActorConfig(clip_ratio_c=c),
         )
         assert loss.item() == pytest.approx(-1.2) and metrics["actor/pg_clipfrac_lower"] == 0
     loss, metrics = compute_policy_loss_vanilla(
-        torch.zeros(1, 2), log_prob, -positive, torch.ones(1, 2), clip_ratio_c=3.0
+        PolicyLossInputs(torch.zeros(1, 2), log_prob, -positive, torch.ones(1, 2)),
+        ActorConfig(clip_ratio_c=3.0),
     )
     assert loss.item() == pytest.approx(3.0) and metrics["actor/pg_clipfrac_lower"] == 1.0
 
 
 def test_vanilla_rejects_clip_ratio_c_not_above_one():
     with pytest.raises(ValueError, match="clip_ratio_c must be greater than 1.0.*got 1.0"):
-        compute_policy_loss_vanilla(OLD, OLD, ADV, MASK, clip_ratio_c=1.0)
+        compute_policy_loss_vanilla(
+            PolicyLossInputs(OLD, OLD, ADV, MASK), ActorConfig(clip_ratio_c=1.0)
+        )
 
 
 def test_masked_token_never_contributes_to_any_loss():
     poisoned = RATIOS.log().clone()
     poisoned[1, 2] = float("nan")
     for name, fn in POLICY_LOSS_REGISTRY.items():
-        clean, _ = fn(OLD, RATIOS.log(), ADV, MASK)
-        dirty, _ = fn(OLD, poisoned, ADV, MASK)
+        clean, _ = fn(PolicyLossInputs(OLD, RATIOS.log(), ADV, MASK), ACTOR)
+        dirty, _ = fn(PolicyLossInputs(OLD, poisoned, ADV, MASK), ACTOR)
         assert dirty.item() == pytest.approx(clean.item()), name
 
 
 def test_gspo_clips_a_sequence_level_ratio():
     log_prob = torch.tensor([[0.1, 0.2, 0.3], [-0.1, -0.3, 5.0]], requires_grad=True)
-    loss, metrics = compute_policy_loss_gspo(OLD, log_prob, ADV, MASK)
+    paper = ActorConfig(clip_ratio_low=3e-4, clip_ratio_high=4e-4)  # GSPO's clip ranges
+    inputs = PolicyLossInputs(OLD, log_prob, ADV, MASK, "seq-mean-token-mean")
+    loss, metrics = compute_policy_loss_gspo(inputs, paper)
     # s = exp(0.2) clipped to 1 + 4e-4 (A=+1); s = exp(-0.2) clipped to 1 - 3e-4 (A=-1).
     assert loss.item() == pytest.approx((-(1 + 4e-4) + (1 - 3e-4)) / 2, abs=1e-7)
     assert metrics == pytest.approx({"actor/pg_clipfrac": 1.0, "actor/ppo_kl": -0.2 / 5})
-    wide, _ = compute_policy_loss_gspo(
-        OLD, log_prob, ADV, MASK, clip_ratio_low=10, clip_ratio_high=10
-    )
+    wide, _ = compute_policy_loss_gspo(inputs, ActorConfig(clip_ratio_low=10, clip_ratio_high=10))
     wide.backward()
     # Each token's gradient is -A * s_i / (|y_i| * 2 sequences): the stop-gradient trick.
     expected = torch.tensor([[-math.exp(0.2) / 6] * 3, [math.exp(-0.2) / 4] * 2 + [0.0]])
@@ -119,7 +124,7 @@ def test_gspo_clips_a_sequence_level_ratio():
 def test_gpg_is_plain_policy_gradient():
     log_prob = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -1.0, -9.0]])
     adv = torch.tensor([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]])
-    loss, metrics = compute_policy_loss_gpg(OLD, log_prob, adv, MASK)
+    loss, metrics = compute_policy_loss_gpg(PolicyLossInputs(OLD, log_prob, adv, MASK), ACTOR)
     assert loss.item() == pytest.approx(9 / 5) and metrics == {}
 
 
@@ -127,7 +132,9 @@ def test_cispo_detaches_the_clipped_weight():
     log_prob = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     old = log_prob.detach() - torch.tensor([[math.log(1.5), math.log(0.9)]])
     adv = torch.tensor([[1.0, -1.0]])
-    loss, metrics = compute_policy_loss_cispo(old, log_prob, adv, torch.ones(1, 2))
+    loss, metrics = compute_policy_loss_cispo(
+        PolicyLossInputs(old, log_prob, adv, torch.ones(1, 2)), ACTOR
+    )
     # weights 1.2 (clipped from 1.5) and 0.9: (1.2 * 1 - 0.9 * 2) / 2
     assert loss.item() == pytest.approx(-0.3)
     assert metrics["actor/pg_clipfrac"] == pytest.approx(0.5)
@@ -142,33 +149,43 @@ COV_LOGP = torch.tensor([[-1.0, -3.0], [-3.0, -1.0]])
 
 def test_clip_cov_detaches_the_high_covariance_token():
     log_prob = COV_LOGP.clone().requires_grad_()
-    loss, metrics = compute_policy_loss_clip_cov(COV_LOGP, log_prob, COV_ADV, torch.ones(2, 2))
+    loss, metrics = compute_policy_loss_clip_cov(
+        PolicyLossInputs(COV_LOGP, log_prob, COV_ADV, torch.ones(2, 2)), ACTOR
+    )
     assert loss.item() == pytest.approx(3 / 4)  # -3 at (0, 0) is dropped; 3 at (1, 1) stays
     assert metrics["actor/pg_clipfrac"] == pytest.approx(1 / 4)
     loss.backward()
     torch.testing.assert_close(log_prob.grad, torch.tensor([[0.0, 0.0], [0.0, 0.75]]))
     kept, metrics = compute_policy_loss_clip_cov(
-        COV_LOGP, COV_LOGP, COV_ADV, torch.ones(2, 2), clip_cov_ub=2.0
+        PolicyLossInputs(COV_LOGP, COV_LOGP, COV_ADV, torch.ones(2, 2)),
+        ActorConfig(policy_loss=PolicyLossConfig(clip_cov_ub=2.0)),
     )
     assert kept.item() == pytest.approx(0.0) and metrics["actor/pg_clipfrac"] == 0.0
 
 
 def test_kl_cov_penalises_the_top_covariance_token():
     old = COV_LOGP - torch.tensor([[0.5, 0.0], [0.0, 0.0]])
-    loss, metrics = compute_policy_loss_kl_cov(old, COV_LOGP, COV_ADV, torch.ones(2, 2))
+    inputs = PolicyLossInputs(old, COV_LOGP, COV_ADV, torch.ones(2, 2))
+    loss, metrics = compute_policy_loss_kl_cov(inputs, ACTOR)
     assert loss.item() == pytest.approx((-3 * math.exp(0.5) + 0.1 * 0.5 + 3) / 4)
     assert metrics == pytest.approx({"actor/ppo_kl": 0.5 / 4})
     strong, _ = compute_policy_loss_kl_cov(
-        old, COV_LOGP, COV_ADV, torch.ones(2, 2), ppo_kl_coef=1.0
+        inputs, ActorConfig(policy_loss=PolicyLossConfig(ppo_kl_coef=1.0))
     )
     assert strong.item() == pytest.approx((-3 * math.exp(0.5) + 0.5 + 3) / 4)
 
 
 def test_cov_losses_reject_non_positive_ratios():
     with pytest.raises(ValueError, match="clip_cov_ratio must be greater than 0"):
-        compute_policy_loss_clip_cov(OLD, OLD, ADV, MASK, clip_cov_ratio=0.0)
+        compute_policy_loss_clip_cov(
+            PolicyLossInputs(OLD, OLD, ADV, MASK),
+            ActorConfig(policy_loss=PolicyLossConfig(clip_cov_ratio=0.0)),
+        )
     with pytest.raises(ValueError, match="kl_cov_ratio must be greater than 0"):
-        compute_policy_loss_kl_cov(OLD, OLD, ADV, MASK, kl_cov_ratio=0.0)
+        compute_policy_loss_kl_cov(
+            PolicyLossInputs(OLD, OLD, ADV, MASK),
+            ActorConfig(policy_loss=PolicyLossConfig(kl_cov_ratio=0.0)),
+        )
 
 
 LOSS_MAT = torch.arange(1.0, 13.0).reshape(3, 4)
@@ -224,22 +241,15 @@ def test_registry_lists_valid_loss_modes():
 def test_every_loss_accepts_the_common_clip_keys():
     for fn in POLICY_LOSS_REGISTRY.values():
         loss, _ = fn(
-            OLD,
-            RATIOS.log(),
-            ADV,
-            MASK,
-            loss_agg_mode="token-mean",
-            clip_ratio=0.2,
-            clip_ratio_low=0.2,
-            clip_ratio_high=0.28,
-            clip_ratio_c=3.0,
+            PolicyLossInputs(OLD, RATIOS.log(), ADV, MASK, loss_agg_mode="token-mean"),
+            ActorConfig(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0),
         )
         assert torch.isfinite(loss)
 
 
 def test_policy_losses_name_mismatched_shapes():
     with pytest.raises(ValueError, match=r"advantages has shape \(2, 2\)"):
-        compute_policy_loss_vanilla(OLD, OLD, ADV[:, :2], MASK)
+        PolicyLossInputs(OLD, OLD, ADV[:, :2], MASK)
 
 
 def test_sapo_hand_values_and_gate_gradient():
@@ -247,7 +257,9 @@ def test_sapo_hand_values_and_gate_gradient():
     log_prob = torch.tensor([[0.0, 0.0, 0.0], [0.0, math.log(2.0), 7.0]], requires_grad=True)
     adv = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]])  # (2, 3)
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])  # (2, 3)
-    loss, metrics = compute_policy_loss_sapo(OLD, log_prob, adv, mask, tau_pos=1.0, tau_neg=2.0)
+    loss, metrics = compute_policy_loss_sapo(
+        PolicyLossInputs(OLD, log_prob, adv, mask), ActorConfig(tau_pos=1.0, tau_neg=2.0)
+    )
     s = 1 / (1 + math.exp(-2.0))  # sigmoid(tau_neg * (2 - 1))
     # f(r) = sigmoid(tau (r - 1)) * 4 / tau: row 0 (tau 1) f(1) = 2, 2, L = -2, -2, mean -2;
     # row 1 (tau 2) f(1) = 1, f(2) = 2 s, L = +1, +2 s, mean (1 + 2 s) / 2; then mean of rows.
@@ -260,9 +272,10 @@ def test_sapo_hand_values_and_gate_gradient():
 
 
 def test_sapo_aggregates_by_sequence_whatever_loss_agg_mode_says():
-    by_sequence, _ = compute_policy_loss_sapo(OLD, RATIOS.log(), ADV, MASK)
+    by_sequence, _ = compute_policy_loss_sapo(PolicyLossInputs(OLD, RATIOS.log(), ADV, MASK), ACTOR)
     for mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"):
-        other, _ = compute_policy_loss_sapo(OLD, RATIOS.log(), ADV, MASK, loss_agg_mode=mode)
+        inputs = PolicyLossInputs(OLD, RATIOS.log(), ADV, MASK, loss_agg_mode=mode)
+        other, _ = compute_policy_loss_sapo(inputs, ACTOR)
         assert other.item() == pytest.approx(by_sequence.item()), mode
 
 
@@ -270,13 +283,13 @@ def test_sapo_rejects_a_temperature_not_above_zero():
     with pytest.raises(
         ValueError, match="tau_pos and tau_neg must be greater than 0, got 1.0 and 0"
     ):
-        compute_policy_loss_sapo(OLD, OLD, ADV, MASK, tau_neg=0)
+        compute_policy_loss_sapo(PolicyLossInputs(OLD, OLD, ADV, MASK), ActorConfig(tau_neg=0))
 
 
 def test_geo_mean_clips_log_ratios_on_the_advantage_side():
     """Inputs ``(2, 3)``; clip range 0.2 in log space; row 1's last token masked (log-ratio 9)."""
     log_prob = torch.tensor([[0.1, 0.5, -0.4], [0.5, -0.4, 9.0]], requires_grad=True)
-    loss, metrics = compute_policy_loss_geo_mean(OLD, log_prob, ADV, MASK)
+    loss, metrics = compute_policy_loss_geo_mean(PolicyLossInputs(OLD, log_prob, ADV, MASK), ACTOR)
     # Row 0 (A = +1): min(d, clamp(d)) = 0.1, 0.2, -0.4, mean -0.1 / 3, L = -exp(-1/30).
     # Row 1 (A = -1): max(d, clamp(d)) = 0.5, -0.2, mean 0.15, L = +exp(0.15). Mean of rows.
     assert loss.item() == pytest.approx((math.exp(0.15) - math.exp(-1 / 30)) / 2)
@@ -294,7 +307,10 @@ def test_geo_mean_clips_log_ratios_on_the_advantage_side():
 def test_geo_mean_averages_sequence_advantages():
     # Token advantages 1, 3 average to A = 2; ratios 1 give L = -2 for the one sequence.
     loss, _ = compute_policy_loss_geo_mean(
-        torch.zeros(1, 2), torch.zeros(1, 2), torch.tensor([[1.0, 3.0]]), torch.ones(1, 2)
+        PolicyLossInputs(
+            torch.zeros(1, 2), torch.zeros(1, 2), torch.tensor([[1.0, 3.0]]), torch.ones(1, 2)
+        ),
+        ACTOR,
     )
     assert loss.item() == pytest.approx(-2.0)
 
@@ -306,13 +322,17 @@ def test_new_losses_sum_over_micro_batches_to_the_mini_batch_loss(fn):
     old, new, adv = torch.randn(3, 6, 5, generator=gen, dtype=torch.float64) * 0.3  # (6, 5)
     mask = (torch.rand(6, 5, generator=gen) > 0.3).double()  # (6, 5)
     mask[:, 0] = 1
-    whole, _ = fn(old, new, adv, mask)
+    whole, _ = fn(PolicyLossInputs(old, new, adv, mask), ACTOR)
     counts = GlobalBatch(tokens=mask.sum().item(), sequences=6.0)
-    with normalised_over(counts):
-        parts = [
-            fn(old[i : i + 2], new[i : i + 2], adv[i : i + 2], mask[i : i + 2])[0]
-            for i in (0, 2, 4)
-        ]
+    parts = [
+        fn(
+            PolicyLossInputs(
+                old[i : i + 2], new[i : i + 2], adv[i : i + 2], mask[i : i + 2], global_batch=counts
+            ),
+            ACTOR,
+        )[0]
+        for i in (0, 2, 4)
+    ]
     # The whole batch alone divides by 6 + 1e-8 sequences, hence rel, not exact.
     assert sum(p.item() for p in parts) == pytest.approx(whole.item(), rel=1e-8)
 
@@ -411,7 +431,7 @@ def test_new_losses_match_verl_on_random_batches(ours, reference, keys, seed):
     config = SimpleNamespace(
         **{"clip_ratio": 0.2, "clip_ratio_low": None, "clip_ratio_high": None, **keys}
     )
-    loss, metrics = ours(old, new, adv, mask, **keys)
+    loss, metrics = ours(PolicyLossInputs(old, new, adv, mask), ActorConfig(**keys))
     (grad,) = torch.autograd.grad(loss, new)
     ref_loss, ref_metrics = reference(old, new, adv, mask, config)
     (ref_grad,) = torch.autograd.grad(ref_loss, new)

@@ -7,17 +7,19 @@ import math
 import pytest
 import torch
 
-from engine.algorithms import get_policy_loss_fn
-from engine.algorithms.rollout_correction import (
-    compute_offpolicy_metrics,
+from engine.algorithms.policy_loss.base import PolicyLossInputs, get_policy_loss_fn
+from engine.algorithms.policy_loss.bypass_mode import (
     compute_policy_loss_bypass_mode,
     compute_policy_loss_reinforce,
+)
+from engine.algorithms.rollout_correction import (
+    compute_offpolicy_metrics,
     compute_rollout_correction_and_rejection_mask,
     compute_rollout_correction_weights,
     compute_rollout_rejection_mask,
     correction_settings,
 )
-from engine.config.schema import RolloutCorrectionConfig
+from engine.config.schema import ActorConfig, PolicyLossConfig, RolloutCorrectionConfig
 
 # Ratios pi_old / pi_rollout; the last token of row 1 is padding (its 0.1 must never count).
 RATIOS = torch.tensor([[2.0, 0.5, 4.0], [1.0, 3.0, 0.1]])
@@ -159,10 +161,15 @@ def test_every_policy_loss_multiplies_its_token_losses_by_the_is_weights(mode):
     weights = torch.tensor([[2.0, 0.5, 1.0], [1.0, 0.0, 3.0]])
     fn = get_policy_loss_fn(mode)
     # On-policy (old == current): every clip is inactive, so the loss is linear in the weights.
-    kwargs = {"loss_agg_mode": "token-mean"}
-    plain, _ = fn(log_prob, log_prob, advantages, MASK, **kwargs)
-    weighted, _ = fn(log_prob, log_prob, advantages, MASK, rollout_is_weights=weights, **kwargs)
-    unit, _ = fn(log_prob, log_prob, advantages, MASK, rollout_is_weights=ones, **kwargs)
+    plain, _ = fn(PolicyLossInputs(log_prob, log_prob, advantages, MASK), ActorConfig())
+    weighted, _ = fn(
+        PolicyLossInputs(log_prob, log_prob, advantages, MASK, rollout_is_weights=weights),
+        ActorConfig(),
+    )
+    unit, _ = fn(
+        PolicyLossInputs(log_prob, log_prob, advantages, MASK, rollout_is_weights=ones),
+        ActorConfig(),
+    )
     assert unit.item() == pytest.approx(plain.item())
     assert weighted.item() != pytest.approx(plain.item())
     if mode == "vanilla":  # -A r w over the 5 valid tokens, r = 1
@@ -175,7 +182,8 @@ def test_geo_mean_weights_each_sequence_by_the_geometric_mean_of_its_weights():
     advantages = torch.tensor([[1.0, 1.0, 1.0], [-2.0, -2.0, -2.0]])
     weights = torch.tensor([[2.0, 0.5, 4.0], [1.0, 4.0, 9.0]])  # row 1's 9 is padding
     loss, _ = get_policy_loss_fn("geo_mean")(
-        log_prob, log_prob, advantages, MASK, rollout_is_weights=weights
+        PolicyLossInputs(log_prob, log_prob, advantages, MASK, rollout_is_weights=weights),
+        ActorConfig(),
     )
     # Row 0: -1 * 1 * (2 * 0.5 * 4) ** (1/3); row 1: 2 * 1 * (1 * 4) ** (1/2); mean of the two.
     expected = (-(4 ** (1 / 3)) + 2 * 2.0) / 2
@@ -187,13 +195,21 @@ def test_reinforce_is_minus_advantage_times_log_prob_times_weight():
     advantages = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]])
     weights = torch.tensor([[2.0, 1.0, 1.0], [1.0, 0.5, 1.0]])
     loss, m = compute_policy_loss_reinforce(
-        torch.zeros(2, 3), log_prob, advantages, MASK, "token-mean", weights
+        PolicyLossInputs(torch.zeros(2, 3), log_prob, advantages, MASK, "token-mean", weights)
     )
     expected = -(advantages * log_prob.detach() * weights * MASK).sum() / 5
     assert loss.item() == pytest.approx(expected.item(), 1e-6)
     assert m["actor/ppo_kl"] == pytest.approx(-(log_prob.detach() * MASK).sum().item() / 5, 1e-6)
     loss.backward()  # d/dlogp = -A w / 5 on valid tokens: the weights carry no gradient
     assert torch.allclose(log_prob.grad, -advantages * weights * MASK / 5)
+
+
+def bypass(correction: RolloutCorrectionConfig) -> ActorConfig:
+    """Return the actor config the actor hands the bypass_mode loss: verl's defaults and
+    ``policy_loss.rollout_correction``."""
+    return ActorConfig(
+        policy_loss=PolicyLossConfig(loss_mode="bypass_mode", rollout_correction=correction)
+    )
 
 
 def test_bypass_mode_ppo_clip_is_vanilla_against_the_rollout_with_rejection():
@@ -204,10 +220,12 @@ def test_bypass_mode_ppo_clip_is_vanilla_against_the_rollout_with_rejection():
         rollout_is="token", rollout_rs="token", rollout_rs_threshold=3.5
     )
     loss, m = compute_policy_loss_bypass_mode(
-        rollout, log_prob, advantages, MASK, "token-mean", rollout_correction=config
+        PolicyLossInputs(rollout, log_prob, advantages, MASK, "token-mean"), bypass(config)
     )
     kept = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])  # the 4 is rejected
-    vanilla, _ = get_policy_loss_fn("vanilla")(rollout, log_prob, advantages, kept)
+    vanilla, _ = get_policy_loss_fn("vanilla")(
+        PolicyLossInputs(rollout, log_prob, advantages, kept), ActorConfig()
+    )
     assert loss.item() == pytest.approx(vanilla.item())  # no IS weights on top of the ratio
     assert m["rollout_corr/rollout_rs_masked_fraction"] == pytest.approx(1 / 5)
     assert m["rollout_corr/rollout_is_max"] == pytest.approx(4.0)
@@ -222,7 +240,7 @@ def test_bypass_mode_reinforce_applies_the_weights_of_the_current_policy():
         rollout_is="token", rollout_is_threshold=2.0, bypass_mode=True, loss_type="reinforce"
     )
     loss, _ = compute_policy_loss_bypass_mode(
-        rollout, log_prob, advantages, MASK, "token-mean", rollout_correction=config
+        PolicyLossInputs(rollout, log_prob, advantages, MASK, "token-mean"), bypass(config)
     )
     weights = torch.tensor([[2.0, 0.5, 2.0], [1.0, 2.0, 0.0]])
     expected = -(log_prob * weights * MASK).sum() / 5
@@ -230,7 +248,7 @@ def test_bypass_mode_reinforce_applies_the_weights_of_the_current_policy():
     config.loss_type = "a2c"
     with pytest.raises(ValueError, match="Invalid loss_type"):
         compute_policy_loss_bypass_mode(
-            rollout, log_prob, advantages, MASK, rollout_correction=config
+            PolicyLossInputs(rollout, log_prob, advantages, MASK), bypass(config)
         )
 
 

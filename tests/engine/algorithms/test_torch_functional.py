@@ -126,7 +126,7 @@ def test_logprobs_rejects_mismatched_labels():
 
 
 def test_mask_span_end_is_one_past_the_last_valid_token():
-    from engine.algorithms import mask_span_end
+    from engine.algorithms.torch_functional import mask_span_end
 
     mask = torch.tensor([[1, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 0], [1, 1, 1, 1]])
     assert mask_span_end(mask).tolist() == [2, 3, 0, 4]

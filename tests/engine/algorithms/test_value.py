@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from engine.algorithms import compute_entropy_loss, compute_value_loss
+from engine.algorithms.value import compute_entropy_loss, compute_value_loss
 
 VPREDS = torch.tensor([[1.0, 2.0, 0.0], [0.5, 3.0, 7.0]])
 VALUES = torch.tensor([[2.0, 1.0, 0.0], [0.0, 2.0, 0.0]])

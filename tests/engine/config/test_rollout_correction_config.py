@@ -70,8 +70,9 @@ def test_bad_settings_name_the_key_and_the_fix(overrides, key, message):
 
 
 def test_verls_bypass_mode_loss_name_goes_with_bypass_mode():
-    from engine.algorithms.policy_loss import get_policy_loss_fn
-    from engine.algorithms.rollout_correction import compute_policy_loss_bypass_mode
+    from engine.algorithms.policy_loss.base import PolicyLossInputs, get_policy_loss_fn
+    from engine.algorithms.policy_loss.bypass_mode import compute_policy_loss_bypass_mode
+    from engine.config.schema import ActorConfig
 
     loss_mode = "actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode"
     assert problems([loss_mode, f"{KEY}.bypass_mode=True"]) == {}  # as verl's trainer sets it
@@ -81,7 +82,7 @@ def test_verls_bypass_mode_loss_name_goes_with_bypass_mode():
         in found["actor_rollout_ref.actor.policy_loss.loss_mode"]
     )
     loss = get_policy_loss_fn("bypass_mode")
-    assert loss is not compute_policy_loss_bypass_mode  # the registry's entry hands over to it
+    assert loss is compute_policy_loss_bypass_mode
     old = -torch.rand(2, 3, dtype=torch.float64)
     new, advantages, mask = old + 0.1, torch.ones(2, 3, dtype=torch.float64), torch.ones(2, 3)
     settings = {"loss_type": "reinforce", "rollout_is": "token", "rollout_is_threshold": 2.0}
@@ -95,8 +96,12 @@ def test_verls_bypass_mode_loss_name_goes_with_bypass_mode():
         )
     }
     settings |= {"rollout_is_batch_normalize": False, "bypass_mode": True}
-    via_registry, _ = loss(old, new, advantages, mask, rollout_correction=settings)
-    direct, _ = compute_policy_loss_bypass_mode(
-        old, new, advantages, mask, rollout_correction=settings
-    )
-    assert torch.equal(via_registry, direct)
+    config = ActorConfig()
+    config.policy_loss.rollout_correction = settings  # what the actor does in bypass mode
+    inputs = PolicyLossInputs(old, new, advantages, mask)
+    reinforce, _ = loss(inputs, config)
+    ppo_clip, _ = loss(inputs, ActorConfig())  # no section: verl's defaults, PPO's clipped loss
+    # REINFORCE's -A log pi w, with w = pi / pi_rollout = e^0.1 under the threshold 2.
+    expected = -(new * torch.exp(torch.tensor(0.1, dtype=torch.float64))).mean()
+    assert reinforce.item() == pytest.approx(expected.item())
+    assert not torch.equal(reinforce, ppo_clip)

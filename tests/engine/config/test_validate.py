@@ -386,7 +386,7 @@ def test_reward_component_choices_are_the_reward_registry():
 
 
 def test_every_registered_policy_loss_validates():
-    from engine.algorithms import POLICY_LOSS_REGISTRY
+    from engine.algorithms.policy_loss.base import POLICY_LOSS_REGISTRY
 
     assert "gpg" in POLICY_LOSS_REGISTRY
     for mode in POLICY_LOSS_REGISTRY:

@@ -172,11 +172,14 @@ def test_masked_response_tokens_never_change_the_loss(make_config):
         logits = response_logits(model, data.batch)
         log_prob = torch.log_softmax(logits, -1).gather(-1, data.batch["responses"][..., None])
         log_prob = log_prob.squeeze(-1)
-        from engine.algorithms import compute_policy_loss_vanilla
+        from engine.algorithms.policy_loss.base import PolicyLossInputs
+        from engine.algorithms.policy_loss.vanilla import compute_policy_loss_vanilla
+        from engine.config.schema import ActorConfig
 
-        loss, _ = compute_policy_loss_vanilla(
+        inputs = PolicyLossInputs(
             log_prob.detach(), log_prob, data.batch["advantages"], data.batch["response_mask"]
         )
+        loss, _ = compute_policy_loss_vanilla(inputs, ActorConfig())
         loss.backward()
         return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from engine.rollout.sampling import sample_sequences, shared_prompts, trim_left_padding
-from engine.workers.actor import length_buckets, response_logits
+from engine.workers.actor import response_logits
+from engine.workers.seqlen_balancing import length_buckets
 from tests.engine.distributed.helpers import tiny_policy
 
 EOS, PAD = 2, 0
