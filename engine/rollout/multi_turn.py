@@ -74,7 +74,8 @@ from engine.rollout.tool_calls import (
     run_tool_calls,
     truncate_tool_response,
 )
-from engine.tools.base import Tool, load_tools
+from engine.tools.base import Tool
+from engine.tools.loader import load_tools
 
 __all__ = ["MultiTurnRollout", "load_interaction", "message_delta_ids", "messages_delta_ids"]
 
