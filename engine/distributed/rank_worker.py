@@ -58,10 +58,10 @@ from engine.distributed.process_group import (
     init_process_group,
     node_address,
 )
+from engine.lora import adapter_settings
 from engine.rewards.reward_model import RewardModelScorer
 from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
 from engine.workers.critic import CriticWorker
-from engine.workers.lora import adapter_settings
 from engine.workers.models import frozen_copy
 
 ROLLOUT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
+from engine.lora import apply_lora, is_lora
 from engine.tools.tiny_uris import TINY_PREFIX, resolve_tiny_uri
-from engine.workers.lora import apply_lora, is_lora
 
 
 def resolve_path(path: str | None) -> str | None:
@@ -89,7 +89,7 @@ def load_tokenizer(model_config: Any, *, path: str | None = None) -> Any:
 def load_policy(model_config: Any, device: torch.device) -> torch.nn.Module:
     """Return the policy model: the live ``hf_model`` if given, else loaded from ``path``.
 
-    With ``lora_rank > 0`` it comes wrapped with a PEFT LoRA adapter (see ``engine.workers.lora``).
+    With ``lora_rank > 0`` it comes wrapped with a PEFT LoRA adapter (see ``engine.lora``).
     """
     model = getattr(model_config, "hf_model", None)
     if model is None:
