@@ -831,7 +831,7 @@ def load_data_tokenizer(config: Any, policy_tokenizer: Any) -> Any:
 
 def build_reward_scorer(config: Any, device: str | torch.device = "cpu") -> Any:
     """Return the reward model's scorer in this process when ``reward_model.enable=True``, else
-    None (``RewardModelScorer.from_config``: sizes and defaults as verl's reward model worker).
+    None (``load_reward_model``: sizes and defaults as verl's reward model worker).
 
     The single-process trainer's; with ``trainer.controller=ray`` the model is a role on the
     ranks instead (``engine.distributed.worker_group.RewardModelGroup``). Raise
@@ -846,9 +846,9 @@ def build_reward_scorer(config: Any, device: str | torch.device = "cpu") -> Any:
     problems = in_process_reward_model_problems(config)
     if problems:
         raise ConfigValidationError(problems)
-    from engine.rewards.reward_model import RewardModelScorer
+    from engine.workers.models import load_reward_model
 
-    return RewardModelScorer.from_config(config, device)
+    return load_reward_model(config, device)
 
 
 def build_reward_manager(
