@@ -27,6 +27,7 @@ from django.utils import timezone
 from engine.config import ConfigValidationError, PPOConfig, config_to_dict, set_value
 from webapp.experiments.configs import as_config, config_check
 from webapp.experiments.models import Experiment, LaunchKey
+from webapp.experiments.tags import TAGS_MAX, TagsInvalid, clean_tags
 from webapp.runs.models import (
     ACTIVE_STATUSES,
     DRIVER_STATUSES,
@@ -208,7 +209,6 @@ def run_delete(*, run: Run) -> None:
 
 
 NOTES_MAX_CHARS = 10_000
-TAGS_MAX = 20
 
 
 class RunAnnotationError(ValueError):
@@ -229,8 +229,6 @@ def run_set_notes(*, run: Run, notes: str) -> Run:
 
 def run_add_tags(*, run: Run, tags: str) -> Run:
     """Add comma-separated ``tags`` (lower-cased, de-duplicated) to the run's tags."""
-    from webapp.experiments.services import TagsInvalid, clean_tags
-
     try:
         new = clean_tags(tags)
     except TagsInvalid as exc:
