@@ -23,6 +23,7 @@ from django.db import connections
 
 from engine.env import CPU_PROCESS_ENV
 from engine.trainer.trackers import TRACKER_ENV_PREFIXES
+from webapp.runs.models import run_dir
 from webapp.runs.recording import (
     driver_slots_taken,
     queued_run_ids,
@@ -32,7 +33,6 @@ from webapp.runs.recording import (
     runs_mark_lost,
     runs_mark_stalled,
 )
-from webapp.runs.services import run_dir
 from workers.celery_app import app
 
 logger = logging.getLogger(__name__)

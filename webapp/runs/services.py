@@ -18,7 +18,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Max
@@ -34,6 +33,7 @@ from webapp.runs.models import (
     RESUMABLE_STATUSES,
     Run,
     RunStatus,
+    run_dir,
 )
 from webapp.runs.quotas import LaunchRefused, run_count_check, run_size_errors
 from webapp.runs.recording import publish_status_on_commit, transition
@@ -56,11 +56,6 @@ class AlreadyLaunched(Exception):
     def __init__(self, run: Run) -> None:
         self.run = run
         super().__init__(f"run #{run.number} was already launched from this form")
-
-
-def run_dir(run_id: int) -> Path:
-    """Return the folder of a run's files: ``<POSTTRAIN_DATA_DIR>/runs/<id>``."""
-    return Path(settings.POSTTRAIN_DATA_DIR).expanduser() / "runs" / str(run_id)
 
 
 def _move_aside(folder: Path) -> None:
