@@ -1,8 +1,9 @@
 """The user's side of a run's lifecycle: create (queue its start), resume, cancel, delete.
 
-Starting a run queues ``workers.tasks.start_run``; what the task and the driver write (the
-start, heartbeats, the end state, metrics, samples) is ``webapp.runs.recording``. Every status
-change goes through ``recording.transition`` and its table of allowed changes.
+Starting a run queues ``workers.tasks.start_run`` by its name (``webapp.celery``); what the task
+and the driver write (the start, heartbeats, the end state, metrics, samples) is
+``webapp.runs.recording``. Every status change goes through ``recording.transition`` and its table
+of allowed changes.
 
 A launch is checked against the server's limits (``webapp.runs.quotas``) and may carry the
 launch key of the form it came from: the same key again gets the run it made, not a new one.
@@ -24,6 +25,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from engine.config import ConfigValidationError, PPOConfig, config_to_dict, set_value
+from webapp.celery import send_start_run
 from webapp.experiments.configs import as_config, config_check
 from webapp.experiments.models import Experiment, LaunchKey
 from webapp.experiments.tags import TAGS_MAX, TagsInvalid, clean_tags
@@ -67,10 +69,8 @@ def _move_aside(folder: Path) -> None:
 
 
 def _dispatch_start(run_id: int) -> None:
-    from workers.tasks import start_run
-
     try:
-        start_run.delay(run_id)
+        send_start_run(run_id)
     except Exception as exc:
         # Without a broker the run would wait forever; end it with the reason instead.
         logger.exception("could not queue the start of run %s", run_id)
