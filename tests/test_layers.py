@@ -44,8 +44,14 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("configuration: verl's keys as typed dataclasses and their rules", ("engine.config",)),
     (
-        "names: the torch-free name lists and the process environment",
-        ("engine.algorithms.names", "engine.rewards.names", "engine.rollout.names", "engine.env"),
+        "names: the torch-free name lists, the registry reader they use, the process environment",
+        (
+            "engine.algorithms.names",
+            "engine.algorithms.registry",
+            "engine.rewards.names",
+            "engine.rollout.names",
+            "engine.env",
+        ),
     ),
 )
 
