@@ -1,12 +1,14 @@
 """The layers of the code base, read from the import statements of every module (no import runs).
 
-- ``engine`` is a library: it imports nothing of ``webapp`` or ``workers``, anywhere, not even
-  inside a function.
-- Its foundations (``engine.algorithms``, ``engine.config``, ``engine.data``) import nothing of
-  ``engine.trainer`` or ``engine.distributed``.
-- The modules' top-level imports form no cycle (a cycle makes the import order matter and
-  half-initialised modules appear); imports inside functions are the way to defer a heavy or
-  optional dependency, and are not counted.
+Every import counts: at the top of a module, inside a function, under ``if TYPE_CHECKING``. A
+deferred import still ties the two modules together, and a circle of them still decides which
+one is half-initialised when the other asks for a name. So:
+
+- no circle of modules, at any depth;
+- no import runs back up :data:`LAYERS`: a module imports modules of its own layer and of the
+  layers below it, never of one above.
+
+An import through ``importlib`` (a registry loading a user's module by name) is not read.
 """
 
 from __future__ import annotations
@@ -18,29 +20,65 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("engine", "workers", "webapp")
 
+# The layers, top first: (what the layer is, the modules in it by prefix). A module belongs to
+# the layer of the longest prefix that names it or a package above it. The configuration sits
+# low, under everything that takes a typed config, so it reads only the name lists below it.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("bridge: the Celery tasks and the run driver, between studio and engine", ("workers",)),
+    ("studio: the Django apps, their services and views, the API", ("webapp",)),
+    (
+        "entry points: main_ppo, evaluation, the checkpoint merger, verl's names",
+        ("engine", "engine.main_ppo", "engine.eval", "engine.model_merger", "engine.utils"),
+    ),
+    ("trainer: the PPO loop, its metrics, checkpoints and records", ("engine.trainer",)),
+    ("distributed: Ray worker groups, one FSDP rank per actor", ("engine.distributed",)),
+    ("roles: actor, critic, rollout-reference, loading their models", ("engine.workers",)),
+    ("rollout: the generation backends, multi-turn with tools", ("engine.rollout",)),
+    ("tools: what a policy may call, and the calculator task", ("engine.tools",)),
+    ("tiny: the embedded tiny model, tokenizer and arithmetic task", ("engine.tiny",)),
+    ("rewards: scorers by data source, composites, reward managers", ("engine.rewards",)),
+    ("algorithms: advantages, policy losses, KL, pure tensor functions", ("engine.algorithms",)),
+    (
+        "tensors and models: DataProto and datasets, the lean forward, LoRA, the device",
+        ("engine.data", "engine.lean", "engine.lora", "engine.device_info"),
+    ),
+    ("configuration: verl's keys as typed dataclasses and their rules", ("engine.config",)),
+    (
+        "names: the torch-free name lists, the registry reader they use, the process environment",
+        (
+            "engine.algorithms.names",
+            "engine.algorithms.registry",
+            "engine.rewards.names",
+            "engine.rollout.names",
+            "engine.env",
+        ),
+    ),
+)
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def modules() -> dict[str, Path]:
+def modules(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
+    """Return every module of ``packages`` under ``root`` (migrations aside) by its name."""
     found = {}
-    for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
+    for package in packages:
+        for path in (root / package).rglob("*.py"):
             if "migrations" not in path.parts:
-                found[module_name(path)] = path
+                found[module_name(path, root)] = path
     return found
 
 
-def imports(path: Path, *, top_level_only: bool) -> Iterator[tuple[str, int]]:
-    """Yield (imported module, line) for each import in the file (resolving relative ones)."""
+def imports(path: Path, root: Path) -> Iterator[tuple[str, int]]:
+    """Yield (imported name, line) for each import anywhere in the file, relative ones resolved."""
     tree = ast.parse(path.read_text(), str(path))
-    package = module_name(path) if path.name == "__init__.py" else module_name(path.parent)
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
-    for node in nodes:
+    name = module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno
@@ -61,33 +99,23 @@ def resolve(name: str, known: dict[str, Path]) -> str | None:
     return name or None
 
 
-def test_the_engine_imports_nothing_of_the_web_app_or_the_workers():
-    known = modules()
-    offences = [
-        f"{module}:{line} imports {target}"
-        for module, path in known.items()
-        if module.split(".")[0] == "engine"
-        for target, line in imports(path, top_level_only=False)
-        if target.split(".")[0] in ("webapp", "workers")
-    ]
-    assert offences == []
+Graph = dict[str, dict[str, int]]  # module -> {imported module: line of its first import}
 
 
-def test_the_foundations_import_nothing_of_the_trainer_or_the_distributed_layer():
-    known = modules()
-    foundations = ("engine.algorithms", "engine.config", "engine.data")
-    above = ("engine.trainer", "engine.distributed")
-    offences = [
-        f"{module}:{line} imports {target}"
-        for module, path in known.items()
-        if module.startswith(foundations)
-        for target, line in imports(path, top_level_only=False)
-        if target.startswith(above)
-    ]
-    assert offences == []
+def import_graph(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> Graph:
+    """Return which project modules each module imports, at any depth, and on which line."""
+    known = modules(root, packages)
+    graph: Graph = {}
+    for module, path in known.items():
+        targets = graph.setdefault(module, {})
+        for name, line in imports(path, root):
+            target = resolve(name, known)
+            if target is not None and target != module:
+                targets.setdefault(target, line)
+    return graph
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+def cycles(graph: Graph) -> list[list[str]]:
     """Return the strongly connected components of more than one module (Tarjan)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -99,7 +127,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         index[node] = low[node] = len(index)
         stack.append(node)
         on_stack.add(node)
-        for target in graph.get(node, ()):
+        for target in sorted(graph.get(node, ())):
             if target not in index:
                 visit(target)
                 low[node] = min(low[node], low[target])
@@ -122,18 +150,108 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_top_level_imports_form_no_cycle():
+def circle_offences(graph: Graph) -> list[str]:
+    """Return one line per circle: its modules, and each import that ties two of them."""
+    offences = []
+    for component in cycles(graph):
+        members = set(component)
+        ties = [
+            f"{module}:{line} -> {target}"
+            for module in component
+            for target, line in sorted(graph[module].items())
+            if target in members
+        ]
+        offences.append(f"circle of {len(component)} modules: {'; '.join(ties)}")
+    return offences
+
+
+def layer_of(module: str) -> int:
+    """Return the index in LAYERS (0 is the top) of the layer ``module`` belongs to."""
+    best, depth = len(LAYERS), -1
+    for position, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > depth:
+                best, depth = position, len(prefix)
+    return best
+
+
+def layer_name(module: str) -> str:
+    """Return the short name of ``module``'s layer (the words before the colon)."""
+    return LAYERS[layer_of(module)][0].split(":")[0]
+
+
+def upward_offences(graph: Graph) -> list[str]:
+    """Return one line per import of a module in a layer above the importer's."""
+    return [
+        f"{module}:{line} ({layer_name(module)}) imports {target} ({layer_name(target)})"
+        for module, targets in sorted(graph.items())
+        for target, line in sorted(targets.items(), key=lambda item: item[1])
+        if layer_of(target) < layer_of(module)
+    ]
+
+
+def test_every_layer_names_modules_of_the_tree():
     known = modules()
-    graph = {
-        module: {
-            target
-            for name, _ in imports(path, top_level_only=True)
-            if (target := resolve(name, known)) and target != module
-        }
-        for module, path in known.items()
-    }
-    assert cycles(graph) == []
+    stale = [prefix for _, prefixes in LAYERS for prefix in prefixes if prefix not in known]
+    assert stale == [], "a module was moved or renamed: put its new name in LAYERS"
 
 
-def test_the_cycle_finder_finds_one():
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+def test_no_import_at_any_depth_runs_back_up_the_layers():
+    offences = upward_offences(import_graph())
+    assert offences == [], "\n".join(offences)
+
+
+def test_imports_at_any_depth_form_no_circle():
+    offences = circle_offences(import_graph())
+    assert offences == [], "\n".join(offences)
+
+
+def plant(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def test_a_planted_circle_through_a_function_level_import_fails_the_check(tmp_path):
+    plant(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": "from pkg.b import helper\n",
+            "pkg/b.py": "def helper():\n    from . import c\n",
+            "pkg/c.py": "import pkg.a\n",
+            "pkg/d.py": "import pkg.a\n",  # imports into the circle, not part of it
+        },
+    )
+    graph = import_graph(tmp_path, ("pkg",))
+    assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
+    assert circle_offences(graph) == [
+        "circle of 3 modules: pkg.a:1 -> pkg.b; pkg.b:2 -> pkg.c; pkg.c:1 -> pkg.a"
+    ]
+
+
+def test_a_planted_import_up_the_layers_fails_the_check(tmp_path):
+    plant(
+        tmp_path,
+        {
+            "engine/__init__.py": "",
+            "engine/algorithms/__init__.py": "",
+            "engine/algorithms/names.py": "",
+            "engine/algorithms/loss.py": "def loss():\n    from engine.trainer.loop import step\n",
+            "engine/config/__init__.py": "",
+            "engine/config/schema.py": (
+                "from engine.algorithms import names\nfrom ..algorithms.loss import loss\n"
+            ),
+            "engine/trainer/__init__.py": "",
+            "engine/trainer/loop.py": "import engine.config.schema\n",
+        },
+    )
+    graph = import_graph(tmp_path, ("engine",))
+    # The name list sits below the configuration, the rest of its package above it.
+    assert upward_offences(graph) == [
+        "engine.algorithms.loss:2 (algorithms) imports engine.trainer.loop (trainer)",
+        "engine.config.schema:2 (configuration) imports engine.algorithms.loss (algorithms)",
+    ]
+    assert cycles(graph) == [
+        ["engine.algorithms.loss", "engine.config.schema", "engine.trainer.loop"]
+    ]

@@ -268,6 +268,8 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = False
 CELERY_WORKER_REDIRECT_STDOUTS = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# What a worker imports at start: the tasks, which the studio sends by name (webapp.celery).
+CELERY_INCLUDE = ["workers.tasks"]
 CELERY_BEAT_SCHEDULE = {
     "mark-lost-runs": {"task": "workers.tasks.mark_lost_runs", "schedule": 15.0},
     "dispatch-queued-runs": {"task": "workers.tasks.dispatch_queued_runs", "schedule": 5.0},

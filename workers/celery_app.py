@@ -1,4 +1,4 @@
-"""The Celery app: configured from Django's ``CELERY_*`` settings, tasks in ``workers.tasks``.
+"""The Celery worker's app: the studio's (``webapp.celery``), whose settings name ``workers.tasks``.
 
 Start a worker with ``celery -A workers.celery_app worker`` and the lost-run sweep with
 ``celery -A workers.celery_app beat``. Stdout is not redirected (``worker_redirect_stdouts =
@@ -7,16 +7,13 @@ False`` in the settings): Ray and torch need a real file descriptor there.
 
 from __future__ import annotations
 
-import os
 import sys
 
-from celery import Celery
 from celery.signals import worker_process_shutdown
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+from webapp.celery import app
 
-app = Celery("posttrain", include=["workers.tasks"])
-app.config_from_object("django.conf:settings", namespace="CELERY")
+__all__ = ["app"]
 
 
 @worker_process_shutdown.connect

@@ -99,8 +99,8 @@ def drive(run_id: int, publish: bool = True) -> str:
     from engine.config import config_from_dict, set_value
     from engine.trainer import run_training
     from engine.trainer.trackers import tracker_environment
+    from webapp.runs.models import run_dir
     from webapp.runs.recording import run_mark_running
-    from webapp.runs.services import run_dir
     from workers.publish import RunEventPublisher
     from workers.recorder import RecordingGaveUp, RunRecorder
 

@@ -167,7 +167,7 @@ class RunRecorder(Recorder):
         finish_timeout_s: float = FINISH_TIMEOUT_S,
     ) -> None:
         if spill_dir is None:
-            from webapp.runs.services import run_dir
+            from webapp.runs.models import run_dir
 
             spill_dir = run_dir(run_id)
         self.run_id = run_id

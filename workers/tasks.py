@@ -23,6 +23,8 @@ from django.db import connections
 
 from engine.env import CPU_PROCESS_ENV
 from engine.trainer.trackers import TRACKER_ENV_PREFIXES
+from webapp.celery import START_RUN
+from webapp.runs.models import run_dir
 from webapp.runs.recording import (
     driver_slots_taken,
     queued_run_ids,
@@ -32,7 +34,6 @@ from webapp.runs.recording import (
     runs_mark_lost,
     runs_mark_stalled,
 )
-from webapp.runs.services import run_dir
 from workers.celery_app import app
 
 logger = logging.getLogger(__name__)
@@ -143,7 +144,7 @@ def submit_ray_job(run_id: int, address: str) -> str:
     return f"ray:{job_id}"
 
 
-@app.task(name="workers.tasks.start_run", ignore_result=True)
+@app.task(name=START_RUN, ignore_result=True)
 def start_run(run_id: int) -> str:
     """Start the driver of a queued run; do nothing for a run another delivery already started.
 

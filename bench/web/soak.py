@@ -328,7 +328,7 @@ def soak(args: argparse.Namespace, base_url: str) -> dict[str, Any] | None:
     from django.db import connection
     from django.test import Client
 
-    from webapp.runs.services import run_dir
+    from webapp.runs.models import run_dir
 
     web = child_pid("daphne")
     settings = {

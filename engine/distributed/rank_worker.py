@@ -58,11 +58,10 @@ from engine.distributed.process_group import (
     init_process_group,
     node_address,
 )
-from engine.rewards.reward_model import RewardModelScorer
+from engine.lora import adapter_settings
 from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
 from engine.workers.critic import CriticWorker
-from engine.workers.lora import adapter_settings
-from engine.workers.models import frozen_copy
+from engine.workers.models import frozen_copy, load_reward_model
 
 ROLLOUT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -316,7 +315,7 @@ class ShardedRewardModel:
     def __init__(self, config: Any, *, device: torch.device, rank: int, world_size: int) -> None:
         fsdp_config = config.reward_model.model.fsdp_config
         check_offload(fsdp_config, device.type, "reward_model.model")
-        self.scorer = RewardModelScorer.from_config(config, device)
+        self.scorer = load_reward_model(config, device)
         if shards_anything(fsdp_config, device.type, world_size):
             mesh = build_device_mesh(device.type, world_size, fsdp_config.fsdp_size)
             apply_fsdp2(self.scorer.model, mesh, fsdp_config, device.type, "reward_model.model")

@@ -2,13 +2,13 @@
 
 The checkpoint holds PEFT's state dict (``base_model.model.<name>.base_layer.weight`` beside
 ``<name>.lora_A.default.weight`` and ``lora_B``) and the settings the trainer records with it
-(``engine.workers.lora.adapter_settings``: ``r``, ``lora_alpha``, ``target_modules``,
+(``engine.lora.adapter_settings``: ``r``, ``lora_alpha``, ``target_modules``,
 ``use_rslora``, ``exclude_modules``). :func:`fold_lora` turns it into a plain model,
 ``W + (alpha / r) B A`` (Hu et al. 2021).
 
 :func:`write_adapter` writes the adapter alone with every setting training used, so
 ``PeftModel.from_pretrained(base, folder)`` rebuilds the trained policy: the recorded ones
-(``exclude_modules`` as the run was given it) and the ones ``engine.workers.lora.apply_lora``
+(``exclude_modules`` as the run was given it) and the ones ``engine.lora.apply_lora``
 always uses (dropout 0, bias ``none``, ``CAUSAL_LM``). An older checkpoint that does not record
 ``exclude_modules`` still shows which modules were left out: those ``target_modules`` selects
 that hold no adapter tensors. They are written by full name, since PEFT would otherwise add a
@@ -27,7 +27,7 @@ import torch
 from engine.model_merger.errors import MergeError
 
 PEFT_PREFIX = "base_model.model."
-# What engine.workers.lora.apply_lora passes to LoraConfig besides the recorded settings.
+# What engine.lora.apply_lora passes to LoraConfig besides the recorded settings.
 TRAINER_SETTINGS: dict[str, Any] = {
     "lora_dropout": 0.0,
     "bias": "none",

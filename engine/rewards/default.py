@@ -2,16 +2,22 @@
 
 Sources with the same name as in verl's ``default_compute_score`` score the same way. A score
 function may return a number (returned as a float) or a dict with a ``score`` key and extra
-parts, which is returned as it is. ``tiny_calculator`` (the calculator task's rows) is scored by
-``engine.tools.tiny_task.compute_score``, imported when first needed (it loads the task's
-builder, torch and transformers).
+parts, which is returned as it is.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from engine.rewards import arithmetic, code_exec, exact_match, gsm8k, math, sql_safety
+from engine.rewards import (
+    arithmetic,
+    code_exec,
+    exact_match,
+    gsm8k,
+    math,
+    sql_safety,
+    tiny_calculator,
+)
 
 GSM8K_SOURCES = ("openai/gsm8k", "gsm8k")
 MATH_SOURCES = (
@@ -21,12 +27,11 @@ MATH_SOURCES = (
     "math",
 )
 CODE_SOURCES = ("code", "codecontests", "apps", "codeforces", "taco")
-CALCULATOR_SOURCE = "tiny_calculator"  # engine.tools.tiny_task.DATA_SOURCE
 KNOWN_DATA_SOURCES = (
     *GSM8K_SOURCES,
     *MATH_SOURCES,
     arithmetic.DATA_SOURCE,
-    CALCULATOR_SOURCE,
+    tiny_calculator.DATA_SOURCE,
     "exact_match",
     "sql_safety",
     *CODE_SOURCES,
@@ -47,10 +52,10 @@ def default_compute_score(
         res = math.compute_score(solution_str, ground_truth, **kwargs)
     elif data_source == arithmetic.DATA_SOURCE:
         res = arithmetic.compute_score(solution_str, ground_truth, **kwargs)
-    elif data_source == CALCULATOR_SOURCE:
-        from engine.tools.tiny_task import compute_score as calculator_score
-
-        res = calculator_score(data_source, solution_str, ground_truth, extra_info, **kwargs)
+    elif data_source == tiny_calculator.DATA_SOURCE:
+        res = tiny_calculator.compute_score(
+            data_source, solution_str, ground_truth, extra_info, **kwargs
+        )
     elif data_source == "exact_match":
         res = exact_match.compute_score(solution_str, ground_truth, **kwargs)
     elif data_source == "sql_safety":

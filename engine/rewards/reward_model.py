@@ -12,9 +12,9 @@ the scores beyond float rounding.
 
 Where it runs: with ``trainer.controller=local`` the trainer's process holds the scorer; with
 ``trainer.controller=ray`` every rank of the reward model's pool builds one (from the same
-config, through :meth:`RewardModelScorer.from_config`), its classifier sharded with FSDP2, and the
-controller's ``engine.distributed.worker_group.RewardModelGroup`` splits each batch over them.
-The text each rank scores is made by the same :meth:`RewardModelScorer.format_text`.
+config, through ``engine.workers.models.load_reward_model``), its classifier sharded with FSDP2,
+and the controller's ``engine.distributed.worker_group.RewardModelGroup`` splits each batch over
+them. The text each rank scores is made by the same :meth:`RewardModelScorer.format_text`.
 """
 
 from __future__ import annotations
@@ -72,33 +72,6 @@ class RewardModelScorer:
         self.tokenizer.truncation_side = "left"
         self._has_template = bool(getattr(self.tokenizer, "chat_template", None))
         self.model.to(self.device).eval()
-
-    @classmethod
-    def from_config(cls, config: Any, device: str | torch.device = "cpu") -> RewardModelScorer:
-        """Return the scorer ``config.reward_model`` describes, on ``device``.
-
-        ``micro_batch_size_per_gpu`` samples go through each forward (``resolve_config`` has
-        divided verl's deprecated global ``micro_batch_size`` by the ranks that score: the
-        reward model's own pool with ``enable_resource_pool``, else the trainer's);
-        ``max_length`` defaults to the prompt and response budget, as verl's reward model worker
-        reads ``max_prompt_length + max_response_length`` when it is unset.
-        """
-        from engine.workers.models import resolve_path
-
-        rm, data = config.reward_model, config.data
-        path = resolve_path(rm.model.path)
-        if path is None:
-            raise ValueError(
-                "reward_model.model.path is not set; point it at a one-label sequence classifier "
-                "folder (tiny://reward_model: the embedded one)"
-            )
-        return cls(
-            path,
-            micro_batch_size=rm.micro_batch_size_per_gpu,
-            device=str(device),
-            max_length=rm.max_length or data.max_prompt_length + data.max_response_length,
-            trust_remote_code=rm.model.trust_remote_code,
-        )
 
     def format_text(self, prompt: str | Sequence[dict[str, Any]], response: str) -> str:
         """Return the text the model scores for one (prompt text or messages, response) pair."""

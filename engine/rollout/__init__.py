@@ -2,11 +2,11 @@
 
 ``hf`` is the lean sampling loop over the policy module itself (CPU and GPU); ``vllm`` and
 ``sglang`` adapters around a vLLM or SGLang engine that loads the model from ``model.path``
-(GPU). A backend is a
-function ``(model, tokenizer, rollout_config, model_path) -> RolloutEngine``;
-:func:`register_rollout` adds one under a name in :data:`ROLLOUT_NAMES` (the config's choices
-come from that list, so the two cannot drift). Importing this package loads no backend: each
-builder imports its module when called.
+(GPU). A backend is a function ``(model, tokenizer, rollout_config, model_path) ->
+RolloutEngine``; :func:`register_rollout` adds one under a name in
+``engine.rollout.names.ROLLOUT_NAMES`` (the config's choices come from that list, so the two
+cannot drift). Importing this package loads no backend: each builder imports its module when
+called.
 """
 
 from __future__ import annotations
@@ -14,16 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-ROLLOUT_NAMES = ("hf", "vllm", "sglang")
-# Here, not in sglang_rollout, so that config validation can say it without importing torch.
-SGLANG_MISSING = (
-    "SGLang is not installed: pip install -e .[sglang] on a CUDA machine, or use "
-    "actor_rollout_ref.rollout.name=hf"
-)
-
-# verl's multi_turn.tokenization_sanity_check_mode values (engine.rollout.multi_turn), here so that
-# the config schema can list them without importing torch.
-SANITY_CHECK_MODES = ("strict", "ignore_strippable", "disable")
+from engine.rollout.names import ROLLOUT_NAMES
 
 RolloutBuilder = Callable[[Any, Any, Any, "str | None"], Any]
 _BUILDERS: dict[str, RolloutBuilder] = {}
@@ -35,8 +26,8 @@ def register_rollout(name: str) -> Callable[[RolloutBuilder], RolloutBuilder]:
     def decorate(builder: RolloutBuilder) -> RolloutBuilder:
         if name not in ROLLOUT_NAMES:
             raise ValueError(
-                f"rollout backend {name!r} is not listed in engine.rollout.ROLLOUT_NAMES; add "
-                "it there so the config accepts it"
+                f"rollout backend {name!r} is not listed in engine.rollout.names.ROLLOUT_NAMES; "
+                "add it there so the config accepts it"
             )
         if name in _BUILDERS:
             raise ValueError(f"rollout backend {name!r} is registered twice")

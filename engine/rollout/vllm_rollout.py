@@ -218,7 +218,7 @@ def _named_weights(weights: torch.nn.Module | NamedTensors) -> NamedTensors:
     if not isinstance(weights, torch.nn.Module):
         return weights
     if hasattr(weights, "peft_config"):
-        from engine.workers.lora import merged_state_dict
+        from engine.lora import merged_state_dict
 
         return merged_state_dict(weights).items()
     return weights.state_dict().items()

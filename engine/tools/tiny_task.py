@@ -5,8 +5,8 @@ the calculator can. A policy that learns from scratch never writes a 60-characte
 block by chance, so the behaviour is seeded, and this is said plainly: a short supervised pass (800
 steps, on one torch thread) from the embedded tiny model on transcripts, ``TOOL_FRACTION`` of them
 calling the tool and copying its answer, the rest answering directly. RL then has both behaviours to
-choose from and is rewarded for the right answer (:func:`compute_score`: the calculator's answer
-when the policy called it), which the tool makes reachable::
+choose from and is rewarded for the right answer (``engine.rewards.tiny_calculator``: the
+calculator's answer when the policy called it), which the tool makes reachable::
 
     python -m engine.tools.tiny_task /tmp/calc      # builds model/, data/, tools.yaml
     python -m engine.main_ppo --config-name grpo_tiny $(cat /tmp/calc/overrides.txt)
@@ -22,7 +22,6 @@ import argparse
 import hashlib
 import json
 import random
-import re
 import shutil
 import sys
 import tempfile
@@ -37,11 +36,11 @@ import transformers
 from transformers import PreTrainedTokenizerBase, Qwen2ForCausalLM
 
 from engine import env
+from engine.rewards import tiny_calculator
 from engine.tiny.recipe import MANIFEST_NAME, ensure_tiny_assets, recipe_hash
 from engine.tiny.task import split_of
 from engine.tiny.tokenizer import build_tokenizer
 
-DATA_SOURCE = "tiny_calculator"
 TOOL_NAME = "calc"
 ARGUMENT = "expr"
 OPERANDS = (100, 999)
@@ -76,26 +75,6 @@ TOOLS_YAML = f"""tools:
             {ARGUMENT}: {{type: string, description: "e.g. 123+456"}}
           required: [{ARGUMENT}]
 """
-_INTEGER = re.compile(r"-?\d+")
-
-
-def compute_score(
-    data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None
-) -> float:
-    """Return 1.0 when the response's answer equals the ground truth: the first integer of the
-    last tool answer when the policy called a tool (after a failed call, of what it wrote next),
-    else the first integer it wrote.
-
-    The task rewards getting the arithmetic right, by delegating it to the calculator with the
-    right expression or by adding directly; the policy's closing words are not scored (copying
-    the tool's answer is a separate skill the tiny model does not pick up from the seeding pass).
-    """
-    if "<tool_response>" in solution_str:
-        solution_str = solution_str.rsplit("<tool_response>", 1)[1]
-        if solution_str.startswith("Error:"):  # a failed call: the policy's own words count
-            solution_str = solution_str.split("</tool_response>", 1)[-1]
-    match = _INTEGER.search(solution_str)
-    return 1.0 if match is not None and int(match.group(0)) == int(ground_truth) else 0.0
 
 
 def tool_tokenizer() -> PreTrainedTokenizerBase:
@@ -128,7 +107,7 @@ def make_rows(n: int, seed: int, split: str) -> list[dict[str, Any]]:
         question = f"{a}+{b}="
         rows.append(
             {
-                "data_source": DATA_SOURCE,
+                "data_source": tiny_calculator.DATA_SOURCE,
                 "prompt": [{"role": "user", "content": question}],
                 "ability": "arithmetic",
                 "reward_model": {"style": "rule", "ground_truth": str(a + b)},
@@ -284,10 +263,12 @@ def build_calculator_task(
 def ensure_calculator_task(data_dir: Path | None = None) -> Path:
     """Return ``<data_dir>/tiny_calculator/<hash>/``, building the task there if needed.
 
-    The hash covers this file and the embedded tiny recipe's hash, so the task is rebuilt
-    exactly when either changes.
+    The hash covers this file, the data source its rows carry (the scorer's) and the embedded
+    tiny recipe's hash, so the task is rebuilt exactly when one of them changes.
     """
-    digest = hashlib.sha256(Path(__file__).read_bytes() + recipe_hash().encode()).hexdigest()
+    source = tiny_calculator.DATA_SOURCE.encode()
+    key = Path(__file__).read_bytes() + source + recipe_hash().encode()
+    digest = hashlib.sha256(key).hexdigest()
     base = Path(data_dir if data_dir is not None else env.data_dir()) / "tiny_calculator"
     root = base / digest[:16]
     if not (root / "overrides.txt").is_file():
@@ -317,7 +298,7 @@ def calculator_overrides(out_dir: Path) -> list[str]:
         f"{mt}.tool_config_path={out_dir / 'tools.yaml'}",
         f"{mt}.max_assistant_turns=2",
         f"{mt}.max_tool_response_length=16",
-        f"custom_reward_function.path={Path(__file__).resolve()}",
+        f"custom_reward_function.path={Path(tiny_calculator.__file__).resolve()}",
         "custom_reward_function.name=compute_score",
         "trainer.experiment_name=grpo_tiny_calculator",
     ]

@@ -24,10 +24,9 @@ from engine.rewards.custom import load_custom_reward_fn
 from engine.rewards.dapo import DAPORewardManager
 from engine.rewards.managers import REWARD_MANAGER_CLASSES
 from engine.rewards.overlong import OverlongBuffer, overlong_buffer
-from engine.rewards.reward_model import RewardModelScorer
 from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
 from engine.workers.critic import CriticWorker
-from engine.workers.models import load_tokenizer, resolve_path
+from engine.workers.models import load_reward_model, load_tokenizer, resolve_path
 from engine.workers.protocols import ActorRolloutRef, Critic
 
 
@@ -178,7 +177,8 @@ def build_local_rank(
 # -- rewards ----------------------------------------------------------------------------------
 def build_reward_scorer(config: Any, device: str | torch.device = "cpu") -> Any:
     """Return the reward model's scorer in this process when ``reward_model.enable=True``, else
-    None (``RewardModelScorer.from_config``: sizes and defaults as verl's reward model worker).
+    None (``engine.workers.models.load_reward_model``: sizes and defaults as verl's reward model
+    worker).
 
     The single-process trainer's; with ``trainer.controller=ray`` the model is a role on the
     ranks instead (``engine.distributed.worker_group.RewardModelGroup``). Raise
@@ -190,7 +190,7 @@ def build_reward_scorer(config: Any, device: str | torch.device = "cpu") -> Any:
     problems = in_process_reward_model_problems(config)
     if problems:
         raise ConfigValidationError(problems)
-    return RewardModelScorer.from_config(config, device)
+    return load_reward_model(config, device)
 
 
 def build_reward_manager(

@@ -1,4 +1,5 @@
-"""Loading the policy, reference, critic and tokenizer from a config (paths or live objects)."""
+"""Loading the policy, reference, critic, reward model and tokenizer from a config (paths or live
+objects)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
+from engine.lora import apply_lora, is_lora
+from engine.rewards.reward_model import RewardModelScorer
 from engine.tools.tiny_uris import TINY_PREFIX, resolve_tiny_uri
-from engine.workers.lora import apply_lora, is_lora
 
 
 def resolve_path(path: str | None) -> str | None:
@@ -89,7 +91,7 @@ def load_tokenizer(model_config: Any, *, path: str | None = None) -> Any:
 def load_policy(model_config: Any, device: torch.device) -> torch.nn.Module:
     """Return the policy model: the live ``hf_model`` if given, else loaded from ``path``.
 
-    With ``lora_rank > 0`` it comes wrapped with a PEFT LoRA adapter (see ``engine.workers.lora``).
+    With ``lora_rank > 0`` it comes wrapped with a PEFT LoRA adapter (see ``engine.lora``).
     """
     model = getattr(model_config, "hf_model", None)
     if model is None:
@@ -141,3 +143,28 @@ def load_critic(critic_config: Any, actor_model_config: Any, device: torch.devic
         trust_remote_code=getattr(critic_config.model, "trust_remote_code", False),
     )
     return model.to(device)
+
+
+def load_reward_model(config: Any, device: str | torch.device = "cpu") -> RewardModelScorer:
+    """Return the scorer ``config.reward_model`` describes, on ``device``.
+
+    ``micro_batch_size_per_gpu`` samples go through each forward (``resolve_config`` has
+    divided verl's deprecated global ``micro_batch_size`` by the ranks that score: the
+    reward model's own pool with ``enable_resource_pool``, else the trainer's);
+    ``max_length`` defaults to the prompt and response budget, as verl's reward model worker
+    reads ``max_prompt_length + max_response_length`` when it is unset.
+    """
+    rm, data = config.reward_model, config.data
+    path = resolve_path(rm.model.path)
+    if path is None:
+        raise ValueError(
+            "reward_model.model.path is not set; point it at a one-label sequence classifier "
+            "folder (tiny://reward_model: the embedded one)"
+        )
+    return RewardModelScorer(
+        path,
+        micro_batch_size=rm.micro_batch_size_per_gpu,
+        device=str(device),
+        max_length=rm.max_length or data.max_prompt_length + data.max_response_length,
+        trust_remote_code=rm.model.trust_remote_code,
+    )

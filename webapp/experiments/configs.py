@@ -109,8 +109,7 @@ def allowed_places() -> str:
 
 def _own_run_folder(owner: Any, path: Path) -> bool:
     """Return True when ``path`` lies in the folder of one of ``owner``'s runs."""
-    from webapp.runs.models import Run
-    from webapp.runs.services import run_dir
+    from webapp.runs.models import Run, run_dir
 
     runs = run_dir(0).parent.expanduser().resolve()
     if not _inside(path, runs) or path == runs:

@@ -42,8 +42,8 @@ from webapp.experiments.rewards import (
     reward_function_for_path,
     unreadable_reward_modules,
 )
-from webapp.experiments.services import TagsInvalid
-from webapp.experiments.services import clean_tags as tags_cleaned
+from webapp.experiments.tags import TagsInvalid
+from webapp.experiments.tags import clean_tags as tags_cleaned
 
 CUSTOM_REWARD_KEYS = ("custom_reward_function.path", "custom_reward_function.name")
 COMPONENTS_KEY = "reward.components"

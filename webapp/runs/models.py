@@ -9,6 +9,8 @@ long responses; samples arrive through COPY.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
@@ -21,6 +23,11 @@ class RealField(models.FloatField):
 
     def db_type(self, connection) -> str:
         return "real"
+
+
+def run_dir(run_id: int) -> Path:
+    """Return the folder of a run's files: ``<POSTTRAIN_DATA_DIR>/runs/<id>``."""
+    return Path(settings.POSTTRAIN_DATA_DIR).expanduser() / "runs" / str(run_id)
 
 
 def run_group_name(run_id: int) -> str:

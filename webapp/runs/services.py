@@ -1,8 +1,9 @@
 """The user's side of a run's lifecycle: create (queue its start), resume, cancel, delete.
 
-Starting a run queues ``workers.tasks.start_run``; what the task and the driver write (the
-start, heartbeats, the end state, metrics, samples) is ``webapp.runs.recording``. Every status
-change goes through ``recording.transition`` and its table of allowed changes.
+Starting a run queues ``workers.tasks.start_run`` by its name (``webapp.celery``); what the task
+and the driver write (the start, heartbeats, the end state, metrics, samples) is
+``webapp.runs.recording``. Every status change goes through ``recording.transition`` and its table
+of allowed changes.
 
 A launch is checked against the server's limits (``webapp.runs.quotas``) and may carry the
 launch key of the form it came from: the same key again gets the run it made, not a new one.
@@ -18,21 +19,23 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
 from engine.config import ConfigValidationError, PPOConfig, config_to_dict, set_value
+from webapp.celery import send_start_run
 from webapp.experiments.configs import as_config, config_check
 from webapp.experiments.models import Experiment, LaunchKey
+from webapp.experiments.tags import TAGS_MAX, TagsInvalid, clean_tags
 from webapp.runs.models import (
     ACTIVE_STATUSES,
     DRIVER_STATUSES,
     RESUMABLE_STATUSES,
     Run,
     RunStatus,
+    run_dir,
 )
 from webapp.runs.quotas import LaunchRefused, run_count_check, run_size_errors
 from webapp.runs.recording import publish_status_on_commit, transition
@@ -57,11 +60,6 @@ class AlreadyLaunched(Exception):
         super().__init__(f"run #{run.number} was already launched from this form")
 
 
-def run_dir(run_id: int) -> Path:
-    """Return the folder of a run's files: ``<POSTTRAIN_DATA_DIR>/runs/<id>``."""
-    return Path(settings.POSTTRAIN_DATA_DIR).expanduser() / "runs" / str(run_id)
-
-
 def _move_aside(folder: Path) -> None:
     """Rename a folder left by an earlier database's run of the same id, so nothing mixes in."""
     if folder.exists():
@@ -71,10 +69,8 @@ def _move_aside(folder: Path) -> None:
 
 
 def _dispatch_start(run_id: int) -> None:
-    from workers.tasks import start_run
-
     try:
-        start_run.delay(run_id)
+        send_start_run(run_id)
     except Exception as exc:
         # Without a broker the run would wait forever; end it with the reason instead.
         logger.exception("could not queue the start of run %s", run_id)
@@ -208,7 +204,6 @@ def run_delete(*, run: Run) -> None:
 
 
 NOTES_MAX_CHARS = 10_000
-TAGS_MAX = 20
 
 
 class RunAnnotationError(ValueError):
@@ -229,8 +224,6 @@ def run_set_notes(*, run: Run, notes: str) -> Run:
 
 def run_add_tags(*, run: Run, tags: str) -> Run:
     """Add comma-separated ``tags`` (lower-cased, de-duplicated) to the run's tags."""
-    from webapp.experiments.services import TagsInvalid, clean_tags
-
     try:
         new = clean_tags(tags)
     except TagsInvalid as exc:

@@ -34,6 +34,7 @@ from engine.tiny.tokenizer import build_tokenizer
 from engine.trainer import Recorder
 from engine.trainer.build import build_reward_scorer
 from engine.trainer.ray_trainer import RayPPOTrainer
+from engine.workers.models import load_reward_model
 from tests.engine.distributed.helpers import tiny_policy
 
 ray = pytest.importorskip("ray")
@@ -104,7 +105,7 @@ def test_split_rows_pads_with_rows_from_the_start_and_keeps_order():
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_the_role_scores_as_the_single_process_scorer(ray_session, classifier_dir, ranks):
     config = rm_config(classifier_dir)
-    expected = RewardModelScorer.from_config(config).score(PROMPTS, RESPONSES)
+    expected = load_reward_model(config).score(PROMPTS, RESPONSES)
     assert len({round(s, 4) for s in expected}) == len(expected)  # so the order is checked
     group = RayWorkerGroup(ResourcePool(f"rm_{ranks}", (ranks,), "cpu", cpus_per_rank=0.5))
     try:
@@ -127,7 +128,7 @@ def test_fsdp_size_and_reshard_after_forward_reach_the_shards(ray_session, class
     # reward_model.model.fsdp_config.fsdp_size=1: shards of one rank, replicated over two (HSDP),
     # so each rank holds every row; reshard_after_forward=False: the gathered weights stay.
     config = rm_config(classifier_dir, fsdp_size=1, reshard_after_forward=False)
-    expected = RewardModelScorer.from_config(config).score(PROMPTS, RESPONSES)
+    expected = load_reward_model(config).score(PROMPTS, RESPONSES)
     group = RayWorkerGroup(ResourcePool("rm_hsdp", (2,), "cpu", cpus_per_rank=0.5))
     try:
         reward_model = RewardModelGroup(group, config)
@@ -220,7 +221,7 @@ def test_grpo_is_rewarded_by_the_ranks_and_the_driver_never_loads_the_model(
     assert len(rewards) == 2 * 4 * 2 and len(calls) == 2  # one call per step
     assert rewards == pytest.approx(sorted(s for *_, scores in calls for s in scores), abs=1e-6)
     assert any(r not in (0.0, 1.0) for r in rewards)  # the model's logits, not the rule's 1/0
-    local = RewardModelScorer.from_config(config)
+    local = load_reward_model(config)
     for prompts, responses, scores in calls:
         assert isinstance(prompts[0], list)  # verl's raw_prompt messages reached the ranks
         assert local.score(prompts, responses) == pytest.approx(scores, abs=1e-5)
@@ -255,7 +256,7 @@ def test_enable_resource_pool_gives_the_reward_model_its_own_pool(
             "global_pool": [["actor_rollout_ref"], ["actor_rollout_ref"]],
             "reward_pool": [["reward_model"]],
         }
-        expected = RewardModelScorer.from_config(config).score(PROMPTS, RESPONSES)
+        expected = load_reward_model(config).score(PROMPTS, RESPONSES)
         assert trainer.reward_model.score(PROMPTS, RESPONSES) == pytest.approx(expected, abs=1e-5)
         # A reward rank that dies ends the run, though the reward manager turns a scorer's
         # error into failed samples: on a pool of its own nothing else would notice.

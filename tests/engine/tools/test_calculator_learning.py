@@ -2,7 +2,7 @@
 
 The tool use is seeded by ``engine.tools.tiny_task`` (a short supervised pass on transcripts,
 30% of them tool calls); the run then learns from the task's answer reward alone
-(``tiny_task.compute_score``). Measured in docs/results.md.
+(``engine.rewards.tiny_calculator``). Measured in docs/results.md.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ import pytest
 
 from engine.config import config_to_dict, get_value, load_config, set_value
 from engine.config.loader import resolve_key, schema_keys
-from engine.rewards import default_compute_score
-from engine.rewards.default import CALCULATOR_SOURCE, KNOWN_DATA_SOURCES
+from engine.rewards import default_compute_score, tiny_calculator
+from engine.rewards.default import KNOWN_DATA_SOURCES
 from engine.tools import load_tools, tiny_task
 from engine.tools.tiny_uris import CALCULATOR_URIS, resolve_tiny_uri, tiny_uris
 from engine.workers.models import resolve_path
@@ -33,6 +33,7 @@ MEASURED = [
     "data.val_max_samples=64",
     "trainer.save_freq=-1",
 ]
+CALCULATOR_SOURCE = tiny_calculator.DATA_SOURCE
 CALL = '<tool_call>{"name": "calc", "arguments": {"expr": "123+456"}}</tool_call>'
 
 
@@ -126,7 +127,7 @@ def test_the_preset_is_the_measured_command_with_the_reward_by_data_source(task)
 
 
 def test_the_tiny_calculator_source_is_scored_by_the_tasks_compute_score(monkeypatch):
-    assert CALCULATOR_SOURCE == tiny_task.DATA_SOURCE and CALCULATOR_SOURCE in KNOWN_DATA_SOURCES
+    assert CALCULATOR_SOURCE in KNOWN_DATA_SOURCES
     answered = f"{CALL}<tool_response>579</tool_response>579"
     assert default_compute_score(CALCULATOR_SOURCE, answered, "579") == 1.0
     assert default_compute_score(CALCULATOR_SOURCE, "578", "579") == 0.0
@@ -139,7 +140,7 @@ def test_the_tiny_calculator_source_is_scored_by_the_tasks_compute_score(monkeyp
         seen.append((data_source, solution_str, ground_truth, extra_info))
         return 1
 
-    monkeypatch.setattr(tiny_task, "compute_score", spy)
+    monkeypatch.setattr(tiny_calculator, "compute_score", spy)
     score = default_compute_score(CALCULATOR_SOURCE, "x", "5", {"index": 3})
     assert score == 1.0 and type(score) is float
     assert seen == [(CALCULATOR_SOURCE, "x", "5", {"index": 3})]

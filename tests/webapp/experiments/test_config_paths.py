@@ -31,8 +31,7 @@ from webapp.experiments.configs import (
 from webapp.experiments.forms import ExperimentForm, field_name
 from webapp.experiments.models import Experiment
 from webapp.experiments.services import experiment_create
-from webapp.runs.models import Run, RunStatus
-from webapp.runs.services import run_dir
+from webapp.runs.models import Run, RunStatus, run_dir
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ from engine.config import config_to_dict
 from tests.webapp.api.helpers import api, errors_of  # noqa: F401  (api: a fixture)
 from tests.webapp.fixtures import builder_data, tiny_config
 from webapp.experiments.models import Experiment
-from webapp.experiments.services import TAG_MAX_CHARS, TAGS_MAX, TagsInvalid, clean_tags
+from webapp.experiments.tags import TAG_MAX_CHARS, TAGS_MAX, TagsInvalid, clean_tags
 from webapp.runs.models import Run
 
 pytestmark = pytest.mark.django_db

@@ -11,16 +11,16 @@ from transformers import AutoModelForCausalLM, Qwen2ForCausalLM
 
 from engine.config import PPOConfig
 from engine.data import DataProto
-from engine.rollout.vllm_rollout import _named_weights
-from engine.tiny.tokenizer import build_tokenizer
-from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
-from engine.workers.lora import (
+from engine.lora import (
     adapter_disabled,
     apply_lora,
     export_lora,
     is_lora,
     merged_state_dict,
 )
+from engine.rollout.vllm_rollout import _named_weights
+from engine.tiny.tokenizer import build_tokenizer
+from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
 from engine.workers.models import load_policy
 from tests.engine.distributed.helpers import tiny_policy
 

@@ -1,0 +1,25 @@
+"""The Celery app, configured from Django's ``CELERY_*`` settings; the studio sends tasks with it.
+
+The tasks are the workers' (``workers.tasks``, which a worker imports at start through the
+``CELERY_INCLUDE`` setting). The studio sends them by name and imports nothing of the workers,
+which stand above it: they run the studio's services and the engine.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+
+app = Celery("posttrain")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+
+# The name ``workers.tasks.start_run`` is registered under.
+START_RUN = "workers.tasks.start_run"
+
+
+def send_start_run(run_id: int) -> None:
+    """Queue the start of run ``run_id`` on the broker; kombu's OperationalError when it is down."""
+    app.send_task(START_RUN, args=[run_id], ignore_result=True)
