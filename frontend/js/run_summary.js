@@ -13,6 +13,7 @@
 // paint (a step's samples and metrics land in one transaction), each (step, split) once.
 
 import {element, readJson} from "./dom.js";
+import {formatMetric} from "./numbers.js";
 
 const TICK_MS = 1000;
 
@@ -24,12 +25,6 @@ export function ago(seconds) {
   return `${value} ${unit}${value === 1 ? "" : "s"}`;
 }
 
-// Django's floatformat:"-4": a whole number without decimals, anything else with four.
-export function formatMetric(value) {
-  if (value === null || value === undefined) return "—";
-  if (typeof value !== "number") return String(value);
-  return Number.isInteger(value) ? String(value) : value.toFixed(4);
-}
 
 // The summary names first (in their order), then the rest by name: selectors.run_latest_metrics.
 export function orderMetrics(metrics, summaryNames) {

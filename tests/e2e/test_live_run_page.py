@@ -124,7 +124,7 @@ class LiveRunPageTest(LiveBrowserTestCase):
             "critic/score/min",
             "timing_s/gen",
         ]
-        assert dict(rows)["actor/kl_loss"] == "0.0020" and dict(rows)["critic/score/max"] == "1"
+        assert dict(rows)["actor/kl_loss"] == "0.002" and dict(rows)["critic/score/max"] == "1"
         assert fields["no-metrics"] is None and fields["cancel"] == "Cancel"
 
         def finish(recorder) -> None:
@@ -140,7 +140,7 @@ class LiveRunPageTest(LiveBrowserTestCase):
         kl = page.eval_on_selector(
             "[data-field=metrics] tr:nth-child(2) td", "(node) => node.textContent"
         )
-        assert kl == "0.0030"
+        assert kl == "0.003"
         assert page.evaluate("window.__samePage") is True  # no reload
         run.refresh_from_db()
         assert fields["started"] == as_sent(run.started_at)

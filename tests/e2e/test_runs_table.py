@@ -45,7 +45,7 @@ class RunsTableInTheBrowser(LiveBrowserTestCase):
         cells = page.eval_on_selector_all(
             "#run-table tbody tr", "(rows) => rows.map((r) => r.cells[7].textContent)"
         )
-        assert cells[0] == "0.9900"
+        assert cells[0] == "0.99"
         page.click("th[data-metric='critic/score/mean'] a")  # last value, descending
         page.wait_for_url(lambda url: "sort=-last" in url)
         assert self.rows() == [str(second.pk), str(first.pk)]

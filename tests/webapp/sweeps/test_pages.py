@@ -135,8 +135,8 @@ def test_the_sweep_page_shows_each_members_values_metrics_and_the_chart_data(cli
     }
     assert len(rows) == 4
     cells = lambda i: re.findall(r'<td class="num"[^>]*>([^<]*)</td>', rows[i])  # noqa: E731
-    assert cells(1) == ["1e-06", "grpo", "0.5000", "0.6000", "0.5000", "0.5000"]
-    assert cells(2) == ["1e-06", "rloo", "0.1000", "0.1000", "0.2000", "0.2000"]
+    assert cells(1) == ["1e-06", "grpo", "0.5", "0.6", "0.5", "0.5"]
+    assert cells(2) == ["1e-06", "rloo", "0.1", "0.1", "0.2", "0.2"]
     assert cells(3)[2:] == ["—"] * 4
     figure = json.loads(
         re.search(r'id="sweep-parcoords-data" type="application/json">(.*?)</script>', page).group(
