@@ -91,6 +91,8 @@ export class RunSummary {
 
   showRun(run) {
     this.run = run;
+    // The launch's "queued" note is true only while the run waits (views.flash_launched).
+    if (run.status !== "queued") for (const note of this.doc.querySelectorAll(`.message.launched-run-${run.id}`)) note.remove();
     const badge = this.summary.querySelector(".status");
     badge.className = `status status-${run.status}`;
     badge.textContent = run.status;

@@ -214,7 +214,9 @@ class LiveChartsTest(LiveBrowserTestCase):
                 timeout=20000,
             )
         legend = page.inner_text(".compare-legend")
-        assert "tiny grpo #1" in legend and "tiny grpo #2" in legend
+        assert (
+            f"tiny grpo · run #{first.pk}" in legend and f"tiny grpo · run #{second.pk}" in legend
+        )
         record_in_driver_thread(second.pk, range(4, 8))
         page.wait_for_function(
             f"(args) => ({TRACE_POINTS})(args) === 7",

@@ -68,5 +68,5 @@ class RunsTableInTheBrowser(LiveBrowserTestCase):
         page.click("#compare-form button")
         page.wait_for_selector(".compare-legend")
         legend = page.inner_text(".compare-legend")
-        assert "#1" in legend and "#2" in legend
+        assert f"run #{first.pk}" in legend and f"run #{second.pk}" in legend
         assert self.errors == []

@@ -25,7 +25,9 @@ class RunOut(Schema):
     id: int
     experiment_id: int
     experiment_name: str = Field(alias="experiment.name")
-    number: int
+    number: int = Field(
+        description="1, 2, ... within its experiment; the pages name a run by its id (run #<id>)."
+    )
     parent_id: int | None
     status: RunStatus
     active: bool = Field(alias="is_active")

@@ -79,7 +79,9 @@ class Run(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs"
     )
-    number = models.PositiveIntegerField(help_text="1, 2, ... within the experiment.")
+    number = models.PositiveIntegerField(
+        help_text="1, 2, ... within the experiment. Pages name a run by its id: run #<id>."
+    )
     parent = models.ForeignKey(
         "self",
         on_delete=models.SET_NULL,
@@ -130,7 +132,7 @@ class Run(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.experiment.name} #{self.number}"
+        return f"{self.experiment.name} · run #{self.pk}"
 
     def get_absolute_url(self) -> str:
         return reverse("runs:detail", kwargs={"run_id": self.pk})

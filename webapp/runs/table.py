@@ -7,7 +7,8 @@ Everything the table shows comes from its query string, so a view is a shareable
   ``metric=<name>:min`` or ``:max`` says which.
 - ``sort=<column>`` (``-<column>`` descending): ``run``, ``status``, ``step``, ``created``,
   ``last:<name>`` or ``best:<name>`` of a chosen metric. Runs without a value sort last.
-- ``tag=<tag>`` (repeated: runs with every one), ``status=<status>`` (repeated: any of them),
+- ``tag=<tag>`` (repeated: runs with every one; a run carries its own tags and its experiment's),
+  ``status=<status>`` (repeated: any of them),
   ``config=<dotted key>=<value>`` (repeated: every one holds; the value is read as the schema
   types the key, so ``actor_rollout_ref.actor.optim.lr=1e-6`` matches a stored ``1e-06``).
 
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
-from django.db.models import F, Func, QuerySet
+from django.db.models import F, Func, Q, QuerySet
 from django.http import QueryDict
 
 from engine.config import ConfigFieldError
@@ -33,7 +34,7 @@ from webapp.runs.models import MetricPoint, Run, RunStatus
 from webapp.runs.selectors import run_list_for_user
 
 BASE_SORTS = {
-    "run": ("experiment__name", "number"),
+    "run": ("experiment__name", "pk"),
     "status": ("status",),
     "step": ("latest_step",),
     "created": ("created_at",),
@@ -176,9 +177,9 @@ def _nested(key: str, value: Any) -> dict[str, Any]:
 
 def run_table_runs(*, user: Any, query: RunTableQuery) -> QuerySet[Run]:
     """Return ``user``'s runs that pass the query's tag, status and config filters."""
-    runs = run_list_for_user(user=user).defer("config", "error")
-    if query.tags:
-        runs = runs.filter(tags__contains=list(query.tags))
+    runs = run_list_for_user(user=user).defer("config", "error", "experiment__config")
+    for tag in query.tags:
+        runs = runs.filter(Q(tags__contains=[tag]) | Q(experiment__tags__contains=[tag]))
     if query.statuses:
         runs = runs.filter(status__in=query.statuses)
     for key, value in query.config:
@@ -197,6 +198,13 @@ class MetricValues:
 class RunRow:
     run: Run
     values: dict[str, MetricValues] = field(default_factory=dict)
+
+    @property
+    def tags(self) -> list[tuple[str, bool]]:
+        """Return ``(tag, from the experiment)``: the run's own tags, then its experiment's."""
+        own = list(self.run.tags)
+        inherited = [t for t in self.run.experiment.tags if t not in own]
+        return [(t, False) for t in own] + [(t, True) for t in inherited]
 
     def cells(self, metrics: tuple[MetricColumn, ...]) -> list[MetricValues]:
         """Return the row's values in the order of ``metrics`` (empty where none was recorded)."""
@@ -274,14 +282,13 @@ def run_table_metric_names(*, user: Any) -> list[str]:
 
 
 def run_table_tags(*, user: Any) -> list[str]:
-    """Return every tag on ``user``'s runs, sorted."""
-    tags = (
-        Run.objects.filter(owner=user)
-        .annotate(tag=Func(F("tags"), function="unnest"))
-        .order_by()
-        .values_list("tag", flat=True)
-        .distinct()
-    )
+    """Return every tag on ``user``'s runs and on the experiments they ran, sorted."""
+    runs = Run.objects.filter(owner=user)
+    own = runs.annotate(tag=Func(F("tags"), function="unnest"))
+    inherited = runs.annotate(tag=Func(F("experiment__tags"), function="unnest"))
+    tags = set()
+    for rows in (own, inherited):
+        tags.update(rows.order_by().values_list("tag", flat=True).distinct())
     return sorted(tags)
 
 
@@ -290,7 +297,7 @@ def _sort_key(row: RunRow, query: RunTableQuery) -> tuple:
     if query.sort in BASE_SORTS:
         run = row.run
         values = {
-            "run": (run.experiment.name.lower(), run.number),
+            "run": (run.experiment.name.lower(), run.pk),
             "status": (run.status,),
             "step": (run.latest_step,),
             "created": (run.created_at,),

@@ -100,11 +100,11 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
     run = run_cancel(run=_run(request, run_id))
     if run.status == "cancelled":
-        messages.success(request, f"Run #{run.number} cancelled.")
+        messages.success(request, f"Run #{run.pk} cancelled.")
     elif run.cancel_requested and run.is_active:
-        messages.success(request, f"Run #{run.number} stops after its current step.")
+        messages.success(request, f"Run #{run.pk} stops after its current step.")
     else:
-        messages.info(request, f"Run #{run.number} had already ended ({run.status}).")
+        messages.info(request, f"Run #{run.pk} had already ended ({run.status}).")
     return redirect(run)
 
 
@@ -119,9 +119,7 @@ def run_resume_view(request: HttpRequest, run_id: int) -> HttpResponse:
     except (RunStateError, ConfigValidationError, LaunchRefused) as exc:
         messages.error(request, str(exc))
         return redirect(run)
-    flash_launched(
-        request, resumed, f"Run #{resumed.number} queued; it continues run #{run.number}."
-    )
+    flash_launched(request, resumed, f"Run #{resumed.pk} queued; it continues run #{run.pk}.")
     return redirect(resumed)
 
 
@@ -134,7 +132,7 @@ def run_delete_view(request: HttpRequest, run_id: int) -> HttpResponse:
     except RunStateError as exc:
         messages.error(request, str(exc))
         return redirect(run)
-    messages.success(request, f"Run #{run.number} deleted.")
+    messages.success(request, f"Run #{run.pk} deleted.")
     return redirect(run.experiment)
 
 
@@ -144,9 +142,9 @@ def run_clone(request: HttpRequest, run_id: int) -> HttpResponse:
     return builder_for_config(
         request,
         as_config(run.config),
-        name=f"{run.experiment.name} (from run #{run.number})",
+        name=f"{run.experiment.name} (from run #{run.pk})",
         preset=run.experiment.preset,
-        source=f"run #{run.number} of {run.experiment.name}",
+        source=f"run #{run.pk} of {run.experiment.name}",
     )
 
 
@@ -207,7 +205,7 @@ def run_metrics_series(request: HttpRequest, run_id: int) -> JsonResponse:
 
 def _export_name(run: Run, extension: str) -> str:
     slug = re.sub(r"[^A-Za-z0-9]+", "-", run.experiment.name).strip("-").lower() or "run"
-    return f"{slug}-run{run.number}-metrics.{extension}"
+    return f"{slug}-run{run.pk}-metrics.{extension}"
 
 
 class _Echo:
@@ -330,7 +328,7 @@ def run_notes_view(request: HttpRequest, run_id: int) -> HttpResponse:
     except RunAnnotationError as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, f"Notes of run #{run.number} saved.")
+        messages.success(request, f"Notes of run #{run.pk} saved.")
     return redirect(run)
 
 

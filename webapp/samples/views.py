@@ -207,7 +207,7 @@ def sample_compare_view(request: HttpRequest, run_id: int) -> HttpResponse:
     """Show one prompt as several runs answer it, with reward deltas against a reference run."""
     run = _run(request, run_id)
     runs = list(run_list_for_user(user=request.user))
-    choices = [(r.pk, f"{r.experiment.name} #{r.number}") for r in runs]
+    choices = [(r.pk, f"{r.experiment.name} · run #{r.pk}") for r in runs]
     form = CompareForm(request.GET, run_choices=choices)
     if not form.is_valid():
         return _bad_request(request, run, form)

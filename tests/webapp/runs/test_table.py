@@ -212,7 +212,7 @@ def test_notes_and_tags_are_edited_on_the_run_page(client_in, runs):
     response = client_in.post(
         reverse("runs:tags", kwargs={"run_id": run.pk}), {"remove": "nope"}, follow=True
     )
-    assert f"run #{run.number} has no tag &#x27;nope&#x27;" in response.content.decode()
+    assert f"run #{run.pk} has no tag &#x27;nope&#x27;" in response.content.decode()
     response = client_in.post(
         reverse("runs:notes", kwargs={"run_id": run.pk}), {"notes": "x" * 10_001}, follow=True
     )
