@@ -408,6 +408,7 @@ export function followRun(grid, runId, {onStatus, onMessage} = {}) {
         announce("run-live:metrics", {runId, steps: message.points.map((p) => p.step), receivedAt});
       } else if (message.type === "status") {
         if (onStatus) onStatus(message.run);
+        announce("run-live:status", {runId, run: message.run, receivedAt});
       } else if (message.type === "samples") {
         const note = grid.root.querySelector(".samples-note");
         if (note) {
