@@ -9,7 +9,11 @@ from webapp.api.api import api
 
 urlpatterns = [
     # Pages link their icon; a page that does not (the API docs) asks the browser's default.
-    path("favicon.ico", RedirectView.as_view(url=static("img/favicon.svg"), permanent=True)),
+    path(
+        "favicon.ico",
+        RedirectView.as_view(url=static("img/favicon.svg"), permanent=True),
+        name="favicon",
+    ),
     path("admin/", admin.site.urls),
     path("accounts/", include("webapp.accounts.urls")),
     path("accounts/tokens/", include("webapp.api.urls")),
