@@ -5,7 +5,9 @@ running, rebuilds the engine config from the run's resolved snapshot (checkpoint
 own folder), and calls ``engine.trainer.run_training`` with a ``RunRecorder``. Besides the beat
 after each step, a background thread beats the heartbeat every ~10 s while a long step runs, so
 only a driver that died goes stale; during a database outage it keeps trying, as the recorder
-does. SIGTERM asks the trainer to stop after the current step, like a cancel. The exit status is
+does. SIGTERM asks the trainer to stop after the current step, like a cancel. Its stdout and stderr
+go to the run's ``driver.log`` (``webapp.runs.logs``), which the run page tails: a local driver's
+from its start, a Ray Job's from the moment it reads its run. The exit status is
 0 when the run's end state (succeeded or cancelled) was recorded, 1 otherwise: a failed run, or an
 end state the database never took (the reason is in the log).
 """
@@ -19,10 +21,38 @@ import signal
 import sys
 import threading
 import traceback
+from pathlib import Path
 
 logger = logging.getLogger("workers.driver")
 
 DB_CONNECT_TIMEOUT_S = 5
+
+
+def capture_output(path: Path) -> None:
+    """Point this process's stdout and stderr (descriptors 1 and 2) at ``path``, appending.
+
+    A descriptor that writes to ``path`` already (a local driver's, from its start) is left
+    alone. Python's stdout becomes line-buffered, so the run page sees each line as it is
+    printed; the processes the driver starts inherit the descriptors.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        target = os.fstat(fd)
+        for stream, number in ((sys.stdout, 1), (sys.stderr, 2)):
+            try:
+                current = os.fstat(number)
+            except OSError:
+                current = None
+            if current is None or (current.st_dev, current.st_ino) != (
+                target.st_dev,
+                target.st_ino,
+            ):
+                stream.flush()
+                os.dup2(fd, number)
+    finally:
+        os.close(fd)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
 
 class HeartbeatThread(threading.Thread):
@@ -146,6 +176,13 @@ def main(argv: list[str] | None = None) -> int:
     # An unreachable (not refusing) server must not hold a step for minutes on each try.
     options = connections["default"].settings_dict.setdefault("OPTIONS", {})
     options.setdefault("connect_timeout", DB_CONNECT_TIMEOUT_S)
+    from webapp.runs.logs import run_log_path
+    from webapp.runs.models import Run
+
+    run = Run.objects.filter(pk=args.run_id).only("checkpoint_dir").first()
+    log = run_log_path(run) if run is not None else None
+    if log is not None:
+        capture_output(log)
     status = drive(args.run_id)
     print(f"run {args.run_id}: {status}", flush=True)
     return 0 if status in ("succeeded", "cancelled", "skipped") else 1

@@ -10,6 +10,7 @@
 
 import {element} from "./dom.js";
 import {RunHealth} from "./health.js";
+import {RunLog} from "./run_log.js";
 import {RunSummary} from "./run_summary.js";
 import {RunStream, SeriesStore, emaNext, emaStart, emptySeries, mergeRange} from "./stream.js";
 import {formatMetric} from "./numbers.js";
@@ -394,8 +395,9 @@ function announce(name, detail) {
 
 // Follow one run: feed its socket's messages to a grid; announce what arrived on `document`.
 // `onMessage` also gets every message (the run page's summary beside the charts).
-export function followRun(grid, runId, {onStatus, onMessage} = {}) {
+export function followRun(grid, runId, {onStatus, onMessage, params} = {}) {
   const stream = new RunStream(runId, {
+    params,
     onState: (state, detail) => showConnection(grid.root, state, detail),
     onMessage: (message, receivedAt) => {
       if (message.progress) showProgress(runId, message.progress);
@@ -435,13 +437,17 @@ function start() {
   window.postTrainCharts = grid;
   const summary = document.getElementById("run-summary") ? new RunSummary(document) : null;
   const health = document.getElementById("run-health") ? new RunHealth(document) : null;
+  const log = document.getElementById("run-log") ? new RunLog(document.getElementById("run-log")) : null;
+  window.postTrainLog = log;
   window.postTrainStream = followRun(grid, runId, {
+    params: () => (log ? log.params() : {}),
     onStatus: (run) => {
       root.dataset.status = run.status;
     },
     onMessage: (message) => {
       summary?.take(message);
       health?.take(message);
+      log?.take(message);
     },
   });
 }

@@ -15,6 +15,7 @@ import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import (
+    FileResponse,
     Http404,
     HttpRequest,
     HttpResponse,
@@ -34,6 +35,7 @@ from webapp.experiments.views import (
     flash_launched,
     yaml_response,
 )
+from webapp.runs.logs import LogSearchError, log_search, run_log_path
 from webapp.runs.metrics import (
     DEFAULT_MAX_POINTS,
     run_metric_series,
@@ -211,6 +213,33 @@ def _export_name(run: Run, extension: str) -> str:
 class _Echo:
     def write(self, value: str) -> str:
         return value
+
+
+@login_required
+def run_log_download(request: HttpRequest, run_id: int) -> FileResponse:
+    """Download the run's whole log (``driver.log``), streamed from its file."""
+    run = _run(request, run_id)
+    path = run_log_path(run)
+    if path is None or not path.is_file():
+        raise Http404("This run has no log yet: its driver has not started.")
+    return FileResponse(
+        open(path, "rb"),  # noqa: SIM115 - FileResponse closes it
+        as_attachment=True,
+        filename=f"run-{run.pk}-driver.log",
+        content_type="text/plain; charset=utf-8",
+    )
+
+
+@login_required
+def run_log_search_view(request: HttpRequest, run_id: int) -> JsonResponse:
+    """Return the lines of the run's whole log that contain ``?q=`` (ignoring case), as JSON."""
+    run = _run(request, run_id)
+    try:
+        found = log_search(run_log_path(run), request.GET.get("q", ""))
+    except LogSearchError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    matches = [{"line": number, "text": text} for number, text in found.matches]
+    return JsonResponse({"matches": matches, "truncated": found.truncated})
 
 
 @login_required
