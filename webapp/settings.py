@@ -148,6 +148,9 @@ POSTTRAIN_MAX_TRAINING_STEPS = int(os.environ.get("POSTTRAIN_MAX_TRAINING_STEPS"
 # Runs with a driver at once on this server (0: no limit); the others wait queued, oldest first.
 # One suits a single machine, where two runs would share its cores; raise it for a Ray cluster.
 POSTTRAIN_MAX_RUNNING_RUNS = int(os.environ.get("POSTTRAIN_MAX_RUNNING_RUNS", "1"))
+# Checkpoint exports and evaluations (a process each, webapp.runs.checkpoints) at once on this
+# server (0: no limit); the others wait queued, oldest first.
+POSTTRAIN_MAX_CHECKPOINT_JOBS = int(os.environ.get("POSTTRAIN_MAX_CHECKPOINT_JOBS", "1"))
 # Folders (colon- or comma-separated) whose models and data any user's run may read, besides
 # their own uploads and runs and the tiny:// assets; empty: none (webapp.experiments.configs).
 POSTTRAIN_MODEL_ROOTS = os.environ.get("POSTTRAIN_MODEL_ROOTS", "")
@@ -271,6 +274,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "mark-lost-runs": {"task": "workers.tasks.mark_lost_runs", "schedule": 15.0},
     "dispatch-queued-runs": {"task": "workers.tasks.dispatch_queued_runs", "schedule": 5.0},
+    "dispatch-checkpoint-jobs": {
+        "task": "workers.tasks.dispatch_checkpoint_jobs",
+        "schedule": 5.0,
+    },
 }
 
 # django-axes first: it refuses a locked-out username+address before the password is checked.

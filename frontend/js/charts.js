@@ -10,6 +10,7 @@
 
 import {element} from "./dom.js";
 import {RunHealth} from "./health.js";
+import {RunCheckpoints} from "./run_checkpoints.js";
 import {RunLog} from "./run_log.js";
 import {RunSummary} from "./run_summary.js";
 import {RunStream, SeriesStore, emaNext, emaStart, emptySeries, mergeRange} from "./stream.js";
@@ -439,6 +440,7 @@ function start() {
   const health = document.getElementById("run-health") ? new RunHealth(document) : null;
   const log = document.getElementById("run-log") ? new RunLog(document.getElementById("run-log")) : null;
   window.postTrainLog = log;
+  const checkpoints = document.getElementById("run-checkpoints") ? new RunCheckpoints(document.getElementById("run-checkpoints")) : null;
   window.postTrainStream = followRun(grid, runId, {
     params: () => (log ? log.params() : {}),
     onStatus: (run) => {
@@ -448,6 +450,7 @@ function start() {
       summary?.take(message);
       health?.take(message);
       log?.take(message);
+      checkpoints?.take(message);
     },
   });
 }

@@ -110,6 +110,7 @@ def world(owner, studio_dirs):
         "other_run_id": stopped.pk,
         "dataset_id": dataset.pk,
         "sweep_id": sweep.pk,
+        "step": 1,  # a checkpoint's step
         "token_id": token.pk,
         "object_id": str(experiment.pk),
         "app_label": "experiments",

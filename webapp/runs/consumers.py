@@ -33,6 +33,8 @@ Messages to the browser (JSON, ``type`` first):
 - ``health``: ``alerts`` ``[{"check", "label", "step", "message"}]`` of a health check that
   fired (``webapp.health``); the last backlog message, and the status message of a ``?since=``
   connect, carry every stored alert as ``health``
+- ``checkpoints``: an export or evaluation of one of the run's checkpoints was queued, started or
+  ended (``webapp.runs.checkpoints``); the page reads its checkpoints section again
 - ``log`` (with ``?log=``): ``text`` (whole lines), ``offset`` (the byte to ask from after a
   reconnect), ``skipped`` (bytes left out: the reader was far behind), ``reset`` (the file is
   new: forget the lines held)
@@ -308,6 +310,8 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "samples", **{k: event.get(k) for k in fields}})
         elif kind == "health":
             await self.send_json({"type": "health", "alerts": [event["alert"]]})
+        elif kind == "checkpoints":  # a checkpoint job changed: the page reads its list again
+            await self.send_json({"type": "checkpoints"})
 
     async def session_ended(self, event: dict[str, Any]) -> None:
         """Close the socket: its session ended (logged out, deleted or expired and cleared)."""

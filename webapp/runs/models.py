@@ -214,3 +214,67 @@ class Sample(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id} step {self.step} {self.split} p{self.prompt_index}/{self.sample_index}"
+
+
+class CheckpointJobKind(models.TextChoices):
+    EXPORT = "export"  # a Hugging Face folder of the checkpoint, to download
+    EVALUATE = "evaluate"  # engine.eval's figures on a dataset
+
+
+class CheckpointJobStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class CheckpointJob(models.Model):
+    """Work on one of a run's checkpoints, done by a worker process, never the web process.
+
+    ``export`` writes the checkpoint's Hugging Face folder when it saved none (the model
+    merger); ``evaluate`` scores it with ``engine.eval`` on ``data_files`` and keeps the figures
+    in ``result``. See ``webapp.runs.checkpoints`` and ``workers.checkpoint_job``.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoint_jobs")
+    step = models.PositiveIntegerField(help_text="The checkpoint: global_step_<step>.")
+    kind = models.CharField(max_length=16, choices=CheckpointJobKind.choices)
+    status = models.CharField(
+        max_length=16, choices=CheckpointJobStatus.choices, default=CheckpointJobStatus.QUEUED
+    )
+    dataset = models.CharField(max_length=300, blank=True, help_text="What the data is, shown.")
+    data_files = models.JSONField(default=list, blank=True)
+    key_map = models.JSONField(default=dict, blank=True, help_text="data.data_key_map of the data.")
+    options = models.JSONField(
+        default=dict, blank=True, help_text="engine.eval's options: n, max_samples, temperature."
+    )
+    result = models.JSONField(null=True, blank=True, help_text="engine.eval's figures.")
+    error = models.TextField(blank=True)
+    worker = models.CharField(max_length=200, blank=True, help_text="pid:<n> of its process.")
+    worker_host = models.CharField(max_length=255, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["run", "step"], name="checkpointjob_run_step"),
+            models.Index(
+                fields=["status", "created_at"],
+                name="checkpointjob_waiting",
+                condition=models.Q(status__in=["queued", "running"]),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} of run {self.run_id} step {self.step}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in (CheckpointJobStatus.QUEUED, CheckpointJobStatus.RUNNING)
+
+    @property
+    def error_summary(self) -> str:
+        """Return the first line of a failed job's error: what went wrong, in a line."""
+        return self.error.partition("\n")[0]

@@ -240,8 +240,9 @@ def local_driver_pid(run: Run) -> int | None:
     return int(run.driver[4:])
 
 
-def driver_process_alive(pid: int, run_id: int) -> bool:
-    """Return whether ``pid`` is a live (not zombie) ``workers.driver`` process of ``run_id``."""
+def driver_process_alive(pid: int, run_id: int, module: bytes = b"workers.driver") -> bool:
+    """Return whether ``pid`` is a live (not zombie) ``module`` process of ``run_id`` (or of the
+    id ``module`` takes: a checkpoint job's)."""
     proc = Path(f"/proc/{pid}")
     try:
         command = (proc / "cmdline").read_bytes().split(b"\0")
@@ -249,7 +250,7 @@ def driver_process_alive(pid: int, run_id: int) -> bool:
     except (OSError, IndexError):
         return False
     # A recycled pid belongs to another program; a zombie has exited and awaits its parent.
-    return state != "Z" and b"workers.driver" in command and str(run_id).encode() in command
+    return state != "Z" and module in command and str(run_id).encode() in command
 
 
 def _driver_log_tail(run: Run) -> str:

@@ -13,6 +13,22 @@ urlpatterns = [
     path("<int:run_id>/metrics.json", views.run_metrics_json_view, name="metrics-json"),
     path("<int:run_id>/log.txt", views.run_log_download, name="log"),
     path("<int:run_id>/log/search/", views.run_log_search_view, name="log-search"),
+    path("<int:run_id>/checkpoints/", views.run_checkpoints_view, name="checkpoints"),
+    path(
+        "<int:run_id>/checkpoints/<int:step>/hf.tar",
+        views.run_checkpoint_archive,
+        name="checkpoint-archive",
+    ),
+    path(
+        "<int:run_id>/checkpoints/<int:step>/export/",
+        views.run_checkpoint_export_view,
+        name="checkpoint-export",
+    ),
+    path(
+        "<int:run_id>/checkpoints/<int:step>/evaluate/",
+        views.run_checkpoint_evaluate_view,
+        name="checkpoint-evaluate",
+    ),
     path("<int:run_id>/cancel/", views.run_cancel_view, name="cancel"),
     path("<int:run_id>/resume/", views.run_resume_view, name="resume"),
     path("<int:run_id>/delete/", views.run_delete_view, name="delete"),

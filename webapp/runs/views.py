@@ -35,6 +35,15 @@ from webapp.experiments.views import (
     flash_launched,
     yaml_response,
 )
+from webapp.runs.checkpoints import (
+    CheckpointJobRefused,
+    archive_chunks,
+    checkpoint_evaluate,
+    checkpoint_export,
+    checkpoint_hf_folder,
+    run_checkpoints,
+)
+from webapp.runs.forms import CheckpointEvaluateForm
 from webapp.runs.logs import LogSearchError, log_search, run_log_path
 from webapp.runs.metrics import (
     DEFAULT_MAX_POINTS,
@@ -91,10 +100,76 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "children": run.children.all(),
         "sample_count": run.samples.count(),
         "run_state": run_state(run),
+        **_checkpoints_context(run),
         "other_runs": run_list_for_user(user=request.user).exclude(pk=run.pk)[:50],
         "config_yaml": yaml.safe_dump(run.config, sort_keys=False, allow_unicode=True),
     }
     return render(request, "runs/detail.html", context)
+
+
+def _checkpoints_context(run: Run) -> dict[str, Any]:
+    return {
+        "checkpoints": run_checkpoints(run=run),
+        "evaluate_form": CheckpointEvaluateForm(run=run),
+    }
+
+
+def _to_checkpoints(run: Run) -> HttpResponse:
+    return redirect(f"{run.get_absolute_url()}#run-checkpoints")
+
+
+@login_required
+def run_checkpoints_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The run page's checkpoints section alone, which the page reads again as it changes."""
+    run = _run(request, run_id)
+    return render(request, "runs/_checkpoints.html", {"run": run, **_checkpoints_context(run)})
+
+
+@login_required
+def run_checkpoint_archive(request: HttpRequest, run_id: int, step: int) -> StreamingHttpResponse:
+    """Download the checkpoint's Hugging Face folder as a tar, streamed as it is written."""
+    run = _run(request, run_id)
+    folder = checkpoint_hf_folder(run, step)
+    if folder is None:
+        raise Http404("This checkpoint has no Hugging Face folder yet: prepare its download.")
+    name = f"run-{run.pk}-step-{step}-hf"
+    response = StreamingHttpResponse(archive_chunks(folder, name), content_type="application/x-tar")
+    response["Content-Disposition"] = f'attachment; filename="{name}.tar"'
+    return response
+
+
+@login_required
+@require_POST
+def run_checkpoint_export_view(request: HttpRequest, run_id: int, step: int) -> HttpResponse:
+    run = _run(request, run_id)
+    try:
+        checkpoint_export(run=run, step=step)
+    except CheckpointJobRefused as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(
+            request,
+            f"Preparing the Hugging Face folder of step {step}; its download link shows here.",
+        )
+    return _to_checkpoints(run)
+
+
+@login_required
+@require_POST
+def run_checkpoint_evaluate_view(request: HttpRequest, run_id: int, step: int) -> HttpResponse:
+    run = _run(request, run_id)
+    form = CheckpointEvaluateForm(request.POST, run=run)
+    if not form.is_valid():
+        for field, errors in form.errors.items():
+            messages.error(request, f"{field}: {' '.join(errors)}")
+        return _to_checkpoints(run)
+    try:
+        checkpoint_evaluate(run=run, step=step, **form.cleaned_data)
+    except CheckpointJobRefused as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Evaluation of step {step} queued; its figures show here.")
+    return _to_checkpoints(run)
 
 
 @login_required
