@@ -372,6 +372,16 @@ POSTTRAIN_HEALTH_LENGTH_CLIP_MAX = _env_positive("POSTTRAIN_HEALTH_LENGTH_CLIP_M
 POSTTRAIN_HEALTH_GRAD_NORM_FACTOR = _env_positive("POSTTRAIN_HEALTH_GRAD_NORM_FACTOR", 10.0)
 POSTTRAIN_HEALTH_GRAD_NORM_WINDOW = _env_count("POSTTRAIN_HEALTH_GRAD_NORM_WINDOW", 20)
 POSTTRAIN_HEALTH_REWARD_ERROR_RATE = _env_positive("POSTTRAIN_HEALTH_REWARD_ERROR_RATE", 0.1)
+# A run stops, and ends failed with the reason, when more than this share of a step's rewards
+# failed (the reward function raised) in each of this many steps in a row; a share of 1 turns
+# the rule off (webapp.runs.reward_failures; docs/health.md).
+POSTTRAIN_REWARD_FAILURE_RATE = _env_positive("POSTTRAIN_REWARD_FAILURE_RATE", 0.5)
+if POSTTRAIN_REWARD_FAILURE_RATE > 1:
+    raise ImproperlyConfigured(
+        f"POSTTRAIN_REWARD_FAILURE_RATE={POSTTRAIN_REWARD_FAILURE_RATE} is over 1; it is a share "
+        "of a step's samples, e.g. 0.5 (1 turns the rule off)"
+    )
+POSTTRAIN_REWARD_FAILURE_STEPS = _env_count("POSTTRAIN_REWARD_FAILURE_STEPS", 3)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 20 * 1024 * 1024
 
 LANGUAGE_CODE = "en-us"

@@ -110,6 +110,7 @@ def drive(run_id: int, publish: bool = True) -> str:
     from engine.config import config_from_dict, set_value
     from engine.trainer import run_training
     from engine.trainer.trackers import tracker_environment
+    from webapp.runs.models import Run
     from webapp.runs.recording import run_mark_running
     from webapp.runs.services import run_dir
     from workers.publish import RunEventPublisher
@@ -139,7 +140,9 @@ def drive(run_id: int, publish: bool = True) -> str:
         with tracker_environment(run_dir(run_id) / "trackers"):
             status = run_training(config, recorder)
         recorder.on_finish(status=status)
-        return status
+        # The status the run ended with: a run the studio stopped (its rewards kept failing)
+        # stops as a cancel does, and ends failed.
+        return Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or status
     except RecordingGaveUp as exc:
         logger.error("%s", exc)
         return "unrecorded"

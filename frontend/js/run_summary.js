@@ -103,9 +103,11 @@ export class RunSummary {
     this.field("finished").textContent = this.formatTime(run.finished_at);
     this.field("driver").textContent = run.driver || "—";
     if ("error" in run) {
+      // A run the studio stops (its rewards keep failing) says why before it ends.
+      const text = run.error || run.failure_reason || "";
       const error = this.field("error");
-      error.hidden = !run.error;
-      error.querySelector(".traceback").textContent = run.error;
+      error.hidden = !text;
+      error.querySelector(".traceback").textContent = text;
     }
     if (run.latest_checkpoint) this.field("checkpoint").replaceChildren(element("code", {text: run.latest_checkpoint}));
     this.latestStep = null; // the run's own step wins over the steps seen so far

@@ -112,6 +112,11 @@ class Run(models.Model):
         blank=True,
         help_text="Set while a running run's driver lives but has recorded no step since then.",
     )
+    failure_reason = models.TextField(
+        blank=True,
+        help_text="Set when the studio stops the run for a reason of its own (its rewards keep "
+        "failing): the driver stops after its step and the run ends failed with it.",
+    )
     notes = models.TextField(blank=True, help_text="The owner's notes on the run.")
     tags = ArrayField(models.CharField(max_length=50), default=list, blank=True)
 
