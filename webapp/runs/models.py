@@ -283,3 +283,18 @@ class CheckpointJob(models.Model):
     def error_summary(self) -> str:
         """Return the first line of a failed job's error: what went wrong, in a line."""
         return self.error.partition("\n")[0]
+
+
+class RunTableChoice(models.Model):
+    """The runs table's columns and sort a member chose last (``webapp.runs.table``)."""
+
+    owner = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="run_table_choice"
+    )
+    params = models.JSONField(
+        help_text='The query parameters of its columns: {"metric": [...], "col": [...], "sort": [...]}.'
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"runs table of {self.owner_id}"

@@ -73,12 +73,18 @@ from webapp.runs.services import (
 from webapp.runs.state import run_state
 from webapp.runs.table import (
     BASE_SORTS,
+    COLUMN_PARAMS,
     DEFAULT_SORT,
     RunTableQuery,
     RunTableQueryError,
     parse_run_table_query,
     run_table,
+    run_table_column_params,
+    run_table_config_keys,
+    run_table_forget,
     run_table_metric_names,
+    run_table_remember,
+    run_table_remembered,
     run_table_tags,
 )
 
@@ -363,16 +369,24 @@ def run_compare(request: HttpRequest) -> HttpResponse:
     return render(request, "runs/compare.html", context)
 
 
-def _table_url(query: RunTableQuery, **changes: Any) -> str:
-    """Return the runs table's URL for ``query`` with ``changes`` (metrics, sort) applied."""
+def _table_params(query: RunTableQuery, **changes: Any) -> QueryDict:
+    """Return the runs table's parameters for ``query`` with ``changes`` applied."""
     params = QueryDict(mutable=True)
     metrics = changes.get("metrics", query.metrics)
-    params.setlist("metric", [m.param for m in metrics])
+    # An empty metric= says "these columns, none": a link without it gets the member's own.
+    params.setlist("metric", [m.param for m in metrics] or [""])
+    params.setlist("col", [c.key for c in changes.get("columns", query.columns)])
     params["sort"] = changes.get("sort", query.sort_param)
-    params.setlist("tag", list(query.tags))
-    params.setlist("status", list(query.statuses))
-    params.setlist("config", list(query.config_params))
-    return f"{reverse('runs:list')}?{params.urlencode(safe='/:')}"
+    if changes.get("filters", True):
+        params.setlist("tag", list(query.tags))
+        params.setlist("status", list(query.statuses))
+        params.setlist("config", list(query.config_params))
+    return params
+
+
+def _table_url(query: RunTableQuery, **changes: Any) -> str:
+    """Return the runs table's URL for ``query`` with ``changes`` (columns, sort) applied."""
+    return f"{reverse('runs:list')}?{_table_params(query, **changes).urlencode(safe='/:')}"
 
 
 def _sort_url(query: RunTableQuery, column: str) -> dict[str, Any]:
@@ -383,19 +397,38 @@ def _sort_url(query: RunTableQuery, column: str) -> dict[str, Any]:
     return {"url": _table_url(query, sort=("-" if descending else "") + column), "order": order}
 
 
+def _unsorted_by(query: RunTableQuery, column: str) -> str:
+    """Return the sort to keep when ``column``'s values leave the table."""
+    return DEFAULT_SORT if query.sort == column else query.sort_param
+
+
 @login_required
 def run_table_view(request: HttpRequest) -> HttpResponse:
-    """The member's runs across experiments, with metric columns, filters and sorting."""
-    context: dict[str, Any] = {
-        "metric_names": run_table_metric_names(user=request.user),
-        "tags": run_table_tags(user=request.user),
-        "statuses": RunStatus.values,
-    }
+    """The member's runs across experiments, with metric and config columns, filters, sorting.
+
+    A link that names no columns opens with the member's last ones (kept on the server); a
+    readable query becomes their new ones. A query with errors is shown without its bad parts,
+    the columns and what was typed kept, each problem named.
+    """
+    if "reset" in request.GET:
+        run_table_forget(user=request.user)
+        return redirect("runs:list")
+    if not any(name in request.GET for name in COLUMN_PARAMS):
+        kept = run_table_remembered(user=request.user)
+        if kept:
+            params = request.GET.copy()
+            for name in COLUMN_PARAMS:  # in this order: jsonb keeps none
+                values = kept.get(name, [])
+                params.setlist(name, values or ([""] if name == "metric" else []))
+            return redirect(f"{reverse('runs:list')}?{params.urlencode(safe='/:')}")
+    errors: list[str] = []
     try:
         query = parse_run_table_query(request.GET)
     except RunTableQueryError as exc:
-        context.update(errors=exc.errors, query=RunTableQuery(), rows=[], total=0, colspan=7)
-        return render(request, "runs/list.html", context, status=400)
+        query, errors = exc.query, exc.errors
+    else:
+        if run_table_remembered(user=request.user) != run_table_column_params(query):
+            run_table_remember(user=request.user, query=query)
     rows, total = run_table(user=request.user, query=query)
     metrics = [
         {
@@ -405,22 +438,44 @@ def run_table_view(request: HttpRequest) -> HttpResponse:
             "remove_url": _table_url(
                 query,
                 metrics=[m for m in query.metrics if m != metric],
-                sort=DEFAULT_SORT if query.sort.endswith(f":{metric.name}") else query.sort_param,
+                sort=DEFAULT_SORT
+                if query.sort.endswith(f":{metric.name}")
+                and query.sort.startswith(("last", "best"))
+                else query.sort_param,
             ),
         }
         for metric in query.metrics
     ]
-    context.update(
-        query=query,
-        rows=[(row, row.cells(query.metrics)) for row in rows],
-        total=total,
-        shown=len(rows),
-        metrics=metrics,
-        sorts={column: _sort_url(query, column) for column in BASE_SORTS},
-        chosen_statuses=set(query.statuses),
-        colspan=7 + 2 * len(metrics),
-    )
-    return render(request, "runs/list.html", context)
+    columns = [
+        {
+            "column": column,
+            "sort": _sort_url(query, f"config:{column.key}"),
+            "remove_url": _table_url(
+                query,
+                columns=[c for c in query.columns if c != column],
+                sort=_unsorted_by(query, f"config:{column.key}"),
+            ),
+        }
+        for column in query.columns
+    ]
+    context = {
+        "metric_names": run_table_metric_names(user=request.user),
+        "config_keys": run_table_config_keys(user=request.user),
+        "tags": run_table_tags(user=request.user),
+        "statuses": RunStatus.values,
+        "errors": errors,
+        "query": query,
+        "rows": [(row, row.cells(query.metrics), row.config_cells(query.columns)) for row in rows],
+        "total": total,
+        "shown": len(rows),
+        "metrics": metrics,
+        "columns": columns,
+        "sorts": {column: _sort_url(query, column) for column in BASE_SORTS},
+        "chosen_statuses": set(query.statuses),
+        "colspan": 8 + len(columns) + 2 * len(metrics),
+        "unfiltered_url": _table_url(query, filters=False),
+    }
+    return render(request, "runs/list.html", context, status=400 if errors else 200)
 
 
 @login_required

@@ -101,7 +101,7 @@ def test_the_runs_table_shows_and_filters_by_the_experiments_tags(client_in, own
     assert page.context["tags"] == ["baseline", "grpo", "tiny"]
     row = page.content.decode().split(f'<tr data-run="{tagged.pk}">')[1].split("</tr>")[0]
     assert 'class="tag inherited"' in row and ">tiny</a>" in row and ">grpo</a>" in row
-    filtered = client_in.get(reverse("runs:list"), {"tag": "tiny"})
-    assert [row.run.pk for row, _ in filtered.context["rows"]] == [tagged.pk]
-    own = client_in.get(reverse("runs:list"), {"tag": "baseline"})
-    assert [row.run.pk for row, _ in own.context["rows"]] == [plain.pk]
+    filtered = client_in.get(reverse("runs:list"), {"tag": "tiny"}, follow=True)
+    assert [row.run.pk for row, *_ in filtered.context["rows"]] == [tagged.pk]
+    own = client_in.get(reverse("runs:list"), {"tag": "baseline"}, follow=True)
+    assert [row.run.pk for row, *_ in own.context["rows"]] == [plain.pk]
