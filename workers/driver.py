@@ -7,9 +7,9 @@ after each step, a background thread beats the heartbeat every ~10 s while a lon
 only a driver that died goes stale; during a database outage it keeps trying, as the recorder
 does. SIGTERM asks the trainer to stop after the current step, like a cancel. Its stdout and stderr
 go to the run's ``driver.log`` (``webapp.runs.logs``), which the run page tails: a local driver's
-from its start, a Ray Job's from the moment it reads its run. The exit status is
-0 when the run's end state (succeeded or cancelled) was recorded, 1 otherwise: a failed run, or an
-end state the database never took (the reason is in the log).
+from its start, a Ray Job's from the moment it reads its run (and still to Ray's job log). The
+exit status is 0 when the run's end state (succeeded or cancelled) was recorded, 1 otherwise: a
+failed run, or an end state the database never took (the reason is in the log).
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import threading
 import traceback
@@ -29,29 +31,49 @@ DB_CONNECT_TIMEOUT_S = 5
 
 
 def capture_output(path: Path) -> None:
-    """Point this process's stdout and stderr (descriptors 1 and 2) at ``path``, appending.
+    """Send this process's stdout and stderr (descriptors 1 and 2) to ``path`` too, appending.
 
-    A descriptor that writes to ``path`` already (a local driver's, from its start) is left
-    alone. Python's stdout becomes line-buffered, so the run page sees each line as it is
-    printed; the processes the driver starts inherit the descriptors.
+    A local driver's descriptors write to ``path`` already, from its start: they are left
+    alone. Any other (a Ray Job's, which Ray keeps as the job's log) goes through ``tee -a``, a
+    process of its own, so both get every line, a crash's last words included (``tee`` reads
+    until the driver's end closes the pipe). Without ``tee`` the output goes to ``path`` only.
+    Python's stdout becomes line-buffered, so the run page sees each line as it is printed; the
+    processes the driver starts inherit the descriptors.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        target = os.fstat(fd)
-        for stream, number in ((sys.stdout, 1), (sys.stderr, 2)):
-            try:
-                current = os.fstat(number)
-            except OSError:
-                current = None
-            if current is None or (current.st_dev, current.st_ino) != (
-                target.st_dev,
-                target.st_ino,
-            ):
-                stream.flush()
-                os.dup2(fd, number)
-    finally:
-        os.close(fd)
+    target = os.stat(path) if path.exists() else None
+    same = []
+    for number in (1, 2):
+        try:
+            current = os.fstat(number)
+        except OSError:
+            current = None
+        same.append(
+            target is not None
+            and current is not None
+            and (current.st_dev, current.st_ino) == (target.st_dev, target.st_ino)
+        )
+    if all(same):
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    tee = shutil.which("tee")
+    if tee is not None:
+        process = subprocess.Popen(
+            [tee, "-a", str(path)], stdin=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+        assert process.stdin is not None
+        sink = process.stdin.fileno()
+    else:
+        print(f"the driver's output goes to {path} (no tee on PATH)", flush=True)
+        sink = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    for number in (1, 2):
+        os.dup2(sink, number)
+    if tee is not None:
+        process.stdin.close()  # descriptors 1 and 2 hold the pipe open until the driver ends
+    else:
+        os.close(sink)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
 
