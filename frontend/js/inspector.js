@@ -137,7 +137,8 @@ function tokenLabel(row, i) {
 
 function tokenName(row, i) {
   const name = `token ${JSON.stringify(row.tokens[i])}`;
-  if (!row.hex) return name;
+  // Its bytes, where the symbol does not say them: beyond ASCII (a part of a character).
+  if (!row.hex || !row.hex[i].split(" ").some((b) => parseInt(b, 16) >= 0x80)) return name;
   const what = row.bad[i] ? ", not UTF-8 here" : row.partial[i] ? ", the start of a character the next token ends" : "";
   return `${name} (bytes ${row.hex[i]}${what})`;
 }
