@@ -64,16 +64,14 @@ def capture_output(path: Path) -> None:
             [tee, "-a", str(path)], stdin=subprocess.PIPE, stderr=subprocess.DEVNULL
         )
         assert process.stdin is not None
-        sink = process.stdin.fileno()
+        sink = os.dup(process.stdin.fileno())
+        process.stdin.close()  # descriptors 1 and 2 hold the pipe open until the driver ends
     else:
         print(f"the driver's output goes to {path} (no tee on PATH)", flush=True)
         sink = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     for number in (1, 2):
         os.dup2(sink, number)
-    if tee is not None:
-        process.stdin.close()  # descriptors 1 and 2 hold the pipe open until the driver ends
-    else:
-        os.close(sink)
+    os.close(sink)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
 
