@@ -148,6 +148,9 @@ POSTTRAIN_MAX_TRAINING_STEPS = int(os.environ.get("POSTTRAIN_MAX_TRAINING_STEPS"
 # Runs with a driver at once on this server (0: no limit); the others wait queued, oldest first.
 # One suits a single machine, where two runs would share its cores; raise it for a Ray cluster.
 POSTTRAIN_MAX_RUNNING_RUNS = int(os.environ.get("POSTTRAIN_MAX_RUNNING_RUNS", "1"))
+# Checkpoint exports and evaluations (a process each, webapp.runs.checkpoints) at once on this
+# server (0: no limit); the others wait queued, oldest first.
+POSTTRAIN_MAX_CHECKPOINT_JOBS = int(os.environ.get("POSTTRAIN_MAX_CHECKPOINT_JOBS", "1"))
 # Folders (colon- or comma-separated) whose models and data any user's run may read, besides
 # their own uploads and runs and the tiny:// assets; empty: none (webapp.experiments.configs).
 POSTTRAIN_MODEL_ROOTS = os.environ.get("POSTTRAIN_MODEL_ROOTS", "")
@@ -273,6 +276,10 @@ CELERY_INCLUDE = ["workers.tasks"]
 CELERY_BEAT_SCHEDULE = {
     "mark-lost-runs": {"task": "workers.tasks.mark_lost_runs", "schedule": 15.0},
     "dispatch-queued-runs": {"task": "workers.tasks.dispatch_queued_runs", "schedule": 5.0},
+    "dispatch-checkpoint-jobs": {
+        "task": "workers.tasks.dispatch_checkpoint_jobs",
+        "schedule": 5.0,
+    },
 }
 
 # django-axes first: it refuses a locked-out username+address before the password is checked.
@@ -367,6 +374,16 @@ POSTTRAIN_HEALTH_LENGTH_CLIP_MAX = _env_positive("POSTTRAIN_HEALTH_LENGTH_CLIP_M
 POSTTRAIN_HEALTH_GRAD_NORM_FACTOR = _env_positive("POSTTRAIN_HEALTH_GRAD_NORM_FACTOR", 10.0)
 POSTTRAIN_HEALTH_GRAD_NORM_WINDOW = _env_count("POSTTRAIN_HEALTH_GRAD_NORM_WINDOW", 20)
 POSTTRAIN_HEALTH_REWARD_ERROR_RATE = _env_positive("POSTTRAIN_HEALTH_REWARD_ERROR_RATE", 0.1)
+# A run stops, and ends failed with the reason, when more than this share of a step's rewards
+# failed (the reward function raised) in each of this many steps in a row; a share of 1 turns
+# the rule off (webapp.runs.reward_failures; docs/health.md).
+POSTTRAIN_REWARD_FAILURE_RATE = _env_positive("POSTTRAIN_REWARD_FAILURE_RATE", 0.5)
+if POSTTRAIN_REWARD_FAILURE_RATE > 1:
+    raise ImproperlyConfigured(
+        f"POSTTRAIN_REWARD_FAILURE_RATE={POSTTRAIN_REWARD_FAILURE_RATE} is over 1; it is a share "
+        "of a step's samples, e.g. 0.5 (1 turns the rule off)"
+    )
+POSTTRAIN_REWARD_FAILURE_STEPS = _env_count("POSTTRAIN_REWARD_FAILURE_STEPS", 3)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 20 * 1024 * 1024
 
 LANGUAGE_CODE = "en-us"

@@ -5,9 +5,11 @@ running, rebuilds the engine config from the run's resolved snapshot (checkpoint
 own folder), and calls ``engine.trainer.run_training`` with a ``RunRecorder``. Besides the beat
 after each step, a background thread beats the heartbeat every ~10 s while a long step runs, so
 only a driver that died goes stale; during a database outage it keeps trying, as the recorder
-does. SIGTERM asks the trainer to stop after the current step, like a cancel. The exit status is
-0 when the run's end state (succeeded or cancelled) was recorded, 1 otherwise: a failed run, or an
-end state the database never took (the reason is in the log).
+does. SIGTERM asks the trainer to stop after the current step, like a cancel. Its stdout and stderr
+go to the run's ``driver.log`` (``webapp.runs.logs``), which the run page tails: a local driver's
+from its start, a Ray Job's from the moment it reads its run (and still to Ray's job log). The
+exit status is 0 when the run's end state (succeeded or cancelled) was recorded, 1 otherwise: a
+failed run, or an end state the database never took (the reason is in the log).
 """
 
 from __future__ import annotations
@@ -15,15 +17,63 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import threading
 import traceback
+from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger("workers.driver")
 
 DB_CONNECT_TIMEOUT_S = 5
+
+
+def capture_output(path: Path) -> None:
+    """Send this process's stdout and stderr (descriptors 1 and 2) to ``path`` too, appending.
+
+    A local driver's descriptors write to ``path`` already, from its start: they are left
+    alone. Any other (a Ray Job's, which Ray keeps as the job's log) goes through ``tee -a``, a
+    process of its own, so both get every line, a crash's last words included (``tee`` reads
+    until the driver's end closes the pipe). Without ``tee`` the output goes to ``path`` only.
+    Python's stdout becomes line-buffered, so the run page sees each line as it is printed; the
+    processes the driver starts inherit the descriptors.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    target = os.stat(path) if path.exists() else None
+    same = []
+    for number in (1, 2):
+        try:
+            current = os.fstat(number)
+        except OSError:
+            current = None
+        same.append(
+            target is not None
+            and current is not None
+            and (current.st_dev, current.st_ino) == (target.st_dev, target.st_ino)
+        )
+    if all(same):
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    tee = shutil.which("tee")
+    if tee is not None:
+        process = subprocess.Popen(
+            [tee, "-a", str(path)], stdin=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+        assert process.stdin is not None
+        sink = os.dup(process.stdin.fileno())
+        process.stdin.close()  # descriptors 1 and 2 hold the pipe open until the driver ends
+    else:
+        print(f"the driver's output goes to {path} (no tee on PATH)", flush=True)
+        sink = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    for number in (1, 2):
+        os.dup2(sink, number)
+    os.close(sink)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
 
 class HeartbeatThread(threading.Thread):
@@ -99,7 +149,7 @@ def drive(run_id: int, publish: bool = True) -> str:
     from engine.config import config_from_dict, set_value
     from engine.trainer import run_training
     from engine.trainer.trackers import tracker_environment
-    from webapp.runs.models import run_dir
+    from webapp.runs.models import Run, run_dir
     from webapp.runs.recording import run_mark_running
     from workers.publish import RunEventPublisher
     from workers.recorder import RecordingGaveUp, RunRecorder
@@ -130,7 +180,9 @@ def drive(run_id: int, publish: bool = True) -> str:
         with tracker_environment(run_dir(run_id) / "trackers"):
             status = run_training(config, recorder)
         recorder.on_finish(status=status)
-        return status
+        # The status the run ended with: a run the studio stopped (its rewards kept failing)
+        # stops as a cancel does, and ends failed.
+        return Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or status
     except RecordingGaveUp as exc:
         logger.error("%s", exc)
         return "unrecorded"
@@ -167,6 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     # An unreachable (not refusing) server must not hold a step for minutes on each try.
     options = connections["default"].settings_dict.setdefault("OPTIONS", {})
     options.setdefault("connect_timeout", DB_CONNECT_TIMEOUT_S)
+    from webapp.runs.logs import run_log_path
+    from webapp.runs.models import Run
+
+    run = Run.objects.filter(pk=args.run_id).only("checkpoint_dir").first()
+    log = run_log_path(run) if run is not None else None
+    if log is not None:
+        capture_output(log)
     status = drive(args.run_id)
     print(f"run {args.run_id}: {status}", flush=True)
     return 0 if status in ("succeeded", "cancelled", "skipped") else 1

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import traceback
+from typing import Any
 from urllib.parse import quote
 
 from django.conf import settings
@@ -210,3 +211,66 @@ def mark_lost_runs() -> list[int]:
     lost = runs_mark_lost(timeout_s=settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S)
     runs_mark_stalled(stall_after=settings.POSTTRAIN_STALL_AFTER_S)
     return lost
+
+
+def spawn_checkpoint_job(job: Any) -> str:
+    """Start ``python -m workers.checkpoint_job <id>`` in its own session; return ``pid:<n>``.
+
+    It runs where a local driver would, with a driver's environment; its output goes to the
+    job's log in the run's folder (``webapp.runs.checkpoints.job_log_path``).
+    """
+    from webapp.runs.checkpoints import job_log_path
+
+    log_path = job_log_path(job)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "workers.checkpoint_job", str(job.pk)],
+            cwd=settings.BASE_DIR,
+            env=driver_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    threading.Thread(target=process.wait, name=f"reap-job-{job.pk}", daemon=True).start()
+    return f"pid:{process.pid}"
+
+
+@app.task(name="workers.tasks.dispatch_checkpoint_jobs", ignore_result=True)
+def dispatch_checkpoint_jobs() -> list[int]:
+    """Fail checkpoint jobs whose process died; start queued ones, oldest first, while fewer than
+    ``POSTTRAIN_MAX_CHECKPOINT_JOBS`` run; return the ids started.
+
+    A job (export or evaluate one of a run's checkpoints, ``webapp.runs.checkpoints``) runs in a
+    process of its own, never in this task or the web process.
+    """
+    from webapp.runs.checkpoints import (
+        checkpoint_job_claim,
+        checkpoint_job_finish,
+        checkpoint_job_set_worker,
+        checkpoint_jobs_mark_lost,
+        checkpoint_jobs_queued,
+    )
+
+    checkpoint_jobs_mark_lost()
+    started = []
+    for job_id in checkpoint_jobs_queued():
+        job = checkpoint_job_claim(
+            job_id=job_id, max_running=settings.POSTTRAIN_MAX_CHECKPOINT_JOBS
+        )
+        if job is None:
+            break
+        try:
+            worker = spawn_checkpoint_job(job)
+        except Exception:
+            checkpoint_job_finish(
+                job_id=job_id,
+                status="failed",
+                error="the job's process could not be started:\n" + traceback.format_exc(),
+            )
+            logger.exception("checkpoint job %s could not be started", job_id)
+            continue
+        checkpoint_job_set_worker(job_id=job_id, worker=worker)
+        started.append(job_id)
+    return started

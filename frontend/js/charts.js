@@ -10,9 +10,12 @@
 
 import {element} from "./dom.js";
 import {RunHealth} from "./health.js";
+import {RunCheckpoints} from "./run_checkpoints.js";
+import {RunLog} from "./run_log.js";
 import {RunSummary} from "./run_summary.js";
 import {RunStream, SeriesStore, emaNext, emaStart, emptySeries, mergeRange} from "./stream.js";
-import {panelTraces, xValues} from "./traces.js";
+import {formatMetric} from "./numbers.js";
+import {flatRange, panelTraces, valueSpan, xValues} from "./traces.js";
 
 export {RunStream, SeriesStore};
 
@@ -140,7 +143,7 @@ export class ChartGrid {
       legend: {orientation: "h", y: -0.22, font: {size: 11}},
       hovermode: "closest",
       xaxis: {type: time ? "date" : "linear", title: {text: time ? "wall time" : "step", standoff: 4}, automargin: true},
-      yaxis: {type: this.options.log ? "log" : "linear", exponentformat: "e", automargin: true},
+      yaxis: {type: this.options.log ? "log" : "linear", exponentformat: "e", automargin: true, ...yRange(panel.flat)},
       uirevision: `${this.options.x}:${this.options.log}`,
       font: {family: "system-ui, sans-serif", size: 11},
     };
@@ -155,6 +158,8 @@ export class ChartGrid {
     panel.dirty = false;
     const {traces, index} = this.buildTraces(panel);
     panel.traces = index;
+    panel.span = valueSpan(traces);
+    panel.flat = flatRange(panel.span, this.options.log);
     const config = {responsive: true, displaylogo: false, toImageButtonOptions: {format: "png", filename: `${this.pngName}-${panel.key}`}};
     Plotly.react(panel.plot, traces, this.layout(panel, index.filter((t) => !t.smoothed).length), config);
     if (!panel.listening) {
@@ -258,6 +263,10 @@ export class ChartGrid {
       update.x.push(xs);
       update.y.push(ys);
     }
+    // A constant panel's axis is fixed around its value: a new value moves or frees it.
+    panel.span = valueSpan(null, panel.span, update.y.flat());
+    const flat = flatRange(panel.span, this.options.log);
+    if (JSON.stringify(flat) !== JSON.stringify(panel.flat)) return this.draw(panel);
     const names = new Set(panel.traces.map((t) => `${t.source}:${t.name}`));
     const missing = this.sources.some((src) => panel.names.some((name) => src.store.get(name)?.step.length && !names.has(`${src.id}:${name}`)));
     const long = hasWebGL && panel.type === "scatter" && this.panelPoints(panel) > WEBGL_POINTS;
@@ -353,6 +362,11 @@ export class ChartGrid {
   }
 }
 
+// A fixed y range for a constant panel (traces.flatRange), else Plotly's autorange.
+function yRange(flat) {
+  return flat ? {range: flat, autorange: false} : {autorange: true};
+}
+
 // Show a run's progress (computed by the server) in every bar of that run on the page.
 export function showProgress(runId, progress) {
   if (!progress) return;
@@ -382,8 +396,9 @@ function announce(name, detail) {
 
 // Follow one run: feed its socket's messages to a grid; announce what arrived on `document`.
 // `onMessage` also gets every message (the run page's summary beside the charts).
-export function followRun(grid, runId, {onStatus, onMessage} = {}) {
+export function followRun(grid, runId, {onStatus, onMessage, params} = {}) {
   const stream = new RunStream(runId, {
+    params,
     onState: (state, detail) => showConnection(grid.root, state, detail),
     onMessage: (message, receivedAt) => {
       if (message.progress) showProgress(runId, message.progress);
@@ -396,10 +411,11 @@ export function followRun(grid, runId, {onStatus, onMessage} = {}) {
         announce("run-live:metrics", {runId, steps: message.points.map((p) => p.step), receivedAt});
       } else if (message.type === "status") {
         if (onStatus) onStatus(message.run);
+        announce("run-live:status", {runId, run: message.run, receivedAt});
       } else if (message.type === "samples") {
         const note = grid.root.querySelector(".samples-note");
         if (note) {
-          const mean = message.reward_mean === null ? "—" : message.reward_mean.toFixed(3);
+          const mean = formatMetric(message.reward_mean);
           note.textContent = `new samples: step ${message.step} (${message.split}, ${message.count}, mean reward ${mean})`;
         }
         announce("run-live:samples", {runId, ...message});
@@ -422,13 +438,19 @@ function start() {
   window.postTrainCharts = grid;
   const summary = document.getElementById("run-summary") ? new RunSummary(document) : null;
   const health = document.getElementById("run-health") ? new RunHealth(document) : null;
+  const log = document.getElementById("run-log") ? new RunLog(document.getElementById("run-log")) : null;
+  window.postTrainLog = log;
+  const checkpoints = document.getElementById("run-checkpoints") ? new RunCheckpoints(document.getElementById("run-checkpoints")) : null;
   window.postTrainStream = followRun(grid, runId, {
+    params: () => (log ? log.params() : {}),
     onStatus: (run) => {
       root.dataset.status = run.status;
     },
     onMessage: (message) => {
       summary?.take(message);
       health?.take(message);
+      log?.take(message);
+      checkpoints?.take(message);
     },
   });
 }

@@ -126,6 +126,23 @@ function tokenText(token) {
   return token.replace(/\u0120/g, " ").replace(/\u2581/g, " ").replace(/\u010a/g, "\u21b5\n");
 }
 
+// A token as the tokenizer decodes it: the server maps byte-level BPE symbols back to bytes and
+// decodes across tokens (webapp.samples.tokens), so "Ã" + "Ĺ" reads "" + "×" and a lone byte
+// 0xDE reads \xDE, not "Þ". Tokens that are not byte-level show their symbol.
+function tokenLabel(row, i) {
+  if (!row.text) return tokenText(row.tokens[i]);
+  if (row.partial[i] && !row.text[i]) return "\u00b7"; // half a character: the next one ends it
+  return row.text[i].replace(/\n/g, "\u21b5\n");
+}
+
+function tokenName(row, i) {
+  const name = `token ${JSON.stringify(row.tokens[i])}`;
+  // Its bytes, where the symbol does not say them: beyond ASCII (a part of a character).
+  if (!row.hex || !row.hex[i].split(" ").some((b) => parseInt(b, 16) >= 0x80)) return name;
+  const what = row.bad[i] ? ", not UTF-8 here" : row.partial[i] ? ", the start of a character the next token ends" : "";
+  return `${name} (bytes ${row.hex[i]}${what})`;
+}
+
 function scaleFor(rows, key) {
   if (key === "logprob") return 5; // log-probs at or below -5 get the strongest colour
   let max = 0;
@@ -143,8 +160,8 @@ function colourOf(key, value, scale) {
   return `rgba(${rgb}, ${(0.8 * strength).toFixed(3)})`;
 }
 
-function describe(key, token, value) {
-  const text = `token ${JSON.stringify(token)} · ${COLOUR_LABELS[key]} `;
+function describe(key, name, value) {
+  const text = `${name} · ${COLOUR_LABELS[key]} `;
   if (value === null || value === undefined) return `${text}not recorded`;
   if (key === "logprob") return `${text}${fmt(value, 4)} (p = ${fmt(Math.exp(value), 3)})`;
   return text + fmt(value, 4);
@@ -155,10 +172,11 @@ function renderTokens(container, row, key, scale, readout) {
   container.replaceChildren(...row.tokens.map((token, i) => {
     const value = values ? values[i] : null;
     const missing = value === null || value === undefined;
-    const span = element("span", {class: missing ? "tok tok-none" : "tok", text: tokenText(token)});
+    const classes = ["tok", missing ? "tok-none" : "", row.partial?.[i] ? "tok-partial" : "", row.bad?.[i] ? "tok-bad" : ""];
+    const span = element("span", {class: classes.filter(Boolean).join(" "), text: tokenLabel(row, i)});
     span.style.backgroundColor = colourOf(key, value, scale);
     span.dataset.value = missing ? "" : String(value);
-    span.title = describe(key, token, value);
+    span.title = describe(key, tokenName(row, i), value);
     span.addEventListener("mouseenter", () => { readout.textContent = span.title; });
     return span;
   }));
@@ -325,7 +343,9 @@ function initTrend(container) {
     svgElement("line", {x1: L, y1: H - B, x2: W - R, y2: H - B, class: "axis"}),
     svgElement("line", {x1: L, y1: T, x2: L, y2: H - B, class: "axis"}),
     ...[y0, y1].map((y) => svgElement("text", {x: L - 6, y: py(y) + 4, "text-anchor": "end", text: fmt(y, 3)})),
-    ...[x0, x1].map((x) => svgElement("text", {x: px(x), y: H - 8, "text-anchor": "middle", text: `step ${Math.round(x)}`})),
+    // The first step's label starts at its point and the last one's ends at it: centred, the
+    // last label ran past the chart's right edge and was cut.
+    ...[[x0, "start"], [x1, "end"]].map(([x, anchor]) => svgElement("text", {x: px(x), y: H - 8, "text-anchor": anchor, text: `step ${Math.round(x)}`, class: "step-label"})),
     svgElement("polyline", {points: points.map((p) => `${px(p.step).toFixed(1)},${py(p.reward).toFixed(1)}`).join(" "), class: "line"}),
     ...points.map((p) => svgElement("circle", {cx: px(p.step), cy: py(p.reward), r: 3.5, class: "dot"}, [
       svgElement("title", {text: `step ${p.step}: mean reward ${fmt(p.reward, 4)} over ${p.n}`}),

@@ -13,6 +13,7 @@
 // paint (a step's samples and metrics land in one transaction), each (step, split) once.
 
 import {element, readJson} from "./dom.js";
+import {formatMetric} from "./numbers.js";
 
 const TICK_MS = 1000;
 
@@ -24,12 +25,6 @@ export function ago(seconds) {
   return `${value} ${unit}${value === 1 ? "" : "s"}`;
 }
 
-// Django's floatformat:"-4": a whole number without decimals, anything else with four.
-export function formatMetric(value) {
-  if (value === null || value === undefined) return "—";
-  if (typeof value !== "number") return String(value);
-  return Number.isInteger(value) ? String(value) : value.toFixed(4);
-}
 
 // The summary names first (in their order), then the rest by name: selectors.run_latest_metrics.
 export function orderMetrics(metrics, summaryNames) {
@@ -96,6 +91,8 @@ export class RunSummary {
 
   showRun(run) {
     this.run = run;
+    // The launch's "queued" note is true only while the run waits (views.flash_launched).
+    if (run.status !== "queued") for (const note of this.doc.querySelectorAll(`.message.launched-run-${run.id}`)) note.remove();
     const badge = this.summary.querySelector(".status");
     badge.className = `status status-${run.status}`;
     badge.textContent = run.status;
@@ -106,9 +103,11 @@ export class RunSummary {
     this.field("finished").textContent = this.formatTime(run.finished_at);
     this.field("driver").textContent = run.driver || "—";
     if ("error" in run) {
+      // A run the studio stops (its rewards keep failing) says why before it ends.
+      const text = run.error || run.failure_reason || "";
       const error = this.field("error");
-      error.hidden = !run.error;
-      error.querySelector(".traceback").textContent = run.error;
+      error.hidden = !text;
+      error.querySelector(".traceback").textContent = text;
     }
     if (run.latest_checkpoint) this.field("checkpoint").replaceChildren(element("code", {text: run.latest_checkpoint}));
     this.latestStep = null; // the run's own step wins over the steps seen so far

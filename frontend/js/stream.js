@@ -93,8 +93,9 @@ export class SeriesStore {
 // state stays "reconnecting" until the server's first message, which proves it joined the run's
 // group; only then is the socket "live" and the delay reset.
 export class RunStream {
-  constructor(runId, {onMessage, onState, since = null}) {
+  constructor(runId, {onMessage, onState, since = null, params = null}) {
     this.runId = runId;
+    this.params = params || (() => ({})); // more of the query, read at each (re)connect
     this.onMessage = onMessage;
     this.onState = onState || (() => {});
     this.lastStep = since;
@@ -106,8 +107,11 @@ export class RunStream {
 
   url() {
     const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const since = this.hasBacklog && this.lastStep !== null ? `?since=${this.lastStep}` : "";
-    return `${scheme}://${location.host}/ws/runs/${this.runId}/${since}`;
+    const query = new URLSearchParams();
+    if (this.hasBacklog && this.lastStep !== null) query.set("since", this.lastStep);
+    for (const [key, value] of Object.entries(this.params())) query.set(key, value);
+    const text = query.toString();
+    return `${scheme}://${location.host}/ws/runs/${this.runId}/${text ? `?${text}` : ""}`;
   }
 
   open() {

@@ -68,3 +68,27 @@ export function panelTraces({sources, names, smoothing = 0, x = "step", type = "
   }
   return {traces, index, ema};
 }
+
+// The lowest and highest finite value of a panel's traces ([lo, hi]; nulls when it has none), or
+// of `span` extended by `values` when given: what flatRange reads. (A smoothed line stays within
+// its raw values, so every trace may be read.)
+export function valueSpan(traces, span = [null, null], values = null) {
+  let [lo, hi] = span;
+  const take = (v) => {
+    if (typeof v !== "number" || !Number.isFinite(v)) return;
+    lo = lo === null ? v : Math.min(lo, v);
+    hi = hi === null ? v : Math.max(hi, v);
+  };
+  if (values) values.forEach(take);
+  else for (const trace of traces) trace.y.forEach(take);
+  return [lo, hi];
+}
+
+// The y range of a panel whose values are all one number, or null to let Plotly fit the axis.
+// Plotly draws a constant series in the middle of [v - 1, v + 1]: a learning rate of 1e-6 was a
+// flat line at 0 on a -1..1 axis. Here the axis spans half the value either side of it.
+export function flatRange([lo, hi], log = false) {
+  if (lo === null || lo !== hi || log) return null;
+  const pad = lo === 0 ? 1 : Math.abs(lo) / 2;
+  return [lo - pad, lo + pad];
+}

@@ -284,3 +284,59 @@ class InspectorInTheBrowser(LiveLayerTestCase):
             # ORM calls under Playwright's loop opened a connection of their own: close it here.
             connections.close_all()
         assert errors == []
+
+    def test_tokens_read_as_decoded_and_the_whole_run_and_recurring_prompts_pages(self) -> None:
+        from playwright.sync_api import expect
+
+        from tests.webapp.samples.conftest import records
+
+        experiment = make_experiment(self.user, name="bytes grpo")
+        run = Run.objects.create(
+            experiment=experiment, owner=self.user, number=1, status=RunStatus.SUCCEEDED, config={}
+        )
+        rows = []
+        for step in (1, 2000):  # a late step: its label sits at the chart's right edge
+            rows += records(step, 0, [0.0], responses=["9\ufffd7"], tokens=["9", "Þ", "7"])
+            rows += records(step, 1, [1.0], responses=["9×7"], tokens=["9", "Ã", "Ĺ", "7"])
+        for row in rows:
+            n = len(row.tokens)
+            row.token_logprobs, row.token_ref_logprobs = [-0.5] * n, None
+            row.token_advantages = [0.25] * n
+        samples_write(run_id=run.pk, samples=rows)
+        self.client.force_login(self.user)
+        session = self.client.cookies["sessionid"].value
+        errors: list[str] = []
+        base = f"{self.live_server_url}/runs/{run.pk}/samples"
+        spans = "(nodes) => nodes.map((n) => n.textContent)"
+        with logged_in_page(self.live_server_url, session, errors) as page:
+            page.goto(f"{base}/group/?step=1&prompt=1")
+            page.click("#token-view-button")
+            tokens = page.eval_on_selector_all(".response-card .tokens .tok", spans)
+            assert tokens == ["9", "\u00b7", "×", "7"]  # not 9, Ã, Ĺ, 7
+            title = page.get_attribute(".response-card .tokens .tok:nth-child(2)", "title")
+            assert title.startswith('token "Ã" (bytes C3, the start of a character')
+            page.goto(f"{base}/group/?step=1&prompt=0#tokens")
+            tokens = page.eval_on_selector_all(".response-card .tokens .tok", spans)
+            assert tokens == ["9", "\\xDE", "7"]  # not 9, Þ, 7
+            assert page.inner_text(".response-card .bad-byte") == "DE"
+
+            page.goto(f"{base}/prompt/?prompt=0")
+            right = page.evaluate(
+                "() => { const labels = [...document.querySelectorAll('#trend-chart text.step-label')];"
+                " const box = labels.at(-1).getBBox(); return [box.x + box.width, labels.at(-1).textContent]; }"
+            )
+            assert right[1] == "step 2000" and right[0] <= 640  # inside the chart's 640 wide box
+
+            page.goto(f"{base}/run/")
+            expect(page.locator("#run-samples-table tbody tr")).to_have_count(4)
+            first = page.locator("#run-samples-table tbody tr").first
+            assert first.get_attribute("data-step") == "1"  # the worst reward of the run first
+            page.click("text=best reward")
+            expect(
+                page.locator("#run-samples-table tbody tr").first.locator(".reward")
+            ).to_have_text("1")
+            page.click("nav.inspector-tabs >> text=Recurring prompts")
+            expect(page.locator("#recurring-table tbody tr")).to_have_count(2)
+            page.screenshot(path=str(artifacts() / "inspector-recurring.png"), full_page=True)
+            connections.close_all()
+        assert errors == []

@@ -15,6 +15,7 @@ from django.utils import timezone
 from tests.e2e.browser import LiveBrowserTestCase, in_driver_thread
 from tests.e2e.browser import artifacts as artifacts_dir
 from tests.webapp.live import T0, record_steps, running_run, step_metrics
+from webapp.runs.numbers import metric_text
 
 # The number of points in the raw trace of one metric in one panel.
 TRACE_POINTS = """([panel, name, source]) => {
@@ -109,13 +110,54 @@ class LiveChartsTest(LiveBrowserTestCase):
             "() => { const p = window.postTrainCharts.panels.get('kl'); return p.plot.data[p.traces.findIndex((t) => !t.smoothed)].x; }"
         )
         assert steps == list(range(1, 16))  # each step once, in order
-        assert page.evaluate("window.postTrainStream.socket.url").endswith("?since=12")
+        assert "since=12" in page.evaluate("window.postTrainStream.socket.url").split("?")[1].split(
+            "&"
+        )
 
         record_in_driver_thread(run.pk, range(16, 17), finish="succeeded")
         page.wait_for_function(
             "() => document.querySelector('#run-live .run-progress-text').textContent.endsWith('succeeded')",
             timeout=15000,
         )
+        assert self.errors == []
+
+    def test_a_learning_rate_of_1e_6_reads_as_1e_6_in_the_table_and_on_its_axis(self):
+        run = running_run(self.owner, total_steps=10)
+        page = self.page
+        page.goto(self.live_server_url + run.get_absolute_url())
+        page.wait_for_selector(".connection[data-state=live]")
+
+        def record(recorder, steps=range(1, 4), lr=1e-6):
+            for step in steps:
+                recorder.on_step(step, {**step_metrics(step), "actor/lr": lr})
+
+        in_driver_thread(run.pk, record)
+        lr_points = ["metric:actor/lr", "actor/lr"]
+        page.wait_for_function(f"(args) => ({TRACE_POINTS})(args) === 3", arg=lr_points)
+        # A constant 1e-6 was a flat line at 0 on Plotly's -1..1 axis: the axis fits the value.
+        y_axis = "() => window.postTrainCharts.panels.get('metric:actor/lr').plot.layout.yaxis"
+        axis = page.evaluate(y_axis)
+        assert axis["range"] == [pytest.approx(5e-7), pytest.approx(1.5e-6)]
+        assert axis["autorange"] is False
+        row = page.locator("#latest-metrics tr", has=page.locator("th", has_text="actor/lr"))
+        assert row.locator("td").inner_text() == "1e-6"
+        # The warmup moves on: the axis fits the values again.
+        in_driver_thread(run.pk, lambda recorder: record(recorder, range(4, 5), 2e-6))
+        page.wait_for_function(f"(args) => ({TRACE_POINTS})(args) === 4", arg=lr_points)
+        page.wait_for_function(f"() => ({y_axis})().autorange === true")
+        assert row.locator("td").inner_text() == "2e-6"
+
+        # The live table prints every value as the server's first paint does.
+        values = [1e-6, 2.345e-5, -3e-4, 9.996e-6, 0.001234, 0.8125, 1 / 3, 12.3456, 1234.56]
+        values += [123456.789, 0.5, 16.0, 0.0, 1e20, 12.125, -0.25, 1.005, 0.0009999, None]
+        browser = page.evaluate(
+            """async (values) => {
+              const {formatMetric} = await import("/static/js/numbers.js");
+              return values.map(formatMetric);
+            }""",
+            values,
+        )
+        assert browser == [metric_text(v) for v in values]
         assert self.errors == []
 
     def test_zoom_refines_and_the_toolbar_redraws_the_panels(self):
@@ -174,7 +216,9 @@ class LiveChartsTest(LiveBrowserTestCase):
                 timeout=20000,
             )
         legend = page.inner_text(".compare-legend")
-        assert "tiny grpo #1" in legend and "tiny grpo #2" in legend
+        assert (
+            f"tiny grpo · run #{first.pk}" in legend and f"tiny grpo · run #{second.pk}" in legend
+        )
         record_in_driver_thread(second.pk, range(4, 8))
         page.wait_for_function(
             f"(args) => ({TRACE_POINTS})(args) === 7",

@@ -124,7 +124,7 @@ class LiveRunPageTest(LiveBrowserTestCase):
             "critic/score/min",
             "timing_s/gen",
         ]
-        assert dict(rows)["actor/kl_loss"] == "0.0020" and dict(rows)["critic/score/max"] == "1"
+        assert dict(rows)["actor/kl_loss"] == "0.002" and dict(rows)["critic/score/max"] == "1"
         assert fields["no-metrics"] is None and fields["cancel"] == "Cancel"
 
         def finish(recorder) -> None:
@@ -140,10 +140,35 @@ class LiveRunPageTest(LiveBrowserTestCase):
         kl = page.eval_on_selector(
             "[data-field=metrics] tr:nth-child(2) td", "(node) => node.textContent"
         )
-        assert kl == "0.0030"
+        assert kl == "0.003"
         assert page.evaluate("window.__samePage") is True  # no reload
         run.refresh_from_db()
         assert fields["started"] == as_sent(run.started_at)
         assert fields["finished"] == as_sent(run.finished_at)
         page.screenshot(path=str(artifacts_dir() / "live-run-page.png"), full_page=True)
+        assert self.errors == []
+
+    def test_the_launch_note_goes_once_the_run_starts_and_the_header_names_its_id(self):
+        from tests.webapp.fixtures import make_experiment
+        from webapp.runs.models import Run
+
+        running_run(self.owner, experiment=make_experiment(self.owner, name="earlier"))
+        experiment = make_experiment(self.owner, name="mine")
+        page = self.page
+        page.goto(self.live_server_url + experiment.get_absolute_url())
+        page.get_by_role("button", name="Launch a run").click()
+        page.wait_for_selector(".connection[data-state=live]")
+        run = Run.objects.get(experiment=experiment)
+        assert run.number == 1 and run.pk > 1
+        assert page.inner_text("h1").endswith(f"run #{run.pk}")
+        assert page.inner_text(".message.launched") == f"Run #{run.pk} queued."
+
+        def start(recorder) -> None:
+            assert run_claim_for_start(run_id=run.pk) is not None
+            assert run_mark_running(run_id=run.pk) is not None
+            recorder.on_start(config={}, total_steps=3, start_step=0)
+
+        in_driver_thread(run.pk, start)
+        page.wait_for_selector(".message.launched", state="detached", timeout=10000)
+        assert page.evaluate(FIELDS)["status"] == "running"
         assert self.errors == []

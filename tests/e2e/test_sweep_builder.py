@@ -4,7 +4,8 @@ The builder's "sweep" button puts the field's key and value in the sweep's keys;
 posts the builder to the sweep view, which queues one run per member (to a Celery queue no
 worker reads, so nothing starts). A member's steps then arrive from the driver's recorder in
 another thread over the Redis layer: the sweep page's overlay draws the reward panel only, and
-after a reload the table and the parallel-coordinates chart show the member's final reward.
+without a reload the table, the parallel-coordinates chart and the sweep's status follow the
+members to their end.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from tests.e2e.browser import LiveBrowserTestCase, in_driver_thread
 from tests.e2e.browser import artifacts as artifacts_dir
 from tests.webapp.live import step_metrics
 from webapp.runs.models import Run, RunStatus
+from webapp.runs.numbers import metric_text
+from webapp.runs.recording import run_claim_for_start, run_mark_running
 from webapp.sweeps.models import Sweep
 from workers.celery_app import app
 
@@ -96,13 +99,44 @@ class SweepBuilderTest(LiveBrowserTestCase):
         )
         assert panels == ["score"]  # the members' kl, entropy and length stay off this page
 
-        page.reload()
-        final = page.locator('tr[data-member="1"] [data-metric=reward-final]').text_content()
-        assert final == f"{step_metrics(3)['critic/score/mean']:.4f}"
-        assert page.locator('tr[data-member="2"] [data-metric=reward-final]').text_content() == "—"
-        page.wait_for_function(
+        # No reload from here on: the table, the chart and the sweep's own status follow the
+        # members (a stale page said "starting" and "2 active" after both had ended).
+        from playwright.sync_api import expect
+
+        first, second = page.locator('tr[data-member="1"]'), page.locator('tr[data-member="2"]')
+        final = metric_text(step_metrics(3)["critic/score/mean"])
+        expect(first.locator("[data-metric=reward-final]")).to_have_text(final)
+        expect(first.locator("[data-cell=status]")).to_have_text("running")
+        assert second.locator("[data-metric=reward-final]").text_content() == "—"
+        parcoords_lines = (
             "() => { const g = document.getElementById('sweep-parcoords');"
-            " return g && g.data && g.data[0].type === 'parcoords'; }"
+            " return g && g.data && g.data[0].type === 'parcoords'"
+            " && g.data[0].dimensions.at(-1).values.length; }"
         )
+        page.wait_for_function(f"({parcoords_lines})() === 1")
+        expect(page.locator("[data-sweep-field=parcoords-note]")).to_be_hidden()
+
+        in_driver_thread(runs[0].pk, lambda rec: rec.on_finish(status="succeeded"))
+        expect(first.locator("[data-cell=status]")).to_have_text("succeeded")
+        expect(page.locator("[data-sweep-field=active]")).to_have_text(" · 1 active")
+
+        def run_second(recorder) -> None:
+            assert run_claim_for_start(run_id=runs[1].pk) is not None
+            assert run_mark_running(run_id=runs[1].pk) is not None
+            recorder.on_start(config={}, total_steps=2, start_step=0)
+            for step in (1, 2):
+                recorder.on_step(step, step_metrics(step))
+            recorder.on_finish(status="succeeded")
+
+        in_driver_thread(runs[1].pk, run_second)
+        expect(second.locator("[data-cell=status]")).to_have_text("succeeded")
+        expect(second.locator("[data-metric=reward-final]")).to_have_text(
+            metric_text(step_metrics(2)["critic/score/mean"])
+        )
+        expect(page.locator("[data-sweep-field=status]")).to_have_text("finished")
+        expect(page.locator("[data-sweep-field=cancel]")).to_be_hidden()
+        expect(page.locator("[data-sweep-field=active]")).to_be_hidden()
+        assert "succeeded" in second.locator(".run-progress-text").text_content()
+        page.wait_for_function(f"({parcoords_lines})() === 2")
         page.screenshot(path=str(artifacts_dir() / "sweep_page.png"), full_page=True)
         assert self.errors == []

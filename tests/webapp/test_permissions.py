@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from channels.db import database_sync_to_async
 from django.contrib.contenttypes.models import ContentType
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
@@ -19,11 +20,14 @@ from django.utils.http import urlsafe_base64_encode
 
 from engine.trainer.recorder import SampleRecord
 from tests.webapp.fixtures import make_experiment
+from tests.webapp.live import private_redis_layer, short_lived_connections  # noqa: F401
+from tests.webapp.runs.test_consumers import open_socket
 from webapp.api.models import ApiToken
 from webapp.api.tokens import token_create
 from webapp.datasets.models import Dataset
 from webapp.datasets.services import dataset_create
 from webapp.experiments.models import Experiment
+from webapp.runs.logs import run_log_path
 from webapp.runs.models import Run, RunStatus
 from webapp.runs.recording import samples_write
 from webapp.runs.services import run_create
@@ -57,6 +61,12 @@ def kwarg_names(chain) -> set[str]:
     return names
 
 
+def write_log(run, text: str) -> None:
+    path = run_log_path(run)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
 @pytest.fixture
 def world(owner, studio_dirs):
     experiment = make_experiment(owner, name=f"{SECRET} experiment")
@@ -78,6 +88,8 @@ def world(owner, studio_dirs):
     samples_write(run_id=running.pk, samples=[secret_sample])
     stopped = run_create(experiment=experiment)
     Run.objects.filter(pk=stopped.pk).update(status=RunStatus.CANCELLED)
+    for run in (running, stopped):  # the driver's own output: the log views and search
+        write_log(run, f"loading the model\n{SECRET} log line\n")
     checkpoint = Path(stopped.checkpoint_dir) / "global_step_1"
     checkpoint.mkdir(parents=True)
     (checkpoint / "trainer_state.pt").write_bytes(b"x")
@@ -98,6 +110,7 @@ def world(owner, studio_dirs):
         "other_run_id": stopped.pk,
         "dataset_id": dataset.pk,
         "sweep_id": sweep.pk,
+        "step": 1,  # a checkpoint's step
         "token_id": token.pk,
         "object_id": str(experiment.pk),
         "app_label": "experiments",
@@ -177,6 +190,32 @@ def test_actions_need_a_csrf_token(world, owner):
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
     assert client.post(url, {"csrfmiddlewaretoken": token}).status_code == 302
     assert Run.objects.get(pk=world["run_id"]).cancel_requested
+
+
+def test_the_owner_reads_the_runs_log_over_http(world, owner):
+    client = Client()
+    client.force_login(owner)
+    run_id = world["run_id"]
+    log = client.get(reverse("runs:log", kwargs={"run_id": run_id}))
+    assert f"{SECRET} log line" in b"".join(log.streaming_content).decode()
+    found = client.get(reverse("runs:log-search", kwargs={"run_id": run_id}), {"q": SECRET})
+    assert found.json()["matches"] == [{"line": 2, "text": f"{SECRET} log line"}]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+@pytest.mark.usefixtures("private_redis_layer", "short_lived_connections")
+async def test_another_member_gets_no_log_over_the_runs_socket(owner, other_user, studio_dirs):
+    experiment = await database_sync_to_async(make_experiment)(owner, name=SECRET)
+    run = await database_sync_to_async(run_create)(experiment=experiment)
+    write_log(run, f"{SECRET} log line\n")
+    stranger = await open_socket(f"/ws/runs/{run.pk}/?log=", other_user)
+    assert await stranger.receive_output(timeout=10) == {"type": "websocket.close", "code": 4403}
+    await stranger.disconnect()
+    own = await open_socket(f"/ws/runs/{run.pk}/?log=", owner)  # the same socket works for her
+    messages = [await own.receive_json_from(timeout=10) for _ in range(2)]
+    assert messages[-1]["type"] == "log" and SECRET in messages[-1]["text"]
+    await own.disconnect()
 
 
 def test_the_owner_sees_the_traceback_of_a_failed_run(world, owner):

@@ -42,3 +42,28 @@ def test_a_config_the_engine_cannot_read_fails_the_run_with_its_traceback(starti
     assert run.status == RunStatus.FAILED
     assert run.error.startswith("Traceback (most recent call last):")
     assert "trainer.bogus_key" in run.error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_driver_whose_output_goes_elsewhere_writes_it_to_the_runs_log(owner, settings):
+    """A Ray Job's driver prints to Ray's pipe: from the moment it reads its run, its stdout and
+    stderr also go to the run's driver.log, which the run page tails."""
+    import subprocess
+    import sys
+
+    from webapp.runs.logs import run_log_path
+    from workers.tasks import driver_env
+
+    run = run_create(experiment=make_experiment(owner))  # queued: the driver skips it
+    done = subprocess.run(
+        [sys.executable, "-m", "workers.driver", str(run.pk)],
+        cwd=settings.BASE_DIR,
+        env=driver_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    log = run_log_path(run).read_text()
+    assert f"run {run.pk}: skipped" in log and f"run {run.pk}: skipped" in done.stdout
+    assert "is not starting; nothing to do" in log  # the driver's logging (stderr) too

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -81,3 +82,6 @@ def test_a_ray_job_run_goes_queued_to_succeeded(client, owner, start_worker, ray
     assert env["POSTTRAIN_HEARTBEAT_TIMEOUT_S"] == "30"  # the sweep's timeout, known to the beat
     assert env["DJANGO_SECRET_KEY"] != os.environ["DJANGO_SECRET_KEY"]  # never the site's key
     assert f"run {run.pk}: succeeded" in jobs.get_job_logs(job_id)
+    # The run page's log has it too: the driver's output in the run's folder.
+    log = (Path(run.checkpoint_dir).parent / "driver.log").read_text()
+    assert f"run {run.pk}: succeeded" in log and "step 2/2" in log

@@ -133,8 +133,11 @@ def read_experiment(request: HttpRequest, experiment_id: int) -> Any:
 
 
 @router.post("/{int:experiment_id}/clone", response={201: ExperimentDetail, **ERRORS})
-def clone_experiment(request: HttpRequest, experiment_id: int, payload: CloneIn) -> Any:
+def clone_experiment(
+    request: HttpRequest, experiment_id: int, payload: CloneIn | None = None
+) -> Any:
     """Create a new experiment with this one's config (checked again, as a new one is)."""
+    payload = payload or CloneIn()
     source = owned_experiment(request, experiment_id)
     clone = experiment_create(
         owner=request.user,
@@ -148,10 +151,12 @@ def clone_experiment(request: HttpRequest, experiment_id: int, payload: CloneIn)
 
 
 @router.post("/{int:experiment_id}/archive", response={200: ExperimentDetail, **ERRORS})
-def archive_experiment(request: HttpRequest, experiment_id: int, payload: ArchiveIn) -> Any:
-    """Archive an experiment (``archived: false`` restores it)."""
+def archive_experiment(
+    request: HttpRequest, experiment_id: int, payload: ArchiveIn | None = None
+) -> Any:
+    """Archive an experiment (``archived: false`` restores it; no body archives)."""
     experiment = owned_experiment(request, experiment_id)
-    experiment_set_archived(experiment=experiment, archived=payload.archived)
+    experiment_set_archived(experiment=experiment, archived=(payload or ArchiveIn()).archived)
     return owned_experiment(request, experiment_id)
 
 
@@ -163,11 +168,13 @@ def delete_experiment(request: HttpRequest, experiment_id: int) -> Any:
 
 
 @router.post("/{int:experiment_id}/launch", response={200: RunOut, 201: RunOut, **ERRORS})
-def launch_experiment(request: HttpRequest, experiment_id: int, payload: LaunchIn) -> Any:
-    """Queue a run (201); a repeated ``launch_key`` returns the run it made (200)."""
+def launch_experiment(
+    request: HttpRequest, experiment_id: int, payload: LaunchIn | None = None
+) -> Any:
+    """Queue a run (201; no body needed); a repeated ``launch_key`` returns its run (200)."""
     experiment = owned_experiment(request, experiment_id)
     try:
-        run = run_create(experiment=experiment, launch_key=payload.launch_key)
+        run = run_create(experiment=experiment, launch_key=(payload or LaunchIn()).launch_key)
     except AlreadyLaunched as exc:
         return Status(200, exc.run)
     return Status(201, launched(run))

@@ -25,7 +25,9 @@ class RunOut(Schema):
     id: int
     experiment_id: int
     experiment_name: str = Field(alias="experiment.name")
-    number: int
+    number: int = Field(
+        description="1, 2, ... within its experiment; the pages name a run by its id (run #<id>)."
+    )
     parent_id: int | None
     status: RunStatus
     active: bool = Field(alias="is_active")
@@ -146,11 +148,11 @@ def cancel_run(request: HttpRequest, run_id: int) -> Any:
 
 
 @router.post("/{int:run_id}/resume", response={200: RunOut, 201: RunOut, **ERRORS})
-def resume_run(request: HttpRequest, run_id: int, payload: ResumeIn) -> Any:
-    """Queue a new run that continues this one from its last checkpoint (201)."""
+def resume_run(request: HttpRequest, run_id: int, payload: ResumeIn | None = None) -> Any:
+    """Queue a new run that continues this one from its last checkpoint (201); no body needed."""
     run = owned_run(request, run_id)
     try:
-        resumed = run_resume(run=run, launch_key=payload.launch_key)
+        resumed = run_resume(run=run, launch_key=(payload or ResumeIn()).launch_key)
     except AlreadyLaunched as exc:
         return Status(200, exc.run)
     return Status(201, launched(resumed))

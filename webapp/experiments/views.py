@@ -46,18 +46,22 @@ def _experiment(request: HttpRequest, experiment_id: int) -> Experiment:
 
 
 def flash_launched(request: HttpRequest, run: Run, text: str) -> None:
-    """Flash ``text`` if the broker took the run's start, otherwise why the run did not start."""
+    """Flash ``text`` if the broker took the run's start, otherwise why the run did not start.
+
+    The ``launched-run-<id>`` tag lets the run page take the "queued" note down once the run
+    moves on (``run_summary.js``): a note that stayed up said "queued" after the run had ended.
+    """
     run.refresh_from_db(fields=["status", "error"])
     if run.status == RunStatus.FAILED:
         reason = run.error.partition("\n")[0]
-        messages.error(request, f"Run #{run.number} did not start: {reason}")
+        messages.error(request, f"Run #{run.pk} did not start: {reason}")
     else:
-        messages.success(request, text)
+        messages.success(request, text, extra_tags=f"launched launched-run-{run.pk}")
 
 
 def flash_already_launched(request: HttpRequest, exc: AlreadyLaunched) -> HttpResponse:
     """Send a repeated POST of a launch form to the run the first one made."""
-    messages.info(request, f"Run #{exc.run.number} was already launched from this page.")
+    messages.info(request, f"Run #{exc.run.pk} was already launched from this page.")
     return redirect(exc.run)
 
 
@@ -165,7 +169,7 @@ def experiment_new(request: HttpRequest) -> HttpResponse:
         else:
             if run is None:
                 return redirect(experiment)
-            flash_launched(request, run, f"Run #{run.number} queued.")
+            flash_launched(request, run, f"Run #{run.pk} queued.")
             return redirect(run)
     return render_builder(request, form, status=400, extra=extra)
 
@@ -245,7 +249,7 @@ def experiment_launch(request: HttpRequest, experiment_id: int) -> HttpResponse:
     except (ConfigValidationError, LaunchRefused) as exc:
         messages.error(request, str(exc))
         return redirect(experiment)
-    flash_launched(request, run, f"Run #{run.number} queued.")
+    flash_launched(request, run, f"Run #{run.pk} queued.")
     return redirect(run)
 
 

@@ -11,6 +11,11 @@ at once), then every other series up to the same step, in messages under Daphne'
 A client that reconnects passes ``?since=<last step>`` (or sends ``{"since_step": N}`` at any
 time) and gets exactly the steps after N, not the backlog again.
 
+A client that passes ``?log=`` (or ``?log=<byte offset>`` when it reconnects) also gets the run's
+own log (``webapp.runs.logs``): its tail, then what the driver writes, read from the file every
+``LOG_POLL_S`` while the socket is open. The log goes over the run's socket only, so it is the
+owner's only, as everything else on it.
+
 When the channel layer loses Redis (a restart, a network cut) the socket closes with 4503: its
 group memberships lived in Redis and may be gone, so a socket kept open could stay silent for
 good. The page reconnects with ``?since=`` and reads the steps it missed from PostgreSQL.
@@ -28,10 +33,16 @@ Messages to the browser (JSON, ``type`` first):
 - ``health``: ``alerts`` ``[{"check", "label", "step", "message"}]`` of a health check that
   fired (``webapp.health``); the last backlog message, and the status message of a ``?since=``
   connect, carry every stored alert as ``health``
+- ``checkpoints``: an export or evaluation of one of the run's checkpoints was queued, started or
+  ended (``webapp.runs.checkpoints``); the page reads its checkpoints section again
+- ``log`` (with ``?log=``): ``text`` (whole lines), ``offset`` (the byte to ask from after a
+  reconnect), ``skipped`` (bytes left out: the reader was far behind), ``reset`` (the file is
+  new: forget the lines held)
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from datetime import datetime
@@ -45,6 +56,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from webapp.accounts.sessions import session_group_name
 from webapp.health.selectors import health_alerts_of_run
+from webapp.runs.logs import log_read, run_log_path
 from webapp.runs.metrics import (
     DEFAULT_MAX_POINTS,
     HEADLINE_METRICS,
@@ -69,11 +81,21 @@ CLOSE_LAYER_UNAVAILABLE = 4503  # Redis is unreachable: reconnect (WebSocket's 1
 # (about 0.5 MB of JSON), a catch-up message at most this many steps of 50-odd metrics.
 BACKLOG_POINTS_PER_MESSAGE = 12_000
 SINCE_POINTS_PER_MESSAGE = 200
+LOG_POLL_S = 1.0  # how often a followed log is read again
 
 
 def run_for_owner(*, user: Any, run_id: int) -> Run | None:
     """Return the run if ``user`` owns it, else None."""
     return run_list_for_user(user=user).filter(pk=run_id).first()
+
+
+def _log_offset(value: str) -> int | None:
+    """Return a client's log offset (None: send the tail), or raise ValueError naming the fix."""
+    if value == "":
+        return None
+    if not value.isdigit():
+        raise ValueError(f"log={value!r} is not a byte offset; send log= or a whole number >= 0")
+    return int(value)
 
 
 def _since(value: Any) -> int:
@@ -90,6 +112,7 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
     last_step: int | None = None
     session_group: str | None = None
     closed_for_session: bool = False
+    log_task: asyncio.Task | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
@@ -117,12 +140,17 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
             return
         self.known_names: set[str] = set()
         await self.channel_layer.group_add(run_group_name(run_id), self.channel_name)
-        query = parse_qs(self.scope.get("query_string", b"").decode())
+        query = parse_qs(self.scope.get("query_string", b"").decode(), keep_blank_values=True)
         try:
             since = _since(query["since"][0]) if "since" in query else None
         except ValueError as exc:
             await self.send_json({"type": "error", "message": str(exc)})
             since = None
+        try:
+            log_offset = _log_offset(query["log"][0]) if "log" in query else False
+        except ValueError as exc:
+            await self.send_json({"type": "error", "message": str(exc)})
+            log_offset = None
         if since is None:
             await self.send_backlog()
         else:
@@ -138,8 +166,27 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
                 }
             )
             await self.send_since(since)
+        if log_offset is not False:
+            self.log_task = asyncio.create_task(self.follow_log(log_offset))
+
+    async def follow_log(self, offset: int | None) -> None:
+        """Send the log after byte ``offset`` (its tail for None), then what is added to it."""
+        path = run_log_path(self.run)
+        while True:
+            try:
+                chunk = await asyncio.to_thread(log_read, path, offset)
+            except OSError as exc:  # unreadable (permissions, a vanished disk): say so, stop
+                logger.warning("run %s: its log cannot be read: %s", self.run.pk, exc)
+                await self.send_json({"type": "error", "message": "the run's log cannot be read"})
+                return
+            if chunk is not None:
+                offset = chunk.end
+                await self.send_json(chunk.as_message())
+            await asyncio.sleep(LOG_POLL_S)
 
     async def disconnect(self, code: int) -> None:
+        if self.log_task is not None:
+            self.log_task.cancel()
         if self.session_group is not None:
             await self.channel_layer.group_discard(self.session_group, self.channel_name)
         if self.run is not None:
@@ -263,6 +310,8 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "samples", **{k: event.get(k) for k in fields}})
         elif kind == "health":
             await self.send_json({"type": "health", "alerts": [event["alert"]]})
+        elif kind == "checkpoints":  # a checkpoint job changed: the page reads its list again
+            await self.send_json({"type": "checkpoints"})
 
     async def session_ended(self, event: dict[str, Any]) -> None:
         """Close the socket: its session ended (logged out, deleted or expired and cleared)."""

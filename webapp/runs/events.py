@@ -3,7 +3,8 @@
 Every message has ``type: "run.event"`` (a consumer's ``run_event`` handler receives it) and an
 ``event`` of ``metrics`` (with the step's ``checkpoint`` when it saved one), ``samples``,
 ``status``, ``heartbeat`` (the driver's beat during a step; the consumer answers both with the
-run's state read afresh) or ``health`` (an alert of ``webapp.health``). The driver sends
+run's state read afresh), ``health`` (an alert of ``webapp.health``) or ``checkpoints`` (a job
+on one of its checkpoints moved, ``webapp.runs.checkpoints``). The driver sends
 through a long-lived ``workers.publish.RunEventPublisher`` (its heartbeat thread through one of
 its own); the web and Celery processes send their rare status changes with
 ``publish_run_event``. A failed send is logged and never fails the caller: the

@@ -86,7 +86,9 @@ class Run(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs"
     )
-    number = models.PositiveIntegerField(help_text="1, 2, ... within the experiment.")
+    number = models.PositiveIntegerField(
+        help_text="1, 2, ... within the experiment. Pages name a run by its id: run #<id>."
+    )
     parent = models.ForeignKey(
         "self",
         on_delete=models.SET_NULL,
@@ -117,6 +119,11 @@ class Run(models.Model):
         blank=True,
         help_text="Set while a running run's driver lives but has recorded no step since then.",
     )
+    failure_reason = models.TextField(
+        blank=True,
+        help_text="Set when the studio stops the run for a reason of its own (its rewards keep "
+        "failing): the driver stops after its step and the run ends failed with it.",
+    )
     notes = models.TextField(blank=True, help_text="The owner's notes on the run.")
     tags = ArrayField(models.CharField(max_length=50), default=list, blank=True)
 
@@ -137,7 +144,7 @@ class Run(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.experiment.name} #{self.number}"
+        return f"{self.experiment.name} · run #{self.pk}"
 
     def get_absolute_url(self) -> str:
         return reverse("runs:detail", kwargs={"run_id": self.pk})
@@ -219,3 +226,82 @@ class Sample(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id} step {self.step} {self.split} p{self.prompt_index}/{self.sample_index}"
+
+
+class CheckpointJobKind(models.TextChoices):
+    EXPORT = "export"  # a Hugging Face folder of the checkpoint, to download
+    EVALUATE = "evaluate"  # engine.eval's figures on a dataset
+
+
+class CheckpointJobStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class CheckpointJob(models.Model):
+    """Work on one of a run's checkpoints, done by a worker process, never the web process.
+
+    ``export`` writes the checkpoint's Hugging Face folder when it saved none (the model
+    merger); ``evaluate`` scores it with ``engine.eval`` on ``data_files`` and keeps the figures
+    in ``result``. See ``webapp.runs.checkpoints`` and ``workers.checkpoint_job``.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoint_jobs")
+    step = models.PositiveIntegerField(help_text="The checkpoint: global_step_<step>.")
+    kind = models.CharField(max_length=16, choices=CheckpointJobKind.choices)
+    status = models.CharField(
+        max_length=16, choices=CheckpointJobStatus.choices, default=CheckpointJobStatus.QUEUED
+    )
+    dataset = models.CharField(max_length=300, blank=True, help_text="What the data is, shown.")
+    data_files = models.JSONField(default=list, blank=True)
+    key_map = models.JSONField(default=dict, blank=True, help_text="data.data_key_map of the data.")
+    options = models.JSONField(
+        default=dict, blank=True, help_text="engine.eval's options: n, max_samples, temperature."
+    )
+    result = models.JSONField(null=True, blank=True, help_text="engine.eval's figures.")
+    error = models.TextField(blank=True)
+    worker = models.CharField(max_length=200, blank=True, help_text="pid:<n> of its process.")
+    worker_host = models.CharField(max_length=255, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["run", "step"], name="checkpointjob_run_step"),
+            models.Index(
+                fields=["status", "created_at"],
+                name="checkpointjob_waiting",
+                condition=models.Q(status__in=["queued", "running"]),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} of run {self.run_id} step {self.step}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in (CheckpointJobStatus.QUEUED, CheckpointJobStatus.RUNNING)
+
+    @property
+    def error_summary(self) -> str:
+        """Return the first line of a failed job's error: what went wrong, in a line."""
+        return self.error.partition("\n")[0]
+
+
+class RunTableChoice(models.Model):
+    """The runs table's columns and sort a member chose last (``webapp.runs.table``)."""
+
+    owner = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="run_table_choice"
+    )
+    params = models.JSONField(
+        help_text='The query parameters of its columns: {"metric": [...], "col": [...], "sort": [...]}.'
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"runs table of {self.owner_id}"

@@ -173,9 +173,14 @@ def run_heartbeat(*, run_id: int, step: int | None = None) -> bool:
 
 
 def run_should_stop(*, run_id: int) -> bool:
-    """Return True when the run's owner asked to cancel it or it is no longer running."""
-    row = Run.objects.filter(pk=run_id).values_list("status", "cancel_requested").first()
-    return row is None or row[1] or row[0] != RunStatus.RUNNING
+    """Return True when the run's owner asked to cancel it, it is no longer running, or the
+    studio stops it (a ``failure_reason``: its rewards keep failing)."""
+    row = (
+        Run.objects.filter(pk=run_id)
+        .values_list("status", "cancel_requested", "failure_reason")
+        .first()
+    )
+    return row is None or row[1] or row[0] != RunStatus.RUNNING or bool(row[2])
 
 
 def run_record_start(*, run_id: int, total_steps: int, start_step: int) -> None:
@@ -219,10 +224,20 @@ def error_tail(text: str, limit: int = ERROR_TAIL_CHARS) -> str:
 def run_finish(*, run_id: int, status: str, error: str | None = None) -> bool:
     """Set the end state of a run whose driver stops; return False if it had ended already.
 
-    ``error`` is stored as its :func:`error_tail`.
+    ``error`` is stored as its :func:`error_tail`. A run the studio stopped (a
+    ``failure_reason``), or one about to succeed whose every step's rewards failed
+    (``reward_failures``), ends failed with the reason instead.
     """
+    from webapp.runs.reward_failures import reward_failure_reason
+
     if status not in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED):
         raise ValueError(f"status={status!r}: a run finishes as succeeded, failed or cancelled")
+    row = Run.objects.filter(pk=run_id).values_list("failure_reason", "config").first()
+    reason = row[0] if row else ""
+    if row and not reason and status == RunStatus.SUCCEEDED:
+        reason = reward_failure_reason(run_id=run_id, config=row[1] or {}, whole_run=True) or ""
+    if reason and status != RunStatus.FAILED:
+        status, error = RunStatus.FAILED, reason
     # A run the sweep marked lost while its driver was alive still gets its true end state.
     return transition(
         run_id,
@@ -230,6 +245,7 @@ def run_finish(*, run_id: int, status: str, error: str | None = None) -> bool:
         status,
         finished_at=timezone.now(),
         error=error_tail(error or ""),
+        failure_reason=reason,
     )
 
 
@@ -240,8 +256,9 @@ def local_driver_pid(run: Run) -> int | None:
     return int(run.driver[4:])
 
 
-def driver_process_alive(pid: int, run_id: int) -> bool:
-    """Return whether ``pid`` is a live (not zombie) ``workers.driver`` process of ``run_id``."""
+def driver_process_alive(pid: int, run_id: int, module: bytes = b"workers.driver") -> bool:
+    """Return whether ``pid`` is a live (not zombie) ``module`` process of ``run_id`` (or of the
+    id ``module`` takes: a checkpoint job's)."""
     proc = Path(f"/proc/{pid}")
     try:
         command = (proc / "cmdline").read_bytes().split(b"\0")
@@ -249,7 +266,7 @@ def driver_process_alive(pid: int, run_id: int) -> bool:
     except (OSError, IndexError):
         return False
     # A recycled pid belongs to another program; a zombie has exited and awaits its parent.
-    return state != "Z" and b"workers.driver" in command and str(run_id).encode() in command
+    return state != "Z" and module in command and str(run_id).encode() in command
 
 
 def _driver_log_tail(run: Run) -> str:
@@ -489,5 +506,21 @@ def run_record_step(
             return None
         point = metric_point_upsert(run_id=run_id, step=step, metrics=metrics, wall_time=wall_time)
         health_record_step(run_id=run_id, step=step, metrics=metrics)  # never raises
+        _stop_if_rewards_keep_failing(run_id=run_id, metrics=metrics)
         run_heartbeat(run_id=run_id, step=step)
         return point
+
+
+def _stop_if_rewards_keep_failing(*, run_id: int, metrics: Mapping[str, Any]) -> None:
+    """Give the run its ``failure_reason`` when its rewards failed too often for too long."""
+    from webapp.runs.reward_failures import failed_share, reward_failure_reason
+
+    if not failed_share(metrics, 1):  # no reward failed at this step: no streak goes on
+        return
+    row = Run.objects.filter(pk=run_id, failure_reason="").values_list("config", flat=True)
+    config = row.first()
+    if config is None:
+        return
+    reason = reward_failure_reason(run_id=run_id, config=config)
+    if reason and Run.objects.filter(pk=run_id, failure_reason="").update(failure_reason=reason):
+        publish_status_on_commit(run_id)

@@ -57,7 +57,7 @@ class AlreadyLaunched(Exception):
 
     def __init__(self, run: Run) -> None:
         self.run = run
-        super().__init__(f"run #{run.number} was already launched from this form")
+        super().__init__(f"run #{run.pk} was already launched from this form")
 
 
 def _move_aside(folder: Path) -> None:
@@ -159,12 +159,12 @@ def run_resume(*, run: Run, launch_key: str = "") -> Run:
     """
     if run.status not in RESUMABLE_STATUSES:
         raise RunStateError(
-            f"run #{run.number} is {run.status}; only a cancelled, failed or lost run resumes"
+            f"run #{run.pk} is {run.status}; only a cancelled, failed or lost run resumes"
         )
     checkpoint = run_latest_checkpoint(run=run)
     if checkpoint is None:
         raise RunStateError(
-            f"run #{run.number} saved no checkpoint to resume from; launch it again instead "
+            f"run #{run.pk} saved no checkpoint to resume from; launch it again instead "
             "(trainer.save_freq sets how often a run saves one)"
         )
     cfg = as_config(run.config)
@@ -197,7 +197,7 @@ def run_delete(*, run: Run) -> None:
     Raise ``RunStateError`` while it is active: cancel it first.
     """
     if run.status in ACTIVE_STATUSES:
-        raise RunStateError(f"run #{run.number} is {run.status}; cancel it before deleting it")
+        raise RunStateError(f"run #{run.pk} is {run.status}; cancel it before deleting it")
     folder = run_dir(run.pk)
     run.delete()
     shutil.rmtree(folder, ignore_errors=True)
@@ -248,7 +248,7 @@ def run_remove_tag(*, run: Run, tag: str) -> Run:
     with transaction.atomic():
         current = Run.objects.select_for_update().values_list("tags", flat=True).get(pk=run.pk)
         if tag not in current:
-            raise RunAnnotationError(f"run #{run.number} has no tag {tag!r}")
+            raise RunAnnotationError(f"run #{run.pk} has no tag {tag!r}")
         kept = [t for t in current if t != tag]
         Run.objects.filter(pk=run.pk).update(tags=kept)
     run.tags = kept

@@ -23,7 +23,8 @@ def run_state(run: Run) -> dict[str, Any]:
 
     Times are Unix seconds; ``is_active`` shows the cancel button, ``can_resume`` the resume one
     (enabled when ``latest_checkpoint`` is set); ``error`` is a failed run's traceback tail
-    (``recording.error_tail``, at most about 2,000 characters).
+    (``recording.error_tail``, at most about 2,000 characters); ``failure_reason`` why the studio
+    stops the run (``reward_failures``), shown while it stops.
     """
     return {
         "id": run.pk,
@@ -41,4 +42,5 @@ def run_state(run: Run) -> dict[str, Any]:
         "is_active": run.is_active,
         "can_resume": run.can_resume,
         "error": run.error,
+        "failure_reason": run.failure_reason,
     }

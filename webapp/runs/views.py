@@ -15,6 +15,7 @@ import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import (
+    FileResponse,
     Http404,
     HttpRequest,
     HttpResponse,
@@ -34,6 +35,16 @@ from webapp.experiments.views import (
     flash_launched,
     yaml_response,
 )
+from webapp.runs.checkpoints import (
+    CheckpointJobRefused,
+    archive_chunks,
+    checkpoint_evaluate,
+    checkpoint_export,
+    checkpoint_hf_folder,
+    run_checkpoints,
+)
+from webapp.runs.forms import CheckpointEvaluateForm
+from webapp.runs.logs import LogSearchError, log_search, run_log_path
 from webapp.runs.metrics import (
     DEFAULT_MAX_POINTS,
     run_metric_series,
@@ -62,12 +73,18 @@ from webapp.runs.services import (
 from webapp.runs.state import run_state
 from webapp.runs.table import (
     BASE_SORTS,
+    COLUMN_PARAMS,
     DEFAULT_SORT,
     RunTableQuery,
     RunTableQueryError,
     parse_run_table_query,
     run_table,
+    run_table_column_params,
+    run_table_config_keys,
+    run_table_forget,
     run_table_metric_names,
+    run_table_remember,
+    run_table_remembered,
     run_table_tags,
 )
 
@@ -89,10 +106,76 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "children": run.children.all(),
         "sample_count": run.samples.count(),
         "run_state": run_state(run),
+        **_checkpoints_context(run),
         "other_runs": run_list_for_user(user=request.user).exclude(pk=run.pk)[:50],
         "config_yaml": yaml.safe_dump(run.config, sort_keys=False, allow_unicode=True),
     }
     return render(request, "runs/detail.html", context)
+
+
+def _checkpoints_context(run: Run) -> dict[str, Any]:
+    return {
+        "checkpoints": run_checkpoints(run=run),
+        "evaluate_form": CheckpointEvaluateForm(run=run),
+    }
+
+
+def _to_checkpoints(run: Run) -> HttpResponse:
+    return redirect(f"{run.get_absolute_url()}#run-checkpoints")
+
+
+@login_required
+def run_checkpoints_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The run page's checkpoints section alone, which the page reads again as it changes."""
+    run = _run(request, run_id)
+    return render(request, "runs/_checkpoints.html", {"run": run, **_checkpoints_context(run)})
+
+
+@login_required
+def run_checkpoint_archive(request: HttpRequest, run_id: int, step: int) -> StreamingHttpResponse:
+    """Download the checkpoint's Hugging Face folder as a tar, streamed as it is written."""
+    run = _run(request, run_id)
+    folder = checkpoint_hf_folder(run, step)
+    if folder is None:
+        raise Http404("This checkpoint has no Hugging Face folder yet: prepare its download.")
+    name = f"run-{run.pk}-step-{step}-hf"
+    response = StreamingHttpResponse(archive_chunks(folder, name), content_type="application/x-tar")
+    response["Content-Disposition"] = f'attachment; filename="{name}.tar"'
+    return response
+
+
+@login_required
+@require_POST
+def run_checkpoint_export_view(request: HttpRequest, run_id: int, step: int) -> HttpResponse:
+    run = _run(request, run_id)
+    try:
+        checkpoint_export(run=run, step=step)
+    except CheckpointJobRefused as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(
+            request,
+            f"Preparing the Hugging Face folder of step {step}; its download link shows here.",
+        )
+    return _to_checkpoints(run)
+
+
+@login_required
+@require_POST
+def run_checkpoint_evaluate_view(request: HttpRequest, run_id: int, step: int) -> HttpResponse:
+    run = _run(request, run_id)
+    form = CheckpointEvaluateForm(request.POST, run=run)
+    if not form.is_valid():
+        for field, errors in form.errors.items():
+            messages.error(request, f"{field}: {' '.join(errors)}")
+        return _to_checkpoints(run)
+    try:
+        checkpoint_evaluate(run=run, step=step, **form.cleaned_data)
+    except CheckpointJobRefused as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Evaluation of step {step} queued; its figures show here.")
+    return _to_checkpoints(run)
 
 
 @login_required
@@ -100,11 +183,11 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
     run = run_cancel(run=_run(request, run_id))
     if run.status == "cancelled":
-        messages.success(request, f"Run #{run.number} cancelled.")
+        messages.success(request, f"Run #{run.pk} cancelled.")
     elif run.cancel_requested and run.is_active:
-        messages.success(request, f"Run #{run.number} stops after its current step.")
+        messages.success(request, f"Run #{run.pk} stops after its current step.")
     else:
-        messages.info(request, f"Run #{run.number} had already ended ({run.status}).")
+        messages.info(request, f"Run #{run.pk} had already ended ({run.status}).")
     return redirect(run)
 
 
@@ -119,9 +202,7 @@ def run_resume_view(request: HttpRequest, run_id: int) -> HttpResponse:
     except (RunStateError, ConfigValidationError, LaunchRefused) as exc:
         messages.error(request, str(exc))
         return redirect(run)
-    flash_launched(
-        request, resumed, f"Run #{resumed.number} queued; it continues run #{run.number}."
-    )
+    flash_launched(request, resumed, f"Run #{resumed.pk} queued; it continues run #{run.pk}.")
     return redirect(resumed)
 
 
@@ -134,7 +215,7 @@ def run_delete_view(request: HttpRequest, run_id: int) -> HttpResponse:
     except RunStateError as exc:
         messages.error(request, str(exc))
         return redirect(run)
-    messages.success(request, f"Run #{run.number} deleted.")
+    messages.success(request, f"Run #{run.pk} deleted.")
     return redirect(run.experiment)
 
 
@@ -144,9 +225,9 @@ def run_clone(request: HttpRequest, run_id: int) -> HttpResponse:
     return builder_for_config(
         request,
         as_config(run.config),
-        name=f"{run.experiment.name} (from run #{run.number})",
+        name=f"{run.experiment.name} (from run #{run.pk})",
         preset=run.experiment.preset,
-        source=f"run #{run.number} of {run.experiment.name}",
+        source=f"run #{run.pk} of {run.experiment.name}",
     )
 
 
@@ -207,12 +288,39 @@ def run_metrics_series(request: HttpRequest, run_id: int) -> JsonResponse:
 
 def _export_name(run: Run, extension: str) -> str:
     slug = re.sub(r"[^A-Za-z0-9]+", "-", run.experiment.name).strip("-").lower() or "run"
-    return f"{slug}-run{run.number}-metrics.{extension}"
+    return f"{slug}-run{run.pk}-metrics.{extension}"
 
 
 class _Echo:
     def write(self, value: str) -> str:
         return value
+
+
+@login_required
+def run_log_download(request: HttpRequest, run_id: int) -> FileResponse:
+    """Download the run's whole log (``driver.log``), streamed from its file."""
+    run = _run(request, run_id)
+    path = run_log_path(run)
+    if path is None or not path.is_file():
+        raise Http404("This run has no log yet: its driver has not started.")
+    return FileResponse(
+        open(path, "rb"),  # noqa: SIM115 - FileResponse closes it
+        as_attachment=True,
+        filename=f"run-{run.pk}-driver.log",
+        content_type="text/plain; charset=utf-8",
+    )
+
+
+@login_required
+def run_log_search_view(request: HttpRequest, run_id: int) -> JsonResponse:
+    """Return the lines of the run's whole log that contain ``?q=`` (ignoring case), as JSON."""
+    run = _run(request, run_id)
+    try:
+        found = log_search(run_log_path(run), request.GET.get("q", ""))
+    except LogSearchError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    matches = [{"line": number, "text": text} for number, text in found.matches]
+    return JsonResponse({"matches": matches, "truncated": found.truncated})
 
 
 @login_required
@@ -261,16 +369,24 @@ def run_compare(request: HttpRequest) -> HttpResponse:
     return render(request, "runs/compare.html", context)
 
 
-def _table_url(query: RunTableQuery, **changes: Any) -> str:
-    """Return the runs table's URL for ``query`` with ``changes`` (metrics, sort) applied."""
+def _table_params(query: RunTableQuery, **changes: Any) -> QueryDict:
+    """Return the runs table's parameters for ``query`` with ``changes`` applied."""
     params = QueryDict(mutable=True)
     metrics = changes.get("metrics", query.metrics)
-    params.setlist("metric", [m.param for m in metrics])
+    # An empty metric= says "these columns, none": a link without it gets the member's own.
+    params.setlist("metric", [m.param for m in metrics] or [""])
+    params.setlist("col", [c.key for c in changes.get("columns", query.columns)])
     params["sort"] = changes.get("sort", query.sort_param)
-    params.setlist("tag", list(query.tags))
-    params.setlist("status", list(query.statuses))
-    params.setlist("config", list(query.config_params))
-    return f"{reverse('runs:list')}?{params.urlencode(safe='/:')}"
+    if changes.get("filters", True):
+        params.setlist("tag", list(query.tags))
+        params.setlist("status", list(query.statuses))
+        params.setlist("config", list(query.config_params))
+    return params
+
+
+def _table_url(query: RunTableQuery, **changes: Any) -> str:
+    """Return the runs table's URL for ``query`` with ``changes`` (columns, sort) applied."""
+    return f"{reverse('runs:list')}?{_table_params(query, **changes).urlencode(safe='/:')}"
 
 
 def _sort_url(query: RunTableQuery, column: str) -> dict[str, Any]:
@@ -281,19 +397,38 @@ def _sort_url(query: RunTableQuery, column: str) -> dict[str, Any]:
     return {"url": _table_url(query, sort=("-" if descending else "") + column), "order": order}
 
 
+def _unsorted_by(query: RunTableQuery, column: str) -> str:
+    """Return the sort to keep when ``column``'s values leave the table."""
+    return DEFAULT_SORT if query.sort == column else query.sort_param
+
+
 @login_required
 def run_table_view(request: HttpRequest) -> HttpResponse:
-    """The member's runs across experiments, with metric columns, filters and sorting."""
-    context: dict[str, Any] = {
-        "metric_names": run_table_metric_names(user=request.user),
-        "tags": run_table_tags(user=request.user),
-        "statuses": RunStatus.values,
-    }
+    """The member's runs across experiments, with metric and config columns, filters, sorting.
+
+    A link that names no columns opens with the member's last ones (kept on the server); a
+    readable query becomes their new ones. A query with errors is shown without its bad parts,
+    the columns and what was typed kept, each problem named.
+    """
+    if "reset" in request.GET:
+        run_table_forget(user=request.user)
+        return redirect("runs:list")
+    if not any(name in request.GET for name in COLUMN_PARAMS):
+        kept = run_table_remembered(user=request.user)
+        if kept:
+            params = request.GET.copy()
+            for name in COLUMN_PARAMS:  # in this order: jsonb keeps none
+                values = kept.get(name, [])
+                params.setlist(name, values or ([""] if name == "metric" else []))
+            return redirect(f"{reverse('runs:list')}?{params.urlencode(safe='/:')}")
+    errors: list[str] = []
     try:
         query = parse_run_table_query(request.GET)
     except RunTableQueryError as exc:
-        context.update(errors=exc.errors, query=RunTableQuery(), rows=[], total=0, colspan=7)
-        return render(request, "runs/list.html", context, status=400)
+        query, errors = exc.query, exc.errors
+    else:
+        if run_table_remembered(user=request.user) != run_table_column_params(query):
+            run_table_remember(user=request.user, query=query)
     rows, total = run_table(user=request.user, query=query)
     metrics = [
         {
@@ -303,22 +438,44 @@ def run_table_view(request: HttpRequest) -> HttpResponse:
             "remove_url": _table_url(
                 query,
                 metrics=[m for m in query.metrics if m != metric],
-                sort=DEFAULT_SORT if query.sort.endswith(f":{metric.name}") else query.sort_param,
+                sort=DEFAULT_SORT
+                if query.sort.endswith(f":{metric.name}")
+                and query.sort.startswith(("last", "best"))
+                else query.sort_param,
             ),
         }
         for metric in query.metrics
     ]
-    context.update(
-        query=query,
-        rows=[(row, row.cells(query.metrics)) for row in rows],
-        total=total,
-        shown=len(rows),
-        metrics=metrics,
-        sorts={column: _sort_url(query, column) for column in BASE_SORTS},
-        chosen_statuses=set(query.statuses),
-        colspan=7 + 2 * len(metrics),
-    )
-    return render(request, "runs/list.html", context)
+    columns = [
+        {
+            "column": column,
+            "sort": _sort_url(query, f"config:{column.key}"),
+            "remove_url": _table_url(
+                query,
+                columns=[c for c in query.columns if c != column],
+                sort=_unsorted_by(query, f"config:{column.key}"),
+            ),
+        }
+        for column in query.columns
+    ]
+    context = {
+        "metric_names": run_table_metric_names(user=request.user),
+        "config_keys": run_table_config_keys(user=request.user),
+        "tags": run_table_tags(user=request.user),
+        "statuses": RunStatus.values,
+        "errors": errors,
+        "query": query,
+        "rows": [(row, row.cells(query.metrics), row.config_cells(query.columns)) for row in rows],
+        "total": total,
+        "shown": len(rows),
+        "metrics": metrics,
+        "columns": columns,
+        "sorts": {column: _sort_url(query, column) for column in BASE_SORTS},
+        "chosen_statuses": set(query.statuses),
+        "colspan": 8 + len(columns) + 2 * len(metrics),
+        "unfiltered_url": _table_url(query, filters=False),
+    }
+    return render(request, "runs/list.html", context, status=400 if errors else 200)
 
 
 @login_required
@@ -330,7 +487,7 @@ def run_notes_view(request: HttpRequest, run_id: int) -> HttpResponse:
     except RunAnnotationError as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, f"Notes of run #{run.number} saved.")
+        messages.success(request, f"Notes of run #{run.pk} saved.")
     return redirect(run)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from django import forms
 
 from webapp.runs.models import SampleSplit
-from webapp.samples.selectors import SORTS, SampleFilter
+from webapp.samples.selectors import RECURRING_ORDERS, SORTS, SampleFilter
 
 PER_PAGE_CHOICES = (25, 50, 100, 200)
 COLOUR_CHOICES = (
@@ -57,6 +57,14 @@ class SampleFilterForm(forms.Form):
             truncated_only=bool(data.get("truncated")),
             sort=data.get("sort") or "position",
         )
+
+
+class RecurringForm(forms.Form):
+    """The recurring prompts page: which split, in which order, which page."""
+
+    split = forms.ChoiceField(choices=SampleSplit.choices, required=False)
+    order = forms.ChoiceField(choices=list(RECURRING_ORDERS.items()), required=False)
+    page = forms.IntegerField(min_value=1, required=False)
 
 
 class PromptForm(forms.Form):

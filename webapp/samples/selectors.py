@@ -9,6 +9,10 @@ The inspector reads one slice of a run at a time, and each slice is a prefix of 
 - the list of steps: a recursive query that hops from step to step down ``sample_by_step``
   (one index probe per step instead of reading every row);
 - across steps: ``sample_by_prompt`` (run, prompt_index, step);
+- the whole run (the worst or best responses of every step): the step view's query without its
+  step, sorted in PostgreSQL and read a page at a time (one scan of the run's rows of a split);
+- recurring prompts (training prompts seen again in later epochs, by how their mean reward
+  changed): one aggregate over the run's rows of a split, grouped by prompt and step;
 - across runs: the same prompt is the same prompt *text* in the same split; it is looked up at
   the reference's ``prompt_index`` first (same dataset, indexed) and by text otherwise.
 
@@ -35,6 +39,7 @@ from webapp.runs.models import (
     Sample,
     SampleSplit,
 )
+from webapp.samples.tokens import decode_tokens, response_pieces
 
 # verl's GRPO divides by (std + epsilon) with torch's unbiased std.
 GRPO_EPSILON = 1e-6
@@ -285,13 +290,31 @@ def _finite_list(values: Sequence[float] | None) -> list[float | None] | None:
     return None if values is None else [_finite(float(v)) for v in values]
 
 
+def with_byte_pieces(samples: Sequence[Sample]) -> Sequence[Sample]:
+    """Give each sample whose text holds U+FFFD its ``pieces`` (``tokens.response_pieces``): the
+    text with each byte that is not UTF-8 kept as that byte. One query for their tokens."""
+    broken = [s for s in samples if "\ufffd" in (s.response_text or "")]
+    if broken:
+        tokens = dict(
+            Sample.objects.filter(pk__in=[s.pk for s in broken]).values_list("pk", "tokens")
+        )
+        for s in broken:
+            s.pieces = response_pieces(tokens.get(s.pk) or [], s.response_text)  # type: ignore[attr-defined]
+    return samples
+
+
 def token_rows(samples: Iterable[Sample]) -> list[dict[str, Any]]:
     """Return each sample's tokens and per-token values for the token view (JSON-safe).
 
     ``kl`` is log-prob minus reference log-prob per token (None without a reference policy).
+    ``text`` is each token's text as decoded from its bytes (``tokens.decode_tokens``: a
+    character split across tokens shows whole on the token that completes it, ``partial``
+    marks the tokens before), ``hex`` its bytes; all three None when the tokens are not
+    byte-level.
     """
     rows = []
     for s in samples:
+        decoded = decode_tokens(list(s.tokens), s.response_text)
         logprobs = _finite_list(s.token_logprobs) or []
         ref = _finite_list(s.token_ref_logprobs)
         kl = None
@@ -305,6 +328,10 @@ def token_rows(samples: Iterable[Sample]) -> list[dict[str, Any]]:
                 "id": s.pk,
                 "sample_index": s.sample_index,
                 "tokens": list(s.tokens),
+                "text": None if decoded is None else [t.text for t in decoded],
+                "hex": None if decoded is None else [t.hex for t in decoded],
+                "partial": None if decoded is None else [t.partial for t in decoded],
+                "bad": None if decoded is None else [t.bad for t in decoded],
                 "logprob": logprobs,
                 "kl": kl,
                 "advantage": _finite_list(s.token_advantages),
@@ -376,6 +403,116 @@ def sample_prompt_history(
     return PromptHistory(
         split, prompt_index, first.prompt_text, first.ground_truth, trend, groups, page, num_pages
     )
+
+
+@dataclass(frozen=True)
+class RecurringPrompt:
+    """A prompt sampled at several steps: its mean reward the first and the last time."""
+
+    prompt_index: int
+    prompt_text: str
+    ground_truth: str | None
+    steps: int
+    first_step: int
+    last_step: int
+    first_mean: float | None
+    last_mean: float | None
+
+    @property
+    def change(self) -> float | None:
+        if self.first_mean is None or self.last_mean is None:
+            return None
+        return self.last_mean - self.first_mean
+
+
+RECURRING_ORDERS = {
+    "-change": "improved most",
+    "change": "worsened most",
+    "-steps": "sampled most often",
+    "last": "lowest mean reward now",
+}
+_RECURRING_SQL = {
+    "-change": "change DESC NULLS LAST",
+    "change": "change ASC NULLS LAST",
+    "-steps": "steps DESC",
+    "last": "last_mean ASC NULLS LAST",
+}
+
+
+@dataclass(frozen=True)
+class RecurringPage:
+    prompts: list[RecurringPrompt]
+    number: int
+    num_pages: int
+    count: int
+
+
+def sample_recurring_prompts(
+    *,
+    user: Any,
+    run_id: int,
+    split: str,
+    order: str = "-change",
+    page: int = 1,
+    per_page: int = 50,
+) -> RecurringPage:
+    """Return the run's prompts of ``split`` sampled at two steps or more (a training prompt
+    comes back each epoch), ordered by how their mean reward changed, one page of them."""
+    if order not in RECURRING_ORDERS:
+        raise ValueError(f"order={order!r} is unknown; use one of {sorted(RECURRING_ORDERS)}")
+    if not owned_samples(user=user).filter(run_id=run_id).exists():
+        return RecurringPage([], 1, 1, 0)
+    table = connection.ops.quote_name(Sample._meta.db_table)
+    # Per prompt and step, the mean finite reward; then per prompt the first and last of them.
+    base = f"""
+        WITH per_step AS (
+            SELECT prompt_index, step,
+                   avg(reward) FILTER (WHERE reward <> 'NaN'::float8) AS mean
+            FROM {table} WHERE run_id = %s AND split = %s
+            GROUP BY prompt_index, step
+        ), ranked AS (
+            SELECT prompt_index, step, mean,
+                   row_number() OVER (PARTITION BY prompt_index ORDER BY step) AS from_first,
+                   row_number() OVER (PARTITION BY prompt_index ORDER BY step DESC) AS from_last,
+                   count(*) OVER (PARTITION BY prompt_index) AS steps
+            FROM per_step
+        ), prompts AS (
+            SELECT prompt_index, max(steps) AS steps,
+                   min(step) AS first_step, max(step) AS last_step,
+                   max(mean) FILTER (WHERE from_first = 1) AS first_mean,
+                   max(mean) FILTER (WHERE from_last = 1) AS last_mean
+            FROM ranked GROUP BY prompt_index HAVING max(steps) >= 2
+        )
+    """  # noqa: S608 - the table name is the model's, the values are parameters
+    with connection.cursor() as cursor:
+        cursor.execute(f"{base} SELECT count(*) FROM prompts", [run_id, split])
+        count = cursor.fetchone()[0]
+        num_pages = max(1, math.ceil(count / per_page))
+        page = min(max(page, 1), num_pages)
+        cursor.execute(
+            f"""{base}
+            SELECT prompt_index, steps, first_step, last_step, first_mean, last_mean,
+                   last_mean - first_mean AS change
+            FROM prompts ORDER BY {_RECURRING_SQL[order]}, prompt_index
+            LIMIT %s OFFSET %s""",
+            [run_id, split, per_page, (page - 1) * per_page],
+        )
+        rows = cursor.fetchall()
+    texts = {
+        index: (text, truth)
+        for index, text, truth in owned_samples(user=user)
+        .filter(run_id=run_id, split=split, prompt_index__in=[r[0] for r in rows])
+        .order_by("prompt_index", "-step")
+        .distinct("prompt_index")
+        .values_list("prompt_index", "prompt_text", "ground_truth")
+    }
+    prompts = [
+        RecurringPrompt(
+            index, *texts.get(index, ("", None)), steps, first, last, _finite(a), _finite(b)
+        )
+        for index, steps, first, last, a, b, _ in rows
+    ]
+    return RecurringPage(prompts, page, num_pages, count)
 
 
 # -- across runs --------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ adds the step slider, token colouring, response diffs and the trend chart.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -24,18 +25,22 @@ from webapp.samples.forms import (
     PER_PAGE_CHOICES,
     CompareForm,
     PromptForm,
+    RecurringForm,
     SampleFilterForm,
 )
 from webapp.samples.selectors import (
+    RECURRING_ORDERS,
     SORTS,
     sample_across_runs,
     sample_group,
     sample_neighbour_prompts,
     sample_page,
     sample_prompt_history,
+    sample_recurring_prompts,
     sample_step_summary,
     sample_steps,
     token_rows,
+    with_byte_pieces,
 )
 
 
@@ -87,11 +92,7 @@ def sample_step_view(request: HttpRequest, run_id: int) -> HttpResponse:
         "asked_step": asked,
         "step_position": steps.index(step) if step is not None else 0,
         "per_page_choices": PER_PAGE_CHOICES,
-        # Each row links to three views: reverse them once, not three times a row.
-        "urls": {
-            name: reverse(f"samples:{name}", kwargs={"run_id": run.pk})
-            for name in ("group", "prompt", "compare")
-        },
+        "urls": _row_urls(run),
         "page": None,
     }
     if step is not None:
@@ -103,6 +104,7 @@ def sample_step_view(request: HttpRequest, run_id: int) -> HttpResponse:
             page=form.cleaned_data.get("page") or 1,
             per_page=form.cleaned_data.get("per_page") or 50,
         )
+        with_byte_pieces(context["page"].samples)
         context["summary"] = sample_step_summary(
             user=request.user, run_id=run.pk, split=split, step=step
         )
@@ -112,6 +114,84 @@ def sample_step_view(request: HttpRequest, run_id: int) -> HttpResponse:
     query.pop("step", None)
     context["export_query"] = query.urlencode()
     return render(request, "samples/step.html", context)
+
+
+def _row_urls(run: Run) -> dict[str, str]:
+    # Each row links to three views: reverse them once, not three times a row.
+    return {
+        name: reverse(f"samples:{name}", kwargs={"run_id": run.pk})
+        for name in ("group", "prompt", "compare")
+    }
+
+
+@login_required
+@require_safe
+def sample_run_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Show the responses of every step of one split, worst reward first unless sorted else."""
+    run = _run(request, run_id)
+    form = SampleFilterForm(request.GET)
+    if not form.is_valid():
+        return _bad_request(request, run, form)
+    split = form.cleaned_data.get("split") or SampleSplit.TRAIN
+    filters = form.filters(None)
+    if not form.cleaned_data.get("sort"):
+        filters = dataclasses.replace(filters, sort="reward")
+    page = sample_page(
+        user=request.user,
+        run_id=run.pk,
+        filters=filters,
+        page=form.cleaned_data.get("page") or 1,
+        per_page=form.cleaned_data.get("per_page") or 50,
+    )
+    with_byte_pieces(page.samples)
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "run": run,
+        "experiment": run.experiment,
+        "tab": "run",
+        "form": form,
+        "split": split,
+        "splits": SampleSplit.choices,
+        "sorts": SORTS.items(),
+        "sort": filters.sort,
+        "per_page_choices": PER_PAGE_CHOICES,
+        "urls": _row_urls(run),
+        "page": page,
+        "query": query.urlencode(),
+    }
+    return render(request, "samples/run.html", context)
+
+
+@login_required
+@require_safe
+def sample_recurring_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    """List the prompts sampled at several steps (each epoch), by how their reward changed."""
+    run = _run(request, run_id)
+    form = RecurringForm(request.GET)
+    if not form.is_valid():
+        return _bad_request(request, run, form)
+    split = form.cleaned_data.get("split") or SampleSplit.TRAIN
+    order = form.cleaned_data.get("order") or "-change"
+    recurring = sample_recurring_prompts(
+        user=request.user,
+        run_id=run.pk,
+        split=split,
+        order=order,
+        page=form.cleaned_data.get("page") or 1,
+    )
+    context = {
+        "run": run,
+        "experiment": run.experiment,
+        "tab": "prompts",
+        "split": split,
+        "splits": SampleSplit.choices,
+        "order": order,
+        "orders": RECURRING_ORDERS.items(),
+        "recurring": recurring,
+        "prompt_url": reverse("samples:prompt", kwargs={"run_id": run.pk}),
+    }
+    return render(request, "samples/prompts.html", context)
 
 
 @login_required
@@ -188,6 +268,8 @@ def sample_prompt_view(request: HttpRequest, run_id: int) -> HttpResponse:
         if (history)
         else []
     )
+    if history:
+        with_byte_pieces([s for group in history.groups for s in group.samples])
     context = {
         "run": run,
         "experiment": run.experiment,
@@ -207,7 +289,7 @@ def sample_compare_view(request: HttpRequest, run_id: int) -> HttpResponse:
     """Show one prompt as several runs answer it, with reward deltas against a reference run."""
     run = _run(request, run_id)
     runs = list(run_list_for_user(user=request.user))
-    choices = [(r.pk, f"{r.experiment.name} #{r.number}") for r in runs]
+    choices = [(r.pk, f"{r.experiment.name} · run #{r.pk}") for r in runs]
     form = CompareForm(request.GET, run_choices=choices)
     if not form.is_valid():
         return _bad_request(request, run, form)

@@ -1,5 +1,10 @@
 """Read queries on sweeps: a user's sweeps with their status, and each member's headline metrics.
 
+:func:`sweep_state` is what the sweep page shows of a sweep that moves (its status, each member's
+status, progress and headline metrics, the parallel-coordinates figure): the page's first paint
+embeds it and its script reads it again whenever a member's socket reports a status or a step,
+so the page follows its members as the run page follows its run.
+
 The headline metrics are the reward mean (``critic/score/mean``: the reward function's score,
 before any KL penalty) and the validation score: the mean over data sources of verl's
 ``val-core/<source>/<var>/mean@<n>`` (``engine.trainer.metrics.validation_metric_names``). Each
@@ -17,6 +22,8 @@ from django.db import connection
 from django.db.models import Case, Count, Exists, OuterRef, Q, QuerySet, Value, When
 
 from webapp.runs.models import ACTIVE_STATUSES, MetricPoint, Run
+from webapp.runs.numbers import metric_text
+from webapp.runs.progress import run_progress_of
 from webapp.sweeps.models import Sweep, SweepMember, SweepStatus
 
 REWARD_METRIC = "critic/score/mean"
@@ -176,4 +183,37 @@ def sweep_parallel_coordinates(*, sweep: Sweep, rows: list[MemberRow]) -> dict[s
                 "line": {"color": final, "colorscale": "Viridis", "showscale": True},
             }
         ],
+    }
+
+
+def sweep_state(*, sweep: Sweep, rows: list[MemberRow] | None = None) -> dict[str, Any]:
+    """Return the sweep page's live part: the sweep's status and every member's, in order.
+
+    ``sweep`` comes from :func:`sweep_list_for_user` (its ``status`` and ``active_count`` are
+    annotations); ``rows`` are its :func:`sweep_member_rows` when the caller has them. Each
+    headline comes as its value and its text (``webapp.runs.numbers.metric_text``).
+    """
+    rows = sweep_member_rows(sweep=sweep) if rows is None else rows
+
+    def headline(value: float | None) -> dict[str, Any]:
+        return {"value": value, "text": metric_text(value)}
+
+    return {
+        "id": sweep.pk,
+        "status": sweep.status,
+        "active_count": sweep.active_count,
+        "members": [
+            {
+                "index": row.member.index,
+                "run_id": row.run.pk,
+                "status": row.run.status,
+                "progress": run_progress_of(row.run).as_dict(),
+                "reward_final": headline(row.reward.final),
+                "reward_best": headline(row.reward.best),
+                "validation_final": headline(row.validation.final),
+                "validation_best": headline(row.validation.best),
+            }
+            for row in rows
+        ],
+        "parcoords": sweep_parallel_coordinates(sweep=sweep, rows=rows),
     }

@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -24,7 +24,7 @@ from webapp.sweeps.selectors import (
     sweep_keys,
     sweep_list_for_user,
     sweep_member_rows,
-    sweep_parallel_coordinates,
+    sweep_state,
 )
 from webapp.sweeps.services import SweepAlreadyCreated, SweepInvalid, sweep_cancel, sweep_create
 
@@ -102,9 +102,15 @@ def sweep_detail(request: HttpRequest, sweep_id: int) -> HttpResponse:
         "overlay_cut": len(rows) > OVERLAY_MAX_MEMBERS,
         "overlay_max": OVERLAY_MAX_MEMBERS,
         "reward_metric": REWARD_METRIC,
-        "parcoords": sweep_parallel_coordinates(sweep=sweep, rows=rows),
+        "state": sweep_state(sweep=sweep, rows=rows),
     }
     return render(request, "sweeps/detail.html", context)
+
+
+@login_required
+def sweep_state_view(request: HttpRequest, sweep_id: int) -> JsonResponse:
+    """Return the sweep page's live part (``selectors.sweep_state``), read as its members move."""
+    return JsonResponse(sweep_state(sweep=_sweep(request, sweep_id)))
 
 
 @login_required

@@ -27,6 +27,12 @@ class ApiClient:
             f"/api{path}", data, content_type="application/json", headers=self.headers
         )
 
+    def bare_post(self, path: str) -> Any:
+        """POST with no body and no Content-Type, as ``curl -X POST`` sends it."""
+        return self.client.generic(
+            "POST", f"/api{path}", b"", content_type=None, headers=self.headers
+        )
+
     def upload(self, path: str, data: dict) -> Any:
         return self.client.post(f"/api{path}", data, headers=self.headers)
 

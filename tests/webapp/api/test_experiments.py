@@ -116,6 +116,22 @@ def test_launch_queues_a_run_once_per_key_and_the_users_limits_apply(api, owner,
     assert busy.status_code == 409 and "still active" in errors_of(busy)[None]
 
 
+def test_the_actions_whose_fields_all_have_defaults_take_a_post_with_no_body(api, owner):
+    # A launch with no body was a 400 "payload Field required".
+    experiment = make_experiment(owner)
+    response = api.bare_post(f"/experiments/{experiment.pk}/launch")
+    assert response.status_code == 201, response.content
+    run = Run.objects.get(experiment=experiment)
+    assert response.json()["id"] == run.pk
+    clone = api.bare_post(f"/experiments/{experiment.pk}/clone")
+    assert clone.status_code == 201 and clone.json()["name"] == "tiny grpo (copy)"
+    archived = api.bare_post(f"/experiments/{experiment.pk}/archive")
+    assert archived.status_code == 200 and archived.json()["archived"] is True
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED)
+    resume = api.bare_post(f"/runs/{run.pk}/resume")  # refused for its reason, not the body
+    assert resume.status_code == 409 and "saved no checkpoint" in errors_of(resume)[None]
+
+
 def test_another_users_experiment_is_a_404_on_every_action(api, bob, owner):
     experiment = make_experiment(owner)
     for method, path in [

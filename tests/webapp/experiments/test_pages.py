@@ -49,7 +49,7 @@ def test_yaml_export_and_clone_carry_the_config(client_in, owner):
     assert run_yaml["trainer"]["default_local_dir"] == run.checkpoint_dir
     form = client_in.get(reverse("runs:clone", kwargs={"run_id": run.pk})).context["form"]
     assert form.initial["trainer__total_training_steps"] == "9"
-    assert form.initial["name"] == "tiny grpo (from run #1)"
+    assert form.initial["name"] == f"tiny grpo (from run #{run.pk})"
     form = client_in.get(
         reverse("experiments:clone", kwargs={"experiment_id": experiment.pk})
     ).context["form"]

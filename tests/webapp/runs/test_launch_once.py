@@ -50,7 +50,7 @@ def test_a_repeated_launch_post_leads_to_the_run_it_made(client_in, owner, other
     run = Run.objects.get()
     again = client_in.post(_launch_url(experiment), {"launch_key": KEY}, follow=True)
     assert first["Location"] == again.redirect_chain[-1][0] == run.get_absolute_url()
-    assert "Run #1 was already launched from this page." in again.content.decode()
+    assert f"Run #{run.pk} was already launched from this page." in again.content.decode()
     assert Run.objects.count() == 1
     # A key is the owner's own: the same text from another user launches that user's run.
     client_in.force_login(other_user)
@@ -111,8 +111,8 @@ def test_two_posts_of_one_form_at_the_same_instant_make_one_run_and_one_start(ow
         pages = race(owner, [(_launch_url(experiment), {"launch_key": KEY})] * 2)
         run = Run.objects.get()
         assert queued_starts(prefix) == [run.pk]
-    assert sum("Run #1 queued." in page for page in pages) == 1
-    assert sum("Run #1 was already launched from this page." in page for page in pages) == 1
+    assert sum(f"Run #{run.pk} queued." in page for page in pages) == 1
+    assert sum(f"Run #{run.pk} was already launched from this page." in page for page in pages) == 1
 
 
 @pytest.mark.django_db(transaction=True)
@@ -122,8 +122,9 @@ def test_a_launch_says_queued_only_once_the_broker_took_the_start(owner):
     client.force_login(owner)
     with private_broker() as prefix:
         page = client.post(_launch_url(experiment), follow=True).content.decode()
-        assert queued_starts(prefix) == [Run.objects.get().pk]
-    assert "Run #1 queued." in page
+        queued = Run.objects.get()
+        assert queued_starts(prefix) == [queued.pk]
+    assert f"Run #{queued.pk} queued." in page
     with closed_broker():
         page = client.post(_launch_url(experiment), follow=True).content.decode()
     failed = Run.objects.get(number=2)
@@ -132,8 +133,8 @@ def test_a_launch_says_queued_only_once_the_broker_took_the_start(owner):
         "the task broker did not take the start request (OperationalError); check that Redis "
         "(REDIS_URL) answers, then launch the experiment again"
     )
-    assert "Run #2 queued." not in page
-    assert f"Run #2 did not start: {failed.error}" in page
+    assert f"Run #{failed.pk} queued." not in page
+    assert f"Run #{failed.pk} did not start: {failed.error}" in page
 
 
 @pytest.mark.django_db(transaction=True)

@@ -137,7 +137,7 @@ def test_exports_hold_the_same_numbers_as_the_charts(client_in, owner):
     charts = run_metric_series(run_id=run.pk)["series"]
 
     response = client_in.get(reverse("runs:metrics-csv", kwargs={"run_id": run.pk}))
-    assert response["Content-Disposition"].endswith('-run1-metrics.csv"')
+    assert response["Content-Disposition"].endswith(f'-run{run.pk}-metrics.csv"')
     rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
     assert list(rows[0])[:3] == ["step", "wall_time", "time"]
     assert [int(r["step"]) for r in rows] == list(range(1, 42))

@@ -65,3 +65,43 @@ def test_run_page_summarises_the_latest_metrics_and_the_diff_shows_changed_keys(
     assert [(r.key, r.left, r.right) for r in rows] == [
         ("actor_rollout_ref.actor.optim.lr", lr, lr * 2)
     ]
+
+
+def test_pages_name_a_run_by_its_id_and_the_launch_note_is_tagged_with_it(client_in, owner):
+    first = run_create(experiment=make_experiment(owner, name="a"))
+    experiment = make_experiment(owner, name="b")
+    response = client_in.post(
+        reverse("experiments:launch", kwargs={"experiment_id": experiment.pk}), follow=True
+    )
+    second = Run.objects.get(experiment=experiment)
+    assert (first.number, second.number) == (1, 1) and second.pk != 1
+    page = response.content.decode()
+    assert f"b</a> · run #{second.pk}</h1>" in page and "run #1<" not in page
+    # The run page takes the "queued" note down by this class once the run moves on.
+    assert (
+        f'class="message launched launched-run-{second.pk} success">Run #{second.pk} queued.'
+        in (page)
+    )
+    table = client_in.get(reverse("runs:list")).content.decode()
+    assert f"a · run #{first.pk}</a>" in table and f"b · run #{second.pk}</a>" in table
+    assert "#1</a>" not in table
+    experiment_page = client_in.get(experiment.get_absolute_url()).content.decode()
+    assert f">run #{second.pk}</a>" in experiment_page
+
+
+def test_the_runs_table_shows_and_filters_by_the_experiments_tags(client_in, owner):
+    tagged = run_create(experiment=make_experiment(owner, name="a"))  # tags "tiny, grpo"
+    from webapp.experiments.services import experiment_create
+
+    plain = run_create(
+        experiment=experiment_create(owner=owner, name="plain", config=tiny_config(), tags="")
+    )
+    Run.objects.filter(pk=plain.pk).update(tags=["baseline"])
+    page = client_in.get(reverse("runs:list"))
+    assert page.context["tags"] == ["baseline", "grpo", "tiny"]
+    row = page.content.decode().split(f'<tr data-run="{tagged.pk}">')[1].split("</tr>")[0]
+    assert 'class="tag inherited"' in row and ">tiny</a>" in row and ">grpo</a>" in row
+    filtered = client_in.get(reverse("runs:list"), {"tag": "tiny"}, follow=True)
+    assert [row.run.pk for row, *_ in filtered.context["rows"]] == [tagged.pk]
+    own = client_in.get(reverse("runs:list"), {"tag": "baseline"}, follow=True)
+    assert [row.run.pk for row, *_ in own.context["rows"]] == [plain.pk]

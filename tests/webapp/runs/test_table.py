@@ -164,17 +164,18 @@ def test_the_page_shows_columns_filters_and_compare_checkboxes(
     client_in, owner, runs, django_assert_max_num_queries
 ):
     url = reverse("runs:list") + f"?metric={SCORE}&metric={LOSS}&sort=-best:{SCORE}&tag=baseline"
-    with django_assert_max_num_queries(8):
+    with django_assert_max_num_queries(10):  # the first visit also keeps its columns
         response = client_in.get(url)
     assert response.status_code == 200
     page = response.content.decode()
     rows = re.findall(r'<tr data-run="(\d+)">', page)
     assert rows == [str(runs["a"].pk), str(runs["b"].pk)]
-    assert f"{SCORE} last" in page and f"{SCORE} max" in page and f"{LOSS} min" in page
+    assert f'title="{SCORE}: the last recorded value">last</a>' in page
+    assert f'title="{LOSS}: the best value">min</a>' in page
     assert f'name="run" value="{runs["a"].pk}" form="compare-form"' in page
     assert 'action="/runs/compare/"' in page
     assert "first try" in page  # notes in the table
-    assert f'class="sorted-desc">{SCORE} max</a>' in page
+    assert f'class="sorted-desc" title="{SCORE}: the best value">max</a>' in page
     assert "2 runs" in page
     # Every header link keeps the filters and the columns (a shareable view).
     headers = re.findall(r'<th[^>]*><a href="([^"]+)"', page)
@@ -212,7 +213,7 @@ def test_notes_and_tags_are_edited_on_the_run_page(client_in, runs):
     response = client_in.post(
         reverse("runs:tags", kwargs={"run_id": run.pk}), {"remove": "nope"}, follow=True
     )
-    assert f"run #{run.number} has no tag &#x27;nope&#x27;" in response.content.decode()
+    assert f"run #{run.pk} has no tag &#x27;nope&#x27;" in response.content.decode()
     response = client_in.post(
         reverse("runs:notes", kwargs={"run_id": run.pk}), {"notes": "x" * 10_001}, follow=True
     )
@@ -250,3 +251,97 @@ def test_notes_and_tags_need_the_owner_and_a_csrf_token(owner, other_user, runs)
     )
     run.refresh_from_db()
     assert run.notes == "second try"
+
+
+LR_KEY = "actor_rollout_ref.actor.optim.lr"
+
+
+def test_config_and_duration_columns_read_each_runs_config_as_the_schema_types_it(owner, runs):
+    Run.objects.filter(pk=runs["a"].pk).update(
+        started_at=T0, finished_at=T0 + timedelta(seconds=125)
+    )
+    Run.objects.filter(pk=runs["b"].pk).update(
+        started_at=T0, finished_at=T0 + timedelta(hours=2, minutes=7)
+    )
+    q = parse_run_table_query(
+        query(col=[LR_KEY, "actor_rollout_ref.rollout.n", "algorithm.adv_estimator"])
+    )
+    assert [c.label for c in q.columns] == ["lr", "n", "adv_estimator"]
+    rows, _ = run_table(user=owner, query=q)
+    cells = {row.run.pk: (row.config_cells(q.columns), row.duration_text) for row in rows}
+    n = runs["a"].config["actor_rollout_ref"]["rollout"]["n"]
+    assert cells[runs["a"].pk] == (["1e-6", str(n), "grpo"], "2m 05s")
+    assert cells[runs["b"].pk][1] == "2h 07m"
+    assert cells[runs["c"].pk][1] == "—"  # never started
+    by_lr = parse_run_table_query(query(col=LR_KEY, sort=f"-config:{LR_KEY}"))
+    lrs = [row.config_cells(by_lr.columns)[0] for row in run_table(user=owner, query=by_lr)[0]]
+    assert lrs == sorted(lrs, key=float, reverse=True)
+    longest = parse_run_table_query(query(sort="-duration"))
+    assert [row.run.pk for row in run_table(user=owner, query=longest)[0]][:2] == [
+        runs["b"].pk,
+        runs["a"].pk,
+    ]
+
+
+def test_a_bad_config_filter_keeps_the_columns_and_what_was_typed_and_names_the_problem(
+    client_in, runs
+):
+    url = reverse("runs:list") + f"?metric={SCORE}&col={LR_KEY}&config=lr=1e-6&tag=baseline"
+    response = client_in.get(url)
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert f'data-metric="{SCORE}"' in page and f'data-config="{LR_KEY}"' in page
+    assert '<input name="config" value="lr=1e-6">' in page  # what was typed
+    assert "config=&#x27;lr=1e-6&#x27;: &#x27;lr&#x27; is not a config key; did you mean" in page
+    assert "=None" not in page
+    # The rest of the query still applies: the tag filter, the columns.
+    assert re.findall(r'<tr data-run="(\d+)">', page) == [str(runs["b"].pk), str(runs["a"].pk)]
+    empty = client_in.get(reverse("runs:list") + f"?config={LR_KEY}=")
+    assert (
+        f"give {LR_KEY} a value after &#x27;=&#x27;, e.g. {LR_KEY}=1e-6" in empty.content.decode()
+    )
+    unknown_col = client_in.get(reverse("runs:list") + "?col=actor_rollout_ref.rollout.nn")
+    assert "did you mean actor_rollout_ref.rollout.n" in unknown_col.content.decode()
+
+
+def test_the_chosen_columns_are_the_members_own_and_come_back_on_the_next_visit(
+    client_in, owner, other_user, runs
+):
+    from webapp.runs.models import RunTableChoice
+
+    table = reverse("runs:list")
+    assert client_in.get(table).status_code == 200  # nothing chosen yet: the defaults
+    client_in.get(f"{table}?metric={SCORE}&col={LR_KEY}&sort=-best:{SCORE}")
+    kept = RunTableChoice.objects.get(owner=owner).params
+    assert kept == {"metric": [SCORE], "col": [LR_KEY], "sort": [f"-best:{SCORE}"]}
+    again = client_in.get(table)  # the next visit, from the menu
+    assert again.status_code == 302
+    assert again["Location"] == f"{table}?metric={SCORE}&col={LR_KEY}&sort=-best:{SCORE}"
+    tagged = client_in.get(f"{table}?tag=baseline")  # a tag's link keeps the member's columns
+    assert tagged["Location"].endswith(
+        f"tag=baseline&metric={SCORE}&col={LR_KEY}&sort=-best:{SCORE}"
+    )
+    page = client_in.get(tagged["Location"]).content.decode()
+    remove = re.search(r'<a href="([^"]+)" title="remove this column"', page).group(1)
+    assert f"metric={SCORE}" in remove and "col=" not in remove  # the lr column's ×
+    # Another member's table is theirs.
+    other = Client()
+    other.force_login(other_user)
+    assert other.get(table).status_code == 200
+    # "default columns" forgets them.
+    assert client_in.get(f"{table}?reset=1")["Location"] == table
+    assert not RunTableChoice.objects.filter(owner=owner).exists()
+    assert client_in.get(table).status_code == 200
+
+
+def test_removing_the_last_column_is_kept_too(client_in, owner, runs):
+    from webapp.runs.models import RunTableChoice
+
+    table = reverse("runs:list")
+    client_in.get(f"{table}?metric={SCORE}")
+    page = client_in.get(f"{table}?metric={SCORE}").content.decode()
+    remove = re.search(r'<a href="([^"]+)" title="remove this column"', page).group(1)
+    assert client_in.get(remove.replace("&amp;", "&")).status_code == 200
+    assert RunTableChoice.objects.get(owner=owner).params["metric"] == []
+    assert client_in.get(table).status_code == 302  # to the table with no column, not SCORE
+    assert SCORE not in client_in.get(table, follow=True).content.decode().split("<table")[1]

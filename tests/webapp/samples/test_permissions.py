@@ -28,6 +28,8 @@ QUERIES = {
     "group": "?step=1&prompt=0",
     "prompt": "?prompt=0",
     "compare": "?prompt=0",
+    "run": "",
+    "prompts": "",
     "export-jsonl": "",
     "export-csv": "?step=1",
 }
@@ -36,12 +38,13 @@ QUERIES = {
 @pytest.fixture
 def secret_run(owner):
     run = finished_run(owner, name=f"{SECRET} experiment")
-    samples_write(
-        run_id=run.pk,
-        samples=records(
-            1, 0, [1.0, 0.0], prompt_text=f"{SECRET} prompt", responses=[SECRET, SECRET]
-        ),
-    )
+    for step in (1, 2):  # the prompt comes back: the recurring prompts page shows it too
+        samples_write(
+            run_id=run.pk,
+            samples=records(
+                step, 0, [1.0, 0.0], prompt_text=f"{SECRET} prompt", responses=[SECRET, SECRET]
+            ),
+        )
     return run
 
 

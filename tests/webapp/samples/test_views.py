@@ -144,3 +144,82 @@ def test_the_steps_endpoint_lists_steps_per_split(client_in, sampled_run):
         "active": False,
         "steps": {"train": [1, 2, 3], "val": [0, 3]},
     }
+
+
+def test_the_whole_run_view_sorts_every_steps_responses_worst_first(client_in, sampled_run):
+    response = client_in.get(url("run", sampled_run, per_page=25))
+    samples = response.context["page"].samples
+    assert response.context["page"].count == 36  # 3 steps x 3 prompts x 4 samples
+    # Step s, prompt p, sample i scored (p + i) / 4 + s: the worst is step 1's prompt 0, sample 0.
+    assert [(s.step, s.prompt_index, s.sample_index) for s in samples[:2]] == [
+        (1, 0, 0),
+        (1, 0, 1),
+    ]
+    page = response.content.decode()
+    assert "rows 1–25 of 36" in page and 'data-step="1"' in page
+    assert "<th>ground truth</th>" in page and "<code>1</code>" in page
+    best = client_in.get(url("run", sampled_run, sort="-reward")).context["page"].samples
+    assert (best[0].step, best[0].prompt_index, best[0].sample_index) == (3, 2, 3)  # 4.25
+    # The NaN reward (step 2, prompt 2, sample 3) sorts last either way.
+    last = client_in.get(url("run", sampled_run, per_page=25, page=2)).context["page"].samples
+    assert (last[-1].step, last[-1].prompt_index, last[-1].sample_index) == (2, 2, 3)
+    longest = client_in.get(url("run", sampled_run, sort="-length")).context["page"].samples
+    assert {s.response_length for s in longest[:9]} == {6}
+
+
+def test_recurring_prompts_are_listed_by_how_their_reward_changed(client_in, owner):
+    run = finished_run(owner)
+    rows = []
+    for step, rewards in ((1, ([0.0, 0.0], [1.0, 1.0], [0.5])), (5, ([1.0, 1.0], [0.0, 0.5]))):
+        for prompt, values in enumerate(rewards):
+            rows += records(step, prompt, list(values))
+    samples_write(run_id=run.pk, samples=rows)
+    response = client_in.get(url("prompts", run))
+    recurring = response.context["recurring"]
+    assert recurring.count == 2  # prompt 2 was sampled once
+    assert [(p.prompt_index, p.steps, p.first_mean, p.last_mean) for p in recurring.prompts] == [
+        (0, 2, 0.0, 1.0),
+        (1, 2, 1.0, 0.25),
+    ]
+    page = response.content.decode()
+    assert (
+        '<td class="value change">+1</td>' in page and '<td class="value change">-0.75</td>' in page
+    )
+    assert f'href="{url("prompt", run)}?split=train&amp;prompt=0"' in page
+    worse = client_in.get(url("prompts", run, order="change")).context["recurring"]
+    assert [p.prompt_index for p in worse.prompts] == [1, 0]
+    bad = client_in.get(url("prompts", run, order="sideways"))
+    assert bad.status_code == 400 and "sideways" in bad.content.decode()
+    assert (
+        "sampled at two steps yet"
+        in client_in.get(url("prompts", run, split="val")).content.decode()
+    )
+
+
+def test_a_byte_that_is_not_utf8_shows_as_that_byte_in_both_views(client_in, owner):
+    run = finished_run(owner)
+    broken = records(1, 0, [0.0], responses=["9\ufffd7"], tokens=["9", "Þ", "7"])
+    broken[0].token_logprobs = [-0.1, -2.0, -0.1]
+    broken[0].token_ref_logprobs = None
+    split = records(1, 1, [1.0], responses=["9×7"], tokens=["9", "Ã", "Ĺ", "7"])
+    split[0].token_logprobs = [-0.1, -0.2, -0.3, -0.1]
+    split[0].token_ref_logprobs = None
+    split[0].token_advantages = None
+    broken[0].token_advantages = None
+    samples_write(run_id=run.pk, samples=broken + split)
+    box = (
+        '9<span class="bad-byte" title="byte 0xDE is not UTF-8 here: the model wrote part of a '
+        'character">DE</span>7'
+    )
+    assert box in client_in.get(url("step", run, step=1)).content.decode()
+    assert box in client_in.get(url("run", run)).content.decode()
+    group = client_in.get(url("group", run, step=1, prompt=0)).content.decode()
+    assert box in group
+    tokens = json_script(group, "inspector-tokens")[0]
+    assert tokens["tokens"] == ["9", "Þ", "7"] and tokens["text"] == ["9", "\\xDE", "7"]
+    assert tokens["bad"] == [False, True, False]
+    whole = json_script(
+        client_in.get(url("group", run, step=1, prompt=1)).content.decode(), "inspector-tokens"
+    )[0]
+    assert whole["text"] == ["9", "", "×", "7"] and whole["partial"] == [False, True, False, False]
+    assert whole["hex"] == ["39", "C3", "97", "37"]

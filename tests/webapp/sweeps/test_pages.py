@@ -135,14 +135,15 @@ def test_the_sweep_page_shows_each_members_values_metrics_and_the_chart_data(cli
     }
     assert len(rows) == 4
     cells = lambda i: re.findall(r'<td class="num"[^>]*>([^<]*)</td>', rows[i])  # noqa: E731
-    assert cells(1) == ["1e-06", "grpo", "0.5000", "0.6000", "0.5000", "0.5000"]
-    assert cells(2) == ["1e-06", "rloo", "0.1000", "0.1000", "0.2000", "0.2000"]
+    assert cells(1) == ["1e-06", "grpo", "0.5", "0.6", "0.5", "0.5"]
+    assert cells(2) == ["1e-06", "rloo", "0.1", "0.1", "0.2", "0.2"]
     assert cells(3)[2:] == ["—"] * 4
-    figure = json.loads(
-        re.search(r'id="sweep-parcoords-data" type="application/json">(.*?)</script>', page).group(
-            1
-        )
+    state = json.loads(
+        re.search(r'id="sweep-state" type="application/json">(.*?)</script>', page).group(1)
     )
+    # The page's script reads the same state again as the members move.
+    assert client_in.get(reverse("sweeps:state", kwargs={"sweep_id": sweep.pk})).json() == state
+    figure = state["parcoords"]
     assert figure["members"] == [1, 2]
     dims = figure["data"][0]["dimensions"]
     assert [d["label"] for d in dims] == [
@@ -165,6 +166,36 @@ def test_the_sweep_page_shows_each_members_values_metrics_and_the_chart_data(cli
         str(m.run_id) for m in sweep.members.order_by("index")
     ]
     assert "js/compare.js" in page
+
+
+def test_the_sweep_state_follows_its_members_to_their_end(client_in, owner):
+    sweep = sweep_create(
+        experiment=make_experiment(owner),
+        name="lr",
+        spec={"mode": "grid", "params": {LR: [1e-6, 1e-5]}},
+        concurrency=2,
+    )
+    first, second = [m.run for m in sweep.members.order_by("index")]
+    url = reverse("sweeps:state", kwargs={"sweep_id": sweep.pk})
+    state = client_in.get(url).json()
+    assert (state["status"], state["active_count"]) == ("running", 2)
+    assert [m["status"] for m in state["members"]] == ["queued", "queued"]
+    assert state["parcoords"]["members"] == []
+    record(first, 1, 1e-6)
+    Run.objects.filter(pk=first.pk).update(status=RunStatus.SUCCEEDED, latest_step=1)
+    state = client_in.get(url).json()
+    assert (state["status"], state["active_count"]) == ("running", 1)
+    member = state["members"][0]
+    assert member["status"] == "succeeded" and member["run_id"] == first.pk
+    assert member["reward_final"] == {"value": 1e-6, "text": "1e-6"}
+    assert member["progress"]["status"] == "succeeded"
+    assert state["members"][1]["reward_final"] == {"value": None, "text": "—"}
+    assert state["parcoords"]["members"] == [1]
+    Run.objects.filter(pk=second.pk).update(status=RunStatus.FAILED)
+    state = client_in.get(url).json()
+    assert (state["status"], state["active_count"]) == ("finished", 0)
+    page = client_in.get(sweep.get_absolute_url()).content.decode()
+    assert 'data-sweep-field="cancel" hidden' in page and 'data-sweep-field="active" hidden' in page
 
 
 def test_a_value_spread_over_decades_is_drawn_on_a_log_axis():
@@ -215,6 +246,7 @@ def test_another_user_gets_a_404_and_cancels_nothing(client, owner, other_user):
     )
     client.force_login(other_user)
     assert client.get(sweep.get_absolute_url()).status_code == 404
+    assert client.get(reverse("sweeps:state", kwargs={"sweep_id": sweep.pk})).status_code == 404
     assert client.post(reverse("sweeps:cancel", kwargs={"sweep_id": sweep.pk})).status_code == 404
     assert "secret sweep" not in client.get(reverse("sweeps:list")).content.decode()
     assert Run.objects.get().status == RunStatus.QUEUED

@@ -1,4 +1,5 @@
-"""Number formatting for the inspector: four significant digits, a dash for missing or NaN."""
+"""The inspector's filters: numbers (four significant digits, a dash for missing or NaN) and a
+response's text with each byte that is not UTF-8 shown as that byte (``samples.tokens``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import math
 from typing import Any
 
 from django import template
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
 register = template.Library()
 
@@ -37,3 +40,36 @@ def signed(value: Any) -> str:
 def json_text(value: Any) -> str:
     """Return ``value`` as compact JSON text (a tool call's arguments), escaped by the template."""
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+BAD_BYTE_TITLE = "byte 0x{:02X} is not UTF-8 here: the model wrote part of a character"
+
+
+@register.filter
+def response_text(sample: Any) -> SafeString | str:
+    """Return the sample's response, a byte that is not UTF-8 boxed as its hex (``DE``) instead
+    of a bare U+FFFD; the plain text (escaped by the template) when it has none."""
+    from webapp.samples.tokens import response_pieces
+
+    pieces = getattr(sample, "pieces", None)
+    broken = "\ufffd" in (sample.response_text or "")
+    if pieces is None and broken and "tokens" not in sample.get_deferred_fields():
+        pieces = response_pieces(list(sample.tokens), sample.response_text)
+    if not pieces:
+        return sample.response_text
+    return format_html_join(
+        "",
+        "{}",
+        (
+            (
+                format_html(
+                    '<span class="bad-byte" title="{}">{}</span>',
+                    BAD_BYTE_TITLE.format(p.bad_byte),
+                    f"{p.bad_byte:02X}",
+                )
+                if p.bad_byte is not None
+                else p.text,
+            )
+            for p in pieces
+        ),
+    )

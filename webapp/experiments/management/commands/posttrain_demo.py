@@ -60,7 +60,7 @@ class Command(BaseCommand):
         if options["no_launch"]:
             return
         run = run_create(experiment=experiment)
-        self.stdout.write(f"run #{run.number} queued: {base}{run.get_absolute_url()}")
+        self.stdout.write(f"run #{run.pk} queued: {base}{run.get_absolute_url()}")
         self.stdout.write(f"log in at {base}/accounts/login/ as {DEMO_USER} / {DEMO_PASSWORD}")
         if options["wait"]:
             self._wait(run, options["timeout"])
@@ -71,12 +71,12 @@ class Command(BaseCommand):
         while time.monotonic() < deadline:
             run.refresh_from_db()
             if run.status != seen:
-                self.stdout.write(f"run #{run.number}: {run.status} (step {run.latest_step})")
+                self.stdout.write(f"run #{run.pk}: {run.status} (step {run.latest_step})")
                 seen = run.status
             if run.status not in ACTIVE_STATUSES:
                 break
             time.sleep(1.0)
         else:
-            raise CommandError(f"run #{run.number} still {run.status} after {timeout:.0f} s")
+            raise CommandError(f"run #{run.pk} still {run.status} after {timeout:.0f} s")
         if run.status != RunStatus.SUCCEEDED:
-            raise CommandError(f"run #{run.number} ended {run.status}:\n{run.error}")
+            raise CommandError(f"run #{run.pk} ended {run.status}:\n{run.error}")
