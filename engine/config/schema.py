@@ -38,8 +38,12 @@ from engine.algorithms.names import (
 )
 from engine.config.trackers import TRACKERS
 from engine.rewards.names import REWARD_COMPONENTS, REWARD_FN_NAMES, REWARD_MANAGERS  # noqa: F401
-from engine.rollout import ROLLOUT_NAMES, SANITY_CHECK_MODES
-from engine.rollout.tool_calls import TOOL_CALL_FORMATS, TRUNCATE_SIDES
+from engine.rollout.names import (
+    ROLLOUT_NAMES,
+    SANITY_CHECK_MODES,
+    TOOL_CALL_FORMATS,
+    TRUNCATE_SIDES,
+)
 
 STRATEGIES = ("fsdp", "fsdp2")
 

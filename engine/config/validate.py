@@ -56,7 +56,7 @@ from engine.config.schema import (
 from engine.config.trackers import tracker_install_problems
 from engine.config.tree import get_in
 from engine.rewards.overlong import reward_kwargs_problems
-from engine.rollout import SGLANG_MISSING
+from engine.rollout.names import SGLANG_MISSING
 from engine.tools.tiny_uris import TINY_PREFIX, TINY_URIS
 
 _REMOTE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")

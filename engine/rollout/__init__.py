@@ -14,16 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-ROLLOUT_NAMES = ("hf", "vllm", "sglang")
-# Here, not in sglang_rollout, so that config validation can say it without importing torch.
-SGLANG_MISSING = (
-    "SGLang is not installed: pip install -e .[sglang] on a CUDA machine, or use "
-    "actor_rollout_ref.rollout.name=hf"
-)
-
-# verl's multi_turn.tokenization_sanity_check_mode values (engine.rollout.multi_turn), here so that
-# the config schema can list them without importing torch.
-SANITY_CHECK_MODES = ("strict", "ignore_strippable", "disable")
+from engine.rollout.names import ROLLOUT_NAMES
 
 RolloutBuilder = Callable[[Any, Any, Any, "str | None"], Any]
 _BUILDERS: dict[str, RolloutBuilder] = {}

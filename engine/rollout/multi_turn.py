@@ -61,15 +61,14 @@ from typing import Any
 import torch
 
 from engine.data import DataProto
-from engine.rollout import SANITY_CHECK_MODES
 from engine.rollout.interactions import (
     Interaction,
     Interactions,
     Session,
     load_interaction,
 )
+from engine.rollout.names import SANITY_CHECK_MODES, TOOL_CALL_FORMATS
 from engine.rollout.tool_calls import (
-    TOOL_CALL_FORMATS,
     parse_hermes_tool_calls,
     run_tool_calls,
     truncate_tool_response,

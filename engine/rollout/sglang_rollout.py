@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from engine.data import DataProto
-from engine.rollout import SGLANG_MISSING
+from engine.rollout.names import SGLANG_MISSING
 from engine.rollout.vllm_rollout import (
     DEFAULT_BUCKET_BYTES,
     DTYPES,

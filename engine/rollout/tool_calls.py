@@ -23,10 +23,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.rollout.names import TRUNCATE_SIDES
 from engine.tools.base import Tool
 
-TOOL_CALL_FORMATS = ("hermes",)
-TRUNCATE_SIDES = ("left", "middle", "right")
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
