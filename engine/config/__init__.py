@@ -5,6 +5,7 @@ the web form all load, check and describe a run through this package.
 """
 
 from engine.config.aliases import install_section_aliases
+from engine.config.fields import ConfigError, ConfigFieldError, ConfigValidationError
 from engine.config.introspect import FieldSpec, get_value, iter_field_specs, set_value
 from engine.config.loader import (
     apply_overrides,
@@ -19,9 +20,6 @@ from engine.config.schema import (
     ActorConfig,
     ActorRolloutRefConfig,
     AlgorithmConfig,
-    ConfigError,
-    ConfigFieldError,
-    ConfigValidationError,
     CriticConfig,
     DataConfig,
     ModelConfig,

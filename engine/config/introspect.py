@@ -15,6 +15,7 @@ from typing import Any, Union, get_args, get_origin
 
 import yaml
 
+from engine.config.fields import HONOURED, ConfigFieldError
 from engine.config.loader import (
     _accepts_str,
     _fields,
@@ -24,7 +25,7 @@ from engine.config.loader import (
     coerce,
     resolve_key,
 )
-from engine.config.schema import HONOURED, ConfigFieldError, PPOConfig
+from engine.config.schema import PPOConfig
 
 
 @dataclasses.dataclass(frozen=True)

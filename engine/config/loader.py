@@ -35,7 +35,8 @@ import yaml
 
 from engine.config.aliases import apply_aliases, is_alias_key
 from engine.config.aliases import translate as translate_alias
-from engine.config.schema import ConfigError, ConfigFieldError, ConfigValidationError, PPOConfig
+from engine.config.fields import ConfigError, ConfigFieldError, ConfigValidationError
+from engine.config.schema import PPOConfig
 from engine.config.tree import deep_merge, get_in, put
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"

@@ -16,9 +16,10 @@ from typing import Any
 
 import yaml
 
+from engine.config.fields import HONOURED, NO_EFFECT, REFUSED
 from engine.config.introspect import FieldSpec, iter_field_specs
 from engine.config.loader import CONFIG_DIR, _fields, _is_runtime, _is_section
-from engine.config.schema import HONOURED, NO_EFFECT, REFUSED, PPOConfig
+from engine.config.schema import PPOConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_YAML = CONFIG_DIR / "ppo_trainer.yaml"

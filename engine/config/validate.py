@@ -29,6 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from engine.algorithms.names import TOKEN_BASELINE_ESTIMATORS
+from engine.config.fields import (
+    HONOURED,
+    MAX_BATCH,
+    NO_EFFECT,
+    REFUSED,
+    ConfigFieldError,
+    ConfigValidationError,
+    Limit,
+)
 from engine.config.introspect import get_value
 from engine.config.loader import (
     _REFERENCE,
@@ -41,18 +50,7 @@ from engine.config.loader import (
     matches_type,
     type_error,
 )
-from engine.config.schema import (
-    DATA_KEY_MAP_TARGETS,
-    GROUP_ESTIMATORS,
-    HONOURED,
-    MAX_BATCH,
-    NO_EFFECT,
-    REFUSED,
-    ConfigFieldError,
-    ConfigValidationError,
-    Limit,
-    PPOConfig,
-)
+from engine.config.schema import DATA_KEY_MAP_TARGETS, GROUP_ESTIMATORS, PPOConfig
 from engine.config.trackers import tracker_install_problems
 from engine.config.tree import get_in
 from engine.rewards.overlong import reward_kwargs_problems

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from engine.config import load_config, validate_config
-from engine.config.schema import ConfigValidationError
+from engine.config.fields import ConfigValidationError
 from engine.rewards.batch_manager import BatchRewardManager
 from engine.rewards.custom import load_custom_reward_fn
 from engine.rewards.managers import REWARD_MANAGER_CLASSES

@@ -15,7 +15,7 @@ import copy
 import pytest
 import torch
 
-from engine.config.schema import ConfigValidationError
+from engine.config.fields import ConfigValidationError
 from engine.config.validate import validate_config
 from engine.workers import packing
 from engine.workers.actor import PolicyActor, response_logits

@@ -12,7 +12,7 @@ from engine.config import (
     load_config,
     validate_config,
 )
-from engine.config.schema import HONOURED
+from engine.config.fields import HONOURED
 from tests.webapp.fixtures import builder_data, tiny_config
 from webapp.experiments.configs import (
     STUDIO_MANAGED_KEYS,
