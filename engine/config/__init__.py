@@ -4,7 +4,11 @@ The CLI (``python -m engine.main_ppo key=value ...``), the YAML presets in ``eng
 the web form all load, check and describe a run through this package.
 """
 
+from engine.config.actor import ActorConfig, ActorRolloutRefConfig, ModelConfig
+from engine.config.algorithm import AlgorithmConfig
 from engine.config.aliases import install_section_aliases
+from engine.config.critic import CriticConfig
+from engine.config.data import DataConfig
 from engine.config.fields import ConfigError, ConfigFieldError, ConfigValidationError
 from engine.config.introspect import FieldSpec, get_value, iter_field_specs, set_value
 from engine.config.loader import (
@@ -16,19 +20,10 @@ from engine.config.loader import (
     load_config,
     parse_override,
 )
-from engine.config.schema import (
-    ActorConfig,
-    ActorRolloutRefConfig,
-    AlgorithmConfig,
-    CriticConfig,
-    DataConfig,
-    ModelConfig,
-    PPOConfig,
-    RewardComponent,
-    RewardConfig,
-    RolloutConfig,
-    TrainerConfig,
-)
+from engine.config.reward import RewardComponent, RewardConfig
+from engine.config.rollout import RolloutConfig
+from engine.config.schema import PPOConfig
+from engine.config.trainer import TrainerConfig
 from engine.config.validate import resolve_config, validate_config
 
 install_section_aliases()

@@ -28,7 +28,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from engine.algorithms.names import TOKEN_BASELINE_ESTIMATORS
+from engine.algorithms.names import GROUP_ESTIMATORS, TOKEN_BASELINE_ESTIMATORS
+from engine.config.data import DATA_KEY_MAP_TARGETS
 from engine.config.fields import (
     HONOURED,
     MAX_BATCH,
@@ -50,7 +51,7 @@ from engine.config.loader import (
     matches_type,
     type_error,
 )
-from engine.config.schema import DATA_KEY_MAP_TARGETS, GROUP_ESTIMATORS, PPOConfig
+from engine.config.schema import PPOConfig
 from engine.config.trackers import tracker_install_problems
 from engine.config.tree import get_in
 from engine.rewards.overlong import reward_kwargs_problems
