@@ -21,11 +21,11 @@ from engine.config.loader import (
     _fields,
     _is_runtime,
     _is_section,
-    _YamlLoader,
     coerce,
     resolve_key,
 )
 from engine.config.schema import PPOConfig
+from engine.config.yaml_io import _YamlLoader
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,8 +42,6 @@ from engine.config.fields import (
 from engine.config.introspect import get_value
 from engine.config.loader import (
     _REFERENCE,
-    MAX_YAML_ITEMS,
-    MAX_YAML_STRING,
     Reference,
     _fields,
     _is_runtime,
@@ -54,6 +52,7 @@ from engine.config.loader import (
 from engine.config.schema import PPOConfig
 from engine.config.trackers import tracker_install_problems
 from engine.config.tree import get_in
+from engine.config.yaml_io import MAX_YAML_ITEMS, MAX_YAML_STRING
 from engine.rewards.overlong import reward_kwargs_problems
 from engine.rollout.names import SGLANG_MISSING
 from engine.tools.tiny_uris import TINY_PREFIX, TINY_URIS

@@ -269,7 +269,7 @@ def config_import_yaml(text: str) -> PPOConfig:
     Raise ``ConfigError`` with the engine's message when the YAML is not a valid config.
     """
     from engine.config import ConfigError, config_from_yaml
-    from engine.config.loader import yaml_load
+    from engine.config.yaml_io import yaml_load
 
     data = yaml_load(text, "the imported YAML")
     if isinstance(data, dict):
