@@ -11,11 +11,11 @@ from engine.config.critic import CriticConfig
 from engine.config.data import DataConfig
 from engine.config.fields import ConfigError, ConfigFieldError, ConfigValidationError
 from engine.config.introspect import FieldSpec, get_value, iter_field_specs, set_value
+from engine.config.keys import config_to_dict
 from engine.config.loader import (
     apply_overrides,
     config_from_dict,
     config_from_yaml,
-    config_to_dict,
     config_to_yaml,
     load_config,
     parse_override,

@@ -16,14 +16,7 @@ from typing import Any, Union, get_args, get_origin
 import yaml
 
 from engine.config.fields import HONOURED, ConfigFieldError
-from engine.config.loader import (
-    _accepts_str,
-    _fields,
-    _is_runtime,
-    _is_section,
-    coerce,
-    resolve_key,
-)
+from engine.config.keys import _accepts_str, _fields, _is_runtime, _is_section, coerce, resolve_key
 from engine.config.schema import PPOConfig
 from engine.config.yaml_io import _YamlLoader
 

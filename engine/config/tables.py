@@ -18,7 +18,8 @@ import yaml
 
 from engine.config.fields import HONOURED, NO_EFFECT, REFUSED
 from engine.config.introspect import FieldSpec, iter_field_specs
-from engine.config.loader import CONFIG_DIR, _fields, _is_runtime, _is_section
+from engine.config.keys import _fields, _is_runtime, _is_section
+from engine.config.loader import CONFIG_DIR
 from engine.config.schema import PPOConfig
 
 ROOT = Path(__file__).resolve().parents[2]

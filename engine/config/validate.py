@@ -24,7 +24,6 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +39,8 @@ from engine.config.fields import (
     Limit,
 )
 from engine.config.introspect import get_value
-from engine.config.loader import (
-    _REFERENCE,
-    Reference,
-    _fields,
-    _is_runtime,
-    _is_section,
-    matches_type,
-    type_error,
-)
+from engine.config.keys import _is_runtime, _leaves, matches_type, type_error
+from engine.config.loader import _REFERENCE, Reference
 from engine.config.schema import PPOConfig
 from engine.config.trackers import tracker_install_problems
 from engine.config.tree import get_in
@@ -74,22 +66,6 @@ class _Report:
     def error(self, key: str, message: str, value: Any = ...) -> None:
         value = get_value(self.cfg, key) if value is ... else value
         self.errors.append(ConfigFieldError(key, value, message))
-
-
-def _leaves(obj: Any, prefix: str = "") -> Iterator[tuple[Any, dataclasses.Field, str, Any, Any]]:
-    """Yield (owner, field, key, annotation, value) for every leaf, list items of sections too."""
-    for name, (f, tp) in _fields(obj.__class__).items():
-        if _is_runtime(f):
-            continue
-        key, value = prefix + name, getattr(obj, name)
-        if _is_section(tp) and isinstance(value, tp):
-            yield from _leaves(value, key + ".")
-            continue
-        yield obj, f, key, tp, value
-        if isinstance(value, list):
-            for i, item in enumerate(value):
-                if dataclasses.is_dataclass(item):
-                    yield from _leaves(item, f"{key}[{i}].")
 
 
 def _interpolate(cfg: PPOConfig, key: str, text: str, depth: int = 0) -> Any:

@@ -39,7 +39,7 @@ from engine.config import (
     resolve_config,
     validate_config,
 )
-from engine.config.loader import resolve_key, schema_keys
+from engine.config.keys import resolve_key, schema_keys
 from webapp.experiments.rewards import reward_modules_dir
 
 _TINY = "tiny://"

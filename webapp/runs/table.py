@@ -28,7 +28,7 @@ from django.db.models import F, Func, QuerySet
 from django.http import QueryDict
 
 from engine.config import ConfigFieldError
-from engine.config.loader import coerce, resolve_key
+from engine.config.keys import coerce, resolve_key
 from webapp.runs.models import MetricPoint, Run, RunStatus
 from webapp.runs.selectors import run_list_for_user
 

@@ -684,7 +684,7 @@ def test_the_config_keys_are_checked_when_the_config_is(tmp_path):
 
 
 def test_the_schema_marks_the_yaml_as_code_for_the_studio():
-    from engine.config.loader import resolve_key
+    from engine.config.keys import resolve_key
 
     field = resolve_key(KEY).field
     assert field.metadata["resource"] == "code"  # its class_names are imported
