@@ -12,14 +12,8 @@ from engine.config.data import DataConfig
 from engine.config.fields import ConfigError, ConfigFieldError, ConfigValidationError
 from engine.config.introspect import FieldSpec, get_value, iter_field_specs, set_value
 from engine.config.keys import config_to_dict
-from engine.config.loader import (
-    apply_overrides,
-    config_from_dict,
-    config_from_yaml,
-    config_to_yaml,
-    load_config,
-    parse_override,
-)
+from engine.config.loader import config_from_dict, config_from_yaml, config_to_yaml, load_config
+from engine.config.overrides import apply_overrides, parse_override
 from engine.config.reward import RewardComponent, RewardConfig
 from engine.config.rollout import RolloutConfig
 from engine.config.schema import PPOConfig
