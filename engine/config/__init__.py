@@ -14,11 +14,12 @@ from engine.config.introspect import FieldSpec, get_value, iter_field_specs, set
 from engine.config.keys import config_to_dict
 from engine.config.loader import config_from_dict, config_from_yaml, config_to_yaml, load_config
 from engine.config.overrides import apply_overrides, parse_override
+from engine.config.resolve import resolve_config
 from engine.config.reward import RewardComponent, RewardConfig
 from engine.config.rollout import RolloutConfig
 from engine.config.schema import PPOConfig
 from engine.config.trainer import TrainerConfig
-from engine.config.validate import resolve_config, validate_config
+from engine.config.validate import validate_config
 
 install_section_aliases()
 

@@ -14,8 +14,11 @@ no effect or refused, with ``why``), ``follows`` (the key a derived key copies) 
 
 import copy
 import difflib
-from dataclasses import field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for the annotations of Validation only: the root is built from the sections
+    from engine.config.schema import PPOConfig
 
 
 class Limit(int):
@@ -74,6 +77,22 @@ class ConfigValidationError(ConfigError):
         self.config: Any = None  # the config without the bad values, where a loader built one
         lines = "\n".join(f"  {error}" for error in self.errors)
         super().__init__(f"{len(self.errors)} configuration error(s):\n{lines}")
+
+
+@dataclass
+class Validation:
+    """What the rules of a section read, in one ``validate_config`` call.
+
+    ``cfg`` is the resolved copy of the config (``resolve_config``: a key left null holds the value
+    it takes), ``given`` the config as it was given (that key still null); ``check_files`` says
+    whether the files and folders a key names must exist. A rule returns its errors and appends
+    what is only worth a warning to ``warnings``.
+    """
+
+    cfg: "PPOConfig"
+    given: "PPOConfig"
+    check_files: bool = True
+    warnings: list[str] = field(default_factory=list)
 
 
 # Hints for attributes a section does not have, by (section class, name): the tutorial spellings

@@ -5,125 +5,28 @@ then the overrides are applied to that plain tree, and only then is the tree tur
 dataclasses; the overrides (``key=value``, ``+key=value``, ``++key=value``, ``~key``) are read by
 ``engine.config.overrides``.
 
-``${dotted.key}`` references in string fields stay as written until ``resolve_config``; in typed
-fields (a verl file's ``ppo_mini_batch_size: ${actor_rollout_ref.actor.ppo_mini_batch_size}``) they
-are resolved while loading, since an int field cannot hold them.
+``${dotted.key}`` references in typed fields are resolved while loading, those in string fields
+by ``resolve_config`` (``engine.config.resolve``).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from engine.config.aliases import apply_aliases
-from engine.config.fields import ConfigError, ConfigFieldError, ConfigValidationError
-from engine.config.keys import (
-    _accepts_str,
-    _fields,
-    _from_dict,
-    _is_section,
-    config_to_dict,
-    matches_type,
-)
+from engine.config.fields import ConfigError, ConfigValidationError
+from engine.config.keys import _from_dict, config_to_dict
 from engine.config.overrides import _applied
+from engine.config.resolve import _resolve_typed_references
 from engine.config.schema import PPOConfig
 from engine.config.tree import deep_merge
 from engine.config.yaml_io import yaml_load
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_CONFIG = "ppo_trainer.yaml"
-
-_REFERENCE = re.compile(r"\$\{([^${}]*)\}")
-# OmegaConf's marker of a value that must be given (``name: ???``): here, no value yet (null).
-MISSING = "???"
-_SELECT = "oc.select:"
-
-
-@dataclasses.dataclass(frozen=True)
-class Reference:
-    """A ``${...}`` reference as verl's files write them, read relative to the key holding it.
-
-    ``${a.b}`` names a key; ``${.b}`` a key of the same section (``..b``: the parent's);
-    ``${oc.select:a.b,default}`` gives ``default`` where ``a.b`` is no key.
-    """
-
-    key: str
-    has_default: bool = False
-    default: Any = None
-
-    @classmethod
-    def parse(cls, text: str, holder: str) -> Reference:
-        """Return the reference ``text`` (between the braces) held by the key ``holder``."""
-        has_default, default = False, None
-        if text.startswith(_SELECT):
-            text, comma, raw = text[len(_SELECT) :].partition(",")
-            has_default = bool(comma)
-            default = (
-                yaml_load(raw, f"the default of ${{{_SELECT}{text}}}") if raw.strip() else None
-            )
-        text = text.strip()
-        dots = len(text) - len(text.lstrip("."))
-        if dots:
-            section = holder.split(".")[:-dots]
-            text = ".".join([*section, text[dots:]])
-        return cls(text, has_default, default)
-
-
-def _resolve_typed_references(data: dict) -> dict:
-    """Replace ``${key}`` values of non-string fields by the value that key holds."""
-    merged = deep_merge(config_to_dict(PPOConfig()), data)
-
-    def lookup(text: str, key: str, depth: int = 0) -> Any:
-        reference = Reference.parse(text, key)
-        node: Any = merged
-        for part in reference.key.split("."):
-            if not isinstance(node, dict) or part not in node:
-                if reference.has_default:
-                    return reference.default
-                raise ConfigFieldError(
-                    key, f"${{{text}}}", "refers to no config key; write ${dotted.key}"
-                )
-            node = node[part]
-        match = _REFERENCE.fullmatch(node) if isinstance(node, str) else None
-        if match and depth < 20:
-            return lookup(match.group(1), reference.key, depth + 1)
-        if match:
-            raise ConfigFieldError(key, f"${{{text}}}", "circular ${...} reference")
-        return None if node == MISSING else node
-
-    def walk(cls: type, node: dict, prefix: str) -> dict:
-        out = dict(node)
-        for name, value in node.items():
-            if name not in _fields(cls):
-                continue
-            tp, key = _fields(cls)[name][1], prefix + str(name)
-            if _is_section(tp) and isinstance(value, str) and _REFERENCE.fullmatch(value):
-                value = lookup(_REFERENCE.fullmatch(value).group(1), key)  # a whole section
-                if value is None:
-                    del out[name]
-                    continue
-                out[name] = value
-            if _is_section(tp) and isinstance(value, dict):
-                out[name] = walk(tp, value, key + ".")
-            elif value == MISSING and matches_type(None, tp):
-                out[name] = None
-            elif value == MISSING:
-                raise ConfigFieldError(
-                    key, value, "the file leaves this key to be given (???); set it"
-                )
-            elif isinstance(value, str) and not _accepts_str(tp):
-                match = _REFERENCE.fullmatch(value)
-                out[name] = lookup(match.group(1), key) if match else value
-        return out
-
-    return walk(PPOConfig, data, "")
-
-
-# ---------------------------------------------------------------------------- dict and YAML
 
 
 def config_from_dict(data: dict[str, Any]) -> PPOConfig:

@@ -237,3 +237,8 @@ class RewardManagerConfig(_Section):
         follows="reward_model.reward_manager",
     )
     module: ModuleConfig = _section(ModuleConfig, "A custom reward manager module.")
+
+
+def own_reward_pool(cfg: Any) -> bool:
+    """Return True when the reward model runs on a Ray pool of its own (verl's ``reward_pool``)."""
+    return bool(cfg.reward_model.enable and cfg.reward_model.enable_resource_pool)

@@ -1,4 +1,4 @@
-"""Check a PPOConfig before anything heavy runs, and fill in its derived values.
+"""Check a PPOConfig before anything heavy runs.
 
 ``validate_config`` collects every problem instead of stopping at the first, so the web form can
 mark each field and the CLI can print them all; each error names the key, the value and the fix.
@@ -9,9 +9,7 @@ a GPU visible?) is checked when the run starts. A rule the trainers also check a
 reward model's own pool, the keys the single-process trainer cannot honour) is a public function
 here that they call, so the form, the CLI and the trainer give the same error.
 
-``resolve_config`` plays the part of verl's YAML interpolations: fields left ``None`` take the
-value verl would interpolate (critic batch sizes from the actor, rollout lengths from the data)
-and ``${dotted.key}`` in string fields is substituted. Every run stores the resolved config.
+The checks run on a copy resolved by ``resolve_config`` (``engine.config.resolve``).
 """
 
 from __future__ import annotations
@@ -37,10 +35,12 @@ from engine.config.fields import (
     ConfigFieldError,
     ConfigValidationError,
     Limit,
+    Validation,
 )
 from engine.config.introspect import get_value
 from engine.config.keys import _is_runtime, _leaves, matches_type, type_error
-from engine.config.loader import _REFERENCE, Reference
+from engine.config.resolve import legacy_key_problems, mini_batch_warnings, resolve_config
+from engine.config.reward import own_reward_pool
 from engine.config.schema import PPOConfig
 from engine.config.trackers import tracker_install_problems
 from engine.config.tree import get_in
@@ -66,201 +66,6 @@ class _Report:
     def error(self, key: str, message: str, value: Any = ...) -> None:
         value = get_value(self.cfg, key) if value is ... else value
         self.errors.append(ConfigFieldError(key, value, message))
-
-
-def _interpolate(cfg: PPOConfig, key: str, text: str, depth: int = 0) -> Any:
-    """Return ``text`` with its ``${...}`` references filled in from ``cfg``.
-
-    A value that is one whole reference takes the referenced value as it is (null included);
-    references inside a longer string become text, and a null there is an error.
-    """
-
-    def value_of(match: re.Match) -> Any:
-        reference = Reference.parse(match.group(1), key)
-        try:
-            value = get_value(cfg, reference.key)
-        except ConfigFieldError:
-            if reference.has_default:
-                return reference.default
-            raise ConfigFieldError(key, text, f"${{{reference.key}}} names no config key") from None
-        if isinstance(value, str) and "${" in value and depth < 20:
-            return _interpolate(cfg, reference.key, value, depth + 1)
-        if isinstance(value, str) and "${" in value:
-            raise ConfigFieldError(key, text, "circular ${...} reference")
-        return value
-
-    whole = _REFERENCE.fullmatch(text)
-    if whole:
-        return value_of(whole)
-
-    def substitute(match: re.Match) -> str:
-        value = value_of(match)
-        if value is None:
-            name = Reference.parse(match.group(1), key).key
-            raise ConfigFieldError(key, text, f"${{{name}}} is null; set {name}")
-        return str(value)
-
-    return _REFERENCE.sub(substitute, text)
-
-
-def _clamp_mini_batch(section: Any, batch: Any) -> None:
-    """Use the whole batch as the mini-batch when the mini-batch is larger (verl refuses)."""
-    mini = section.ppo_mini_batch_size
-    if isinstance(mini, int) and isinstance(batch, int) and 0 < batch < mini:
-        section.ppo_mini_batch_size = batch
-
-
-def _mini_batch_warnings(cfg: PPOConfig, resolved: PPOConfig) -> list[str]:
-    roles: list[tuple[str, Any, Any]] = [
-        (f"{_ARR}.actor", cfg.actor_rollout_ref.actor, resolved.actor_rollout_ref.actor)
-    ]
-    if resolved.critic.enable:
-        roles.append(("critic", cfg.critic, resolved.critic))
-    return [
-        f"{prefix}.ppo_mini_batch_size={before.ppo_mini_batch_size} is larger than "
-        f"data.train_batch_size={after.ppo_mini_batch_size}: each step makes one update with "
-        f"all {after.ppo_mini_batch_size} prompts; set {prefix}.ppo_mini_batch_size to choose"
-        for prefix, before, after in roles
-        if before.ppo_mini_batch_size not in (None, after.ppo_mini_batch_size)
-    ]
-
-
-def resolve_config(cfg: PPOConfig) -> PPOConfig:
-    """Fill derived values in place the way verl's interpolations do, and return cfg.
-
-    Calling it again changes nothing. Call it on the final config: a derived value does not
-    follow later edits of its source.
-    """
-    for owner, f, key, _, value in list(_leaves(cfg)):
-        if isinstance(value, str) and "${" in value:
-            setattr(owner, f.name, _interpolate(cfg, key, value))
-    arr, critic = cfg.actor_rollout_ref, cfg.critic
-    actor, model = arr.actor, arr.model
-
-    def inherit(obj: Any, name: str, value: Any) -> None:
-        if getattr(obj, name) is None:
-            setattr(obj, name, copy.deepcopy(value))
-
-    inherit(model, "tokenizer_path", model.path)
-    inherit(actor, "clip_ratio_low", actor.clip_ratio)
-    inherit(actor, "clip_ratio_high", actor.clip_ratio)
-    inherit(actor.checkpoint, "load_contents", actor.checkpoint.save_contents)
-    inherit(arr.rollout, "prompt_length", cfg.data.max_prompt_length)
-    inherit(arr.rollout, "response_length", cfg.data.max_response_length)
-    for section in (arr.rollout, arr.ref):
-        inherit(section, "log_prob_use_dynamic_bsz", actor.use_dynamic_bsz)
-        inherit(section, "log_prob_max_token_len_per_gpu", actor.ppo_max_token_len_per_gpu)
-    inherit(critic, "enable", cfg.algorithm.adv_estimator == "gae")
-    _clamp_mini_batch(actor, cfg.data.train_batch_size)
-    for name in ("strategy", "ppo_mini_batch_size", "ppo_epochs", "shuffle", "use_dynamic_bsz"):
-        inherit(critic, name, getattr(actor, name))
-    _clamp_mini_batch(critic, cfg.data.train_batch_size)
-    inherit(critic.model, "path", model.path)
-    inherit(critic.model, "tokenizer_path", model.tokenizer_path)
-    inherit(critic.checkpoint, "load_contents", critic.checkpoint.save_contents)
-    inherit(cfg.reward_model.model, "input_tokenizer", model.path)
-    inherit(critic, "forward_max_token_len_per_gpu", critic.ppo_max_token_len_per_gpu)
-    for prefix, section, legacy, per_gpu in _legacy_micro_batches(cfg):
-        size, (ranks, _) = getattr(section, legacy), _legacy_ranks(cfg, prefix)
-        if size is not None and getattr(section, per_gpu) in (None, size):
-            # max: a reward pool of no ranks is reported by reward_pool_problems
-            setattr(section, per_gpu, max(1, size // max(1, ranks)))
-    inherit(critic, "forward_micro_batch_size_per_gpu", critic.ppo_micro_batch_size_per_gpu)
-    for role in (actor, critic):  # verl 0.7's new spellings of grad_clip and warmup_style
-        if role.grad_clip == 1.0:
-            role.grad_clip = role.optim.clip_grad
-        if role.optim.warmup_style in (None, "constant"):
-            role.optim.warmup_style = role.optim.lr_scheduler_type
-    inherit(cfg.ray_init, "num_cpus", cfg.ray_kwargs.ray_init.num_cpus)
-    inherit(cfg.data, "seed", cfg.trainer.seed)
-    return cfg
-
-
-def _legacy_micro_batches(cfg: PPOConfig) -> list[tuple[str, Any, str, str]]:
-    """Return (section key, section, global key, per-GPU key) of verl's deprecated sizes."""
-    arr = cfg.actor_rollout_ref
-    per_gpu = "log_prob_micro_batch_size"
-    return [
-        (f"{_ARR}.actor", arr.actor, "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu"),
-        (f"{_ARR}.ref", arr.ref, per_gpu, f"{per_gpu}_per_gpu"),
-        (f"{_ARR}.rollout", arr.rollout, per_gpu, f"{per_gpu}_per_gpu"),
-        ("critic", cfg.critic, "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu"),
-        ("critic", cfg.critic, "forward_micro_batch_size", "forward_micro_batch_size_per_gpu"),
-        ("reward_model", cfg.reward_model, "micro_batch_size", "micro_batch_size_per_gpu"),
-    ]
-
-
-def _legacy_ranks(cfg: PPOConfig, prefix: str) -> tuple[int, str]:
-    """Return the ranks that share a section's deprecated global size, and what they are.
-
-    As verl's workers divide it by their world size: the trainer's ranks, or for a reward model
-    on a pool of its own (``RewardModelWorker`` on verl's ``reward_pool``) that pool's.
-    """
-    if prefix == "reward_model" and own_reward_pool(cfg):
-        rm = cfg.reward_model
-        return (
-            rm.nnodes * rm.n_gpus_per_node,
-            "ranks of the reward model's own pool (reward_model.nnodes x n_gpus_per_node)",
-        )
-    return cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node, "data-parallel ranks"
-
-
-def _check_legacy_keys(report: _Report, original: PPOConfig) -> None:
-    """Check verl's deprecated global micro-batch sizes and its two spellings of some keys."""
-    for prefix, section, legacy, per_gpu in _legacy_micro_batches(original):
-        size, given = getattr(section, legacy), getattr(section, per_gpu)
-        ranks, what = _legacy_ranks(original, prefix)
-        if size is None:
-            continue
-        if given is not None and given != size:
-            report.error(
-                f"{prefix}.{legacy}",
-                f"set both {prefix}.{legacy} and {prefix}.{per_gpu}; remove {legacy} "
-                f"(deprecated) and keep {per_gpu}",
-                size,
-            )
-        elif ranks < 1:
-            continue  # a reward pool of no ranks: reported by reward_pool_problems
-        elif size % ranks:
-            report.error(
-                f"{prefix}.{legacy}",
-                f"a global size that the {ranks} {what} cannot share; make it a multiple of "
-                f"{ranks}, or set {prefix}.{per_gpu}",
-                size,
-            )
-        else:
-            report.warnings.append(
-                f"[DEPRECATED] {prefix}.{legacy}={size} is a global size; it is divided by the "
-                f"{ranks} {what} into {prefix}.{per_gpu}={max(1, size // ranks)}: set "
-                f"{prefix}.{per_gpu} instead"
-            )
-    arr = original.actor_rollout_ref
-    for prefix, role in ((f"{_ARR}.actor", arr.actor), ("critic", original.critic)):
-        pairs = (
-            ("grad_clip", role.grad_clip, "optim.clip_grad", role.optim.clip_grad, 1.0),
-            (
-                "optim.warmup_style",
-                role.optim.warmup_style,
-                "optim.lr_scheduler_type",
-                role.optim.lr_scheduler_type,
-                "constant",
-            ),
-        )
-        for old, old_value, new, new_value, default in pairs:
-            if old_value not in (None, default) and new_value not in (old_value, default):
-                report.error(
-                    f"{prefix}.{new}",
-                    f"disagrees with {prefix}.{old}={old_value!r}; the two name one setting, "
-                    "set one of them",
-                    new_value,
-                )
-    ray_cpus, verl_cpus = original.ray_init.num_cpus, original.ray_kwargs.ray_init.num_cpus
-    if None not in (ray_cpus, verl_cpus) and ray_cpus != verl_cpus:
-        report.error(
-            "ray_kwargs.ray_init.num_cpus",
-            f"disagrees with ray_init.num_cpus={ray_cpus}; set one of them",
-            verl_cpus,
-        )
 
 
 def _check_effects(report: _Report) -> None:
@@ -825,11 +630,6 @@ def _check_tiny_uris(report: _Report, original: PPOConfig) -> None:
                 )
 
 
-def own_reward_pool(cfg: Any) -> bool:
-    """Return True when the reward model runs on a Ray pool of its own (verl's ``reward_pool``)."""
-    return bool(cfg.reward_model.enable and cfg.reward_model.enable_resource_pool)
-
-
 def reward_pool_problems(cfg: Any) -> list[ConfigFieldError]:
     """Return an error for each of ``reward_model.nnodes`` and ``n_gpus_per_node`` below 1 when
     the reward model has a pool of its own, as verl's ``main_ppo`` refuses them.
@@ -1107,7 +907,7 @@ def validate_config(cfg: PPOConfig, *, check_files: bool = True) -> list[str]:
     except ConfigFieldError as exc:
         raise ConfigValidationError([exc]) from None
     report = _Report(resolved)
-    report.warnings += _mini_batch_warnings(cfg, resolved)
+    report.warnings += mini_batch_warnings(cfg, resolved)
     _check_choices(report)
     for problem in tracker_install_problems(resolved.trainer.logger):
         report.error("trainer.logger", problem)
@@ -1118,7 +918,7 @@ def validate_config(cfg: PPOConfig, *, check_files: bool = True) -> list[str]:
         _check_batches(report, "critic")
     _check_inputs(report, cfg, check_files)
     _check_tiny_uris(report, cfg)
-    _check_legacy_keys(report, cfg)
+    report.errors += legacy_key_problems(Validation(resolved, cfg, check_files, report.warnings))
     _check_effects(report)
     _check_rollout_and_rewards(report)
     _check_dapo(report)
