@@ -2,9 +2,13 @@
 ``fsdp_config``, ``checkpoint`` and ``policy_loss``) and the frozen reference (``ref``).
 
 verl's ``HFModelConfig``, ``FSDPActorConfig``, ``FSDPOptimizerConfig`` and ``FSDPEngineConfig``
-(``verl/workers/config/``). The rollout's keys are ``engine.config.rollout``.
+(``verl/workers/config/``). The rollout's keys are ``engine.config.rollout``. The rules are at the
+end: the policy model's folder, the optimiser's betas and warm-up, the dual-clip constant, the
+loss against rollout correction, and the batch sizes as verl's FSDP workers check them (the
+critic's too).
 """
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +18,8 @@ from engine.config.fields import (
     MAX_BATCH,
     MAX_STEPS,
     MAX_TOKEN_BUDGET,
+    ConfigFieldError,
+    Validation,
     _f,
     _inert,
     _refused,
@@ -24,6 +30,7 @@ from engine.config.fields import (
     _target,
     _ulysses,
 )
+from engine.config.files import file_problems, model_dir_problems
 from engine.config.rollout import RolloutConfig
 from engine.config.unsupported import (
     FusedKernelOptions,
@@ -332,3 +339,147 @@ class ActorRolloutRefConfig(_Section):
     actor: ActorConfig = _section(ActorConfig, "Policy training.")
     ref: RefConfig = _section(RefConfig, "The frozen reference policy.")
     rollout: RolloutConfig = _section(RolloutConfig, "Response generation.")
+
+
+def actor_problems(v: Validation) -> list[ConfigFieldError]:
+    """Return the errors of the policy's keys: its model folder, optimiser, dual-clip constant,
+    a loss that only rollout correction may pick, and its batch sizes."""
+    arr = v.cfg.actor_rollout_ref
+    actor, model = arr.actor, arr.model
+    errors = optim_problems("actor_rollout_ref.actor.optim", actor.optim)
+    if actor.clip_ratio_c <= 1:
+        errors.append(
+            ConfigFieldError(
+                "actor_rollout_ref.actor.clip_ratio_c",
+                actor.clip_ratio_c,
+                "must be > 1 (dual-clip PPO; verl uses 3.0)",
+            )
+        )
+    loss_mode = actor.policy_loss.loss_mode
+    if loss_mode == "bypass_mode" and not v.cfg.algorithm.rollout_correction.bypass_mode:
+        errors.append(
+            ConfigFieldError(
+                "actor_rollout_ref.actor.policy_loss.loss_mode",
+                loss_mode,
+                "bypass_mode is the loss algorithm.rollout_correction.bypass_mode=True trains "
+                "with; set that (it picks the loss itself)",
+            )
+        )
+    errors += batch_problems(v, "actor")
+    has_model = v.given.actor_rollout_ref.model.hf_model is not None
+    if model.path is None and not has_model:
+        errors.append(
+            ConfigFieldError(
+                "actor_rollout_ref.model.path",
+                model.path,
+                "point actor_rollout_ref.model.path at a local Hugging Face folder, or use "
+                "tiny://model",
+            )
+        )
+    if not v.check_files:
+        return errors
+    if model.path and not has_model:
+        errors += model_dir_problems(v, "actor_rollout_ref.model.path", model.path)
+    given = v.given.actor_rollout_ref.model
+    if given.tokenizer_path and given.tokenizer_path != model.path and given.tokenizer is None:
+        errors += file_problems(
+            v,
+            "actor_rollout_ref.model.tokenizer_path",
+            given.tokenizer_path,
+            "point it at a tokenizer folder",
+        )
+    return errors
+
+
+def optim_problems(prefix: str, optim: OptimConfig) -> list[ConfigFieldError]:
+    """Return the errors of an optimiser's keys that a bound cannot say (the actor's, the
+    critic's): -1 for the warm-up ratio, a pair of betas."""
+    errors = []
+    if optim.lr_warmup_steps < -1:
+        errors.append(
+            ConfigFieldError(
+                f"{prefix}.lr_warmup_steps",
+                optim.lr_warmup_steps,
+                "must be >= -1 (-1: use lr_warmup_steps_ratio)",
+            )
+        )
+    if len(optim.betas) != 2 or not all(0 <= b < 1 for b in optim.betas):
+        errors.append(
+            ConfigFieldError(
+                f"{prefix}.betas", optim.betas, "must be two numbers in [0, 1), e.g. [0.9, 0.999]"
+            )
+        )
+    return errors
+
+
+def batch_problems(v: Validation, role: str) -> list[ConfigFieldError]:
+    """Return the errors of one trainable role's batch sizes (actor or critic), checked as verl's
+    FSDP workers check them: a mini-batch times rollout.n splits evenly over the workers, and each
+    worker's share is a multiple of its micro-batch. The actor's also checks that the whole batch
+    splits evenly over the workers."""
+    cfg = v.cfg
+    section: Any = cfg.critic if role == "critic" else cfg.actor_rollout_ref.actor
+    prefix = "critic" if role == "critic" else "actor_rollout_ref.actor"
+    n, batch, mini = (
+        cfg.actor_rollout_ref.rollout.n,
+        cfg.data.train_batch_size,
+        section.ppo_mini_batch_size,
+    )
+    workers = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+    if min(n, batch, mini, workers) <= 0 or max(n, batch, mini) > MAX_BATCH:
+        return []  # reported by the bounds
+    errors = []
+    if role == "actor" and batch * n % workers:
+        errors.append(
+            ConfigFieldError(
+                "data.train_batch_size",
+                batch,
+                f"train_batch_size * rollout.n = {batch * n} samples cannot be split evenly over "
+                f"{workers} workers (trainer.nnodes * trainer.n_gpus_per_node); make it a multiple",
+            )
+        )
+    if batch % mini:
+        # The largest divisor of batch up to mini, from the pairs (d, batch // d) with d <= sqrt.
+        pairs = (
+            p for d in range(1, math.isqrt(batch) + 1) if batch % d == 0 for p in (d, batch // d)
+        )
+        divisor = max(d for d in pairs if d <= mini)
+        errors.append(
+            ConfigFieldError(
+                f"{prefix}.ppo_mini_batch_size",
+                mini,
+                f"data.train_batch_size={batch} is not a multiple of it; use a divisor such as "
+                f"{divisor}",
+            )
+        )
+    if mini * n % workers:
+        errors.append(
+            ConfigFieldError(
+                f"{prefix}.ppo_mini_batch_size",
+                mini,
+                f"a mini-batch of {mini * n} samples (ppo_mini_batch_size * rollout.n) cannot be "
+                f"split evenly over {workers} workers; make it a multiple of {workers}",
+            )
+        )
+        return errors
+    per_worker, micro = mini * n // workers, section.ppo_micro_batch_size_per_gpu
+    if micro and not section.use_dynamic_bsz and per_worker % micro:
+        errors.append(
+            ConfigFieldError(
+                f"{prefix}.ppo_micro_batch_size_per_gpu",
+                micro,
+                f"each worker's mini-batch has {per_worker} samples, not a multiple of {micro}; "
+                f"use a divisor of {per_worker}",
+            )
+        )
+    longest = cfg.data.max_prompt_length + cfg.data.max_response_length
+    if section.use_dynamic_bsz and section.ppo_max_token_len_per_gpu < longest:
+        errors.append(
+            ConfigFieldError(
+                f"{prefix}.ppo_max_token_len_per_gpu",
+                section.ppo_max_token_len_per_gpu,
+                "must hold one full sequence: at least max_prompt_length + max_response_length = "
+                f"{longest}",
+            )
+        )
+    return errors

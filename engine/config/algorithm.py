@@ -1,7 +1,9 @@
 """``algorithm``: the advantage estimator, the KL in the reward, PF-PPO, rollout correction and
 DAPO's group filtering.
 
-verl's ``AlgoConfig`` (``verl/trainer/config/algorithm.py``).
+verl's ``AlgoConfig`` (``verl/trainer/config/algorithm.py``). The rules are at the end: the KL
+controller, rollout correction's keys together and against the estimator and the policy loss, and
+DAPO's group filtering against the rewards; a KL term counted twice or missing is a warning.
 """
 
 from dataclasses import dataclass
@@ -14,8 +16,17 @@ from engine.algorithms.names import (
     PF_PPO_REWEIGHT_METHODS,
     ROLLOUT_IS_LEVELS,
     ROLLOUT_RS_LEVELS,
+    TOKEN_BASELINE_ESTIMATORS,
 )
-from engine.config.fields import MAX_STEPS, _f, _Section, _section, _target
+from engine.config.fields import (
+    MAX_STEPS,
+    ConfigFieldError,
+    Validation,
+    _f,
+    _Section,
+    _section,
+    _target,
+)
 
 
 @dataclass
@@ -138,3 +149,173 @@ class AlgorithmConfig(_Section):
         FilterGroupsConfig, "DAPO's dynamic sampling (group filtering)."
     )
     _target_: str = _target("verl.trainer.config.AlgoConfig")
+
+
+def algorithm_problems(v: Validation) -> list[ConfigFieldError]:
+    """Return the errors of the algorithm's keys: the KL controller, rollout correction and DAPO's
+    group filtering; warn when the KL to the reference is counted twice, or not at all in GRPO."""
+    cfg = v.cfg
+    algo, actor = cfg.algorithm, cfg.actor_rollout_ref.actor
+    estimator, errors = algo.adv_estimator, []
+    if estimator in TOKEN_BASELINE_ESTIMATORS and algo.rollout_correction.bypass_mode:
+        # Their sum_pi_squared comes from the old-log-prob pass, which bypass mode skips (verl
+        # fails there at its first step, asserting sum_pi_squared is in the batch).
+        errors.append(
+            ConfigFieldError(
+                "algorithm.rollout_correction.bypass_mode",
+                True,
+                f"{estimator} weighs by each token's sum of squared probabilities, which the "
+                "old-log-prob pass computes and bypass mode skips; set bypass_mode=False "
+                "(decoupled correction) or choose another estimator such as grpo",
+            )
+        )
+    if algo.use_kl_in_reward and actor.use_kl_loss:
+        v.warnings.append(
+            "both algorithm.use_kl_in_reward and actor_rollout_ref.actor.use_kl_loss are on: "
+            "the KL to the reference is penalised twice"
+        )
+    if estimator == "grpo" and not (algo.use_kl_in_reward or actor.use_kl_loss):
+        v.warnings.append(
+            "GRPO without a KL term: nothing keeps the policy near the reference; set "
+            "actor_rollout_ref.actor.use_kl_loss=True (kl_loss_coef=0.001, as verl's examples)"
+        )
+    kl_ctrl = algo.kl_ctrl
+    if kl_ctrl.type in ("adaptive", "pid") and kl_ctrl.target_kl <= 0:
+        errors.append(
+            ConfigFieldError(
+                "algorithm.kl_ctrl.target_kl",
+                kl_ctrl.target_kl,
+                f"must be > 0 for kl_ctrl.type={kl_ctrl.type}",
+            )
+        )
+    if kl_ctrl.type == "adaptive" and kl_ctrl.horizon <= 0:
+        errors.append(
+            ConfigFieldError(
+                "algorithm.kl_ctrl.horizon",
+                kl_ctrl.horizon,
+                "must be > 0 for kl_ctrl.type=adaptive",
+            )
+        )
+    return errors + _rollout_correction_problems(v) + _filter_groups_problems(v)
+
+
+def _rollout_correction_problems(v: Validation) -> list[ConfigFieldError]:
+    """Return the errors of ``algorithm.rollout_correction``'s keys together (each one's range is a
+    bound) and against the policy loss."""
+    cfg = v.cfg
+    rc, key, errors = cfg.algorithm.rollout_correction, "algorithm.rollout_correction", []
+    if rc.rollout_rs is not None and rc.rollout_rs_threshold is None:
+        errors.append(
+            ConfigFieldError(
+                f"{key}.rollout_rs_threshold",
+                None,
+                f"must be set when rollout_rs={rc.rollout_rs} (verl requires it), e.g. 2.0 for "
+                "token or sequence, 1.001 for geometric",
+            )
+        )
+    for name in ("rollout_rs_threshold", "rollout_rs_threshold_lower"):
+        if rc.rollout_rs is None and getattr(rc, name) is not None:
+            errors.append(
+                ConfigFieldError(
+                    f"{key}.{name}",
+                    getattr(rc, name),
+                    "applies only with rollout_rs; set rollout_rs or unset it",
+                )
+            )
+    upper, lower = rc.rollout_rs_threshold, rc.rollout_rs_threshold_lower
+    if upper is not None and lower is not None and lower >= upper:
+        errors.append(
+            ConfigFieldError(
+                f"{key}.rollout_rs_threshold_lower",
+                lower,
+                f"must be < rollout_rs_threshold ({upper}); null uses 1 / rollout_rs_threshold",
+            )
+        )
+    if rc.rollout_is_batch_normalize and rc.rollout_is is None:
+        errors.append(
+            ConfigFieldError(
+                f"{key}.rollout_is_batch_normalize",
+                True,
+                "normalises the IS weights, so it needs rollout_is=token or sequence",
+            )
+        )
+    if rc.loss_type != "ppo_clip" and not rc.bypass_mode:
+        errors.append(
+            ConfigFieldError(
+                f"{key}.loss_type",
+                rc.loss_type,
+                "is the loss of bypass mode; set algorithm.rollout_correction.bypass_mode=True "
+                "or leave loss_type at ppo_clip",
+            )
+        )
+    loss_mode = cfg.actor_rollout_ref.actor.policy_loss.loss_mode
+    if rc.bypass_mode and loss_mode not in ("vanilla", "bypass_mode"):
+        errors.append(
+            ConfigFieldError(
+                f"{key}.bypass_mode",
+                True,
+                f"replaces the policy loss with bypass mode's (loss_type={rc.loss_type}), so "
+                f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode} would be ignored; "
+                "leave loss_mode at vanilla or turn bypass_mode off",
+            )
+        )
+    return errors
+
+
+def _filter_groups_problems(v: Validation) -> list[ConfigFieldError]:
+    """Return the errors of DAPO's group filtering: a metric the rewards record, the KL it is
+    taken before, and groups to filter."""
+    cfg = v.cfg
+    fg, key = cfg.algorithm.filter_groups, "algorithm.filter_groups"
+    if not fg.enable:
+        return []
+    metric, manager, errors = fg.metric, cfg.reward_model.reward_manager, []
+    others = bool(cfg.custom_reward_function.path or cfg.reward.components)
+    if metric is None:
+        errors.append(
+            ConfigFieldError(
+                f"{key}.metric",
+                None,
+                "must be set with filter_groups.enable=True: acc, score, seq_reward or "
+                "seq_final_reward",
+            )
+        )
+    elif metric == "acc" and manager != "dapo" and not others:
+        errors.append(
+            ConfigFieldError(
+                f"{key}.metric",
+                metric,
+                "acc is recorded by reward_model.reward_manager=dapo (each float score is its "
+                "acc, as verl's DAPO manager) or by a reward function returning {'acc': ...}; set "
+                "reward_model.reward_manager=dapo or metric=score",
+            )
+        )
+    elif metric not in ("acc", "score", "seq_reward", "seq_final_reward") and not others:
+        errors.append(
+            ConfigFieldError(
+                f"{key}.metric",
+                metric,
+                "the built-in rewards produce acc (with reward_manager=dapo), score, seq_reward "
+                "and seq_final_reward; another name needs a custom_reward_function that returns it",
+            )
+        )
+    if metric == "seq_final_reward" and cfg.algorithm.use_kl_in_reward:
+        errors.append(
+            ConfigFieldError(
+                f"{key}.metric",
+                metric,
+                "seq_final_reward with algorithm.use_kl_in_reward=True needs the KL penalty "
+                "before filtering, which this engine applies after it; use seq_reward, or the KL "
+                "loss (actor.use_kl_loss) instead of the KL in the reward",
+            )
+        )
+    if cfg.actor_rollout_ref.rollout.n < 2:
+        errors.append(
+            ConfigFieldError(
+                f"{key}.enable",
+                True,
+                "filters groups of responses to one prompt, so it needs "
+                "actor_rollout_ref.rollout.n >= 2 (a group of one is always kept)",
+            )
+        )
+    return errors

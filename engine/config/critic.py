@@ -1,17 +1,27 @@
 """``critic``: the value model of GAE, its optimiser and batch sizes.
 
 verl's ``FSDPCriticConfig`` (``verl/workers/config/critic.py``); its optimiser, FSDP and
-checkpoint sections are the actor's classes.
+checkpoint sections are the actor's classes, and its batch sizes are checked as the actor's. The
+rules are at the end: a critic for gae, its optimiser, batches and model folder.
 """
 
 from dataclasses import dataclass
 from typing import Any
 
 from engine.algorithms.names import LOSS_AGG_MODES
-from engine.config.actor import STRATEGIES, CheckpointConfig, FSDPConfig, OptimConfig
+from engine.config.actor import (
+    STRATEGIES,
+    CheckpointConfig,
+    FSDPConfig,
+    OptimConfig,
+    batch_problems,
+    optim_problems,
+)
 from engine.config.fields import (
     MAX_BATCH,
     MAX_TOKEN_BUDGET,
+    ConfigFieldError,
+    Validation,
     _f,
     _inert,
     _refused,
@@ -21,6 +31,7 @@ from engine.config.fields import (
     _target,
     _ulysses,
 )
+from engine.config.files import model_dir_problems
 from engine.config.unsupported import ProfilerConfig, TiledMLPConfig
 
 
@@ -113,3 +124,32 @@ class CriticConfig(_Section):
     )
     ulysses_sequence_parallel_size: int = _ulysses()
     profiler: ProfilerConfig = _section(ProfilerConfig, "Profiling of the critic.")
+
+
+def critic_problems(v: Validation) -> list[ConfigFieldError]:
+    """Return the errors of the critic's keys: a value model for gae, its optimiser, and, when it
+    is trained, its batch sizes and model folder; warn when it is trained but not used."""
+    critic, estimator = v.cfg.critic, v.cfg.algorithm.adv_estimator
+    enable = v.given.critic.enable  # null: on for gae (resolve_config), so only False is asked
+    errors = optim_problems("critic.optim", critic.optim)
+    if estimator == "gae" and enable is False:
+        errors.append(
+            ConfigFieldError(
+                "critic.enable",
+                False,
+                "gae needs a value model; set critic.enable=True (or null), or choose a "
+                "critic-free estimator such as algorithm.adv_estimator=grpo",
+            )
+        )
+    if estimator != "gae" and enable:
+        v.warnings.append(
+            f"critic.enable=True with algorithm.adv_estimator={estimator}: the critic is trained "
+            "but its values are not used"
+        )
+    if not critic.enable:
+        return errors
+    errors += batch_problems(v, "critic")
+    model_path = v.cfg.actor_rollout_ref.model.path
+    if v.check_files and critic.model.path and critic.model.path != model_path:
+        errors += model_dir_problems(v, "critic.model.path", critic.model.path)
+    return errors

@@ -1,6 +1,8 @@
 """``data``: the training and validation files, their columns, lengths and batch sizes.
 
-verl's ``data`` section (``verl/trainer/config/data/legacy_data.yaml``).
+verl's ``data`` section (``verl/trainer/config/data/legacy_data.yaml``). Its rules are at the end:
+the files to train and validate on, the column map, DAPO's generation batch. That the batch splits
+evenly over the workers is checked with the actor's batches (``engine.config.actor``).
 """
 
 from dataclasses import dataclass
@@ -11,12 +13,15 @@ from engine.config.fields import (
     MAX_BATCH,
     MAX_TOKENS,
     MAX_WORKERS,
+    ConfigFieldError,
+    Validation,
     _f,
     _inert,
     _refused,
     _Section,
     _section,
 )
+from engine.config.files import file_problems, paths_of
 from engine.config.unsupported import ClassFileConfig, SamplerConfig
 
 DATA_KEY_MAP_TARGETS = ("prompt", "ground_truth", "data_source", "ability")
@@ -112,3 +117,74 @@ class DataConfig(_Section):
         "Keyword arguments of the chat template, for prompts and multi-turn turns "
         "(e.g. {enable_thinking: false}).",
     )
+
+
+def data_problems(v: Validation) -> list[ConfigFieldError]:
+    """Return the errors of the data keys: the files (needed, and for validation when the trainer
+    validates), the column map and DAPO's generation batch; warn when no validation data is set."""
+    data, trainer = v.cfg.data, v.cfg.trainer
+    errors = []
+    if not paths_of(data.train_files):
+        errors.append(
+            ConfigFieldError(
+                "data.train_files",
+                data.train_files,
+                "set it to a parquet, JSONL or CSV file (tiny://train.parquet: the embedded task)",
+            )
+        )
+    if not paths_of(data.val_files) and trainer.test_freq > 0:
+        errors.append(
+            ConfigFieldError(
+                "data.val_files",
+                data.val_files,
+                f"validation is on (trainer.test_freq={trainer.test_freq}); set data.val_files, "
+                "or turn validation off with trainer.test_freq=-1",
+            )
+        )
+    elif not paths_of(data.val_files) and trainer.val_before_train:
+        # verl's default is on; a run given no validation data (a tutorial's) still trains.
+        v.warnings.append(
+            "data.val_files is not set: the validation before training "
+            "(trainer.val_before_train=True, verl's default) is skipped; set data.val_files to "
+            "validate, or trainer.val_before_train=False to silence this"
+        )
+    for target, column in data.data_key_map.items():
+        if target not in DATA_KEY_MAP_TARGETS or not column:
+            errors.append(
+                ConfigFieldError(
+                    f"data.data_key_map.{target}",
+                    column,
+                    f"targets are {', '.join(DATA_KEY_MAP_TARGETS)}, each mapped to a source "
+                    "column (e.g. data.data_key_map.prompt=question)",
+                )
+            )
+    if data.gen_batch_size is not None and not v.cfg.algorithm.filter_groups.enable:
+        errors.append(
+            ConfigFieldError(
+                "data.gen_batch_size",
+                data.gen_batch_size,
+                "is read only with algorithm.filter_groups.enable=True (DAPO's dynamic sampling); "
+                "unset it or enable filter_groups",
+            )
+        )
+    if data.gen_batch_size is not None and data.gen_batch_size < data.train_batch_size:
+        errors.append(
+            ConfigFieldError(
+                "data.gen_batch_size",
+                data.gen_batch_size,
+                f"must be at least data.train_batch_size={data.train_batch_size}: each generation "
+                "batch should be able to fill the step (DAPO generates about 3x as many)",
+            )
+        )
+    if v.check_files:
+        for key, files in (
+            ("data.train_files", data.train_files),
+            ("data.val_files", data.val_files),
+        ):
+            for value in paths_of(files):
+                errors += file_problems(v, key, value, "check the path, or upload the data")
+        if data.tokenizer:
+            errors += file_problems(
+                v, "data.tokenizer", data.tokenizer, "point it at a tokenizer folder"
+            )
+    return errors

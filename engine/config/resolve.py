@@ -35,8 +35,6 @@ from engine.config.schema import PPOConfig
 from engine.config.tree import deep_merge
 from engine.config.yaml_io import yaml_load
 
-_ARR = "actor_rollout_ref"
-
 _REFERENCE = re.compile(r"\$\{([^${}]*)\}")
 # OmegaConf's marker of a value that must be given (``name: ???``): here, no value yet (null).
 MISSING = "???"
@@ -219,7 +217,7 @@ def _clamp_mini_batch(section: Any, batch: Any) -> None:
 def mini_batch_warnings(cfg: PPOConfig, resolved: PPOConfig) -> list[str]:
     """Return a warning for each mini-batch that ``resolve_config`` cut to the whole batch."""
     roles: list[tuple[str, Any, Any]] = [
-        (f"{_ARR}.actor", cfg.actor_rollout_ref.actor, resolved.actor_rollout_ref.actor)
+        ("actor_rollout_ref.actor", cfg.actor_rollout_ref.actor, resolved.actor_rollout_ref.actor)
     ]
     if resolved.critic.enable:
         roles.append(("critic", cfg.critic, resolved.critic))
@@ -237,9 +235,14 @@ def _legacy_micro_batches(cfg: PPOConfig) -> list[tuple[str, Any, str, str]]:
     arr = cfg.actor_rollout_ref
     per_gpu = "log_prob_micro_batch_size"
     return [
-        (f"{_ARR}.actor", arr.actor, "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu"),
-        (f"{_ARR}.ref", arr.ref, per_gpu, f"{per_gpu}_per_gpu"),
-        (f"{_ARR}.rollout", arr.rollout, per_gpu, f"{per_gpu}_per_gpu"),
+        (
+            "actor_rollout_ref.actor",
+            arr.actor,
+            "ppo_micro_batch_size",
+            "ppo_micro_batch_size_per_gpu",
+        ),
+        ("actor_rollout_ref.ref", arr.ref, per_gpu, f"{per_gpu}_per_gpu"),
+        ("actor_rollout_ref.rollout", arr.rollout, per_gpu, f"{per_gpu}_per_gpu"),
         ("critic", cfg.critic, "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu"),
         ("critic", cfg.critic, "forward_micro_batch_size", "forward_micro_batch_size_per_gpu"),
         ("reward_model", cfg.reward_model, "micro_batch_size", "micro_batch_size_per_gpu"),
@@ -297,7 +300,7 @@ def legacy_key_problems(v: Validation) -> list[ConfigFieldError]:
                 f"{prefix}.{per_gpu} instead"
             )
     arr = original.actor_rollout_ref
-    for prefix, role in ((f"{_ARR}.actor", arr.actor), ("critic", original.critic)):
+    for prefix, role in (("actor_rollout_ref.actor", arr.actor), ("critic", original.critic)):
         pairs = (
             ("grad_clip", role.grad_clip, "optim.clip_grad", role.optim.clip_grad, 1.0),
             (

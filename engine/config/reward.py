@@ -1,7 +1,15 @@
 """The rewards: ``reward_model`` (verl's learned reward model and reward manager),
 ``custom_reward_function``, PostTrain's ``reward`` composition and verl 0.7's ``reward_manager``.
+
+The rules are at the end: what the reward model needs, how the components combine with the reward
+model and the custom function, what each reward manager reads (its ``reward_kwargs``, DAPO's
+overlong penalty), and the reward model's own Ray pool. ``own_reward_pool``,
+``reward_pool_problems`` and ``in_process_reward_model_problems`` are also asked by the trainers
+as they start, so the form, the CLI and the trainer give the same error.
 """
 
+import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,6 +17,8 @@ from engine.config.fields import (
     MAX_BATCH,
     MAX_TOKEN_BUDGET,
     MAX_WORKERS,
+    ConfigFieldError,
+    Validation,
     _f,
     _inert,
     _refused,
@@ -17,6 +27,8 @@ from engine.config.fields import (
     _target,
     _ulysses,
 )
+from engine.config.files import file_problems, local_path, model_dir_problems
+from engine.config.tree import get_in
 from engine.config.unsupported import (
     ModuleConfig,
     ProfilerConfig,
@@ -25,6 +37,7 @@ from engine.config.unsupported import (
     WrapPolicyConfig,
 )
 from engine.rewards.names import REWARD_COMPONENTS, REWARD_MANAGERS
+from engine.rewards.overlong import reward_kwargs_problems
 
 _RM_ONLY = "read only with reward_model.enable=True"
 
@@ -239,6 +252,302 @@ class RewardManagerConfig(_Section):
     module: ModuleConfig = _section(ModuleConfig, "A custom reward manager module.")
 
 
+def reward_problems(v: Validation) -> list[ConfigFieldError]:
+    """Return the errors of the reward keys: what the reward model needs, how the components, the
+    reward model and the custom function combine, what the reward manager reads, and the reward
+    model's pool; warn when DAPO's overlong penalty can never apply."""
+    cfg = v.cfg
+    rm, custom = cfg.reward_model, cfg.custom_reward_function
+    errors = []
+    if rm.enable and not rm.model.path:
+        errors.append(
+            ConfigFieldError(
+                "reward_model.model.path",
+                rm.model.path,
+                "reward_model.enable=True needs a reward model folder (tiny://reward_model: the "
+                "embedded one)",
+            )
+        )
+    if rm.enable and rm.micro_batch_size_per_gpu is None:
+        errors.append(
+            ConfigFieldError(
+                "reward_model.micro_batch_size_per_gpu",
+                None,
+                "reward_model.enable=True needs the samples per reward-model forward; set "
+                "reward_model.micro_batch_size_per_gpu (or verl's deprecated micro_batch_size)",
+            )
+        )
+    if rm.enable and custom.path and not cfg.reward.components:
+        errors.append(
+            ConfigFieldError(
+                "reward.components",
+                cfg.reward.components,
+                "reward_model.enable=True and custom_reward_function.path both give the reward; "
+                "combine them with reward.components=[{name: custom, weight: ...}, {name: "
+                "reward_model, weight: ...}], or drop one",
+            )
+        )
+    errors += _component_problems(v)
+    errors += reward_pool_problems(cfg)
+    if cfg.trainer.controller != "ray":
+        errors += in_process_reward_model_problems(cfg)
+    errors += _manager_problems(v)
+    errors += _reward_kwargs_problems(v)
+    if v.check_files and rm.enable and rm.model.path:
+        errors += model_dir_problems(v, "reward_model.model.path", rm.model.path)
+        errors += _classifier_problems(v, rm.model.path)
+    if v.check_files and custom.path:
+        errors += file_problems(
+            v, "custom_reward_function.path", custom.path, "point it at a Python file"
+        )
+    return errors
+
+
+def _component_problems(v: Validation) -> list[ConfigFieldError]:
+    """Return the errors of ``reward.components``: each one's weight and what its name needs, and
+    a custom function or a reward model that no component scores with."""
+    cfg = v.cfg
+    errors = []
+    for i, component in enumerate(cfg.reward.components):
+        key = f"reward.components[{i}]"
+        if not math.isfinite(component.weight):
+            errors.append(
+                ConfigFieldError(f"{key}.weight", component.weight, "must be a finite number")
+            )
+        if component.name == "custom" and not cfg.custom_reward_function.path:
+            errors.append(
+                ConfigFieldError(
+                    f"{key}.name",
+                    "custom",
+                    "custom needs custom_reward_function.path (a Python file)",
+                )
+            )
+        if component.name == "reward_model" and not cfg.reward_model.enable:
+            errors.append(
+                ConfigFieldError(
+                    f"{key}.name", "reward_model", "reward_model needs reward_model.enable=True"
+                )
+            )
+        if component.name == "reward_model" and component.kwargs:
+            errors.append(
+                ConfigFieldError(
+                    f"{key}.kwargs",
+                    component.kwargs,
+                    "a reward-model component takes no kwargs: the model scores each (prompt, "
+                    "response) pair as it is; remove them",
+                )
+            )
+    names = {component.name for component in cfg.reward.components}
+    if names and cfg.custom_reward_function.path and "custom" not in names:
+        errors.append(
+            ConfigFieldError(
+                "custom_reward_function.path",
+                cfg.custom_reward_function.path,
+                "is set, but reward.components has no custom component, so the function would "
+                "score nothing; add {name: custom, weight: ...} to reward.components, or unset "
+                "custom_reward_function.path",
+            )
+        )
+    if names and cfg.reward_model.enable and "reward_model" not in names:
+        errors.append(
+            ConfigFieldError(
+                "reward_model.enable",
+                True,
+                "loads the reward model, but reward.components has no reward_model component, so "
+                "its score would count nowhere; add {name: reward_model, weight: ...} to "
+                "reward.components, or set reward_model.enable=False",
+            )
+        )
+    return errors
+
+
+def _manager_problems(v: Validation) -> list[ConfigFieldError]:
+    """Return the errors of what the prime and batch managers score with: one function, and
+    batch's one call."""
+    cfg = v.cfg
+    manager = cfg.reward_model.reward_manager
+    if manager not in ("prime", "batch"):
+        return []
+    which, errors = f"reward_model.reward_manager={manager}", []
+    if cfg.reward.components:
+        errors.append(
+            ConfigFieldError(
+                "reward.components",
+                cfg.reward.components,
+                f"are not read by {which}, which scores one reward function (custom_reward_"
+                f"function{'' if manager == 'batch' else ' or the data_source dispatch'}); "
+                "weighted components need reward_model.reward_manager=naive or dapo",
+            )
+        )
+    if cfg.reward_model.enable:
+        errors.append(
+            ConfigFieldError(
+                "reward_model.enable",
+                True,
+                f"loads the reward model, which {which} does not score with; use "
+                "reward_model.reward_manager=naive (the model's score is the reward) or dapo",
+            )
+        )
+    if manager != "batch":
+        return errors
+    custom = cfg.custom_reward_function
+    if not custom.path:
+        errors.append(
+            ConfigFieldError(
+                "reward_model.reward_manager",
+                manager,
+                "batch calls custom_reward_function once per batch; set "
+                "custom_reward_function.path and .name to a function compute_score(data_sources, "
+                "solution_strs, ground_truths, extra_infos, **kwargs) returning one score per "
+                "response",
+            )
+        )
+    if cfg.reward.num_workers != 1:
+        errors.append(
+            ConfigFieldError(
+                "reward.num_workers",
+                cfg.reward.num_workers,
+                "has no effect with reward_model.reward_manager=batch, which makes one call in "
+                "the trainer's process (a batch function parallelises itself); set it to 1",
+            )
+        )
+    for key in sorted(cfg.reward_model.reward_kwargs.keys() & (custom.reward_kwargs or {}).keys()):
+        errors.append(
+            ConfigFieldError(
+                f"reward_model.reward_kwargs.{key}",
+                cfg.reward_model.reward_kwargs[key],
+                "is also set in custom_reward_function.reward_kwargs, and batch passes both to "
+                "the function; keep one",
+            )
+        )
+    return errors
+
+
+def _reward_kwargs_problems(v: Validation) -> list[ConfigFieldError]:
+    """Return the errors of ``reward_model.reward_kwargs`` for its manager, and of DAPO's overlong
+    penalty as verl's recipe spells it (``reward_model.overlong_buffer``)."""
+    cfg = v.cfg
+    manager = cfg.reward_model.reward_manager
+    kwargs = dict(cfg.reward_model.reward_kwargs)
+    problems = reward_kwargs_problems(manager, kwargs)
+    errors = [
+        ConfigFieldError(key, get_in(kwargs, key.split(".")[2:])[1], message)
+        for key, message in problems
+    ]
+    buffer = kwargs.get("overlong_buffer_cfg") or {}
+    longest = cfg.data.max_response_length
+    start = kwargs.get("max_resp_len", 0) - buffer.get("len", 0)
+    if not problems and manager == "dapo" and buffer.get("enable") and start >= longest:
+        v.warnings.append(
+            f"reward_model.reward_kwargs: the overlong penalty starts after max_resp_len - len "
+            f"= {start} tokens, but no response is longer than data.max_response_length="
+            f"{longest}, so it never applies"
+        )
+    recipe, key = cfg.reward_model.overlong_buffer, "reward_model.overlong_buffer"
+    if recipe.enable and manager != "dapo":
+        errors.append(
+            ConfigFieldError(
+                f"{key}.enable", True, "is read by reward_model.reward_manager=dapo; set it"
+            )
+        )
+    if recipe.enable and buffer.get("enable"):
+        errors.append(
+            ConfigFieldError(
+                f"{key}.enable",
+                True,
+                "and reward_model.reward_kwargs.overlong_buffer_cfg are two spellings of one "
+                "penalty; keep one",
+            )
+        )
+    if recipe.enable and not 0 < recipe.len <= longest:
+        errors.append(
+            ConfigFieldError(
+                f"{key}.len",
+                recipe.len,
+                f"must be > 0 and at most data.max_response_length={longest} when enabled",
+            )
+        )
+    return errors
+
+
+def _classifier_problems(v: Validation, value: str) -> list[ConfigFieldError]:
+    """Return an error when a local reward model folder is not a one-label sequence classifier."""
+    path = local_path(v, "reward_model.model.path", value)
+    if path is None or not (path / "config.json").is_file():
+        return []  # remote, tiny://, or already reported by model_dir_problems
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        return [
+            ConfigFieldError(
+                "reward_model.model.path", value, f"{path}/config.json cannot be read: {exc}"
+            )
+        ]
+    architectures = config.get("architectures") or []
+    labels = len(config["id2label"]) if "id2label" in config else config.get("num_labels", 2)
+    if not any(a.endswith("ForSequenceClassification") for a in architectures) or labels != 1:
+        return [
+            ConfigFieldError(
+                "reward_model.model.path",
+                value,
+                f"{path} is not a one-label sequence classifier (architectures={architectures}, "
+                f"{labels} labels); point it at a reward model saved from "
+                "AutoModelForSequenceClassification with num_labels=1, or use tiny://reward_model",
+            )
+        ]
+    return []
+
+
 def own_reward_pool(cfg: Any) -> bool:
     """Return True when the reward model runs on a Ray pool of its own (verl's ``reward_pool``)."""
     return bool(cfg.reward_model.enable and cfg.reward_model.enable_resource_pool)
+
+
+def reward_pool_problems(cfg: Any) -> list[ConfigFieldError]:
+    """Return an error for each of ``reward_model.nnodes`` and ``n_gpus_per_node`` below 1 when
+    the reward model has a pool of its own, as verl's ``main_ppo`` refuses them.
+
+    ``RayPPOTrainer`` raises them too, before it asks Ray for the pools.
+    """
+    if not own_reward_pool(cfg):
+        return []
+    rm = cfg.reward_model
+    return [
+        ConfigFieldError(
+            f"reward_model.{name}",
+            value,
+            "reward_model.enable_resource_pool=True gives the reward model a pool of "
+            f"reward_model.nnodes x reward_model.n_gpus_per_node ranks, but they are {rm.nnodes} "
+            f"x {rm.n_gpus_per_node}; set both to at least 1, or "
+            "reward_model.enable_resource_pool=False to share the trainer's ranks",
+        )
+        for name, value in (("nnodes", rm.nnodes), ("n_gpus_per_node", rm.n_gpus_per_node))
+        if value < 1
+    ]
+
+
+def in_process_reward_model_problems(cfg: Any) -> list[ConfigFieldError]:
+    """Return an error for each reward-model key that only its Ray role reads, set True: the
+    single-process trainer loads the reward model whole in its own process.
+
+    The validator asks with ``trainer.controller=local``; ``build_reward_scorer`` raises them
+    before it loads the model.
+    """
+    rm = cfg.reward_model
+    if not rm.enable:
+        return []
+    ray_only = {
+        "reward_model.enable_resource_pool": rm.enable_resource_pool,
+        "reward_model.model.fsdp_config.param_offload": rm.model.fsdp_config.param_offload,
+    }
+    return [
+        ConfigFieldError(
+            key,
+            value,
+            "read where the reward model is a role on Ray ranks, but the single-process trainer "
+            "(trainer.controller=local) loads it whole in its own process; set "
+            f"trainer.controller=ray, or {key}=False",
+        )
+        for key, value in ray_only.items()
+        if value
+    ]

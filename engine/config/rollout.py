@@ -1,17 +1,22 @@
 """``actor_rollout_ref.rollout``: how responses are generated (the backend, sampling, lengths,
 validation sampling and multi-turn conversations with tools).
 
-verl's ``RolloutConfig`` (``verl/workers/config/rollout.py``).
+verl's ``RolloutConfig`` (``verl/workers/config/rollout.py``). The rules are at the end: the
+backend against the machine, group sizes for group estimators, sampling, multi-turn files.
 """
 
+import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
+from engine.algorithms.names import GROUP_ESTIMATORS
 from engine.config.fields import (
     MAX_BATCH,
     MAX_TOKEN_BUDGET,
     MAX_TOKENS,
     MAX_WORKERS,
+    ConfigFieldError,
+    Validation,
     _f,
     _inert,
     _refused,
@@ -19,10 +24,12 @@ from engine.config.fields import (
     _section,
     _target,
 )
+from engine.config.files import file_problems
 from engine.config.unsupported import AgentLoopConfig, ProfilerConfig, PrometheusConfig, TraceConfig
 from engine.rollout.names import (
     ROLLOUT_NAMES,
     SANITY_CHECK_MODES,
+    SGLANG_MISSING,
     TOOL_CALL_FORMATS,
     TRUNCATE_SIDES,
 )
@@ -215,3 +222,100 @@ class RolloutConfig(_Section):
     layered_summon: bool = _inert(False, "Gather FSDP weights layer by layer for the sync.")
     agent: AgentLoopConfig = _section(AgentLoopConfig, "verl's agent loops.")
     profiler: ProfilerConfig = _section(ProfilerConfig, "Profiling of the rollout.")
+
+
+def rollout_problems(v: Validation) -> list[ConfigFieldError]:
+    """Return the errors of the rollout's keys: a GPU engine on a CPU (or not installed), its
+    parallel size, groups for a group estimator, top-k and temperature against sampling, and
+    multi-turn's interaction and files; warn when a group's responses cannot differ."""
+    cfg = v.cfg
+    rollout, algo = cfg.actor_rollout_ref.rollout, cfg.algorithm
+    workers = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+    errors = []
+    for prefix, sampling in (
+        ("actor_rollout_ref.rollout", rollout),
+        ("actor_rollout_ref.rollout.val_kwargs", rollout.val_kwargs),
+    ):
+        if not (sampling.top_k == -1 or sampling.top_k > 0):
+            errors.append(
+                ConfigFieldError(f"{prefix}.top_k", sampling.top_k, "must be -1 (off) or > 0")
+            )
+    estimator = algo.adv_estimator
+    if estimator in GROUP_ESTIMATORS and rollout.n < 2 and not algo.allow_single_sample_groups:
+        errors.append(
+            ConfigFieldError(
+                "actor_rollout_ref.rollout.n",
+                rollout.n,
+                f"{estimator} compares the responses to the same prompt, so it needs groups; "
+                f"set actor_rollout_ref.rollout.n>=2 (e.g. 4), or "
+                "algorithm.allow_single_sample_groups=True to run with single samples",
+            )
+        )
+    if estimator in GROUP_ESTIMATORS and rollout.n > 1 and not rollout.do_sample:
+        v.warnings.append(
+            f"{estimator} with actor_rollout_ref.rollout.do_sample=False: every response in a "
+            "group is the same, so every advantage is 0; set do_sample=True"
+        )
+    engine = {"vllm": "vLLM", "sglang": "SGLang"}.get(rollout.name)
+    if engine and cfg.trainer.device == "cpu":
+        errors.append(
+            ConfigFieldError(
+                "actor_rollout_ref.rollout.name",
+                rollout.name,
+                f"{engine} needs a CUDA GPU; use actor_rollout_ref.rollout.name=hf",
+            )
+        )
+    elif (
+        rollout.name == "sglang"
+        and cfg.trainer.controller == "local"  # built here; a Ray actor raises it where it runs
+        and importlib.util.find_spec("sglang") is None
+    ):
+        errors.append(
+            ConfigFieldError("actor_rollout_ref.rollout.name", rollout.name, SGLANG_MISSING)
+        )
+    if engine and rollout.tensor_model_parallel_size > workers:
+        errors.append(
+            ConfigFieldError(
+                "actor_rollout_ref.rollout.tensor_model_parallel_size",
+                rollout.tensor_model_parallel_size,
+                f"exceeds the {workers} workers; lower it",
+            )
+        )
+    multi_turn = rollout.multi_turn
+    if multi_turn.interaction_config_path and (
+        multi_turn.interaction_path or multi_turn.interaction_name
+    ):
+        errors.append(
+            ConfigFieldError(
+                "actor_rollout_ref.rollout.multi_turn.interaction_config_path",
+                multi_turn.interaction_config_path,
+                "and multi_turn.interaction_path / interaction_name both name an interaction; "
+                "keep verl's YAML or the function",
+            )
+        )
+    for prefix, sampling in (
+        ("actor_rollout_ref.rollout", rollout),
+        ("actor_rollout_ref.rollout.val_kwargs", rollout.val_kwargs),
+    ):
+        if sampling.do_sample and sampling.temperature <= 0:
+            errors.append(
+                ConfigFieldError(
+                    f"{prefix}.temperature",
+                    sampling.temperature,
+                    f"must be > 0 when sampling; set {prefix}.do_sample=False for greedy decoding",
+                )
+            )
+    if v.check_files and multi_turn.enable:
+        for name, value, fix in (
+            ("interaction_path", multi_turn.interaction_path, "point it at a Python file"),
+            (
+                "interaction_config_path",
+                multi_turn.interaction_config_path,
+                "point it at verl's interaction YAML",
+            ),
+            ("tool_config_path", multi_turn.tool_config_path, "point it at a tools YAML"),
+        ):
+            if value:
+                key = f"actor_rollout_ref.rollout.multi_turn.{name}"
+                errors += file_problems(v, key, value, fix)
+    return errors

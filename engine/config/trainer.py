@@ -1,5 +1,9 @@
 """``trainer``: the training loop, logging, checkpoints and the workers' machines; ``ray_init``
 and verl 0.7's ``ray_kwargs``: how Ray starts.
+
+The rules are at the end: the trackers' libraries, the -1 of the frequencies, the checkpoint to
+resume from. That ``ray_init`` and ``ray_kwargs`` agree is checked with verl's other two spellings
+(``engine.config.resolve``).
 """
 
 from dataclasses import dataclass
@@ -9,13 +13,16 @@ from engine.config.fields import (
     MAX_EPOCHS,
     MAX_STEPS,
     MAX_WORKERS,
+    ConfigFieldError,
+    Validation,
     _f,
     _inert,
     _refused,
     _Section,
     _section,
 )
-from engine.config.trackers import TRACKERS
+from engine.config.files import file_problems
+from engine.config.trackers import TRACKERS, tracker_install_problems
 
 
 @dataclass
@@ -129,3 +136,37 @@ class RayKwargsConfig(_Section):
     timeline_json_file: str | None = _inert(
         None, "Write Ray's task timeline here.", resource="server"
     )
+
+
+def trainer_problems(v: Validation) -> list[ConfigFieldError]:
+    """Return the errors of the trainer's keys: a tracker whose library is missing, a frequency
+    that is neither -1 nor positive, and the checkpoint folder of resume_mode=resume_path."""
+    trainer = v.cfg.trainer
+    errors = [
+        ConfigFieldError("trainer.logger", trainer.logger, problem)
+        for problem in tracker_install_problems(trainer.logger)
+    ]
+    for name in ("save_freq", "test_freq"):
+        value = getattr(trainer, name)
+        if not (value == -1 or value > 0):
+            errors.append(
+                ConfigFieldError(
+                    f"trainer.{name}", value, "must be -1 (off) or a positive number of steps"
+                )
+            )
+    if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
+        errors.append(
+            ConfigFieldError(
+                "trainer.resume_from_path",
+                trainer.resume_from_path,
+                "resume_mode=resume_path needs a checkpoint folder here",
+            )
+        )
+    if v.check_files and trainer.resume_mode == "resume_path" and trainer.resume_from_path:
+        errors += file_problems(
+            v,
+            "trainer.resume_from_path",
+            trainer.resume_from_path,
+            "point it at a checkpoint folder",
+        )
+    return errors

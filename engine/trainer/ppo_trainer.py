@@ -841,7 +841,7 @@ def build_reward_scorer(config: Any, device: str | torch.device = "cpu") -> Any:
     if not config.reward_model.enable:
         return None
     from engine.config import ConfigValidationError
-    from engine.config.validate import in_process_reward_model_problems
+    from engine.config.reward import in_process_reward_model_problems
 
     problems = in_process_reward_model_problems(config)
     if problems:

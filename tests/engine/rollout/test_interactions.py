@@ -19,7 +19,8 @@ import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from engine.config import RolloutConfig, load_config
-from engine.config.validate import ConfigValidationError, validate_config
+from engine.config.fields import ConfigValidationError
+from engine.config.validate import validate_config
 from engine.data import DataProto
 from engine.rewards import RewardManager
 from engine.rollout.hf import HFRollout
