@@ -2,6 +2,26 @@
 
 The CLI (``python -m engine.main_ppo key=value ...``), the YAML presets in ``engine/configs`` and
 the web form all load, check and describe a run through this package.
+
+A key's section module holds its field (help, default, choices, bounds) and, at its end, the
+section's rules (``data_problems``, ...)::
+
+    data.*                                          data.py
+    actor_rollout_ref.model.*, .actor.*, .ref.*     actor.py
+    actor_rollout_ref.rollout.*                     rollout.py
+    critic.*                                        critic.py
+    reward_model.*, custom_reward_function.*,
+    reward.*, reward_manager.*                      reward.py
+    algorithm.*                                     algorithm.py
+    trainer.*, ray_init.*, ray_kwargs.*             trainer.py
+    verl's sections with no engine behind them      unsupported.py (global_profiler, ...)
+
+``schema.py`` is the root (``PPOConfig``); ``fields.py`` makes the fields and holds the limits and
+errors; ``validate.py`` checks what every key's metadata says and gathers the sections' rules;
+``resolve.py`` fills in what verl interpolates and checks verl's legacy keys; ``loader.py`` reads
+presets, ``overrides.py`` the command line and ``yaml_io.py`` every YAML text; ``keys.py`` maps
+dotted keys and their types; ``introspect.py`` lists the fields for forms; ``tables.py`` writes
+docs/config.md; ``aliases.py`` maps a tutorial's spellings to verl's keys.
 """
 
 from engine.config.actor import ActorConfig, ActorRolloutRefConfig, ModelConfig
