@@ -2,11 +2,11 @@
 
 ``hf`` is the lean sampling loop over the policy module itself (CPU and GPU); ``vllm`` and
 ``sglang`` adapters around a vLLM or SGLang engine that loads the model from ``model.path``
-(GPU). A backend is a
-function ``(model, tokenizer, rollout_config, model_path) -> RolloutEngine``;
-:func:`register_rollout` adds one under a name in :data:`ROLLOUT_NAMES` (the config's choices
-come from that list, so the two cannot drift). Importing this package loads no backend: each
-builder imports its module when called.
+(GPU). A backend is a function ``(model, tokenizer, rollout_config, model_path) ->
+RolloutEngine``; :func:`register_rollout` adds one under a name in
+``engine.rollout.names.ROLLOUT_NAMES`` (the config's choices come from that list, so the two
+cannot drift). Importing this package loads no backend: each builder imports its module when
+called.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ def register_rollout(name: str) -> Callable[[RolloutBuilder], RolloutBuilder]:
     def decorate(builder: RolloutBuilder) -> RolloutBuilder:
         if name not in ROLLOUT_NAMES:
             raise ValueError(
-                f"rollout backend {name!r} is not listed in engine.rollout.ROLLOUT_NAMES; add "
-                "it there so the config accepts it"
+                f"rollout backend {name!r} is not listed in engine.rollout.names.ROLLOUT_NAMES; "
+                "add it there so the config accepts it"
             )
         if name in _BUILDERS:
             raise ValueError(f"rollout backend {name!r} is registered twice")

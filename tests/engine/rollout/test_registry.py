@@ -16,7 +16,7 @@ def test_the_config_offers_exactly_the_registered_backends():
 
 def test_an_unlisted_or_twice_registered_backend_is_refused():
     with pytest.raises(
-        ValueError, match="'lightllm' is not listed in engine.rollout.ROLLOUT_NAMES"
+        ValueError, match="'lightllm' is not listed in engine.rollout.names.ROLLOUT_NAMES"
     ):
         register_rollout("lightllm")(lambda *a: None)
     with pytest.raises(ValueError, match="'hf' is registered twice"):
