@@ -44,7 +44,7 @@ from engine.config.rollout import rollout_problems
 from engine.config.schema import PPOConfig
 from engine.config.trainer import trainer_problems
 from engine.config.yaml_io import MAX_YAML_ITEMS, MAX_YAML_STRING
-from engine.tools.tiny_uris import TINY_PREFIX, TINY_URIS
+from engine.tools.names import TINY_PREFIX, TINY_URIS
 
 MAX_INT64 = 2**63 - 1  # what torch and numpy hold: a seed or a rank count beyond it fails at start
 MAX_VALUES = 100_000  # strings and numbers in one field's value (override_config, reward kwargs)
