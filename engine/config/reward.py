@@ -28,6 +28,7 @@ from engine.config.fields import (
     _ulysses,
 )
 from engine.config.files import file_problems, local_path, model_dir_problems
+from engine.config.reward_kwargs import reward_kwargs_problems
 from engine.config.tree import get_in
 from engine.config.unsupported import (
     ModuleConfig,
@@ -37,7 +38,6 @@ from engine.config.unsupported import (
     WrapPolicyConfig,
 )
 from engine.rewards.names import REWARD_COMPONENTS, REWARD_MANAGERS
-from engine.rewards.overlong import reward_kwargs_problems
 
 _RM_ONLY = "read only with reward_model.enable=True"
 
