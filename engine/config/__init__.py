@@ -21,7 +21,10 @@ errors; ``validate.py`` checks what every key's metadata says and gathers the se
 ``resolve.py`` fills in what verl interpolates and checks verl's legacy keys; ``loader.py`` reads
 presets, ``overrides.py`` the command line and ``yaml_io.py`` every YAML text; ``keys.py`` maps
 dotted keys and their types; ``introspect.py`` lists the fields for forms; ``tables.py`` writes
-docs/config.md; ``aliases.py`` maps a tutorial's spellings to verl's keys.
+docs/config.md; ``aliases.py`` maps a tutorial's spellings to verl's keys. Two helpers of the
+rules: ``files.py`` checks the files and folders a key names, ``reward_kwargs.py`` what each
+reward manager reads from ``reward_model.reward_kwargs``. The package imports no section of the
+engine above it: only the name lists of ``engine.*.names``.
 """
 
 from engine.config.actor import ActorConfig, ActorRolloutRefConfig, ModelConfig

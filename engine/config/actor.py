@@ -344,7 +344,7 @@ class ActorRolloutRefConfig(_Section):
 def actor_problems(v: Validation) -> list[ConfigFieldError]:
     """Return the errors of the policy's keys: its model folder, optimiser, dual-clip constant,
     a loss that only rollout correction may pick, and its batch sizes."""
-    arr = v.cfg.actor_rollout_ref
+    arr: ActorRolloutRefConfig = v.cfg.actor_rollout_ref
     actor, model = arr.actor, arr.model
     errors = optim_problems("actor_rollout_ref.actor.optim", actor.optim)
     if actor.clip_ratio_c <= 1:

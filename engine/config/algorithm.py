@@ -155,7 +155,8 @@ def algorithm_problems(v: Validation) -> list[ConfigFieldError]:
     """Return the errors of the algorithm's keys: the KL controller, rollout correction and DAPO's
     group filtering; warn when the KL to the reference is counted twice, or not at all in GRPO."""
     cfg = v.cfg
-    algo, actor = cfg.algorithm, cfg.actor_rollout_ref.actor
+    algo: AlgorithmConfig = cfg.algorithm
+    actor = cfg.actor_rollout_ref.actor
     estimator, errors = algo.adv_estimator, []
     if estimator in TOKEN_BASELINE_ESTIMATORS and algo.rollout_correction.bypass_mode:
         # Their sum_pi_squared comes from the old-log-prob pass, which bypass mode skips (verl

@@ -129,7 +129,8 @@ class CriticConfig(_Section):
 def critic_problems(v: Validation) -> list[ConfigFieldError]:
     """Return the errors of the critic's keys: a value model for gae, its optimiser, and, when it
     is trained, its batch sizes and model folder; warn when it is trained but not used."""
-    critic, estimator = v.cfg.critic, v.cfg.algorithm.adv_estimator
+    critic: CriticConfig = v.cfg.critic
+    estimator = v.cfg.algorithm.adv_estimator
     enable = v.given.critic.enable  # null: on for gae (resolve_config), so only False is asked
     errors = optim_problems("critic.optim", critic.optim)
     if estimator == "gae" and enable is False:

@@ -122,7 +122,8 @@ class DataConfig(_Section):
 def data_problems(v: Validation) -> list[ConfigFieldError]:
     """Return the errors of the data keys: the files (needed, and for validation when the trainer
     validates), the column map and DAPO's generation batch; warn when no validation data is set."""
-    data, trainer = v.cfg.data, v.cfg.trainer
+    data: DataConfig = v.cfg.data
+    trainer = v.cfg.trainer
     errors = []
     if not paths_of(data.train_files):
         errors.append(

@@ -15,10 +15,7 @@ no effect or refused, with ``why``), ``follows`` (the key a derived key copies) 
 import copy
 import difflib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # for the annotations of Validation only: the root is built from the sections
-    from engine.config.schema import PPOConfig
+from typing import Any
 
 
 class Limit(int):
@@ -83,14 +80,15 @@ class ConfigValidationError(ConfigError):
 class Validation:
     """What the rules of a section read, in one ``validate_config`` call.
 
-    ``cfg`` is the resolved copy of the config (``resolve_config``: a key left null holds the value
-    it takes), ``given`` the config as it was given (that key still null); ``check_files`` says
-    whether the files and folders a key names must exist. A rule returns its errors and appends
-    what is only worth a warning to ``warnings``.
+    ``cfg`` is the resolved copy of the ``PPOConfig`` (``resolve_config``: a key left null holds
+    the value it takes), ``given`` the config as it was given (that key still null); ``check_files``
+    says whether the files and folders a key names must exist. A rule returns its errors and
+    appends what is only worth a warning to ``warnings``. The two configs are typed ``Any`` here:
+    the sections sit below the root that holds them, so a rule types its own section's part.
     """
 
-    cfg: "PPOConfig"
-    given: "PPOConfig"
+    cfg: Any
+    given: Any
     check_files: bool = True
     warnings: list[str] = field(default_factory=list)
 

@@ -257,7 +257,8 @@ def reward_problems(v: Validation) -> list[ConfigFieldError]:
     reward model and the custom function combine, what the reward manager reads, and the reward
     model's pool; warn when DAPO's overlong penalty can never apply."""
     cfg = v.cfg
-    rm, custom = cfg.reward_model, cfg.custom_reward_function
+    rm: RewardModelConfig = cfg.reward_model
+    custom: CustomRewardFunctionConfig = cfg.custom_reward_function
     errors = []
     if rm.enable and not rm.model.path:
         errors.append(

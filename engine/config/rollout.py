@@ -229,7 +229,8 @@ def rollout_problems(v: Validation) -> list[ConfigFieldError]:
     parallel size, groups for a group estimator, top-k and temperature against sampling, and
     multi-turn's interaction and files; warn when a group's responses cannot differ."""
     cfg = v.cfg
-    rollout, algo = cfg.actor_rollout_ref.rollout, cfg.algorithm
+    rollout: RolloutConfig = cfg.actor_rollout_ref.rollout
+    algo = cfg.algorithm
     workers = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
     errors = []
     for prefix, sampling in (

@@ -141,7 +141,7 @@ class RayKwargsConfig(_Section):
 def trainer_problems(v: Validation) -> list[ConfigFieldError]:
     """Return the errors of the trainer's keys: a tracker whose library is missing, a frequency
     that is neither -1 nor positive, and the checkpoint folder of resume_mode=resume_path."""
-    trainer = v.cfg.trainer
+    trainer: TrainerConfig = v.cfg.trainer
     errors = [
         ConfigFieldError("trainer.logger", trainer.logger, problem)
         for problem in tracker_install_problems(trainer.logger)
