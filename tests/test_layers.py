@@ -50,6 +50,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "engine.algorithms.registry",
             "engine.rewards.names",
             "engine.rollout.names",
+            "engine.tools.names",
             "engine.env",
         ),
     ),

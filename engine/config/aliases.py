@@ -23,12 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.config.schema import (
-    ADV_ESTIMATORS,
-    REWARD_COMPONENTS,
-    ConfigFieldError,
-)
+from engine.algorithms.names import ADV_ESTIMATORS
+from engine.config.fields import ATTRIBUTE_HINTS, ConfigFieldError
+from engine.config.schema import PPOConfig
 from engine.config.tree import get_in, put
+from engine.rewards.names import REWARD_COMPONENTS
 
 
 @dataclass(frozen=True)
@@ -311,8 +310,6 @@ def install_section_aliases() -> None:
     ``actor_rollout_ref.actor.clip_ratio``) cannot be a property of its section; setting it
     raises an AttributeError that names the key to set instead.
     """
-    from engine.config.schema import ATTRIBUTE_HINTS, PPOConfig
-
     root = PPOConfig()
     for key, alias in ALIASES.items():
         section_path, _, name = key.rpartition(".")

@@ -2,7 +2,7 @@
 
 A form builder needs, per leaf field: its dotted key, a type to pick a widget, the default, the
 help text, the valid choices, the bounds of a number, a group for the form's sections and whether it belongs in the
-advanced part. All of it comes from the dataclasses in ``schema.py``, so the form cannot drift
+advanced part. All of it comes from the dataclasses of ``schema.py``, so the form cannot drift
 from what the CLI and the validator accept. Defaults are read from a default instance, not from
 the field declarations, because a section may override them (``critic.optim.lr`` is 1e-5).
 """
@@ -15,16 +15,10 @@ from typing import Any, Union, get_args, get_origin
 
 import yaml
 
-from engine.config.loader import (
-    _accepts_str,
-    _fields,
-    _is_runtime,
-    _is_section,
-    _YamlLoader,
-    coerce,
-    resolve_key,
-)
-from engine.config.schema import HONOURED, ConfigFieldError, PPOConfig
+from engine.config.fields import HONOURED, ConfigFieldError
+from engine.config.keys import _accepts_str, _fields, _is_runtime, _is_section, coerce, resolve_key
+from engine.config.schema import PPOConfig
+from engine.config.yaml_io import _YamlLoader
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +40,7 @@ class FieldSpec:
     ge: float | None = None
     lt: float | None = None
     le: float | None = None
-    # Which table of docs/config.md the key is in (schema.EFFECTS), why a refused key is, and the
+    # Which table of docs/config.md the key is in (fields.EFFECTS), why a refused key is, and the
     # key a derived key follows.
     effect: str = HONOURED
     why: str | None = None

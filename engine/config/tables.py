@@ -1,7 +1,7 @@
 """Generated references of the schema: the default YAML and the three tables of docs/config.md.
 
-Both files are written from the dataclasses in ``schema.py`` and checked by a test, so they cannot
-drift from what the loader and the validator do::
+Both files are written from the dataclasses of ``schema.py`` and its section modules and checked by
+a test, so they cannot drift from what the loader and the validator do::
 
     python -m engine.config.tables --write   # rewrite engine/configs/ppo_trainer.yaml, docs/config.md
     python -m engine.config.tables --check   # exit 1 when either file is stale
@@ -16,9 +16,11 @@ from typing import Any
 
 import yaml
 
+from engine.config.fields import HONOURED, NO_EFFECT, REFUSED
 from engine.config.introspect import FieldSpec, iter_field_specs
-from engine.config.loader import CONFIG_DIR, _fields, _is_runtime, _is_section
-from engine.config.schema import HONOURED, NO_EFFECT, REFUSED, PPOConfig
+from engine.config.keys import _fields, _is_runtime, _is_section
+from engine.config.loader import CONFIG_DIR
+from engine.config.schema import PPOConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_YAML = CONFIG_DIR / "ppo_trainer.yaml"
@@ -27,7 +29,7 @@ _WIDTH = 100
 
 _YAML_HEADER = """\
 # PostTrain Studio's full default configuration, in verl's ppo_trainer.yaml layout.
-# Generated from engine/config/schema.py by `python -m engine.config.tables --write` (a test keeps
+# Generated from engine/config/*.py by `python -m engine.config.tables --write` (a test keeps
 # them equal). Presets inherit it with `defaults: [ppo_trainer, _self_]`; override any key on the
 # command line: python -m engine.main_ppo algorithm.adv_estimator=grpo data.train_batch_size=8
 # Where verl writes an interpolation such as ${actor_rollout_ref.actor.ppo_mini_batch_size},

@@ -28,9 +28,10 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from engine.config.reward_kwargs import reward_kwargs_problems
 from engine.rewards.batch import RewardInput, RewardOutcome, check_result, describe_error
 from engine.rewards.manager import RewardManager
-from engine.rewards.overlong import BATCH_ARGUMENTS, reward_kwargs_problems
+from engine.rewards.names import BATCH_ARGUMENTS
 from engine.rewards.sandbox import SandboxUnavailable
 
 _SIGNATURE = (

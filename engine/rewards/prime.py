@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from engine.config.reward_kwargs import is_timeout
 from engine.rewards.batch import RewardInput, RewardOutcome, check_picklable, score_samples_timed
 from engine.rewards.manager import RewardManager
-from engine.rewards.overlong import is_timeout
 
 # verl's PrimeRewardManager waits this long for each response.
 DEFAULT_TIMEOUT_S = 300.0

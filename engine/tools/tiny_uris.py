@@ -16,29 +16,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-TINY_PREFIX = "tiny://"
-CALCULATOR_PREFIX = TINY_PREFIX + "calculator/"
-# URI name -> path inside the folder ensure_calculator_task returns.
-CALCULATOR_FILES = {
-    "model": "model",
-    "train.parquet": "data/train.parquet",
-    "val.parquet": "data/val.parquet",
-    "tools.yaml": "tools.yaml",
-}
-CALCULATOR_URIS = tuple(CALCULATOR_PREFIX + name for name in CALCULATOR_FILES)
-# engine.tiny's URIs (URI_FIELDS, then REWARD_MODEL_URI), listed again so that the config
-# validator knows them without importing engine.tiny, which imports torch (engine.tiny does not
-# import them from here: an edit of its sources rebuilds its cache). A test checks they agree.
-EMBEDDED_NAMES = (
-    "model",
-    "train.parquet",
-    "val.parquet",
-    "train.jsonl",
-    "val.jsonl",
-    "reward_model",
+from engine.tools.names import (
+    CALCULATOR_FILES,
+    CALCULATOR_PREFIX,
+    CALCULATOR_URIS,
+    TINY_PREFIX,
+    TINY_URIS,
 )
-EMBEDDED_URIS = tuple(TINY_PREFIX + name for name in EMBEDDED_NAMES)
-TINY_URIS = (*EMBEDDED_URIS, *CALCULATOR_URIS)
 
 
 def tiny_uris() -> list[str]:

@@ -15,7 +15,7 @@ import torch
 
 from engine.algorithms.kl import KLController, get_kl_controller
 from engine.config import ConfigValidationError
-from engine.config.validate import in_process_reward_model_problems
+from engine.config.reward import in_process_reward_model_problems
 from engine.data.dataset import RLHFDataset
 from engine.data.loader import PromptDataLoader
 from engine.distributed.local_group import LocalWorkerGroup

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.config import ConfigValidationError
-from engine.config.validate import own_reward_pool, reward_pool_problems
+from engine.config.reward import own_reward_pool, reward_pool_problems
 from engine.data import DataProto
 from engine.distributed.fsdp import check_offload
 from engine.distributed.worker_group import (

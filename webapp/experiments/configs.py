@@ -39,7 +39,7 @@ from engine.config import (
     resolve_config,
     validate_config,
 )
-from engine.config.loader import resolve_key, schema_keys
+from engine.config.keys import resolve_key, schema_keys
 from webapp.experiments.rewards import reward_modules_dir
 
 _TINY = "tiny://"
@@ -268,7 +268,7 @@ def config_import_yaml(text: str) -> PPOConfig:
     Raise ``ConfigError`` with the engine's message when the YAML is not a valid config.
     """
     from engine.config import ConfigError, config_from_yaml
-    from engine.config.loader import yaml_load
+    from engine.config.yaml_io import yaml_load
 
     data = yaml_load(text, "the imported YAML")
     if isinstance(data, dict):

@@ -31,8 +31,8 @@ from engine.config import (
     iter_field_specs,
     set_value,
 )
-from engine.config.loader import MAX_YAML_BYTES, YamlLimitError, yaml_load
-from engine.config.schema import HONOURED
+from engine.config.fields import HONOURED
+from engine.config.yaml_io import MAX_YAML_BYTES, YamlLimitError, yaml_load
 from webapp.datasets.selectors import dataset_list_for_user
 from webapp.experiments.configs import STUDIO_MANAGED_KEYS, config_check
 from webapp.experiments.rewards import (

@@ -40,7 +40,7 @@ from django.http import QueryDict
 from django.utils import timezone
 
 from engine.config import ConfigFieldError
-from engine.config.loader import coerce, resolve_key
+from engine.config.keys import coerce, resolve_key
 from webapp.runs.models import MetricPoint, Run, RunStatus, RunTableChoice
 from webapp.runs.numbers import metric_text
 from webapp.runs.progress import format_duration

@@ -12,7 +12,7 @@ from typing import Any
 from django import forms
 
 from engine.config import ConfigError, ConfigValidationError
-from engine.config.loader import YamlLimitError, yaml_load
+from engine.config.yaml_io import YamlLimitError, yaml_load
 
 FIELD_OF_KEY = {"mode": "mode", "count": "count", "seed": "seed", "concurrency": "concurrency"}
 

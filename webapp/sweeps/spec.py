@@ -25,7 +25,7 @@ import random
 from typing import Any
 
 from engine.config import ConfigFieldError, ConfigValidationError
-from engine.config.loader import schema_keys
+from engine.config.keys import schema_keys
 from webapp.experiments.configs import STUDIO_MANAGED_KEYS
 
 # More members than this is a mistake in the spec (a grid too fine), not a sweep to run.

@@ -60,7 +60,7 @@ def test_k3_unclamped_keeps_value_and_gradient_past_the_clamp():
 
 def test_config_accepts_every_estimator_the_loss_computes():
     from engine.algorithms.kl import KL_PENALTY_NAMES
-    from engine.config.schema import KL_ESTIMATORS, KL_TYPES
+    from engine.algorithms.names import KL_ESTIMATORS, KL_TYPES
 
     assert KL_ESTIMATORS == KL_PENALTY_NAMES
     for name in KL_TYPES:

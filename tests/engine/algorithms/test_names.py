@@ -21,7 +21,9 @@ from engine.algorithms.names import (
     POLICY_LOSS_MODES,
 )
 from engine.algorithms.policy_loss.base import POLICY_LOSS_REGISTRY, register_policy_loss
-from engine.config import schema
+from engine.config.actor import ActorConfig, PolicyLossConfig
+from engine.config.algorithm import AlgorithmConfig, KLControlConfig
+from engine.config.critic import CriticConfig
 
 
 def test_every_registered_estimator_is_listed_and_every_listed_one_registered():
@@ -56,10 +58,10 @@ def _choices(section: type, name: str) -> tuple[str, ...]:
 
 
 def test_the_schema_choices_are_the_listed_names():
-    assert _choices(schema.AlgorithmConfig, "adv_estimator") is ADV_ESTIMATORS
-    assert _choices(schema.AlgorithmConfig, "kl_penalty") is KL_TYPES
-    assert _choices(schema.ActorConfig, "kl_loss_type") is KL_TYPES
-    assert _choices(schema.ActorConfig, "loss_agg_mode") is LOSS_AGG_MODES
-    assert _choices(schema.CriticConfig, "loss_agg_mode") is LOSS_AGG_MODES
-    assert _choices(schema.PolicyLossConfig, "loss_mode") is POLICY_LOSS_MODES
-    assert _choices(schema.KLControlConfig, "type") is KL_CONTROLLER_TYPES
+    assert _choices(AlgorithmConfig, "adv_estimator") is ADV_ESTIMATORS
+    assert _choices(AlgorithmConfig, "kl_penalty") is KL_TYPES
+    assert _choices(ActorConfig, "kl_loss_type") is KL_TYPES
+    assert _choices(ActorConfig, "loss_agg_mode") is LOSS_AGG_MODES
+    assert _choices(CriticConfig, "loss_agg_mode") is LOSS_AGG_MODES
+    assert _choices(PolicyLossConfig, "loss_mode") is POLICY_LOSS_MODES
+    assert _choices(KLControlConfig, "type") is KL_CONTROLLER_TYPES

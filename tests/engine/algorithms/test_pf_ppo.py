@@ -12,7 +12,7 @@ from engine.algorithms.pf_ppo import (
     pf_ppo_sample_indices,
     pf_ppo_weights,
 )
-from engine.config import schema
+from engine.config.algorithm import AlgorithmConfig, PFPPOConfig
 from engine.data import DataProto
 
 SCORES = torch.tensor([1.0, 0.0, -2.0, 0.5])
@@ -91,10 +91,10 @@ def test_reweight_data_resamples_every_column_alike_and_leaves_the_batch():
 
 
 def test_the_config_keys_default_to_verl_and_take_the_registry_choices():
-    algorithm = schema.AlgorithmConfig()
+    algorithm = AlgorithmConfig()
     assert algorithm.use_pf_ppo is False
     assert (algorithm.pf_ppo.reweight_method, algorithm.pf_ppo.weight_pow) == ("pow", 2.0)
-    field = {f.name: f for f in dataclasses.fields(schema.PFPPOConfig)}["reweight_method"]
+    field = {f.name: f for f in dataclasses.fields(PFPPOConfig)}["reweight_method"]
     assert field.metadata["choices"] is PF_PPO_REWEIGHT_METHODS
 
 

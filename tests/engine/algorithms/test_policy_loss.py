@@ -22,7 +22,7 @@ from engine.algorithms.policy_loss.gpg import compute_policy_loss_gpg
 from engine.algorithms.policy_loss.gspo import compute_policy_loss_gspo
 from engine.algorithms.policy_loss.sapo import compute_policy_loss_sapo
 from engine.algorithms.policy_loss.vanilla import compute_policy_loss_vanilla
-from engine.config.schema import ActorConfig, PolicyLossConfig
+from engine.config.actor import ActorConfig, PolicyLossConfig
 
 # Ratios 1, 1.5, 0.5 with A = +1; ratios 1.1, 4, 0.5 with A = -1, -1, +1 (last token masked).
 RATIOS = torch.tensor([[1.0, 1.5, 0.5], [1.1, 4.0, 0.5]])

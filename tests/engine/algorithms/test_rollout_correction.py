@@ -19,7 +19,8 @@ from engine.algorithms.rollout_correction import (
     compute_rollout_rejection_mask,
     correction_settings,
 )
-from engine.config.schema import ActorConfig, PolicyLossConfig, RolloutCorrectionConfig
+from engine.config.actor import ActorConfig, PolicyLossConfig
+from engine.config.algorithm import RolloutCorrectionConfig
 
 # Ratios pi_old / pi_rollout; the last token of row 1 is padding (its 0.1 must never count).
 RATIOS = torch.tensor([[2.0, 0.5, 4.0], [1.0, 3.0, 0.1]])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.config import load_config, validate_config
-from engine.config.schema import ConfigFieldError, ConfigValidationError
+from engine.config.fields import ConfigFieldError, ConfigValidationError
 
 BUFFER = [
     "reward_model.reward_manager=dapo",

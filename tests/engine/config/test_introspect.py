@@ -13,7 +13,7 @@ from engine.config import (
     load_config,
     set_value,
 )
-from engine.config.loader import yaml_load
+from engine.config.yaml_io import yaml_load
 
 
 def specs_by_key():

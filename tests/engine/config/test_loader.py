@@ -20,7 +20,8 @@ from engine.config import (
     resolve_config,
     validate_config,
 )
-from engine.config.loader import CONFIG_DIR, yaml_load
+from engine.config.loader import CONFIG_DIR
+from engine.config.yaml_io import yaml_load
 
 VERL_COMMAND_LINE = [
     "algorithm.adv_estimator=grpo",

@@ -10,7 +10,7 @@ import pytest
 
 from engine import main_ppo
 from engine.config import config_from_yaml, load_config
-from engine.config.loader import yaml_load
+from engine.config.yaml_io import yaml_load
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 

@@ -72,7 +72,7 @@ def test_bad_settings_name_the_key_and_the_fix(overrides, key, message):
 def test_verls_bypass_mode_loss_name_goes_with_bypass_mode():
     from engine.algorithms.policy_loss.base import PolicyLossInputs, get_policy_loss_fn
     from engine.algorithms.policy_loss.bypass_mode import compute_policy_loss_bypass_mode
-    from engine.config.schema import ActorConfig
+    from engine.config.actor import ActorConfig
 
     loss_mode = "actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode"
     assert problems([loss_mode, f"{KEY}.bypass_mode=True"]) == {}  # as verl's trainer sets it

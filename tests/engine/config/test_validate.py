@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine.algorithms.names import GROUP_ESTIMATORS
 from engine.config import (
     ConfigValidationError,
     PPOConfig,
@@ -12,7 +13,6 @@ from engine.config import (
     resolve_config,
     validate_config,
 )
-from engine.config.schema import GROUP_ESTIMATORS
 
 # The batch shape the hand-computed numbers below assume (8 prompts x 4 samples, one mini-batch),
 # pinned so that tuning the preset does not change what these tests check.
@@ -379,8 +379,8 @@ def test_bad_reference_is_a_validation_error():
 
 
 def test_reward_component_choices_are_the_reward_registry():
-    from engine.config.schema import REWARD_COMPONENTS
     from engine.rewards import list_reward_fns
+    from engine.rewards.names import REWARD_COMPONENTS
 
     assert set(REWARD_COMPONENTS) == {*list_reward_fns(), "reward_model", "custom"}
 

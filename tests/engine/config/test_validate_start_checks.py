@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from engine.config import ConfigValidationError, load_config, resolve_config, validate_config
-from engine.tools.tiny_uris import EMBEDDED_URIS, TINY_URIS
+from engine.tools.names import EMBEDDED_URIS, TINY_URIS
 
 RM = [
     "reward_model.enable=True",

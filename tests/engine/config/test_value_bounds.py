@@ -11,7 +11,7 @@ from engine.config import (
     set_value,
     validate_config,
 )
-from engine.config.schema import MAX_BATCH, MAX_STEPS, MAX_TOKENS
+from engine.config.fields import MAX_BATCH, MAX_STEPS, MAX_TOKENS
 
 STEPS_MESSAGE = "must be <= 2147483647 (step numbers are stored as 32-bit integers); lower it"
 

@@ -21,7 +21,7 @@ import pytest
 
 from engine import main_ppo
 from engine.config import iter_field_specs, load_config, validate_config
-from engine.config.schema import NO_EFFECT, ConfigValidationError
+from engine.config.fields import NO_EFFECT, ConfigValidationError
 
 DATA = Path(__file__).parent / "data"
 SPECS = {spec.key: spec for spec in iter_field_specs()}

@@ -15,10 +15,11 @@ import pytest
 import yaml
 
 from engine.config import get_value, iter_field_specs
+from engine.config.fields import EFFECTS, HONOURED, NO_EFFECT, REFUSED, ConfigValidationError
 from engine.config.loader import config_from_dict, load_config, load_raw
-from engine.config.schema import EFFECTS, HONOURED, NO_EFFECT, REFUSED, ConfigValidationError
+from engine.config.resolve import resolve_config
 from engine.config.tables import stale_files
-from engine.config.validate import resolve_config, validate_config
+from engine.config.validate import validate_config
 
 VERL_FILE = Path(__file__).parent / "data" / "verl_0_7_ppo_trainer.yaml"
 REPO = Path(__file__).resolve().parents[3]

@@ -8,13 +8,13 @@ import time
 import pytest
 
 from engine.config import ConfigError, PPOConfig, config_from_yaml, load_config, set_value
-from engine.config.loader import (
+from engine.config.overrides import parse_override
+from engine.config.yaml_io import (
     MAX_YAML_BYTES,
     MAX_YAML_DEPTH,
     MAX_YAML_ITEMS,
     MAX_YAML_STRING,
     YamlLimitError,
-    parse_override,
     yaml_load,
 )
 

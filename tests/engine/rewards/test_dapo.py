@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from engine.config.reward_kwargs import reward_kwargs_problems
 from engine.rewards.dapo import DAPORewardManager
-from engine.rewards.overlong import OverlongBuffer, overlong_buffer, reward_kwargs_problems
+from engine.rewards.overlong import OverlongBuffer, overlong_buffer
 from tests.engine.rewards.test_manager import RESPONSE_LEN, make_batch
 
 

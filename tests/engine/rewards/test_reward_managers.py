@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from engine.config import load_config, validate_config
-from engine.config.schema import ConfigValidationError
+from engine.config.fields import ConfigValidationError
+from engine.config.reward_kwargs import reward_kwargs_problems
 from engine.rewards.batch_manager import BatchRewardManager
 from engine.rewards.custom import load_custom_reward_fn
 from engine.rewards.managers import REWARD_MANAGER_CLASSES
 from engine.rewards.names import REWARD_MANAGERS
-from engine.rewards.overlong import reward_kwargs_problems
 from engine.rewards.prime import DEFAULT_TIMEOUT_S, PrimeRewardManager
 from engine.trainer.recorder import Recorder
 from tests.engine.rewards.test_manager import RESPONSE_LEN, make_batch

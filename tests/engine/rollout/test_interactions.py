@@ -19,7 +19,8 @@ import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from engine.config import RolloutConfig, load_config
-from engine.config.validate import ConfigValidationError, validate_config
+from engine.config.fields import ConfigValidationError
+from engine.config.validate import validate_config
 from engine.data import DataProto
 from engine.rewards import RewardManager
 from engine.rollout.hf import HFRollout
@@ -684,7 +685,7 @@ def test_the_config_keys_are_checked_when_the_config_is(tmp_path):
 
 
 def test_the_schema_marks_the_yaml_as_code_for_the_studio():
-    from engine.config.loader import resolve_key
+    from engine.config.keys import resolve_key
 
     field = resolve_key(KEY).field
     assert field.metadata["resource"] == "code"  # its class_names are imported

@@ -272,7 +272,8 @@ def test_turn_and_tool_call_counts_become_verl_metrics(tokenizer, tools):
 
 def test_the_tool_keys_are_checked_when_the_config_is(tmp_path):
     from engine.config import load_config
-    from engine.config.validate import ConfigValidationError, validate_config
+    from engine.config.fields import ConfigValidationError
+    from engine.config.validate import validate_config
 
     path = tmp_path / "tools.yaml"
     path.write_text(TOOLS_YAML)

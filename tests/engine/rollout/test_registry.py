@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config.schema import RolloutConfig
+from engine.config.rollout import RolloutConfig
 from engine.rollout import ROLLOUT_NAMES, get_rollout_builder, register_rollout
 
 

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from engine.config import config_to_dict, get_value, load_config, set_value
-from engine.config.loader import resolve_key, schema_keys
+from engine.config.keys import resolve_key, schema_keys
 from engine.rewards import default_compute_score, tiny_calculator
 from engine.rewards.default import KNOWN_DATA_SOURCES
 from engine.tools import load_tools, tiny_task

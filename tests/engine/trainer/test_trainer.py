@@ -174,7 +174,7 @@ def test_masked_response_tokens_never_change_the_loss(make_config):
         log_prob = log_prob.squeeze(-1)
         from engine.algorithms.policy_loss.base import PolicyLossInputs
         from engine.algorithms.policy_loss.vanilla import compute_policy_loss_vanilla
-        from engine.config.schema import ActorConfig
+        from engine.config.actor import ActorConfig
 
         inputs = PolicyLossInputs(
             log_prob.detach(), log_prob, data.batch["advantages"], data.batch["response_mask"]

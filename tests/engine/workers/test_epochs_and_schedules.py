@@ -9,8 +9,8 @@ import math
 import torch
 
 from engine.config.loader import load_config
+from engine.config.resolve import resolve_config
 from engine.config.schema import PPOConfig
-from engine.config.validate import resolve_config
 from engine.data import DataProto
 from engine.workers.batch_sizes import epoch_batches
 from engine.workers.optim import build_lr_scheduler

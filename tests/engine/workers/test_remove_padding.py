@@ -15,7 +15,7 @@ import copy
 import pytest
 import torch
 
-from engine.config.schema import ConfigValidationError
+from engine.config.fields import ConfigValidationError
 from engine.config.validate import validate_config
 from engine.workers import packing
 from engine.workers.actor import PolicyActor, response_logits
@@ -358,7 +358,7 @@ def test_varlen_attention_in_length_buckets_equals_attention_per_sequence():
 @pytest.mark.parametrize("on", [True, False])
 def test_the_workers_read_use_remove_padding(on):
     from engine.config.loader import load_config
-    from engine.config.validate import resolve_config
+    from engine.config.resolve import resolve_config
     from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
     from engine.workers.critic import CriticWorker
 

@@ -8,7 +8,8 @@ import copy
 import pytest
 import torch
 
-from engine.config.schema import PPOConfig, RolloutCorrectionConfig
+from engine.config.algorithm import RolloutCorrectionConfig
+from engine.config.schema import PPOConfig
 from engine.workers.actor import PolicyActor
 from tests.engine.distributed.helpers import tiny_policy, update_batch
 

@@ -17,8 +17,9 @@ from django.urls import reverse
 from django.utils.html import escape
 
 from engine.config import ConfigValidationError
-from engine.config.loader import MAX_YAML_BYTES, schema_keys
-from engine.config.schema import RESOURCES
+from engine.config.fields import RESOURCES
+from engine.config.keys import schema_keys
+from engine.config.yaml_io import MAX_YAML_BYTES
 from tests.engine.config.test_yaml_bounds import alias_bomb
 from tests.webapp.fixtures import builder_data, errors_by_key, make_experiment, tiny_config
 from webapp.datasets.services import dataset_create

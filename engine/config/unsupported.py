@@ -1,0 +1,317 @@
+"""Sections of verl's config with no engine behind them: profilers, MoE router replay, agent
+loops, tracing, Prometheus, a generative reward model's server, SandboxFusion, custom classes and
+the TransferQueue.
+
+They exist so a verl file or command line loads unchanged; each key is "no effect" (warned about
+when set) or "refused" (an error naming what to do instead), see ``engine.config.fields``. The
+sections that hold them import them from here.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from engine.config.fields import _inert, _refused, _Section, _section, _target
+
+
+@dataclass
+class NsysToolConfig(_Section):
+    _target_: str = _target("verl.utils.profiler.config.NsightToolConfig")
+    discrete: bool | None = _inert(
+        None,
+        "Nsight: one trace per task; null: global_profiler's.",
+        follows="global_profiler.global_tool_config.nsys.discrete",
+    )
+
+
+@dataclass
+class NPUToolConfig(_Section):
+    _target_: str = _target("verl.utils.profiler.config.NPUToolConfig")
+    contents: list[str] = _inert([], "Ascend NPU profiler contents.")
+    level: str = _inert("level0", "Ascend NPU profiler level.")
+    analysis: bool = _inert(True, "Ascend NPU profiler analysis.")
+    discrete: bool = _inert(False, "Ascend NPU profiler: one trace per task.")
+
+
+@dataclass
+class TorchToolConfig(_Section):
+    _target_: str = _target("verl.utils.profiler.config.TorchProfilerToolConfig")
+    step_start: int = _inert(0, "torch profiler: first profiled step.")
+    step_end: int | None = _inert(None, "torch profiler: last profiled step.")
+
+
+@dataclass
+class TorchMemoryToolConfig(_Section):
+    _target_: str = _target("verl.utils.profiler.config.TorchMemoryToolConfig")
+    trace_alloc_max_entries: int | None = _inert(
+        None,
+        "Memory snapshot: allocations kept; null: global_profiler's.",
+        follows="global_profiler.global_tool_config.torch_memory.trace_alloc_max_entries",
+    )
+    stack_depth: int | None = _inert(
+        None,
+        "Memory snapshot: stack frames kept; null: global_profiler's.",
+        follows="global_profiler.global_tool_config.torch_memory.stack_depth",
+    )
+
+
+@dataclass
+class ProfilerToolConfig(_Section):
+    nsys: NsysToolConfig = _section(NsysToolConfig, "Nsight Systems.")
+    npu: NPUToolConfig = _section(NPUToolConfig, "Ascend NPU profiler.")
+    torch: TorchToolConfig = _section(TorchToolConfig, "torch.profiler.")
+    torch_memory: TorchMemoryToolConfig = _section(TorchMemoryToolConfig, "CUDA memory snapshots.")
+
+
+@dataclass
+class ProfilerConfig(_Section):
+    _target_: str = _target("verl.utils.profiler.ProfilerConfig")
+    tool: str | None = _inert(
+        None, "Profiler of this role; null: global_profiler.tool.", follows="global_profiler.tool"
+    )
+    enable: bool = _inert(False, "Profile this role.")
+    all_ranks: bool = _inert(False, "Profile every rank.")
+    ranks: list[int] = _inert([], "Ranks to profile.")
+    save_path: str | None = _inert(
+        None,
+        "Trace folder; null: global_profiler.save_path.",
+        resource="server",
+        follows="global_profiler.save_path",
+    )
+    tool_config: ProfilerToolConfig = _section(ProfilerToolConfig, "Per-tool settings.")
+
+
+@dataclass
+class NsysGlobalConfig(_Section):
+    _target_: str = _target("verl.utils.profiler.config.NsightToolConfig")
+    discrete: bool = _inert(False, "Nsight: one trace per task.")
+    controller_nsight_options: dict[str, Any] = _inert(
+        {"trace": "cuda,nvtx,cublas,ucx", "cuda-memory-usage": "true", "cuda-graph-trace": "graph"},
+        "Nsight options of the controller process.",
+    )
+    worker_nsight_options: dict[str, Any] = _inert(
+        {
+            "trace": "cuda,nvtx,cublas,ucx",
+            "cuda-memory-usage": "true",
+            "cuda-graph-trace": "graph",
+            "capture-range": "cudaProfilerApi",
+            "capture-range-end": None,
+            "kill": "none",
+        },
+        "Nsight options of the worker processes.",
+    )
+
+
+@dataclass
+class TorchMemoryGlobalConfig(_Section):
+    trace_alloc_max_entries: int = _inert(100000, "Memory snapshot: allocations kept.")
+    stack_depth: int = _inert(32, "Memory snapshot: stack frames kept.")
+    context: str = _inert("all", "Memory snapshot: context recorded.")
+    stacks: str = _inert("all", "Memory snapshot: stacks recorded.")
+    kw_args: dict[str, Any] = _inert({}, "Memory snapshot: further arguments.")
+
+
+@dataclass
+class GlobalToolConfig(_Section):
+    nsys: NsysGlobalConfig = _section(NsysGlobalConfig, "Nsight Systems.")
+    torch_memory: TorchMemoryGlobalConfig = _section(TorchMemoryGlobalConfig, "Memory snapshots.")
+
+
+@dataclass
+class GlobalProfilerConfig(_Section):
+    _target_: str = _target("verl.utils.profiler.ProfilerConfig")
+    tool: str | None = _inert(None, "Profiler: nsys, npu, torch or torch_memory.")
+    steps: list[int] | None = _inert(None, "Steps to profile.")
+    profile_continuous_steps: bool = _inert(False, "Profile the steps as one trace.")
+    save_path: str = _inert("outputs/profile", "Trace folder.", resource="server")
+    global_tool_config: GlobalToolConfig = _section(GlobalToolConfig, "Per-tool settings.")
+
+
+@dataclass
+class RouterReplayConfig(_Section):
+    _target_: str = _target("verl.workers.config.RouterReplayConfig")
+    mode: str = _refused(
+        "disabled",
+        "MoE router replay: disabled, R2 or R3.",
+        "MoE router replay is not implemented; keep disabled",
+    )
+    record_file: str | None = _refused(
+        None, "Where router decisions are recorded.", "MoE router replay is not implemented"
+    )
+    replay_file: str | None = _refused(
+        None, "Router decisions to replay.", "MoE router replay is not implemented"
+    )
+
+
+@dataclass
+class TiledMLPConfig(_Section):
+    enabled: bool = _inert(False, "Compute the MLP in tiles to save memory.")
+    num_shards: int = _inert(4, "Tiles of the tiled MLP.")
+
+
+@dataclass
+class FusedKernelOptions(_Section):
+    impl_backend: str = _inert("torch", "Fused kernels' backend: torch or triton.")
+
+
+@dataclass
+class WrapPolicyConfig(_Section):
+    min_num_params: int = _inert(0, "FSDP wraps modules of at least this many parameters.")
+
+
+@dataclass
+class CustomAsyncServerConfig(_Section):
+    _target_: str = _target("verl.workers.config.CustomAsyncServerConfig")
+    path: str | None = _refused(
+        None,
+        "Python file with a custom async rollout server.",
+        "custom async rollout servers are not supported; use rollout.name=hf or vllm",
+        resource="code",
+    )
+    name: str | None = _refused(
+        None,
+        "Class of the custom async rollout server.",
+        "custom async rollout servers are not supported; use rollout.name=hf or vllm",
+    )
+
+
+_NO_AGENT_LOOP = (
+    "verl's agent loops are not implemented; rollouts are single-turn, or multi-turn with "
+    "rollout.multi_turn.interaction_path"
+)
+
+
+@dataclass
+class AgentLoopConfig(_Section):
+    _target_: str = _target("verl.workers.config.AgentLoopConfig")
+    num_workers: int = _inert(8, "Agent loop worker processes.")
+    default_agent_loop: str = _refused(
+        "single_turn_agent", "Agent loop run for each prompt.", _NO_AGENT_LOOP
+    )
+    agent_loop_config_path: str | None = _refused(
+        None, "YAML registering custom agent loops.", _NO_AGENT_LOOP, resource="code"
+    )
+    custom_async_server: CustomAsyncServerConfig = _section(
+        CustomAsyncServerConfig, "A custom rollout server."
+    )
+
+
+@dataclass
+class TraceConfig(_Section):
+    _target_: str = _target("verl.workers.config.TraceConfig")
+    backend: str | None = _inert(None, "Rollout tracing backend: weave or mlflow.")
+    token2text: bool = _inert(False, "Decode token ids in traces.")
+    max_samples_per_step_per_worker: int | None = _inert(None, "Traces kept per step and worker.")
+
+
+@dataclass
+class PrometheusConfig(_Section):
+    _target_: str = _target("verl.workers.config.PrometheusConfig")
+    enable: bool = _inert(False, "Export rollout server metrics to Prometheus.")
+    port: int = _inert(9090, "Prometheus port.", resource="server")
+    file: str = _inert(
+        "/tmp/ray/session_latest/metrics/prometheus/prometheus.yml",
+        "Prometheus configuration file.",
+        resource="server",
+    )
+    served_model_name: str | None = _inert(
+        None,
+        "Model name in the exported metrics; null: the model path.",
+        follows="actor_rollout_ref.model.path",
+    )
+
+
+@dataclass
+class RewardModelRolloutConfig(_Section):
+    _target_: str = _target("verl.workers.config.RolloutConfig")
+    name: str | None = _inert(None, "Generative reward model server (verl's reward loop).")
+    dtype: str = _inert("bfloat16", "Reward model server dtype.")
+    gpu_memory_utilization: float = _inert(0.5, "Reward model server GPU memory fraction.")
+    enforce_eager: bool = _inert(True, "Reward model server: disable CUDA graphs.")
+    cudagraph_capture_sizes: list[int] | None = _inert(None, "CUDA graph batch sizes.")
+    free_cache_engine: bool = _inert(True, "Free the reward server's KV cache between uses.")
+    data_parallel_size: int = _inert(1, "Reward model server data parallel size.")
+    expert_parallel_size: int = _inert(1, "Reward model server expert parallel size.")
+    tensor_model_parallel_size: int = _inert(2, "Reward model server tensor parallel size.")
+    max_num_batched_tokens: int = _inert(8192, "Reward model server tokens per step.")
+    max_model_len: int | None = _inert(None, "Reward model server context length.")
+    max_num_seqs: int = _inert(1024, "Reward model server sequences per step.")
+    load_format: str = _inert("auto", "Reward model server weight loading.")
+    engine_kwargs: dict[str, Any] = _inert({}, "Reward model server engine arguments.")
+    limit_images: int | None = _inert(None, "Reward model server images per prompt.")
+    enable_chunked_prefill: bool = _inert(True, "Reward model server chunked prefill.")
+    enable_prefix_caching: bool = _inert(True, "Reward model server prefix caching.")
+    disable_log_stats: bool = _inert(True, "Reward model server statistics logging.")
+    skip_tokenizer_init: bool = _inert(False, "Reward model server without a tokenizer.")
+    prompt_length: int = _inert(2048, "Reward model server prompt length.")
+    response_length: int = _inert(2048, "Reward model server response length.")
+
+
+@dataclass
+class SandboxFusionConfig(_Section):
+    url: str | None = _refused(
+        None,
+        "A SandboxFusion server that runs code rewards.",
+        "code rewards run in the engine's own sandbox (docs/security.md); leave the url unset",
+        resource="server",
+    )
+    max_concurrent: int = _inert(64, "SandboxFusion: concurrent requests.")
+    memory_limit_mb: int = _inert(1024, "SandboxFusion: memory per program.")
+
+
+@dataclass
+class ModuleConfig(_Section):
+    _target_: str = _target("verl.trainer.config.config.ModuleConfig")
+    path: str | None = _refused(
+        None,
+        "Python file with a custom reward manager.",
+        "custom reward managers are not loaded; use reward_manager=batch with a "
+        "custom_reward_function, or a reward module in POSTTRAIN_REWARD_MODULES_DIR "
+        "(docs/security.md)",
+        resource="code",
+    )
+    name: str = _refused(
+        "custom_reward_manager",
+        "Class of the custom reward manager.",
+        "custom reward managers are not loaded; write a custom_reward_function",
+    )
+
+
+@dataclass
+class ClassFileConfig(_Section):
+    path: str | None = _refused(
+        None,
+        "Python file with the class.",
+        "custom dataset and data generator classes are not loaded; bring the data as parquet, "
+        "JSONL or CSV and map its columns with data.data_key_map",
+        resource="code",
+    )
+    name: str | None = _refused(
+        None,
+        "Class name in that file.",
+        "custom dataset and data generator classes are not loaded; map columns with "
+        "data.data_key_map",
+    )
+
+
+@dataclass
+class SamplerConfig(_Section):
+    class_path: str | None = _refused(
+        None,
+        "Python file with a curriculum sampler.",
+        "custom samplers are not loaded; the data is shuffled by data.shuffle and data.seed",
+        resource="code",
+    )
+    class_name: str | None = _refused(
+        None,
+        "Class of the curriculum sampler.",
+        "custom samplers are not loaded; the data is shuffled by data.shuffle and data.seed",
+    )
+
+
+@dataclass
+class TransferQueueConfig(_Section):
+    enable: bool = _refused(
+        False,
+        "Move batches through verl's TransferQueue.",
+        "the TransferQueue is not implemented; batches move through the controller",
+    )
