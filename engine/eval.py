@@ -36,10 +36,10 @@ from engine.data.dataset import (
     data_format,
     iter_raw_rows,
 )
+from engine.roles.model_loading import load_tokenizer, resolve_device, resolve_path
 from engine.rollout.hf import eos_token_ids
 from engine.rollout.sampling import sample_sequences
 from engine.trainer.metrics import compute_validation_metrics
-from engine.workers.models import load_tokenizer, resolve_device, resolve_path
 
 EXAMPLE_KEY_MAP = '{"prompt": "question", "ground_truth": "answer"}'
 

@@ -14,7 +14,7 @@ callers:
   and values for the cache);
 * :meth:`LeanModel.forward` runs many tokens per row, optionally on top of per-layer keys and
   values computed earlier (a shared prompt), under autograd when the model trains (the actor's
-  log-prob and update passes, ``engine.workers.actor.response_logits``).
+  log-prob and update passes, ``engine.roles.actor.response_logits``).
 
 Only models whose forward is exactly this computation are accepted (:meth:`LeanModel.build`
 returns None otherwise, and callers use the model's forward): a Qwen2 or Llama causal LM with a
@@ -131,7 +131,7 @@ class LeanModel:
         ``mask`` (b, 1, T, S) says which of the S keys each query sees; ``keys_values(index, k,
         v)`` turns this call's keys and values (b, kv, T, D) into the S the layer attends to.
         ``attend(q, k, v, scale)``, when given, replaces the masked SDPA (packed sequences,
-        ``engine.workers.packing``).
+        ``engine.roles.packing``).
         """
         b, t = hidden.shape[:2]
         cos, sin = self.body.rotary_emb(hidden, position_ids)  # (b, T, D) each

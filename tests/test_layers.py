@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("trainer: the PPO loop, its metrics, checkpoints and records", ("engine.trainer",)),
     ("distributed: Ray worker groups, one FSDP rank per actor", ("engine.distributed",)),
-    ("roles: actor, critic, rollout-reference, loading their models", ("engine.workers",)),
+    ("roles: actor, critic, rollout-reference, loading their models", ("engine.roles",)),
     ("rollout: the generation backends, multi-turn with tools", ("engine.rollout",)),
     ("tools: what a policy may call, and the calculator task", ("engine.tools",)),
     ("tiny: the embedded tiny model, tokenizer and arithmetic task", ("engine.tiny",)),

@@ -89,11 +89,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    import engine.workers.actor as actor_module
+    import engine.roles.actor as actor_module
     from bench.training.gpu_grpo import SIZES, engine_overrides
     from engine.config import load_config
     from engine.distributed.local_group import LocalWorkerGroup
-    from engine.workers.actor import PolicyActor
+    from engine.roles.actor import PolicyActor
 
     work = Path(args.work)
     prep = json.loads((work / "prepare.json").read_text())
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     # The same update on a plain fp32 module under autocast (bf16 on CUDA), no FSDP2.
     from transformers import AutoModelForCausalLM
 
-    from engine.workers.optim import build_optimizer
+    from engine.roles.optim import build_optimizer
 
     group.shutdown()
     role = worker = None  # free the sharded models before the plain one loads

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """Train, capture a batch, and time each variant's passes in turn; return the summary."""
-    import engine.workers.actor as actor
+    import engine.roles.actor as actor
     from bench.training.compare_arms import engine_overrides
     from bench.training.compare_tasks import prepare_task
     from bench.training.compare_trl import fill_scale_defaults

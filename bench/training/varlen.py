@@ -196,7 +196,7 @@ def run_passes(args: argparse.Namespace) -> dict[str, Any]:
     from engine.algorithms.torch_functional import logprobs_from_logits
     from engine.config.schema import PPOConfig
     from engine.data import DataProto
-    from engine.workers.actor import PolicyActor
+    from engine.roles.actor import PolicyActor
 
     torch.set_num_threads(args.threads)
     task = prepare(Path(args.root), args.shape)

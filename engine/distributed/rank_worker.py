@@ -59,9 +59,9 @@ from engine.distributed.process_group import (
     node_address,
 )
 from engine.lora import adapter_settings
-from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
-from engine.workers.critic import CriticWorker
-from engine.workers.models import frozen_copy, load_reward_model
+from engine.roles.actor_rollout_ref import ActorRolloutRefWorker
+from engine.roles.critic import CriticWorker
+from engine.roles.model_loading import frozen_copy, load_reward_model
 
 ROLLOUT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 

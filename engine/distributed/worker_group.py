@@ -530,7 +530,7 @@ class ActorRolloutRefGroup(_RoleOnGroup):
 
     def needs_old_log_prob(self, batch_size: int) -> bool:
         """Return False when the update is on-policy (decided on the whole batch, as locally)."""
-        from engine.workers.actor import is_on_policy
+        from engine.roles.actor import is_on_policy
 
         arr = self.config.actor_rollout_ref
         mini_batch_size = arr.actor.ppo_mini_batch_size * arr.rollout.n

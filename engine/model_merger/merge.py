@@ -178,7 +178,7 @@ def config_source(local_dir: Path, hf_model_path: str | None) -> str:
     """Return the folder to read the config and tokenizer from (see the module docstring)."""
     saved = local_dir / "huggingface"
     if hf_model_path:
-        from engine.workers.models import resolve_path
+        from engine.roles.model_loading import resolve_path
 
         path = resolve_path(hf_model_path) or hf_model_path
         if not (Path(path) / "config.json").is_file():

@@ -12,7 +12,7 @@ the scores beyond float rounding.
 
 Where it runs: with ``trainer.controller=local`` the trainer's process holds the scorer; with
 ``trainer.controller=ray`` every rank of the reward model's pool builds one (from the same
-config, through ``engine.workers.models.load_reward_model``), its classifier sharded with FSDP2,
+config, through ``engine.roles.model_loading.load_reward_model``), its classifier sharded with FSDP2,
 and the controller's ``engine.distributed.worker_group.RewardModelGroup`` splits each batch over
 them. The text each rank scores is made by the same :meth:`RewardModelScorer.format_text`.
 """

@@ -8,7 +8,7 @@ They are resolved here, not in ``engine.tiny`` or ``tiny_task``: the sources of 
 into their caches' keys, so an edit there rebuilds the tiny model or the task for everyone.
 
 Every config key that names a path reads it through :func:`resolve_tiny_uri`
-(``engine.workers.models.resolve_path``, and ``engine.tools.loader.load_tools`` for
+(``engine.roles.model_loading.resolve_path``, and ``engine.tools.loader.load_tools`` for
 ``multi_turn.tool_config_path``).
 """
 

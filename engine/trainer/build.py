@@ -24,10 +24,10 @@ from engine.rewards.custom import load_custom_reward_fn
 from engine.rewards.dapo import DAPORewardManager
 from engine.rewards.managers import REWARD_MANAGER_CLASSES
 from engine.rewards.overlong import OverlongBuffer, overlong_buffer
-from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
-from engine.workers.critic import CriticWorker
-from engine.workers.models import load_reward_model, load_tokenizer, resolve_path
-from engine.workers.protocols import ActorRolloutRef, Critic
+from engine.roles.actor_rollout_ref import ActorRolloutRefWorker
+from engine.roles.critic import CriticWorker
+from engine.roles.model_loading import load_reward_model, load_tokenizer, resolve_path
+from engine.roles.protocols import ActorRolloutRef, Critic
 
 
 def uses_critic(config: Any) -> bool:
@@ -177,7 +177,7 @@ def build_local_rank(
 # -- rewards ----------------------------------------------------------------------------------
 def build_reward_scorer(config: Any, device: str | torch.device = "cpu") -> Any:
     """Return the reward model's scorer in this process when ``reward_model.enable=True``, else
-    None (``engine.workers.models.load_reward_model``: sizes and defaults as verl's reward model
+    None (``engine.roles.model_loading.load_reward_model``: sizes and defaults as verl's reward model
     worker).
 
     The single-process trainer's; with ``trainer.controller=ray`` the model is a role on the

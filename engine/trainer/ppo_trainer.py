@@ -34,6 +34,10 @@ from engine.data import DataProto
 from engine.data.dataset import collate_prompts
 from engine.device_info import get_device_info, summary_line
 from engine.env import apply_cpu_process_env, seed_everything
+from engine.roles.actor import needs_sum_pi_squared
+from engine.roles.model_loading import load_tokenizer, resolve_device, resolve_path
+from engine.roles.protocols import ActorRolloutRef, Critic
+from engine.roles.seqlen_balancing import balanced_order
 from engine.trainer import checkpoint, validation
 from engine.trainer.build import (
     build_datasets,
@@ -59,10 +63,6 @@ from engine.trainer.metrics import (
 from engine.trainer.recorder import CompositeRecorder, Recorder, RunStatus, SampleRecord
 from engine.trainer.samples import sample_records
 from engine.trainer.trackers import default_recorders
-from engine.workers.actor import needs_sum_pi_squared
-from engine.workers.models import load_tokenizer, resolve_device, resolve_path
-from engine.workers.protocols import ActorRolloutRef, Critic
-from engine.workers.seqlen_balancing import balanced_order
 
 
 def compute_advantage(batch: DataProto, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:

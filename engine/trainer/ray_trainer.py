@@ -29,9 +29,9 @@ from engine.distributed.worker_group import (
     init_ray,
     resolve_worker_device,
 )
+from engine.roles.batch_sizes import per_rank_size
 from engine.trainer.ppo_trainer import PPOTrainer
 from engine.trainer.recorder import Recorder
-from engine.workers.batch_sizes import per_rank_size
 
 GLOBAL_POOL = "global_pool"
 REWARD_POOL = "reward_pool"

@@ -16,10 +16,10 @@ import numpy as np
 
 from engine.data import DataProto
 from engine.data.dataset import RLHFDataset
+from engine.roles.protocols import ActorRolloutRef
 from engine.trainer.metrics import compute_validation_metrics
 from engine.trainer.recorder import Recorder, SampleRecord
 from engine.trainer.samples import sample_records
-from engine.workers.protocols import ActorRolloutRef
 
 
 def validate(

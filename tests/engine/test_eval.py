@@ -12,7 +12,7 @@ import pytest
 from engine.config import load_config
 from engine.data.dataset import RLHFDataset
 from engine.eval import evaluate, load_prompts, main
-from engine.workers.models import load_tokenizer
+from engine.roles.model_loading import load_tokenizer
 
 SHORT = ["--max-prompt-length", "16", "--max-response-length", "8"]
 

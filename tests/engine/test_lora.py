@@ -18,10 +18,10 @@ from engine.lora import (
     is_lora,
     merged_state_dict,
 )
+from engine.roles.actor_rollout_ref import ActorRolloutRefWorker
+from engine.roles.model_loading import load_policy
 from engine.rollout.vllm_rollout import _named_weights
 from engine.tiny.tokenizer import build_tokenizer
-from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
-from engine.workers.models import load_policy
 from tests.engine.distributed.helpers import tiny_policy
 
 pytest.importorskip("peft")

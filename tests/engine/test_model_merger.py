@@ -61,7 +61,7 @@ def logits(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Ten
 
 def tiny_dir() -> Path:
     """Return the embedded tiny model's folder (the runs' starting point)."""
-    from engine.workers.models import resolve_path
+    from engine.roles.model_loading import resolve_path
 
     return Path(resolve_path(TINY))
 

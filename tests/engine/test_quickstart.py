@@ -259,9 +259,9 @@ def test_the_tutorial_names_exist():
 def test_multi_turn_with_no_interaction_is_one_assistant_turn(capsys):
     from types import SimpleNamespace
 
+    from engine.roles.actor_rollout_ref import get_rollout
     from engine.rollout.hf import HFRollout
     from engine.tiny.tokenizer import build_tokenizer
-    from engine.workers.actor_rollout_ref import get_rollout
     from tests.engine.distributed.helpers import tiny_policy
 
     tokenizer = build_tokenizer()

@@ -18,10 +18,10 @@ import torch
 
 from engine.config import PPOConfig, load_config, resolve_config
 from engine.data.dataset import RLHFDataset
+from engine.roles.actor_rollout_ref import ActorRolloutRefWorker
+from engine.roles.model_loading import load_critic, load_policy
 from engine.tiny.tokenizer import build_tokenizer
 from engine.trainer.ppo_trainer import PPOTrainer
-from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
-from engine.workers.models import load_critic, load_policy
 from tests.engine.data.helpers import build_char_tokenizer, verl_row, write_jsonl
 from tests.engine.distributed.helpers import tiny_policy
 
@@ -289,7 +289,7 @@ def test_legacy_ppo_micro_batch_size_is_split_over_two_data_parallel_ranks(tiny_
 
 # -- optim.lr_warmup_steps / lr_warmup_steps_ratio (actor and critic) ---------------------------
 def first_lrs(optim, total: int = 10, steps: int = 6) -> list[float]:
-    from engine.workers.optim import build_lr_scheduler
+    from engine.roles.optim import build_lr_scheduler
 
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     scheduler = build_lr_scheduler(optimizer, optim, total)
@@ -372,7 +372,7 @@ def remote_code_model(tiny_assets, tmp_path):
     import json
     import shutil
 
-    from engine.workers.models import resolve_path
+    from engine.roles.model_loading import resolve_path
 
     folder = tmp_path / "remote_model"
     shutil.copytree(resolve_path("tiny://model"), folder)

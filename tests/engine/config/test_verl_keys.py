@@ -82,7 +82,7 @@ def test_verls_file_says_what_it_leaves_to_be_given():
 
 def test_verls_file_switches_on_the_padding_free_forward_for_policy_and_critic():
     # use_remove_padding was its one refused feature; now the workers read it
-    # (tests/engine/workers/test_remove_padding.py).
+    # (tests/engine/roles/test_remove_padding.py).
     cfg = resolve_config(load_config(str(VERL_FILE), VERL_FILE_OVERRIDES))
     assert cfg.actor_rollout_ref.model.use_remove_padding is True
     assert cfg.actor_rollout_ref.actor.use_remove_padding is True  # ${oc.select:...model...}

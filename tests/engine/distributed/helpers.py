@@ -94,7 +94,7 @@ def plain_worker(config: PPOConfig, weights: dict[str, torch.Tensor]) -> Any:
     """Return a single-process CPU worker (policy and reference) holding ``weights``."""
     import copy
 
-    from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
+    from engine.roles.actor_rollout_ref import ActorRolloutRefWorker
 
     worker = ActorRolloutRefWorker(
         copy.deepcopy(config), device=torch.device("cpu"), total_steps=10, need_ref=True

@@ -15,7 +15,7 @@ from engine.distributed.worker_group import (
     pad_rollouts,
     split_batch,
 )
-from engine.workers.batch_sizes import per_rank_size
+from engine.roles.batch_sizes import per_rank_size
 
 
 def rows(n: int) -> DataProto:

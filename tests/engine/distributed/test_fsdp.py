@@ -23,7 +23,7 @@ from engine.distributed.process_group import (
     free_port,
     init_process_group,
 )
-from engine.workers.models import frozen_copy
+from engine.roles.model_loading import frozen_copy
 from tests.engine.distributed.helpers import tiny_policy
 
 

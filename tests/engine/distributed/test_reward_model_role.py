@@ -27,6 +27,7 @@ from engine.distributed.worker_group import (
     split_rows,
 )
 from engine.rewards.reward_model import RewardModelScorer
+from engine.roles.model_loading import load_reward_model
 from engine.tiny.recipe import ModelShape
 from engine.tiny.reward_model import build_classifier
 from engine.tiny.task import make_problems, write_split
@@ -34,7 +35,6 @@ from engine.tiny.tokenizer import build_tokenizer
 from engine.trainer import Recorder
 from engine.trainer.build import build_reward_scorer
 from engine.trainer.ray_trainer import RayPPOTrainer
-from engine.workers.models import load_reward_model
 from tests.engine.distributed.helpers import tiny_policy
 
 ray = pytest.importorskip("ray")

@@ -9,7 +9,7 @@ import torch.distributed as dist
 
 from engine.distributed.local_group import LocalWorkerGroup
 from engine.distributed.worker_group import ActorRolloutRefGroup
-from engine.workers.actor import response_logits
+from engine.roles.actor import response_logits
 from tests.engine.distributed.helpers import plain_worker, prompt_batch, tiny_config
 
 QUESTIONS = ["1+2=", "13+4=", "5+60=", "7+8="]

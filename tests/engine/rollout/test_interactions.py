@@ -23,11 +23,11 @@ from engine.config.fields import ConfigValidationError
 from engine.config.validate import validate_config
 from engine.data import DataProto
 from engine.rewards import RewardManager
+from engine.roles.actor_rollout_ref import get_rollout
 from engine.rollout.hf import HFRollout
 from engine.rollout.interactions import Interactions, load_interaction_config
 from engine.rollout.multi_turn import MultiTurnRollout
 from engine.tools.base import DEFAULT_TIMEOUT_S
-from engine.workers.actor_rollout_ref import get_rollout
 
 HERE = "tests.engine.rollout.test_interactions"
 GREEDY = {"do_sample": False, "temperature": 0.0, "top_k": -1, "top_p": 1.0}

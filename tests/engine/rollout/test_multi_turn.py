@@ -15,10 +15,10 @@ import torch
 
 from engine.config import RolloutConfig
 from engine.data import DataProto
+from engine.roles.actor_rollout_ref import get_rollout
 from engine.rollout.hf import HFRollout
 from engine.rollout.multi_turn import MultiTurnRollout, load_interaction, message_delta_ids
 from engine.tiny.tokenizer import build_tokenizer
-from engine.workers.actor_rollout_ref import get_rollout
 from tests.engine.distributed.helpers import tiny_policy
 
 GREEDY = {"do_sample": False, "temperature": 0.0, "top_k": -1, "top_p": 1.0}

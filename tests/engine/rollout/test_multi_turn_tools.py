@@ -15,12 +15,12 @@ import torch
 
 from engine.config import RolloutConfig
 from engine.data import DataProto
+from engine.roles.actor_rollout_ref import get_rollout
 from engine.rollout.multi_turn import MultiTurnRollout
 from engine.tools import Tool, load_tools
 from engine.tools.calculator import CalculatorTool
 from engine.tools.tiny_task import TOOLS_YAML, tool_call_text, tool_tokenizer
 from engine.trainer.metrics import compute_data_metrics
-from engine.workers.actor_rollout_ref import get_rollout
 
 CALL = tool_call_text("123+456=")  # <tool_call>{"name": "calc", "arguments": {"expr": ...}}
 SCHEMA = {"type": "function", "function": {"name": "calc"}}

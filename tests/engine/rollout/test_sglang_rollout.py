@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from engine.config import ConfigValidationError, RolloutConfig, load_config, validate_config
+from engine.roles.actor_rollout_ref import get_rollout
 from engine.rollout.names import SGLANG_MISSING
 from engine.rollout.sglang_rollout import SGLangRollout, sampling_params
 from engine.tiny.tokenizer import build_tokenizer
-from engine.workers.actor_rollout_ref import get_rollout
 from tests.engine.rollout.contract import (
     EOS,
     GREEDY,

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from engine.config import RolloutConfig
+from engine.roles.actor_rollout_ref import get_rollout
 from engine.rollout.vllm_rollout import (
     VLLM_MISSING,
     VLLMRollout,
@@ -20,7 +21,6 @@ from engine.rollout.vllm_rollout import (
     sampling_kwargs,
 )
 from engine.tiny.tokenizer import build_tokenizer
-from engine.workers.actor_rollout_ref import get_rollout
 from tests.engine.rollout.contract import (
     EOS,
     GREEDY,

@@ -19,9 +19,9 @@ from engine.config import config_to_dict, get_value, load_config, set_value
 from engine.config.keys import resolve_key, schema_keys
 from engine.rewards import default_compute_score, tiny_calculator
 from engine.rewards.default import KNOWN_DATA_SOURCES
+from engine.roles.model_loading import resolve_path
 from engine.tools import load_tools, tiny_task
 from engine.tools.tiny_uris import CALCULATOR_URIS, resolve_tiny_uri, tiny_uris
-from engine.workers.models import resolve_path
 
 PRESET = "grpo_tiny_calculator"
 # docs/results.md, "Tool calling on the tiny model": what the command adds to the overrides.

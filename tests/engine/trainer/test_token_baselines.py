@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 
+from engine.roles.actor import response_logits
 from engine.trainer import PPOTrainer
 from engine.trainer import ppo_trainer as trainer_module
-from engine.workers.actor import response_logits
 from tests.engine.trainer.test_trainer import ListRecorder
 
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from engine.roles.actor import response_logits
 from engine.trainer import PPOTrainer, Recorder
 from engine.trainer.run import run_training
-from engine.workers.actor import response_logits
 
 VERL_METRICS = [
     "critic/score/mean",

@@ -10,7 +10,7 @@ import torch
 
 from engine.config.algorithm import RolloutCorrectionConfig
 from engine.config.schema import PPOConfig
-from engine.workers.actor import PolicyActor
+from engine.roles.actor import PolicyActor
 from tests.engine.distributed.helpers import tiny_policy, update_batch
 
 VOCAB = 40

@@ -12,8 +12,8 @@ from engine.config.loader import load_config
 from engine.config.resolve import resolve_config
 from engine.config.schema import PPOConfig
 from engine.data import DataProto
-from engine.workers.batch_sizes import epoch_batches
-from engine.workers.optim import build_lr_scheduler
+from engine.roles.batch_sizes import epoch_batches
+from engine.roles.optim import build_lr_scheduler
 
 
 def rows(n: int = 16) -> DataProto:
@@ -71,7 +71,7 @@ def test_lr_scheduler_type_and_num_cycles_shape_the_cosine_schedule():
 
 
 def test_the_critic_values_pass_uses_the_forward_sizes():
-    from engine.workers.critic import CriticWorker
+    from engine.roles.critic import CriticWorker
 
     cfg = resolve_config(
         load_config(

@@ -7,9 +7,9 @@ import torch.distributed as dist
 
 from engine.distributed.local_group import LocalWorkerGroup
 from engine.distributed.worker_group import ActorRolloutRefGroup
+from engine.roles.actor_rollout_ref import ActorRolloutRefWorker
+from engine.roles.protocols import ActorRolloutRef, Critic, RolloutEngine
 from engine.rollout.hf import HFRollout
-from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
-from engine.workers.protocols import ActorRolloutRef, Critic, RolloutEngine
 from tests.engine.distributed.helpers import tiny_config
 
 

@@ -17,10 +17,10 @@ import torch
 
 from engine.config.fields import ConfigValidationError
 from engine.config.validate import validate_config
-from engine.workers import packing
-from engine.workers.actor import PolicyActor, response_logits
-from engine.workers.critic import ValueCritic, response_values
-from engine.workers.packing import (
+from engine.roles import packing
+from engine.roles.actor import PolicyActor, response_logits
+from engine.roles.critic import ValueCritic, response_values
+from engine.roles.packing import (
     PrefixAttention,
     VarlenAttention,
     pack,
@@ -28,7 +28,7 @@ from engine.workers.packing import (
     packed_response_values,
 )
 from tests.engine.distributed.helpers import tiny_config, tiny_policy
-from tests.engine.workers.test_dynamic_bsz import (
+from tests.engine.roles.test_dynamic_bsz import (
     LENGTHS,
     VOCAB,
     actor_config,
@@ -359,8 +359,8 @@ def test_varlen_attention_in_length_buckets_equals_attention_per_sequence():
 def test_the_workers_read_use_remove_padding(on):
     from engine.config.loader import load_config
     from engine.config.resolve import resolve_config
-    from engine.workers.actor_rollout_ref import ActorRolloutRefWorker
-    from engine.workers.critic import CriticWorker
+    from engine.roles.actor_rollout_ref import ActorRolloutRefWorker
+    from engine.roles.critic import CriticWorker
 
     config = tiny_config()
     config.actor_rollout_ref.model.use_remove_padding = on

@@ -16,15 +16,15 @@ import torch
 from engine.algorithms.torch_functional import masked_mean
 from engine.algorithms.value import compute_value_loss
 from engine.data import DataProto
-from engine.workers.batch_sizes import epoch_batches, global_batch, micro_size, per_rank_size
-from engine.workers.optim import (
+from engine.roles.batch_sizes import epoch_batches, global_batch, micro_size, per_rank_size
+from engine.roles.optim import (
     build_lr_scheduler,
     build_optimizer,
     finish_update,
     optimizer_step,
 )
-from engine.workers.packing import packed_response_values
-from engine.workers.seqlen_balancing import restore_order, split_micro_batches
+from engine.roles.packing import packed_response_values
+from engine.roles.seqlen_balancing import restore_order, split_micro_batches
 
 CRITIC_MAX_TOKEN_LEN_KEY = "critic.ppo_max_token_len_per_gpu"
 CRITIC_FORWARD_TOKEN_LEN_KEY = "critic.forward_max_token_len_per_gpu"  # the values pass
@@ -47,7 +47,7 @@ class ValueCritic:
     """Compute values and update a value model with the clipped value loss.
 
     ``remove_padding`` (``critic.model.use_remove_padding``) runs each micro-batch packed into
-    one row (``engine.workers.packing``).
+    one row (``engine.roles.packing``).
     """
 
     def __init__(
@@ -146,7 +146,7 @@ class CriticWorker:
         world_size: int = 1,
         shard: Callable[[torch.nn.Module], None] | None = None,
     ) -> None:
-        from engine.workers.models import load_critic
+        from engine.roles.model_loading import load_critic
 
         critic_config = config.critic
         self.model = load_critic(critic_config, config.actor_rollout_ref.model, device)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.roles.actor import response_logits
+from engine.roles.seqlen_balancing import length_buckets
 from engine.rollout.sampling import sample_sequences, shared_prompts, trim_left_padding
-from engine.workers.actor import response_logits
-from engine.workers.seqlen_balancing import length_buckets
 from tests.engine.distributed.helpers import tiny_policy
 
 EOS, PAD = 2, 0

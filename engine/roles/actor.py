@@ -44,11 +44,11 @@ from engine.algorithms.torch_functional import (
 )
 from engine.data import DataProto
 from engine.lean import LeanModel, causal_mask, checkpointing
+from engine.roles.batch_sizes import epoch_batches, global_batch
+from engine.roles.optim import finish_update, optimizer_step
+from engine.roles.packing import packed_response_logits
+from engine.roles.seqlen_balancing import length_buckets, restore_order, split_micro_batches
 from engine.rollout.sampling import new_kv_cache, shared_prompts, trim_left_padding, with_cache
-from engine.workers.batch_sizes import epoch_batches, global_batch
-from engine.workers.optim import finish_update, optimizer_step
-from engine.workers.packing import packed_response_logits
-from engine.workers.seqlen_balancing import length_buckets, restore_order, split_micro_batches
 
 PPO_MAX_TOKEN_LEN_KEY = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
 
@@ -244,7 +244,7 @@ class PolicyActor:
     """Compute log-probs and update a causal LM policy with a PPO-family loss.
 
     ``remove_padding`` (``model.use_remove_padding``) runs each micro-batch packed into one row
-    (``engine.workers.packing``) instead of :func:`response_logits`' padded buckets.
+    (``engine.roles.packing``) instead of :func:`response_logits`' padded buckets.
     """
 
     def __init__(

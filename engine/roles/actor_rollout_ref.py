@@ -19,13 +19,13 @@ import torch
 from engine.algorithms.rollout_correction import rollout_correction_active
 from engine.data import DataProto
 from engine.lora import adapter_disabled, adapter_settings, export_lora, is_lora
+from engine.roles.actor import PolicyActor, is_on_policy, needs_sum_pi_squared
+from engine.roles.batch_sizes import micro_size, per_rank_size
+from engine.roles.model_loading import frozen_copy, load_policy, load_tokenizer, resolve_path
+from engine.roles.optim import build_lr_scheduler, build_optimizer
+from engine.roles.protocols import RolloutEngine
 from engine.rollout import get_rollout_builder
 from engine.rollout.multi_turn import MultiTurnRollout
-from engine.workers.actor import PolicyActor, is_on_policy, needs_sum_pi_squared
-from engine.workers.batch_sizes import micro_size, per_rank_size
-from engine.workers.models import frozen_copy, load_policy, load_tokenizer, resolve_path
-from engine.workers.optim import build_lr_scheduler, build_optimizer
-from engine.workers.protocols import RolloutEngine
 
 
 def get_rollout(

@@ -12,7 +12,7 @@ import torch
 from engine.algorithms import torch_functional
 from engine.algorithms.torch_functional import sum_pi_squared_from_logits
 from engine.config.schema import PPOConfig
-from engine.workers.actor import PolicyActor, response_logits
+from engine.roles.actor import PolicyActor, response_logits
 from tests.engine.distributed.helpers import tiny_policy, update_batch
 
 VOCAB = 40

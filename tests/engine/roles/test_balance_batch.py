@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from engine.workers.seqlen_balancing import (
+from engine.roles.seqlen_balancing import (
     balanced_order,
     calculate_workload,
     get_seqlen_balanced_partitions,

@@ -12,7 +12,7 @@ own position ids (they restart at 0), and attention stays inside each sequence:
   the sequences' boundaries (``cu_seqlens``); otherwise the packed queries, keys and values are
   scattered into one row per sequence (sequences start at column 0, so the plain causal mask is
   exact), sequences of similar length together in one SDPA call (``length_buckets`` of
-  ``engine.workers.seqlen_balancing``), then gathered back. Attention costs about what the
+  ``engine.roles.seqlen_balancing``), then gathered back. Attention costs about what the
   bucketed padded path's costs; the dense layers and the head run on real tokens only (on a
   27M-parameter Qwen2 and responses of 2-215 tokens, the update takes 0.85x the CPU time of the
   bucketed padded path, ``bench/training/varlen.py --passes``).
@@ -31,7 +31,7 @@ row runs first and keeps its keys and values, then the responses' row attends to
 Only the positions that predict a response token reach the LM head (or the value head); the
 outputs come back as ``(bs, R, ...)`` with zeros where no response token is predicted, which every
 loss masks. They equal the padded path's within float rounding
-(``tests/engine/workers/test_remove_padding.py``).
+(``tests/engine/roles/test_remove_padding.py``).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ import torch
 import torch.nn.functional as F
 
 from engine.lean import LeanModel, checkpointing
+from engine.roles.seqlen_balancing import length_buckets
 from engine.rollout.sampling import shared_prompts
-from engine.workers.seqlen_balancing import length_buckets
 
 
 class Packed(NamedTuple):
@@ -374,7 +374,7 @@ def packed_response_logits(
 ) -> torch.Tensor:
     """Return the logits (bs, R, V) that predict each response token, from one packed row.
 
-    As :func:`engine.workers.actor.response_logits` (divided by temperature, fp32 under half
+    As :func:`engine.roles.actor.response_logits` (divided by temperature, fp32 under half
     precision); positions without a response token hold zeros.
     """
     attention_mask = batch["attention_mask"]  # (bs, P + R)
@@ -409,7 +409,7 @@ def packed_response_logits(
 def packed_response_values(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Return the values (bs, R) at the positions that predict each response token, packed.
 
-    As :func:`engine.workers.critic.response_values`; positions without a response token hold
+    As :func:`engine.roles.critic.response_values`; positions without a response token hold
     zeros.
     """
     attention_mask = batch["attention_mask"]

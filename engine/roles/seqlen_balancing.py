@@ -14,7 +14,7 @@ After verl's ``verl/utils/seqlen_balancing.py``. Three users:
   rank's contiguous share holds nearly the same work, with ``equal_size`` partitions so every
   rank keeps the same row count; ``global_seqlen/*`` metrics say how uneven it was and is.
 - **Length buckets** (:func:`length_buckets`): the actor's padded forward and the packed
-  attention (``engine.workers.packing``) run rows of similar length together, each bucket cut to
+  attention (``engine.roles.packing``) run rows of similar length together, each bucket cut to
   its longest row, so little of their work is padding (a dynamic programme over the sorted
   lengths).
 

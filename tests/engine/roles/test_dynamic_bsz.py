@@ -17,9 +17,9 @@ from transformers import Qwen2Config, Qwen2ForTokenClassification
 
 from engine.algorithms.names import LOSS_AGG_MODES
 from engine.config.schema import PPOConfig
-from engine.workers.actor import PolicyActor
-from engine.workers.critic import ValueCritic
-from engine.workers.seqlen_balancing import dynamic_micro_batches
+from engine.roles.actor import PolicyActor
+from engine.roles.critic import ValueCritic
+from engine.roles.seqlen_balancing import dynamic_micro_batches
 from tests.engine.distributed.helpers import tiny_policy, update_batch
 
 VOCAB = 40
