@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("algorithms: advantages, policy losses, KL, pure tensor functions", ("engine.algorithms",)),
     (
         "tensors and models: DataProto and datasets, the lean forward, LoRA, the device",
-        ("engine.data", "engine.lean", "engine.lora", "engine.device_info"),
+        ("engine.data", "engine.llama_forward", "engine.lora", "engine.device_info"),
     ),
     ("configuration: verl's keys as typed dataclasses and their rules", ("engine.config",)),
     (

@@ -6,8 +6,8 @@ script trains ``--warmup`` steps of the tiny GRPO benchmark (``compare_trl.py``'
 settings), keeps the last batch the update saw, then runs the rollout of its prompts, the
 reference log-prob pass and the policy update ``--rounds`` times for each variant in turn:
 
-* ``lean``: ``engine.lean.LeanModel`` (the default path);
-* ``module``: the model's own forward everywhere, rollout included (``LeanModel.build``
+* ``lean``: ``engine.llama_forward.LlamaForward`` (the default path);
+* ``module``: the model's own forward everywhere, rollout included (``LlamaForward.build``
   answering None);
 * ``unshared`` (with ``--unshared``): the lean forward without the shared prompt pass, each row
   running its own prompt.
@@ -78,7 +78,7 @@ def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     from bench.training.compare_trl import parse_args as compare_trl_args
     from engine.config import load_config
     from engine.data import DataProto
-    from engine.lean import LeanModel
+    from engine.llama_forward import LlamaForward
     from engine.trainer.ppo_trainer import PPOTrainer
     from engine.trainer.recorder import Recorder
 
@@ -91,7 +91,7 @@ def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     batch = captured_batch(trainer)
     worker = trainer.arr
 
-    build, shared = LeanModel.build, actor.shared_prompts
+    build, shared = LlamaForward.build, actor.shared_prompts
     variants: dict[str, tuple[Any, Any]] = {
         "lean": (build, shared),
         "module": (lambda model: None, shared),
@@ -111,7 +111,7 @@ def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         for _ in range(args.rounds):
             for name, (lean_build, share) in variants.items():
                 # One class serves the rollout and the actor: both switch together.
-                actor.LeanModel.build, actor.shared_prompts = lean_build, share  # type: ignore[method-assign]
+                actor.LlamaForward.build, actor.shared_prompts = lean_build, share  # type: ignore[method-assign]
                 for part, call in (
                     ("generate", lambda: worker.generate_sequences(prompts)),
                     ("ref", lambda: worker.compute_ref_log_prob(batch)),
@@ -121,7 +121,7 @@ def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                     call()
                     times[name][part].append(time.perf_counter() - start)
     finally:
-        actor.LeanModel.build, actor.shared_prompts = build, shared  # type: ignore[method-assign]
+        actor.LlamaForward.build, actor.shared_prompts = build, shared  # type: ignore[method-assign]
 
     def steady(values: list[float]) -> list[float]:
         return values[WARMUP_ROUNDS:] or values

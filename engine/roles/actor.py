@@ -17,7 +17,7 @@ and runs only the responses on top of it. The logits equal one full forward over
 response up to float rounding; the prompt work falls by the group size. The last response token
 never predicts anything, so it is not fed to the model at all.
 
-Qwen2 and Llama policies run these passes through :class:`engine.lean.LeanModel` (the model's own
+Qwen2 and Llama policies run these passes through :class:`engine.llama_forward.LlamaForward` (the model's own
 parameters through functional ops, under autograd when training) rather than the module's
 forward: on the tiny model it takes a fifth off the reference pass and 8-15% off the update
 (``bench/training/lean_forward.py``). Other models, and models with hooks (FSDP2, PEFT), use their
@@ -43,7 +43,7 @@ from engine.algorithms.torch_functional import (
     sum_pi_squared_from_logits,
 )
 from engine.data import DataProto
-from engine.lean import LeanModel, causal_mask, checkpointing
+from engine.llama_forward import LlamaForward, causal_mask, checkpointing
 from engine.roles.batch_sizes import epoch_batches, global_batch
 from engine.roles.optim import finish_update, optimizer_step
 from engine.roles.packing import packed_response_logits
@@ -64,7 +64,7 @@ def response_logits(
 
     Rows are run in buckets of similar response length (``length_buckets``), each cut to its
     longest response; positions past a bucket's longest response get zero logits (every loss
-    masks them). Models :class:`~engine.lean.LeanModel` supports run through it (``lean=False``
+    masks them). Models :class:`~engine.llama_forward.LlamaForward` supports run through it (``lean=False``
     keeps the model's own forward); the logits are the same up to float rounding.
     """
     responses = batch["responses"]  # (bs, R)
@@ -74,7 +74,7 @@ def response_logits(
     )  # (bs, P + R), P without the columns that are padding in every row
     prompt_length = input_ids.shape[-1] - response_length
     lengths = attention_mask[:, prompt_length:].sum(-1)  # (bs,) response lengths
-    runner = LeanModel.build(model) if lean else None
+    runner = LlamaForward.build(model) if lean else None
     groups = None
     if not checkpointing(model):  # checkpointed layers drop the KV cache the shared pass needs
         groups = shared_prompts(input_ids[:, :prompt_length], attention_mask[:, :prompt_length])
@@ -131,7 +131,7 @@ def response_logits(
 
 def _prompt_pass(
     model: torch.nn.Module,
-    runner: LeanModel | None,
+    runner: LlamaForward | None,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     position_ids: torch.Tensor,
@@ -157,7 +157,7 @@ def _prompt_pass(
 
 def _response_pass(
     model: torch.nn.Module,
-    runner: LeanModel | None,
+    runner: LlamaForward | None,
     response_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     position_ids: torch.Tensor,
@@ -191,7 +191,7 @@ def _response_pass(
 
 def _full_pass(
     model: torch.nn.Module,
-    runner: LeanModel | None,
+    runner: LlamaForward | None,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     position_ids: torch.Tensor,

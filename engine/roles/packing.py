@@ -6,7 +6,7 @@ head pay for it. Here the real tokens (``attention_mask == 1``) are gathered int
 ``(1, T)``, ``T = attention_mask.sum()``, as verl's ``unpad_input`` does; each sequence keeps its
 own position ids (they restart at 0), and attention stays inside each sequence:
 
-- the lean runner (:class:`engine.lean.LeanModel`, Qwen2/Llama without hooks) computes the dense
+- the lean runner (:class:`engine.llama_forward.LlamaForward`, Qwen2/Llama without hooks) computes the dense
   layers on the packed row and attends per sequence through :class:`VarlenAttention`: on a GPU
   with ``flash_attn`` importable and half-precision activations, ``flash_attn_varlen_func`` over
   the sequences' boundaries (``cu_seqlens``); otherwise the packed queries, keys and values are
@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from engine.lean import LeanModel, checkpointing
+from engine.llama_forward import LlamaForward, checkpointing
 from engine.roles.seqlen_balancing import length_buckets
 from engine.rollout.sampling import shared_prompts
 
@@ -133,7 +133,7 @@ def _flash_attention(
 
 
 class VarlenAttention:
-    """Causal attention inside each packed sequence: ``attend(q, k, v, scale)`` for LeanModel.
+    """Causal attention inside each packed sequence: ``attend(q, k, v, scale)`` for LlamaForward.
 
     ``q`` (1, h, T, D), ``k``/``v`` (1, kv, T, D) of the packed row -> (1, h, T, D). Without
     flash-attn, sequences of similar length (``length_buckets``) share one SDPA call
@@ -196,7 +196,7 @@ class VarlenAttention:
 
 class PrefixAttention:
     """Causal attention of packed responses on top of their packed prompts: ``attend`` for the
-    response row of :meth:`LeanModel.forward` with the prompt row's keys and values as ``past``.
+    response row of :meth:`LlamaForward.forward` with the prompt row's keys and values as ``past``.
 
     ``q`` (1, h, Tr, D) holds the responses' queries; ``k``/``v`` (1, kv, Tp + Tr, D) the
     prompts' keys then the responses'. Response token ``t`` of row ``i`` sees all of its prompt
@@ -290,7 +290,7 @@ class PrefixAttention:
 
 
 def _shared_prompt_forward(
-    runner: LeanModel, batch: dict[str, torch.Tensor], groups: tuple[torch.Tensor, torch.Tensor]
+    runner: LlamaForward, batch: dict[str, torch.Tensor], groups: tuple[torch.Tensor, torch.Tensor]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run each distinct prompt once and every response on top of it, both packed.
 
@@ -379,7 +379,7 @@ def packed_response_logits(
     """
     attention_mask = batch["attention_mask"]  # (bs, P + R)
     bs, response_length = batch["responses"].shape
-    runner = LeanModel.build(model) if lean else None
+    runner = LlamaForward.build(model) if lean else None
     groups = None
     if runner is not None and not checkpointing(model):  # as response_logits shares prompts
         prompt_length = attention_mask.shape[-1] - response_length

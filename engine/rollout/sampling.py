@@ -17,7 +17,7 @@ Where the work goes, and what is saved:
   still computed are finished, so late decoding steps run only the sequences still writing. The
   sampled distribution is unchanged; the random stream is drawn for fewer rows.
 * The prefill and decode steps of Qwen2 and Llama models skip the framework's per-call machinery
-  (``engine.lean.LeanModel``); on the 1M-parameter tiny model that machinery was more than half
+  (``engine.llama_forward.LlamaForward``); on the 1M-parameter tiny model that machinery was more than half
   of a decode step.
 """
 
@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from engine.lean import LeanModel, causal_mask
+from engine.llama_forward import LlamaForward, causal_mask
 
 
 @dataclass
@@ -141,7 +141,7 @@ def sample_sequences(
 
     Log-probs are taken from ``log_softmax(logits / temperature)`` before top-k/top-p filtering
     (temperature 1 when greedy), matching the actor's recomputation. ``lean=False`` prefills
-    and decodes with the model's own forward even where :class:`LeanModel` supports the model.
+    and decodes with the model's own forward even where :class:`LlamaForward` supports the model.
     ``ignore_eos`` samples every row to ``max_new_tokens``: an end-of-sequence token is then an
     ordinary token of the response (``rollout.ignore_eos``).
     """
@@ -154,7 +154,7 @@ def sample_sequences(
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (bs, P)
     input_ids, mask, position_ids = trim_left_padding(input_ids, attention_mask, position_ids)
     cache = new_kv_cache(model)
-    runner = LeanModel.build(model) if lean else None
+    runner = LlamaForward.build(model) if lean else None
     groups = shared_prompts(input_ids, mask)
     prefill = slice(None) if groups is None else groups[0]
     if runner is not None:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from engine.lean import LeanModel, causal_mask
+from engine.llama_forward import LlamaForward, causal_mask
 from engine.rollout.sampling import new_kv_cache, sample_sequences, with_cache
 
 EOS, PAD, VOCAB = 2, 0, 48
@@ -45,7 +45,7 @@ def left_padded_prompts() -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("build", [qwen2, llama])
 def test_a_lean_step_gives_the_forward_logits_and_cache(build):
     model = build()
-    lean = LeanModel.build(model)
+    lean = LlamaForward.build(model)
     assert lean is not None
     ids, mask = left_padded_prompts()
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -96,7 +96,7 @@ def test_a_forward_on_a_shared_prompt_gives_the_full_forward_logits_and_gradient
     # A prompt pass whose keys and values a second pass (two rows per prompt) attends to,
     # against one forward of the model over prompt + continuation, in training mode.
     model = build().train()
-    lean = LeanModel.build(model)
+    lean = LlamaForward.build(model)
     assert lean is not None
     ids, mask = left_padded_prompts()  # (5, 6), two rows left padded
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -130,31 +130,31 @@ def test_a_forward_on_a_shared_prompt_gives_the_full_forward_logits_and_gradient
 
 def test_models_it_does_not_mirror_are_left_to_their_forward():
     model = qwen2()
-    assert LeanModel.build(model.train()) is not None  # no dropout: training is the same sum
+    assert LlamaForward.build(model.train()) is not None  # no dropout: training is the same sum
     model.config.attention_dropout = 0.1
-    assert LeanModel.build(model) is None  # the module would draw dropout masks
-    assert LeanModel.build(model.eval()) is not None
+    assert LlamaForward.build(model) is None  # the module would draw dropout masks
+    assert LlamaForward.build(model.eval()) is not None
     model.config.attention_dropout = 0.0
     model.config.use_sliding_window = True
-    assert LeanModel.build(model) is None
+    assert LlamaForward.build(model) is None
     model.config.use_sliding_window = False
     model.config.hidden_act = "gelu"
-    assert LeanModel.build(model) is None
+    assert LlamaForward.build(model) is None
     model.config.hidden_act = "silu"
-    assert LeanModel.build(model) is not None
+    assert LlamaForward.build(model) is not None
     handle = model.model.layers[1].mlp.register_forward_hook(lambda *_: None)
-    assert LeanModel.build(model) is None  # a hook expects to see every call
+    assert LlamaForward.build(model) is None  # a hook expects to see every call
     handle.remove()
-    assert LeanModel.build(model) is not None
+    assert LlamaForward.build(model) is not None
     model.activation_checkpointing_enable()
-    assert LeanModel.build(model.train()) is None  # the caller asked for recomputation
+    assert LlamaForward.build(model.train()) is None  # the caller asked for recomputation
 
 
 @pytest.mark.parametrize("build", [qwen2, llama])
 def test_a_half_precision_model_keeps_the_modules_norm_arithmetic(build):
     # bf16 takes the RMSNorm path that upcasts to fp32 and back, as the module does.
     model = build().to(torch.bfloat16)
-    lean = LeanModel.build(model)
+    lean = LlamaForward.build(model)
     assert lean is not None
     ids, mask = left_padded_prompts()
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -171,9 +171,9 @@ def test_a_half_precision_model_keeps_the_modules_norm_arithmetic(build):
 
 @pytest.mark.parametrize("build", [qwen2, llama])
 def test_a_lean_prefill_fills_the_cache_the_decode_steps_read(build):
-    # The rollout prefills with LeanModel.forward and hands its keys and values to the cache.
+    # The rollout prefills with LlamaForward.forward and hands its keys and values to the cache.
     model = build()
-    lean = LeanModel.build(model)
+    lean = LlamaForward.build(model)
     assert lean is not None
     ids, mask = left_padded_prompts()
     positions = (mask.cumsum(-1) - 1).clamp(min=0)

@@ -3,24 +3,24 @@
 On a small model most of a call's time goes around the matrix products rather than into them:
 module calls, decorators, configuration lookups, the attention-mask builder, the per-head
 repetition of grouped keys, and in training the autograd nodes all of these leave behind.
-:class:`LeanModel` runs the same computation with functional ops on the model's own parameters
+:class:`LlamaForward` runs the same computation with functional ops on the model's own parameters
 (no copies, so gradients reach them): RMSNorm, the q/k/v projections (with their biases), the
 model's own rotary module (so rope scaling is honoured), grouped-query SDPA under a boolean
 mask the caller builds, the gated SiLU MLP, the final norm and the LM head. It serves two
 callers:
 
-* :meth:`LeanModel.decode` takes one token per row against a transformers ``DynamicCache``
-  (the rollout's decode loop, whose prefill is a :meth:`LeanModel.forward` that keeps its keys
+* :meth:`LlamaForward.decode` takes one token per row against a transformers ``DynamicCache``
+  (the rollout's decode loop, whose prefill is a :meth:`LlamaForward.forward` that keeps its keys
   and values for the cache);
-* :meth:`LeanModel.forward` runs many tokens per row, optionally on top of per-layer keys and
+* :meth:`LlamaForward.forward` runs many tokens per row, optionally on top of per-layer keys and
   values computed earlier (a shared prompt), under autograd when the model trains (the actor's
   log-prob and update passes, ``engine.roles.actor.response_logits``).
 
-Only models whose forward is exactly this computation are accepted (:meth:`LeanModel.build`
+Only models whose forward is exactly this computation are accepted (:meth:`LlamaForward.build`
 returns None otherwise, and callers use the model's forward): a Qwen2 or Llama causal LM with a
 SiLU MLP, no sliding window, no attention dropout while training, no gradient checkpointing, no
 adapter wrapper, and no forward hooks anywhere (a hook expects to see every call; sharding
-wrappers such as FSDP2 and steering hooks are hooks). ``tests/engine/test_lean.py`` holds both
+wrappers such as FSDP2 and steering hooks are hooks). ``tests/engine/test_llama_forward.py`` holds both
 entry points to the model's forward: logits, caches, samples and gradients.
 """
 
@@ -89,7 +89,7 @@ def causal_mask(key_mask: torch.Tensor) -> torch.Tensor:
     return (lower & key_mask.bool()[:, None, None, :]) | diagonal
 
 
-class LeanModel:
+class LlamaForward:
     """A supported causal LM's forward through functional ops; see the module docstring."""
 
     def __init__(self, model: Any) -> None:
@@ -102,7 +102,7 @@ class LeanModel:
         )
 
     @classmethod
-    def build(cls, model: Any) -> LeanModel | None:
+    def build(cls, model: Any) -> LlamaForward | None:
         """Return a lean runner for ``model``, or None when its forward is not the one here."""
         if type(model).__name__ not in ARCHITECTURES or has_hooks(model):
             return None
