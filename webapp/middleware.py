@@ -45,7 +45,7 @@ DATABASE_UNAVAILABLE = (
 class DatabaseUnavailableMiddleware:
     """Answer 503 with a plain message, not 500, when a view cannot reach PostgreSQL.
 
-    The run drivers buffer their steps through an outage (``workers.recorder``), so nothing is
+    The run drivers buffer their steps through an outage (``workers.database_recorder``), so nothing is
     lost: the page only has to say so and when to come back (``Retry-After``).
     """
 

@@ -93,8 +93,8 @@ class HeartbeatThread(threading.Thread):
     def run(self) -> None:
         from django.db import connection
 
+        from webapp.runs.driver_writes import run_heartbeat
         from webapp.runs.events import run_event
-        from webapp.runs.recording import run_heartbeat
         from workers.publish import RunEventPublisher
 
         publisher = None
@@ -149,10 +149,10 @@ def drive(run_id: int, publish: bool = True) -> str:
     from engine.config import config_from_dict, set_value
     from engine.trainer import run_training
     from engine.trainer.trackers import tracker_environment
+    from webapp.runs.driver_writes import run_mark_running
     from webapp.runs.models import Run, run_dir
-    from webapp.runs.recording import run_mark_running
+    from workers.database_recorder import RecordingGaveUp, RunRecorder
     from workers.publish import RunEventPublisher
-    from workers.recorder import RecordingGaveUp, RunRecorder
 
     run = run_mark_running(run_id=run_id)
     if run is None:

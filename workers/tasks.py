@@ -25,8 +25,7 @@ from django.db import connections
 from engine.env import CPU_PROCESS_ENV
 from engine.trainer.trackers import TRACKER_ENV_PREFIXES
 from webapp.celery import START_RUN
-from webapp.runs.models import run_dir
-from webapp.runs.recording import (
+from webapp.runs.driver_writes import (
     driver_slots_taken,
     queued_run_ids,
     run_claim_for_start,
@@ -35,6 +34,7 @@ from webapp.runs.recording import (
     runs_mark_lost,
     runs_mark_stalled,
 )
+from webapp.runs.models import run_dir
 from workers.celery_app import app
 
 logger = logging.getLogger(__name__)

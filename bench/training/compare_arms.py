@@ -129,7 +129,7 @@ def run_engine(args: Any, task: TaskData, controller: str = "local") -> dict[str
 
     from engine.config import load_config
     from engine.trainer.ppo_trainer import PPOTrainer
-    from engine.trainer.recorder import Recorder
+    from engine.trainer.reporting import Recorder
 
     rss_after_imports = rss_now_mib()
     eval_steps = set(args.eval_steps)

@@ -80,7 +80,7 @@ def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     from engine.data import DataProto
     from engine.llama_forward import LlamaForward
     from engine.trainer.ppo_trainer import PPOTrainer
-    from engine.trainer.recorder import Recorder
+    from engine.trainer.reporting import Recorder
 
     # compare_trl.py's tiny settings, trained for the warm-up steps.
     shared = [f"--steps={args.warmup}", f"--threads={args.threads}"]

@@ -98,7 +98,7 @@ def run_engine(args: argparse.Namespace, task: Any) -> dict[str, Any]:
     from bench.training.compare_arms import engine_overrides
     from engine.config import load_config
     from engine.trainer.ppo_trainer import PPOTrainer
-    from engine.trainer.recorder import Recorder
+    from engine.trainer.reporting import Recorder
 
     rollouts: list[dict[str, Any]] = []
     weights: list[Weights] = []

@@ -43,8 +43,8 @@ setup_django("bench_live_latency")
 
 from django.db import connection  # noqa: E402
 
+from workers.database_recorder import RunRecorder  # noqa: E402
 from workers.publish import RunEventPublisher  # noqa: E402
-from workers.recorder import RunRecorder  # noqa: E402
 
 COLLECT = """() => {
   window.__live = {};

@@ -43,10 +43,10 @@ from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.urls import reverse  # noqa: E402
 
-from engine.trainer.recorder import SampleRecord  # noqa: E402
+from engine.trainer.reporting import SampleRecord  # noqa: E402
 from webapp.experiments.models import Experiment  # noqa: E402
+from webapp.runs.driver_writes import samples_write  # noqa: E402
 from webapp.runs.models import Run, RunStatus, Sample  # noqa: E402
-from webapp.runs.recording import samples_write  # noqa: E402
 
 WORDS = ["Ġthe", "Ġanswer", "Ġis", "Ġ4", "2", "Ġso", "Ġwe", "Ġadd", "Ġcarry", "Ġ1", ".", "Ċ"]
 

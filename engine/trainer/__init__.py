@@ -6,7 +6,7 @@
 
 from typing import Any
 
-from engine.trainer.recorder import (
+from engine.trainer.reporting import (
     CompositeRecorder,
     ConsoleRecorder,
     JsonlRecorder,

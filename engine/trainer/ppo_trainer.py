@@ -60,7 +60,7 @@ from engine.trainer.metrics import (
     compute_timing_metrics,
     timer,
 )
-from engine.trainer.recorder import CompositeRecorder, Recorder, RunStatus, SampleRecord
+from engine.trainer.reporting import CompositeRecorder, Recorder, RunStatus, SampleRecord
 from engine.trainer.samples import sample_records
 from engine.trainer.trackers import default_recorders
 

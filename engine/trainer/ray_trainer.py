@@ -31,7 +31,7 @@ from engine.distributed.worker_group import (
 )
 from engine.roles.batch_sizes import per_rank_size
 from engine.trainer.ppo_trainer import PPOTrainer
-from engine.trainer.recorder import Recorder
+from engine.trainer.reporting import Recorder
 
 GLOBAL_POOL = "global_pool"
 REWARD_POOL = "reward_pool"

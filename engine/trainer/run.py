@@ -12,7 +12,7 @@ from typing import Any
 
 from engine.trainer.ppo_trainer import PPOTrainer
 from engine.trainer.ray_trainer import RayPPOTrainer
-from engine.trainer.recorder import Recorder, RunStatus
+from engine.trainer.reporting import Recorder, RunStatus
 
 
 def run_training(config: Any, recorder: Recorder | None = None) -> RunStatus:

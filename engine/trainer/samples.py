@@ -14,7 +14,7 @@ import torch
 
 from engine.algorithms.torch_functional import mask_span_end
 from engine.data import DataProto
-from engine.trainer.recorder import SampleRecord
+from engine.trainer.reporting import SampleRecord
 
 
 def sample_records(

@@ -2,7 +2,7 @@
 
 ``TRACKERS`` is the one list of names ``trainer.logger`` accepts (the config schema imports it).
 ``default_recorders`` builds the recorders a run's ``trainer.logger`` names: ``console`` and
-``jsonl`` are the built-in recorders of ``engine.trainer.recorder`` (which knows nothing of this
+``jsonl`` are the built-in recorders of ``engine.trainer.reporting`` (which knows nothing of this
 module); the others report through their own library, installed with the optional extra (``pip
 install -e .[trackers]``) and imported only when a run names them. The validator refuses a name whose
 library is missing (``tracker_install_problems``) before anything runs.
@@ -46,7 +46,7 @@ from engine.config.trackers import (  # noqa: F401 - re-exported for the trainer
     TRACKERS,
     tracker_install_problems,
 )
-from engine.trainer.recorder import ConsoleRecorder, JsonlRecorder, Recorder
+from engine.trainer.reporting import ConsoleRecorder, JsonlRecorder, Recorder
 
 # Variables a tracker reads (keys, hosts, modes): the studio's driver keeps them.
 TRACKER_ENV_PREFIXES = ("WANDB_", "MLFLOW_", "SWANLAB_", "CLEARML_", "TENSORBOARD_")

@@ -18,7 +18,7 @@ from engine.data import DataProto
 from engine.data.dataset import RLHFDataset
 from engine.roles.protocols import ActorRolloutRef
 from engine.trainer.metrics import compute_validation_metrics
-from engine.trainer.recorder import Recorder, SampleRecord
+from engine.trainer.reporting import Recorder, SampleRecord
 from engine.trainer.samples import sample_records
 
 

@@ -79,7 +79,7 @@ export class RunSummary {
     if (message.type === "metrics" && message.points.length) {
       const last = message.points[message.points.length - 1];
       this.heartbeatAt = Math.max(this.heartbeatAt ?? 0, last.time);
-      // A new step ends a stall (recording.run_heartbeat clears it without a status message).
+      // A new step ends a stall (driver_writes.run_heartbeat clears it without a status message).
       if (this.stalledSince !== null && last.time > this.stalledSince) this.stalledSince = null;
       this.showStep(last.step);
       this.showMetrics(last);

@@ -58,8 +58,8 @@ def in_driver_thread(run_id: int, record: Callable[[Any], None]) -> None:
     from channels.layers import channel_layers
     from django.db import connection
 
+    from workers.database_recorder import RunRecorder
     from workers.publish import RunEventPublisher
-    from workers.recorder import RunRecorder
 
     def drive() -> None:
         publisher = RunEventPublisher(channel_layers.make_backend("default"))

@@ -24,7 +24,7 @@ from django.db import connections
 from django.test import override_settings
 from django.urls import reverse
 
-from engine.trainer.recorder import SampleRecord
+from engine.trainer.reporting import SampleRecord
 from tests.e2e.browser import (
     CHROMIUM,
     LiveLayerTestCase,
@@ -33,8 +33,8 @@ from tests.e2e.browser import (
     logged_in_page,
 )
 from tests.webapp.fixtures import make_experiment
+from webapp.runs.driver_writes import samples_write
 from webapp.runs.models import Run, RunStatus, Sample
-from webapp.runs.recording import samples_write
 from webapp.runs.services import run_create
 from workers.celery_app import app
 

@@ -1,7 +1,7 @@
 """The run page in Debian's Chromium: everything beside the charts follows the run, no reload.
 
 One page load watches a queued run start, run three steps (samples, a checkpoint) and succeed;
-the driver's side goes through ``webapp.runs.recording`` and the driver's ``RunRecorder`` from
+the driver's side goes through ``webapp.runs.driver_writes`` and the driver's ``RunRecorder`` from
 another thread, over the Redis layer, as in ``test_live_charts``.
 """
 
@@ -12,18 +12,18 @@ from datetime import UTC, datetime
 
 import pytest
 
-from engine.trainer.recorder import SampleRecord
+from engine.trainer.reporting import SampleRecord
 from tests.e2e.browser import LiveBrowserTestCase, in_driver_thread
 from tests.e2e.browser import artifacts as artifacts_dir
 from tests.webapp.live import running_run, step_metrics
-from webapp.runs.metrics import epoch_seconds
-from webapp.runs.models import RunStatus
-from webapp.runs.recording import (
+from webapp.runs.driver_writes import (
     run_claim_for_start,
     run_mark_running,
     run_set_driver,
     runs_mark_stalled,
 )
+from webapp.runs.metrics import epoch_seconds
+from webapp.runs.models import RunStatus
 
 # Every data-field of the page as text, and which buttons show.
 FIELDS = """() => {

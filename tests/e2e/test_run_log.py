@@ -12,9 +12,9 @@ import pytest
 from tests.e2e.browser import LiveBrowserTestCase
 from tests.e2e.browser import artifacts as artifacts_dir
 from tests.webapp.live import running_run
+from webapp.runs.driver_writes import run_finish
 from webapp.runs.logs import run_log_path
 from webapp.runs.models import RunStatus
-from webapp.runs.recording import run_finish
 
 LOG_TEXT = "() => document.querySelector('[data-log-field=text]').textContent"
 

@@ -22,9 +22,9 @@ from django.utils import timezone
 from tests.e2e.browser import LiveBrowserTestCase, in_driver_thread
 from tests.e2e.browser import artifacts as artifacts_dir
 from tests.webapp.live import step_metrics
+from webapp.runs.driver_writes import run_claim_for_start, run_mark_running
 from webapp.runs.models import Run, RunStatus
 from webapp.runs.numbers import metric_text
-from webapp.runs.recording import run_claim_for_start, run_mark_running
 from webapp.sweeps.models import Sweep
 from workers.celery_app import app
 

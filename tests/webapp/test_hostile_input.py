@@ -42,10 +42,10 @@ def test_a_log_line_or_a_response_with_a_script_is_text_on_every_page(client_in,
     and all) are the driver's and the model's words: every page escapes them."""
     from pathlib import Path
 
-    from engine.trainer.recorder import SampleRecord
+    from engine.trainer.reporting import SampleRecord
+    from webapp.runs.driver_writes import samples_write
     from webapp.runs.logs import run_log_path
     from webapp.runs.models import CheckpointJob
-    from webapp.runs.recording import samples_write
     from webapp.runs.services import run_create
 
     run = run_create(experiment=make_experiment(owner))

@@ -18,7 +18,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
-from engine.trainer.recorder import SampleRecord
+from engine.trainer.reporting import SampleRecord
 from tests.webapp.fixtures import make_experiment
 from tests.webapp.live import private_redis_layer, short_lived_connections  # noqa: F401
 from tests.webapp.runs.test_consumers import open_socket
@@ -27,9 +27,9 @@ from webapp.api.tokens import token_create
 from webapp.datasets.models import Dataset
 from webapp.datasets.services import dataset_create
 from webapp.experiments.models import Experiment
+from webapp.runs.driver_writes import samples_write
 from webapp.runs.logs import run_log_path
 from webapp.runs.models import Run, RunStatus
-from webapp.runs.recording import samples_write
 from webapp.runs.services import run_create
 from webapp.sweeps.models import Sweep
 from webapp.sweeps.services import sweep_create

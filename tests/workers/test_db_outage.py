@@ -24,11 +24,11 @@ from django.conf import settings
 
 from tests.webapp.fixtures import make_experiment
 from tests.webapp.outage import database_down
-from tests.workers.test_recorder import sample
+from tests.workers.test_database_recorder import sample
+from webapp.runs.driver_writes import run_claim_for_start, run_mark_running, run_record_step
 from webapp.runs.models import MetricPoint, Run, RunStatus, Sample
-from webapp.runs.recording import run_claim_for_start, run_mark_running, run_record_step
 from webapp.runs.services import run_create
-from workers.recorder import SPILL_FILE, RecordingGaveUp, RunRecorder
+from workers.database_recorder import SPILL_FILE, RecordingGaveUp, RunRecorder
 
 
 @pytest.fixture
@@ -87,7 +87,7 @@ def test_a_step_lands_whole_or_not_at_all(running_run, monkeypatch):
     def broken(**kwargs):
         raise RuntimeError("killed between the samples and the metrics")
 
-    monkeypatch.setattr("webapp.runs.recording.metric_point_upsert", broken)
+    monkeypatch.setattr("webapp.runs.driver_writes.metric_point_upsert", broken)
     with pytest.raises(RuntimeError, match="between the samples and the metrics"):
         run_record_step(run_id=running_run.pk, step=1, samples=batch(1), metrics={"x": 1.0})
     assert not Sample.objects.filter(run=running_run).exists()
@@ -124,7 +124,7 @@ import json, sys
 from django.contrib.auth import get_user_model
 import webapp.runs.services as services
 from tests.webapp.fixtures import make_experiment
-from webapp.runs.recording import run_claim_for_start
+from webapp.runs.driver_writes import run_claim_for_start
 
 services._dispatch_start = lambda run_id: None  # the test starts the driver itself
 user, _ = get_user_model().objects.get_or_create(username="faults")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.webapp.fixtures import make_experiment
+from webapp.runs.driver_writes import run_claim_for_start
 from webapp.runs.models import Run, RunStatus
-from webapp.runs.recording import run_claim_for_start
 from webapp.runs.services import run_create
 from workers.driver import drive
 

@@ -7,8 +7,8 @@ import pytest
 
 from tests.webapp.fixtures import make_experiment
 from tests.workers.test_lifecycle import SMALL, tiny_cache  # noqa: F401  (a fixture)
+from webapp.runs.driver_writes import run_claim_for_start
 from webapp.runs.models import Run, RunStatus
-from webapp.runs.recording import run_claim_for_start
 from webapp.runs.services import run_create
 from workers.driver import drive
 

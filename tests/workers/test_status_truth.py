@@ -18,14 +18,14 @@ from django.utils import timezone
 
 from tests.webapp.fixtures import make_experiment
 from tests.webapp.outage import database_down
-from webapp.runs.models import MetricPoint, Run, RunStatus, Sample, run_dir
-from webapp.runs.recording import (
+from webapp.runs.driver_writes import (
     run_claim_for_start,
     run_heartbeat,
     run_set_driver,
     runs_mark_lost,
     runs_mark_stalled,
 )
+from webapp.runs.models import MetricPoint, Run, RunStatus, Sample, run_dir
 from webapp.runs.services import run_create
 from workers.driver import HeartbeatThread
 from workers.tasks import mark_lost_runs, spawn_local_driver

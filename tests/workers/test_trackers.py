@@ -12,8 +12,8 @@ import pytest
 
 from tests.webapp.fixtures import make_experiment
 from tests.workers.test_lifecycle import SMALL, tiny_cache  # noqa: F401
+from webapp.runs.driver_writes import run_claim_for_start
 from webapp.runs.models import MetricPoint, Run, RunStatus, run_dir
-from webapp.runs.recording import run_claim_for_start
 from webapp.runs.services import run_create
 from workers.driver import drive
 from workers.tasks import driver_env

@@ -1,6 +1,6 @@
 """Run the health checks on each recorded step; store and publish the alerts that fire.
 
-``webapp.runs.recording.run_record_step`` calls :func:`health_record_step` inside the step's
+``webapp.runs.driver_writes.run_record_step`` calls :func:`health_record_step` inside the step's
 transaction, so an alert lands with the step it fired at (and a retried step, rolled back,
 fires again or not at all with it). The checks' state is one row per run, read and rewritten
 once per step: no step's history is re-read.

@@ -316,7 +316,7 @@ def checkpoint_job_finish(
     *, job_id: int, status: str, result: dict[str, Any] | None = None, error: str = ""
 ) -> bool:
     """Set a running job's end state; return False when it had ended already."""
-    from webapp.runs.recording import error_tail
+    from webapp.runs.driver_writes import error_tail
 
     if status not in (CheckpointJobStatus.SUCCEEDED, CheckpointJobStatus.FAILED):
         raise ValueError(f"status={status!r}: a checkpoint job ends succeeded or failed")
@@ -332,7 +332,7 @@ def checkpoint_job_finish(
 
 def checkpoint_jobs_mark_lost() -> list[int]:
     """Fail every running job whose process on this host is gone; return their ids."""
-    from webapp.runs.recording import driver_process_alive
+    from webapp.runs.driver_writes import driver_process_alive
 
     lost = []
     host = socket.gethostname()

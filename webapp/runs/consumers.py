@@ -286,7 +286,7 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
             self.last_step = step
             wall_time = datetime.fromisoformat(event["wall_time"])
             time = epoch_seconds(wall_time)
-            # The step's write beat the heartbeat and ended a stall (recording.run_record_step).
+            # The step's write beat the heartbeat and ended a stall (driver_writes.run_record_step).
             self.run.heartbeat_at = max(self.run.heartbeat_at or wall_time, wall_time)
             self.run.stalled_since = None
             if event.get("checkpoint"):

@@ -51,7 +51,7 @@ DRIVER_STATUSES = (RunStatus.STARTING, RunStatus.RUNNING)
 RESUMABLE_STATUSES = (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.LOST)
 
 
-# A sample's fields in one order: what the driver COPYs (``recording.SAMPLE_COLUMNS``, after the
+# A sample's fields in one order: what the driver COPYs (``driver_writes.SAMPLE_COLUMNS``, after the
 # run), what an export writes (``samples.selectors.EXPORT_FIELDS``: the scalars, then the token
 # arrays on request) and what the engine's ``SampleRecord`` carries. A test holds all three to
 # the ``Sample`` model.

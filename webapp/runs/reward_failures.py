@@ -7,7 +7,7 @@ with a bug) the policy learns from zeros, and such a run used to end ``succeeded
 when more than ``POSTTRAIN_REWARD_FAILURE_RATE`` of a step's samples (``train_batch_size x
 rollout.n``) failed in each of the last ``POSTTRAIN_REWARD_FAILURE_STEPS`` recorded steps, the
 run gets a ``failure_reason``; its driver sees it as a stop request after the step, and
-``recording.run_finish`` ends the run ``failed`` with that reason, which its page shows. A run
+``driver_writes.run_finish`` ends the run ``failed`` with that reason, which its page shows. A run
 that ends before that many steps, every one of them over the share, ends failed the same way.
 
 The rule reads the newest recorded steps (one indexed query a step), so a step written again

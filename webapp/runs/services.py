@@ -2,7 +2,7 @@
 
 Starting a run queues ``workers.tasks.start_run`` by its name (``webapp.celery``); what the task
 and the driver write (the start, heartbeats, the end state, metrics, samples) is
-``webapp.runs.recording``. Every status change goes through ``recording.transition`` and its table
+``webapp.runs.driver_writes``. Every status change goes through ``driver_writes.transition`` and its table
 of allowed changes.
 
 A launch is checked against the server's limits (``webapp.runs.quotas``) and may carry the
@@ -29,6 +29,7 @@ from webapp.celery import send_start_run
 from webapp.experiments.configs import as_config, config_check
 from webapp.experiments.models import Experiment, LaunchKey
 from webapp.experiments.tags import TAGS_MAX, TagsInvalid, clean_tags
+from webapp.runs.driver_writes import publish_status_on_commit, transition
 from webapp.runs.models import (
     ACTIVE_STATUSES,
     DRIVER_STATUSES,
@@ -38,7 +39,6 @@ from webapp.runs.models import (
     run_dir,
 )
 from webapp.runs.quotas import LaunchRefused, run_count_check, run_size_errors
-from webapp.runs.recording import publish_status_on_commit, transition
 from webapp.runs.selectors import run_latest_checkpoint
 
 logger = logging.getLogger(__name__)

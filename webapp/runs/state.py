@@ -23,7 +23,7 @@ def run_state(run: Run) -> dict[str, Any]:
 
     Times are Unix seconds; ``is_active`` shows the cancel button, ``can_resume`` the resume one
     (enabled when ``latest_checkpoint`` is set); ``error`` is a failed run's traceback tail
-    (``recording.error_tail``, at most about 2,000 characters); ``failure_reason`` why the studio
+    (``driver_writes.error_tail``, at most about 2,000 characters); ``failure_reason`` why the studio
     stops the run (``reward_failures``), shown while it stops.
     """
     return {

@@ -1,6 +1,6 @@
 """A sweep's concurrency limit, applied where a queued run is claimed for a driver.
 
-``webapp.runs.recording.run_claim_for_start`` asks :func:`sweep_member_may_start` inside its
+``webapp.runs.driver_writes.run_claim_for_start`` asks :func:`sweep_member_may_start` inside its
 transaction, so the limit is held by the same claim as ``POSTTRAIN_MAX_RUNNING_RUNS``: a member
 over its sweep's limit stays queued and the ``dispatch_queued_runs`` sweep starts it when an
 earlier member ends. No second scheduler.

@@ -193,7 +193,7 @@ def test_verls_dapo_recipe_command_runs_with_the_module_renamed(tmp_path, offlin
     assert config.actor_rollout_ref.actor.clip_ratio_high == 0.28
 
     steps = tmp_path / "steps.jsonl"
-    from engine.trainer.recorder import Recorder
+    from engine.trainer.reporting import Recorder
 
     class Steps(Recorder):
         def on_step(self, step, metrics):

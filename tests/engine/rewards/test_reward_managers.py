@@ -20,7 +20,7 @@ from engine.rewards.custom import load_custom_reward_fn
 from engine.rewards.managers import REWARD_MANAGER_CLASSES
 from engine.rewards.names import REWARD_MANAGERS
 from engine.rewards.prime import DEFAULT_TIMEOUT_S, PrimeRewardManager
-from engine.trainer.recorder import Recorder
+from engine.trainer.reporting import Recorder
 from tests.engine.rewards.test_manager import RESPONSE_LEN, make_batch
 
 ROWS = [

@@ -14,7 +14,7 @@ from engine.trainer.dynamic_sampling import (
     metric_values,
     pad_to_common_width,
 )
-from engine.trainer.recorder import Recorder
+from engine.trainer.reporting import Recorder
 
 
 def test_a_group_is_kept_when_its_values_vary_or_it_has_one_response():

@@ -18,7 +18,7 @@ import pytest
 
 from engine.config import ConfigValidationError, config_to_dict, load_config, validate_config
 from engine.config.introspect import iter_field_specs
-from engine.trainer.recorder import Recorder
+from engine.trainer.reporting import Recorder
 from engine.trainer.trackers import (
     RECORDERS,
     TRACKER_ENV_PREFIXES,

@@ -11,7 +11,7 @@ import torch
 from engine.main_ppo import main
 from engine.trainer import PPOTrainer
 from engine.trainer.checkpoint import saved_steps
-from engine.trainer.recorder import SampleRecord
+from engine.trainer.reporting import SampleRecord
 from engine.trainer.run import run_training
 from engine.trainer.validation import pick_val_generations
 from tests.engine.trainer.test_trainer import ListRecorder

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from engine.trainer.recorder import SampleRecord
+from engine.trainer.reporting import SampleRecord
 from tests.webapp.api.helpers import errors_of
 from tests.webapp.live import running_run
-from webapp.runs.recording import samples_write
+from webapp.runs.driver_writes import samples_write
 from webapp.samples.forms import SampleFilterForm
 
 pytestmark = pytest.mark.django_db

@@ -6,8 +6,8 @@ import pytest
 
 from tests.webapp.api.helpers import errors_of
 from tests.webapp.fixtures import make_experiment
+from webapp.runs.driver_writes import metric_point_upsert
 from webapp.runs.models import Run, RunStatus
-from webapp.runs.recording import metric_point_upsert
 from webapp.sweeps.models import Sweep
 
 pytestmark = pytest.mark.django_db

@@ -19,10 +19,10 @@ from tests.webapp.fixtures import make_experiment
 from tests.webapp.live import private_redis_layer  # noqa: F401  (fixture)
 from webapp.health import checks
 from webapp.health.models import HealthAlert, RunHealthState
+from webapp.runs.driver_writes import run_claim_for_start, run_mark_running, run_record_step
 from webapp.runs.models import MetricPoint, Run
-from webapp.runs.recording import run_claim_for_start, run_mark_running, run_record_step
 from webapp.runs.services import run_create
-from workers.recorder import RunRecorder
+from workers.database_recorder import RunRecorder
 
 HEALTHY = {
     "actor/entropy": 0.68,

@@ -14,7 +14,7 @@ from tests.webapp.live import (  # noqa: F401  (fixtures)
     short_lived_connections,
 )
 from tests.webapp.runs.test_consumers import open_socket, publish_steps, receive
-from webapp.runs.recording import run_record_step
+from webapp.runs.driver_writes import run_record_step
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

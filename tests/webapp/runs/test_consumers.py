@@ -16,7 +16,7 @@ from channels.testing import WebsocketCommunicator
 from django.db import connection
 from django.test import Client
 
-from engine.trainer.recorder import SampleRecord
+from engine.trainer.reporting import SampleRecord
 from tests.webapp.live import (  # noqa: F401  (fixtures)
     private_redis_layer,
     record_steps,
@@ -26,8 +26,8 @@ from tests.webapp.live import (  # noqa: F401  (fixtures)
 )
 from webapp.asgi import application
 from webapp.runs.metrics import HEADLINE_METRICS
+from workers.database_recorder import RunRecorder
 from workers.publish import RunEventPublisher
-from workers.recorder import RunRecorder
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -18,8 +18,8 @@ from django.urls import reverse
 from tests.webapp.fixtures import builder_data, make_experiment, tiny_config
 from tests.webapp.runs.launching import closed_broker, private_broker, queued_starts, race
 from webapp.experiments.models import Experiment
+from webapp.runs.driver_writes import run_claim_for_start, run_finish
 from webapp.runs.models import Run, RunStatus
-from webapp.runs.recording import run_claim_for_start, run_finish
 from webapp.runs.services import run_create
 
 KEY = "k" * 32

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.trainer.recorder import RunStatus as EngineStatus
+from engine.trainer.reporting import RunStatus as EngineStatus
 from tests.webapp.fixtures import make_experiment
+from webapp.runs.driver_writes import ALLOWED_TRANSITIONS, transition
 from webapp.runs.models import Run, RunStatus
-from webapp.runs.recording import ALLOWED_TRANSITIONS, transition
 
 pytestmark = pytest.mark.django_db
 
@@ -58,9 +58,9 @@ def test_a_run_moves_only_from_the_statuses_named(owner):
 
 
 def test_the_sample_field_lists_are_the_model_and_the_engine_record():
-    from engine.trainer.recorder import SampleRecord
+    from engine.trainer.reporting import SampleRecord
+    from webapp.runs.driver_writes import SAMPLE_COLUMNS, SAMPLE_TYPES
     from webapp.runs.models import SAMPLE_FIELDS, SAMPLE_TOKEN_FIELDS, Sample
-    from webapp.runs.recording import SAMPLE_COLUMNS, SAMPLE_TYPES
     from webapp.samples.selectors import EXPORT_FIELDS, TOKEN_FIELDS
 
     model_fields = {f.name for f in Sample._meta.concrete_fields} - {"id"}

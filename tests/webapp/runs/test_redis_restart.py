@@ -27,8 +27,8 @@ from tests.webapp.runs.test_consumers import (  # noqa: F401
 )
 from webapp.runs.consumers import CLOSE_LAYER_UNAVAILABLE
 from webapp.runs.models import MetricPoint
+from workers.database_recorder import RunRecorder
 from workers.publish import RunEventPublisher
-from workers.recorder import RunRecorder
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from engine.trainer.recorder import SampleRecord
+from engine.trainer.reporting import SampleRecord
 from tests.webapp.fixtures import make_experiment
-from webapp.runs.models import Run, RunStatus
-from webapp.runs.recording import (
+from webapp.runs.driver_writes import (
     run_claim_for_start,
     run_finish,
     run_mark_running,
     run_record_step,
     run_should_stop,
 )
+from webapp.runs.models import Run, RunStatus
 from webapp.runs.reward_failures import failed_share
 from webapp.runs.services import run_create
 

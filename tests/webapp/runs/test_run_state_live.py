@@ -24,8 +24,8 @@ from tests.webapp.live import (  # noqa: F401  (fixtures)
 from tests.webapp.runs.test_consumers import driver_publisher, open_socket, receive
 from webapp.runs.models import Run
 from webapp.runs.state import run_state
+from workers.database_recorder import RunRecorder
 from workers.driver import HeartbeatThread
-from workers.recorder import RunRecorder
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

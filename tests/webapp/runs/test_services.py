@@ -12,8 +12,13 @@ from engine.config import ConfigValidationError, set_value
 from tests.webapp.fixtures import errors_by_key, make_experiment, tiny_config
 from webapp.experiments.models import Experiment
 from webapp.experiments.services import ExperimentBusy, experiment_delete
+from webapp.runs.driver_writes import (
+    run_claim_for_start,
+    run_finish,
+    run_mark_running,
+    runs_mark_lost,
+)
 from webapp.runs.models import Run, RunStatus
-from webapp.runs.recording import run_claim_for_start, run_finish, run_mark_running, runs_mark_lost
 from webapp.runs.services import RunStateError, run_cancel, run_create, run_delete, run_resume
 
 pytestmark = pytest.mark.django_db

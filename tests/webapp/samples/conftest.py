@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from engine.trainer.recorder import SampleRecord
+from engine.trainer.reporting import SampleRecord
 from tests.webapp.fixtures import make_experiment
+from webapp.runs.driver_writes import samples_write
 from webapp.runs.models import Run, RunStatus
-from webapp.runs.recording import samples_write
 from webapp.runs.services import run_create
 
 

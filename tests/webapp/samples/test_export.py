@@ -13,7 +13,7 @@ from django.test import AsyncClient
 from django.urls import reverse
 
 from tests.webapp.samples.conftest import finished_run, records
-from webapp.runs.recording import samples_write
+from webapp.runs.driver_writes import samples_write
 from webapp.samples import export
 
 pytestmark = pytest.mark.django_db

@@ -7,7 +7,7 @@ from django.test import Client
 from django.urls import get_resolver, reverse
 
 from tests.webapp.samples.conftest import finished_run, records
-from webapp.runs.recording import samples_write
+from webapp.runs.driver_writes import samples_write
 from webapp.samples.selectors import (
     SampleFilter,
     sample_across_runs,

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from tests.webapp.samples.conftest import finished_run, records
-from webapp.runs.recording import samples_write
+from webapp.runs.driver_writes import samples_write
 from webapp.samples.selectors import (
     SampleFilter,
     reward_stats,

@@ -6,8 +6,8 @@ import pytest
 from django.urls import reverse
 
 from tests.webapp.samples.conftest import finished_run, records
+from webapp.runs.driver_writes import samples_write
 from webapp.runs.models import Sample
-from webapp.runs.recording import samples_write
 
 pytestmark = pytest.mark.django_db
 

@@ -11,8 +11,8 @@ from django.urls import reverse
 from engine.trainer.metrics import validation_metric_names
 from tests.webapp.fixtures import builder_data, make_experiment, tiny_config
 from webapp.experiments.models import Experiment
+from webapp.runs.driver_writes import metric_point_upsert
 from webapp.runs.models import Run, RunStatus
-from webapp.runs.recording import metric_point_upsert
 from webapp.sweeps.models import Sweep
 from webapp.sweeps.services import sweep_create
 

@@ -11,9 +11,9 @@ from django.test import override_settings
 from tests.webapp.fixtures import make_experiment
 from tests.workers.test_lifecycle import stop_driver
 from webapp.experiments.models import Experiment
+from webapp.runs.driver_writes import run_claim_for_start
 from webapp.runs.models import DRIVER_STATUSES, Run, RunStatus
 from webapp.runs.quotas import LaunchRefused
-from webapp.runs.recording import run_claim_for_start
 from webapp.runs.services import run_create
 from webapp.sweeps import services as sweep_services
 from webapp.sweeps.models import Sweep, SweepMember

@@ -1,6 +1,6 @@
 """What a run's driver writes: claiming the start, heartbeats, the end state, metrics, samples.
 
-The Celery task (``workers.tasks``) and the run driver (``workers.driver``, ``workers.recorder``)
+The Celery task (``workers.tasks``) and the run driver (``workers.driver``, ``workers.database_recorder``)
 call these; the user's side of the lifecycle (create, resume, cancel, delete) is
 ``webapp.runs.services``, which only queues the task. So the chain is services -> tasks ->
 recording, and nothing here imports the services.
@@ -33,7 +33,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from engine.data.preview import json_safe
-from engine.trainer.recorder import SampleRecord
+from engine.trainer.reporting import SampleRecord
 from webapp.health.services import health_record_step
 from webapp.runs.events import publish_run_event, status_event
 from webapp.runs.models import (

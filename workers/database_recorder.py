@@ -1,7 +1,7 @@
 """``RunRecorder``: the engine's ``Recorder`` that writes a run to PostgreSQL and its live group.
 
 A step is written whole: its samples, its checkpoint and its metrics in one transaction
-(``recording.run_record_step``), then its ``samples`` and ``metrics`` events go out. So the
+(``driver_writes.run_record_step``), then its ``samples`` and ``metrics`` events go out. So the
 database never shows a step whose samples landed but whose metrics did not.
 
 Failure policy: a database outage (``OperationalError``/``InterfaceError``) never reaches the
@@ -32,15 +32,15 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.utils import timezone
 
-from engine.trainer.recorder import Recorder, SampleRecord
-from webapp.runs.events import run_event
-from webapp.runs.recording import (
+from engine.trainer.reporting import Recorder, SampleRecord
+from webapp.runs.driver_writes import (
     run_finish,
     run_heartbeat,
     run_record_start,
     run_record_step,
     run_should_stop,
 )
+from webapp.runs.events import run_event
 from workers.publish import RunEventPublisher
 
 logger = logging.getLogger(__name__)

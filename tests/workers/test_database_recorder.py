@@ -10,18 +10,18 @@ import pytest
 from channels.layers import get_channel_layer
 from channels_redis.core import RedisChannelLayer
 
-from engine.trainer.recorder import SampleRecord
+from engine.trainer.reporting import SampleRecord
 from tests.webapp.fixtures import make_experiment
-from webapp.runs.models import MetricPoint, Run, RunStatus, Sample
-from webapp.runs.recording import (
+from webapp.runs.driver_writes import (
     metric_point_upsert,
     run_claim_for_start,
     run_mark_running,
     samples_write,
 )
+from webapp.runs.models import MetricPoint, Run, RunStatus, Sample
 from webapp.runs.services import run_create
+from workers.database_recorder import RunRecorder
 from workers.publish import RunEventPublisher
-from workers.recorder import RunRecorder
 
 pytestmark = pytest.mark.django_db
 
