@@ -60,7 +60,7 @@ from engine.trainer.metrics import (
     compute_timing_metrics,
     timer,
 )
-from engine.trainer.reporting import CompositeRecorder, Recorder, RunStatus, SampleRecord
+from engine.trainer.reporting import CompositeRecorder, Recorder, RunOutcome, SampleRecord
 from engine.trainer.samples import sample_records
 from engine.trainer.trackers import default_recorders
 
@@ -422,7 +422,7 @@ class PPOTrainer:
         print(f"resumed from {path} at step {self.global_step}")
 
     # -- the loop ----------------------------------------------------------------------------
-    def fit(self) -> RunStatus:
+    def fit(self) -> RunOutcome:
         """Train until ``total_steps`` or a stop request; return succeeded or cancelled. The
         reward managers' worker processes are shut down however it ends."""
         try:
@@ -435,7 +435,7 @@ class PPOTrainer:
         for manager in {id(m): m for m in (self.reward_fn, self.val_reward_fn)}.values():
             manager.close()
 
-    def _fit(self) -> RunStatus:
+    def _fit(self) -> RunOutcome:
         config = self.config
         trainer_cfg = config.trainer
         self.load_checkpoint()
@@ -450,12 +450,12 @@ class PPOTrainer:
             self.report_val_samples(self.global_step, records)
             self.report.on_step(self.global_step, val_metrics)
             if trainer_cfg.val_only:
-                self.report.on_finish(status=RunStatus.SUCCEEDED)
-                return RunStatus.SUCCEEDED
-        status = RunStatus.SUCCEEDED
+                self.report.on_finish(status=RunOutcome.SUCCEEDED)
+                return RunOutcome.SUCCEEDED
+        status = RunOutcome.SUCCEEDED
         # One stream of batches over the epochs: filter_groups draws its extra batches from it.
         batches = self.prompt_batches()
-        while self.global_step < self.total_steps and status == RunStatus.SUCCEEDED:
+        while self.global_step < self.total_steps and status == RunOutcome.SUCCEEDED:
             for prompts in batches:
                 self.global_step += 1
                 metrics, batch, reward_info = self.train_step(prompts, batches)
@@ -488,14 +488,14 @@ class PPOTrainer:
                         self.save_checkpoint()
                 self.report.on_step(self.global_step, metrics)
                 if stop:
-                    status = RunStatus.CANCELLED
+                    status = RunOutcome.CANCELLED
                     break
                 if last:
                     break
         self.report.on_finish(status=status)
         return status
 
-    def train(self) -> RunStatus:
+    def train(self) -> RunOutcome:
         """Train: :meth:`fit` under the name Python tutorials call (subclasses override fit)."""
         return self.fit()
 

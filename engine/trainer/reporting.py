@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 
-class RunStatus(StrEnum):
+class RunOutcome(StrEnum):
     """How a training run ended, as ``fit`` returns it and ``Recorder.on_finish`` receives it.
 
-    The values are the strings the studio stores (``webapp.runs.models.RunStatus`` has the same
-    three among its own), so comparing with a plain string still works.
+    The studio's ``webapp.runs.models.RunStatus`` takes its three end states from here (it adds
+    the states of a run that has not ended), so there is one vocabulary of run states, and
+    comparing with a plain string still works.
     """
 
     SUCCEEDED = "succeeded"

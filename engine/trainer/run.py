@@ -12,10 +12,10 @@ from typing import Any
 
 from engine.trainer.ppo_trainer import PPOTrainer
 from engine.trainer.ray_trainer import RayPPOTrainer
-from engine.trainer.reporting import Recorder, RunStatus
+from engine.trainer.reporting import Recorder, RunOutcome
 
 
-def run_training(config: Any, recorder: Recorder | None = None) -> RunStatus:
+def run_training(config: Any, recorder: Recorder | None = None) -> RunOutcome:
     """Train with ``config``; report to ``recorder``; return the final status.
 
     ``trainer.controller=ray`` runs the same loop over Ray worker groups of FSDP2 ranks
@@ -33,5 +33,5 @@ def run_training(config: Any, recorder: Recorder | None = None) -> RunStatus:
         # only the caller's can be told.
         told = trainer.report if trainer is not None else recorder
         if told is not None:
-            told.on_finish(status=RunStatus.FAILED, error=traceback.format_exc())
+            told.on_finish(status=RunOutcome.FAILED, error=traceback.format_exc())
         raise

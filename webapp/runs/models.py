@@ -17,6 +17,8 @@ from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.urls import reverse
 
+from engine.trainer.reporting import RunOutcome
+
 
 class RealField(models.FloatField):
     """A single-precision float column (``real``), for the per-token arrays."""
@@ -36,12 +38,14 @@ def run_group_name(run_id: int) -> str:
 
 
 class RunStatus(models.TextChoices):
+    """A run's state in the studio: the engine's end states (``RunOutcome``) and those before."""
+
     QUEUED = "queued"
     STARTING = "starting"
     RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
+    SUCCEEDED = RunOutcome.SUCCEEDED.value
+    FAILED = RunOutcome.FAILED.value
+    CANCELLED = RunOutcome.CANCELLED.value
     LOST = "lost"
 
 
