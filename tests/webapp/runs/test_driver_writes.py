@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.trainer.reporting import RunStatus as EngineStatus
+from engine.trainer.reporting import RunOutcome
 from tests.webapp.fixtures import make_experiment
 from webapp.runs.driver_writes import ALLOWED_TRANSITIONS, transition
 from webapp.runs.models import Run, RunStatus
@@ -22,7 +22,7 @@ def test_every_status_has_its_row_and_an_ended_run_moves_nowhere():
 
 
 def test_the_engine_ends_a_run_in_statuses_the_studio_stores():
-    assert {s.value for s in EngineStatus} == {s.value for s in ENDED}
+    assert {s.value for s in RunOutcome} == {s.value for s in ENDED}
 
 
 def test_a_change_the_table_does_not_list_is_refused(owner):
