@@ -23,7 +23,7 @@ from webapp.experiments.services import (
     experiment_set_archived,
 )
 from webapp.runs.models import RunStatus
-from webapp.runs.services import LAUNCH_KEY_PATTERN, AlreadyLaunched, run_create
+from webapp.runs.services import LAUNCH_KEY_PATTERN, AlreadyLaunched, refuse_external, run_create
 
 router = Router(tags=["experiments"])
 ERRORS: dict[int | tuple[int, ...], Any] = {(400, 404, 409, 422, 429): ErrorOut}
@@ -136,6 +136,7 @@ def read_experiment(request: HttpRequest, experiment_id: int) -> Any:
 def clone_experiment(request: HttpRequest, experiment_id: int, payload: CloneIn) -> Any:
     """Create a new experiment with this one's config (checked again, as a new one is)."""
     source = owned_experiment(request, experiment_id)
+    refuse_external(experiment=source, action="clone")
     clone = experiment_create(
         owner=request.user,
         name=payload.name if payload.name is not None else f"{source.name} (copy)",
