@@ -57,7 +57,7 @@ def new_key() -> str:
 
 def jsonable(value: Any) -> Any:
     """Return ``value`` as strict JSON takes it: NaN and inf as null, tuples as lists, numpy
-    scalars and arrays as numbers and lists."""
+    scalars and arrays as numbers and lists, any other object as its text."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
@@ -66,7 +66,9 @@ def jsonable(value: Any) -> Any:
         return [jsonable(v) for v in value]
     if hasattr(value, "tolist"):  # numpy / torch scalars and arrays
         return jsonable(value.tolist())
-    return value
+    if value is None or isinstance(value, str | int | bool):
+        return value
+    return str(value)  # an enum, a path, a dtype: shown as its text
 
 
 def _body(items: Sequence[bytes], name: str) -> bytes:

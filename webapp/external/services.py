@@ -7,8 +7,9 @@ health checks, heartbeat), samples go in by COPY (``samples_write``), and the sa
 to the run's group (``webapp.runs.events.step_events``). So the charts, the inspector, the health
 checks, the runs table, compare and diff read an external run as any other.
 
-Every append is idempotent. A step is keyed by (run, step): sending it again replaces it, and a
-late step (sent after later ones) is stored without moving the run's latest step back. A sample
+Every append is idempotent. A step is keyed by (run, step): sending it again merges into it
+(its values replace those of the same names), and a late step (sent after later ones) is stored
+without moving the run's latest step back. A sample
 is keyed by (run, step, split, prompt_index, sample_index): a batch sent again replaces its own
 rows only, so a large step may come in several batches. Log lines carry their position: lines
 the studio has are skipped, a gap is refused.
@@ -45,7 +46,13 @@ from engine.trainer.recorder import SampleRecord
 from webapp.experiments.models import Experiment
 from webapp.external.models import ExternalRun, ExternalSource
 from webapp.runs.events import publish_run_event, run_event, samples_event, step_events
-from webapp.runs.models import ACTIVE_STATUSES, EXTERNAL_DRIVER_PREFIX, Run, RunStatus
+from webapp.runs.models import (
+    ACTIVE_STATUSES,
+    EXTERNAL_DRIVER_PREFIX,
+    MetricPoint,
+    Run,
+    RunStatus,
+)
 from webapp.runs.recording import (
     publish_status_on_commit,
     run_finish,
@@ -392,17 +399,30 @@ class StepIn:
 def external_steps_append(*, run: Run, steps: Sequence[StepIn]) -> int:
     """Store ``steps`` (each in its own transaction, oldest first); return how many.
 
-    One ``metrics`` event goes out for the newest: a page that missed the others reads them from
-    PostgreSQL, where they landed first.
+    A step already stored is merged with: the new values replace those of the same names, the
+    names the new one lacks are kept. So a retry changes nothing, and a trainer that logs one
+    step in several calls (TRL's train and summary logs, verl's validation before a resumed
+    run's first step) keeps every value. One ``metrics`` event goes out for the newest: a page
+    that missed the others reads them from PostgreSQL, where they landed first.
     """
     _writable(run)
     point = None
     newest = None
     for item in sorted(steps, key=lambda s: s.step):
         metrics = {display_text(name): value for name, value in item.metrics.items()}
-        point = run_record_step(
-            run_id=run.pk, step=item.step, metrics=metrics, wall_time=item.wall_time
-        )
+        with transaction.atomic():
+            _lock_run_writes(run.pk)
+            stored = (
+                MetricPoint.objects.filter(run_id=run.pk, step=item.step)
+                .values_list("metrics", flat=True)
+                .first()
+            )
+            point = run_record_step(
+                run_id=run.pk,
+                step=item.step,
+                metrics={**(stored or {}), **metrics},
+                wall_time=item.wall_time,
+            )
         newest = item.step
     if point is not None and newest is not None:
         for message in step_events(run.pk, newest, point=point):

@@ -99,7 +99,7 @@ def test_the_config_is_attached_as_yaml_and_a_bad_yaml_names_its_field(api):
     assert bad.status_code == 400 and "not valid YAML" in errors_of(bad)["config_yaml"]
 
 
-def test_a_step_sent_twice_is_stored_once_and_a_late_step_keeps_the_latest(api):
+def test_a_step_sent_twice_is_stored_once_merged_and_a_late_step_keeps_the_latest(api):
     run = create(api)
     url = f"/external-runs/{run['id']}/steps"
     steps = [{"step": s, "metrics": {"critic/score/mean": s / 10}} for s in (1, 2, 3)]
@@ -111,6 +111,14 @@ def test_a_step_sent_twice_is_stored_once_and_a_late_step_keeps_the_latest(api):
     points = dict(MetricPoint.objects.filter(run_id=run["id"]).values_list("step", "metrics"))
     assert sorted(points) == [0, 1, 2, 3]
     assert points[2] == {"critic/score/mean": 0.9, "actor/pg_loss": None}
+    # A second log of the same step (a summary, a validation) adds to it.
+    summary = {"steps": [{"step": 2, "metrics": {"train_runtime": 12.5}}]}
+    assert api.post(url, summary).status_code == 200
+    assert MetricPoint.objects.get(run_id=run["id"], step=2).metrics == {
+        "critic/score/mean": 0.9,
+        "actor/pg_loss": None,
+        "train_runtime": 12.5,
+    }
     assert Run.objects.get(pk=run["id"]).latest_step == 3
     series = api.get(f"/runs/{run['id']}/metrics", {"name": "critic/score/mean"}).json()
     assert series["series"]["critic/score/mean"]["value"] == [0.1, 0.9, 0.3]
