@@ -26,9 +26,11 @@ from __future__ import annotations
 import json
 import logging
 import math
+import queue
 import secrets
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import httpx
@@ -236,3 +238,39 @@ class ExternalRun:
     @property
     def cancel_requested(self) -> bool:
         return bool(self.data.get("cancel_requested"))
+
+
+class BackgroundSender:
+    """Run reports in order on a thread of their own, so a training loop never waits on the studio.
+
+    A report the studio did not take within its run's retry window is dropped (a warning); a
+    refusal stops every later report (a revoked token would refuse them all).
+    """
+
+    def __init__(self) -> None:
+        self.jobs: queue.Queue[Callable[[], Any] | None] = queue.Queue()
+        self.broken = ""
+        self.thread = threading.Thread(target=self._work, daemon=True, name="posttrain-sender")
+        self.thread.start()
+
+    def put(self, job: Callable[[], Any]) -> None:
+        if not self.broken:
+            self.jobs.put(job)
+
+    def _work(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            try:
+                if not self.broken:
+                    job()
+            except StudioUnreachable as exc:
+                logger.warning("posttrain: a report is dropped: %s", exc)
+            except StudioError as exc:
+                self.broken = str(exc)
+                logger.warning("posttrain: the studio refused a report; reporting stops: %s", exc)
+            finally:
+                self.jobs.task_done()
+
+    def close(self, timeout_s: float) -> None:
+        """Send what is queued (waiting up to ``timeout_s``), then stop the thread."""
+        self.jobs.put(None)
+        self.thread.join(timeout_s)

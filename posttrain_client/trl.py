@@ -30,19 +30,17 @@ import json
 import logging
 import math
 import os
-import queue
 import socket
 import sys
 import threading
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
 from posttrain_client.client import Studio, StudioError
-from posttrain_client.external import ExternalRun, StudioUnreachable, new_key
+from posttrain_client.external import BackgroundSender, ExternalRun, StudioUnreachable, new_key
 
 logger = logging.getLogger("posttrain_client")
 
@@ -119,38 +117,6 @@ def completions_of(trainer: Any, step: int) -> list[dict[str, Any]]:
     return samples
 
 
-class _Sender:
-    """Run reports in order on a thread of their own, so training never waits on the studio."""
-
-    def __init__(self) -> None:
-        self.jobs: queue.Queue[Callable[[], Any] | None] = queue.Queue()
-        self.broken = ""
-        self.thread = threading.Thread(target=self._work, daemon=True, name="posttrain-sender")
-        self.thread.start()
-
-    def put(self, job: Callable[[], Any]) -> None:
-        if not self.broken:
-            self.jobs.put(job)
-
-    def _work(self) -> None:
-        while (job := self.jobs.get()) is not None:
-            try:
-                if not self.broken:
-                    job()
-            except StudioUnreachable as exc:
-                logger.warning("posttrain: a report is dropped: %s", exc)
-            except StudioError as exc:
-                self.broken = str(exc)
-                logger.warning("posttrain: the studio refused a report; reporting stops: %s", exc)
-            finally:
-                self.jobs.task_done()
-
-    def close(self, timeout_s: float) -> None:
-        """Send what is queued (waiting up to ``timeout_s``), then stop the thread."""
-        self.jobs.put(None)
-        self.thread.join(timeout_s)
-
-
 class PostTrainCallback(TrainerCallback):
     """Report a ``GRPOTrainer`` run to a studio (``url`` and ``token`` default to
     ``POSTTRAIN_URL`` and ``POSTTRAIN_TOKEN``).
@@ -191,7 +157,7 @@ class PostTrainCallback(TrainerCallback):
         self.retry_for_s = retry_for_s
         self.finish_timeout_s = finish_timeout_s
         self.run: ExternalRun | None = None
-        self.sender: _Sender | None = None
+        self.sender: BackgroundSender | None = None
         self.cancel_requested = threading.Event()
         self.stopped_for_cancel = False
         self.finished = False
@@ -269,7 +235,7 @@ class PostTrainCallback(TrainerCallback):
         if not state.is_world_process_zero or self.run is not None:
             return
         self._open(args, state)
-        self.sender = _Sender()
+        self.sender = BackgroundSender()
         threading.Thread(target=self._beat, daemon=True, name="posttrain-heartbeat").start()
         self._previous_hook = sys.excepthook
         sys.excepthook = self._record_failure
