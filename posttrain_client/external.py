@@ -181,11 +181,17 @@ class ExternalRun:
     def steps(
         self, steps: Iterable[tuple[int, dict[str, Any]] | tuple[int, dict[str, Any], str]]
     ) -> int:
-        """Send steps as ``(step, metrics[, wall_time ISO])``; return how many were stored."""
+        """Send steps as ``(step, metrics[, wall_time ISO])``; return how many were stored.
+
+        Metric values must be numbers (numpy scalars too) or None.
+        """
         encoded = []
         for item in steps:
             step, metrics = item[0], item[1]
-            entry: dict[str, Any] = {"step": step, "metrics": jsonable(metrics)}
+            # NaN and inf go out as JSON's extensions: the studio stores them as null and its
+            # health checks see a loss that went non-finite.
+            values = {str(k): None if v is None else float(v) for k, v in metrics.items()}
+            entry: dict[str, Any] = {"step": step, "metrics": values}
             if len(item) > 2:
                 entry["wall_time"] = item[2]  # type: ignore[misc]
             encoded.append(json.dumps(entry).encode())

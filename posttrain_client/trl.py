@@ -73,14 +73,13 @@ def message_text(value: Any) -> str:
     return json.dumps(value, default=str)
 
 
-def metrics_of(logs: dict[str, Any]) -> dict[str, float | None]:
+def metrics_of(logs: dict[str, Any]) -> dict[str, float]:
     """Return the numbers of a TRL log, with verl's names added (``VERL_NAMES``)."""
-    metrics: dict[str, float | None] = {}
+    metrics: dict[str, float] = {}
     for key, value in logs.items():
         if isinstance(value, bool) or not isinstance(value, int | float):
             continue
-        number = float(value)
-        metrics[key] = number if math.isfinite(number) else None
+        metrics[key] = float(value)  # a NaN goes out as NaN: the studio's health checks see it
         if key in VERL_NAMES:
             metrics[VERL_NAMES[key]] = metrics[key]
     return metrics

@@ -4,7 +4,7 @@ The formats, as verl (``volcengine/verl``) writes them:
 
 - ``verl/utils/tracking.py``, ``FileLogger``: with ``trainer.logger=[..., file]`` every
   ``Tracking.log(data, step)`` call appends one line ``{"step": N, "data": {...}}`` (orjson, so a
-  NaN is written as ``null``) to ``$VERL_FILE_LOGGER_PATH``, else to
+  NaN or inf is written as ``null``: read back as NaN) to ``$VERL_FILE_LOGGER_PATH``, else to
   ``$VERL_FILE_LOGGER_ROOT/<project_name>/<experiment_name>.jsonl`` (root: the working folder).
   The file is opened with ``"wb"``: a run started again truncates it. ``RayPPOTrainer.fit``
   (``verl/trainer/ppo/ray_trainer.py``) logs once per training step, after the step's rollout
@@ -41,19 +41,20 @@ class LoggedStep:
     """One line of the file logger: a step and its numeric metrics (verl's names)."""
 
     step: int
-    metrics: dict[str, float | None]
+    metrics: dict[str, float]
     skipped: tuple[str, ...] = ()  # keys whose values were not numbers
 
 
-def metric_value(value: Any) -> float | None:
-    """Return a logged value as a metric (None for NaN, inf or null); ValueError if not a number."""
+def metric_value(value: Any) -> float:
+    """Return a logged value as a metric; ValueError if it is not a number.
+
+    A null is NaN: orjson, which ``FileLogger`` writes with, writes NaN and inf as null, so a
+    null loss is a loss that went non-finite (the studio's health check says so).
+    """
     if value is None:
-        return None
-    if isinstance(value, bool):
+        return math.nan
+    if isinstance(value, bool | int | float):
         return float(value)
-    if isinstance(value, int | float):
-        number = float(value)
-        return number if math.isfinite(number) else None
     raise ValueError(f"{value!r} is not a number")
 
 
@@ -65,7 +66,7 @@ def parse_logger_line(line: bytes | str) -> LoggedStep:
     step = record.get("step")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f"step={step!r} is not a step number")
-    metrics: dict[str, float | None] = {}
+    metrics: dict[str, float] = {}
     skipped = []
     for key, value in record["data"].items():
         try:

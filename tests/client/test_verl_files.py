@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from posttrain_client.verl_files import (
@@ -22,7 +24,8 @@ def test_file_logger_lines_give_steps_with_numbers_only(tmp_path):
     assert first.step == 1 and first.skipped == ()
     assert first.metrics["critic/score/mean"] == pytest.approx(0.26)  # a numpy float32
     assert first.metrics["training/global_step"] == 1.0
-    assert parse_logger_line(lines[1]).metrics["actor/kl_loss"] is None  # orjson wrote NaN as null
+    kl = parse_logger_line(lines[1]).metrics["actor/kl_loss"]  # orjson wrote the NaN as null
+    assert math.isnan(kl)
     mixed = parse_logger_line(b'{"step": 3, "data": {"a": 1, "note": "text", "hist": [1, 2]}}')
     assert mixed.metrics == {"a": 1.0} and mixed.skipped == ("note", "hist")
     with pytest.raises(ValueError, match="not a file-logger line"):

@@ -18,6 +18,7 @@ from posttrain_client.external import ExternalRun
 from posttrain_client.watch import Watcher, WatchOptions
 from tests.client.fake_verl import PROMPTS, FileLogger, N, dump_generations, fit, rollouts
 from webapp.external.services import LOG_FILE
+from webapp.health.models import HealthAlert
 from webapp.runs.models import MetricPoint, Run, RunStatus, Sample
 from webapp.runs.services import run_cancel, run_dir
 
@@ -68,6 +69,10 @@ def test_watch_once_sends_every_file_once_and_a_later_pass_only_what_is_new(
     assert point.metrics["actor/kl_loss"] is None and point.metrics["critic/score/mean"] == (
         pytest.approx(0.27)
     )
+    # verl's NaN loss (null in its file log) is a non-finite loss to the health checks too.
+    alert = HealthAlert.objects.get(run=run)
+    assert (alert.check_name, alert.step) == ("non_finite_loss", 2)
+    assert alert.message == "actor/kl_loss is nan"
     group = Sample.objects.filter(run=run, step=1, split="train", prompt_text=PROMPTS[1])
     assert sorted(group.values_list("sample_index", flat=True)) == list(range(N))
     assert len(set(group.values_list("prompt_index", flat=True))) == 1

@@ -18,6 +18,7 @@ from tests.webapp.fixtures import make_experiment
 from webapp.experiments.models import Experiment
 from webapp.external.models import ExternalRun
 from webapp.external.services import LOG_FILE, prompt_index_of
+from webapp.health.models import HealthAlert
 from webapp.runs.models import MetricPoint, Run, RunStatus, Sample
 from webapp.runs.recording import runs_mark_lost
 from webapp.runs.services import run_dir
@@ -304,3 +305,18 @@ def test_the_external_row_records_the_client(api):
         True,
         "verl",
     )
+
+
+def test_a_non_finite_loss_is_stored_as_null_and_fires_the_health_check(api):
+    run = create(api)
+    body = '{"steps": [{"step": 1, "metrics": {"actor/pg_loss": NaN, "actor/grad_norm": 1.0}}]}'
+    response = api.client.post(
+        f"/api/external-runs/{run['id']}/steps",
+        body,
+        content_type="application/json",
+        headers=api.headers,
+    )
+    assert response.status_code == 200, response.json()
+    assert MetricPoint.objects.get(run_id=run["id"]).metrics["actor/pg_loss"] is None
+    alert = HealthAlert.objects.get(run_id=run["id"])
+    assert (alert.check_name, alert.message) == ("non_finite_loss", "actor/pg_loss is nan")
