@@ -39,6 +39,18 @@ from posttrain_client.client import Studio, StudioError
 
 logger = logging.getLogger("posttrain_client")
 
+try:  # verl writes its file log with orjson, so a verl machine has it: 5-10x json's speed
+    import orjson
+
+    def _encode(value: Any) -> bytes:
+        return orjson.dumps(value)
+
+except ImportError:  # pragma: no cover - exercised where orjson is missing
+
+    def _encode(value: Any) -> bytes:
+        return json.dumps(value, ensure_ascii=False).encode()
+
+
 MAX_SAMPLES_PER_REQUEST = 2000
 MAX_BODY_BYTES = 8 * 1024**2
 MAX_STEPS_PER_REQUEST = 500
@@ -204,7 +216,7 @@ class ExternalRun:
 
     def samples(self, samples: Iterable[dict[str, Any]]) -> int:
         """Send samples (the API's fields), cut into batches the server takes; return the count."""
-        encoded = (json.dumps(jsonable(s), ensure_ascii=False).encode() for s in samples)
+        encoded = (_encode(jsonable(s)) for s in samples)
         stored = 0
         for batch in batches(encoded, max_items=MAX_SAMPLES_PER_REQUEST):
             body = _body(batch, "samples")

@@ -31,6 +31,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+try:  # verl's own FileLogger needs orjson: a verl machine has it, and it reads 5x faster
+    from orjson import loads as _fast_loads
+except ImportError:  # pragma: no cover - exercised where orjson is missing
+    _fast_loads = json.loads
+
+
+def _loads(line: bytes) -> Any:
+    """Parse one JSON line; Python's json where orjson refuses (``_dump_generations`` writes a
+    NaN score as ``NaN``, which only Python's json reads)."""
+    try:
+        return _fast_loads(line)
+    except ValueError:
+        return json.loads(line)
+
+
 DUMP_NAME = re.compile(r"(\d+)\.jsonl")
 # The dump keys that are the sample itself; every other key is a reward extra.
 DUMP_FIELDS = ("input", "output", "gts", "score", "step")
@@ -115,12 +130,12 @@ def dump_samples(path: Path, step: int, split: str) -> Iterator[dict[str, Any]]:
     data source.
     """
     seen: dict[str, int] = {}
-    with open(path, encoding="utf-8") as f:
+    with open(path, "rb") as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = _loads(line)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{number}: not a JSON line ({exc.msg})") from None
             prompt = _text(row.get("input"))

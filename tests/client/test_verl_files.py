@@ -58,3 +58,11 @@ def test_a_dump_groups_each_prompts_responses_by_its_text(tmp_path):
     assert set(first) >= {"prompt", "response", "reward", "ground_truth", "reward_parts"}
     assert first["reward_parts"] == {"acc": bool(first["reward"]), "pred": first["response"][-3:]}
     assert any(s["ground_truth"] == {"any_of": [11, 13]} for s in samples)  # any JSON
+
+
+def test_a_nan_score_python_wrote_reads_as_no_reward(tmp_path):
+    # _dump_generations writes with Python's json, which writes a NaN score as NaN.
+    dump_generations(1, ["q"], ["a"], ["1"], [float("nan")], {"acc": [False]}, str(tmp_path))
+    assert "NaN" in (tmp_path / "1.jsonl").read_text()
+    (only,) = dump_samples(tmp_path / "1.jsonl", 1, "train")
+    assert only["reward"] is None and only["reward_parts"] == {"acc": False}
