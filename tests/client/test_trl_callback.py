@@ -86,3 +86,38 @@ def test_cancel_in_the_studio_stops_training_when_the_callback_allows_it(studio,
     run = Run.objects.get()
     assert run.status == RunStatus.CANCELLED
     assert trainer.state.global_step < 200
+
+
+CRASH = """
+import sys
+from types import SimpleNamespace
+from posttrain_client.trl import PostTrainCallback
+
+class Args(SimpleNamespace):
+    def to_dict(self):
+        return {"learning_rate": 1e-6}
+
+callback = PostTrainCallback(url=sys.argv[1], token=sys.argv[2], name="crash")
+args = Args(output_dir=sys.argv[3], run_name=None)
+callback.on_train_begin(args, SimpleNamespace(is_world_process_zero=True, max_steps=9), None)
+raise RuntimeError("CUDA error: an illegal memory access was encountered")
+"""
+
+
+def test_a_training_process_that_dies_ends_its_run_failed_with_the_traceback(
+    studio, token, tmp_path
+):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", CRASH, studio.url, token, str(tmp_path / "out")],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1 and "illegal memory access" in done.stderr
+    run = Run.objects.get()
+    assert run.status == RunStatus.FAILED
+    assert "RuntimeError: CUDA error: an illegal memory access" in run.error

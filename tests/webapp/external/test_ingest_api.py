@@ -320,3 +320,13 @@ def test_a_non_finite_loss_is_stored_as_null_and_fires_the_health_check(api):
     assert MetricPoint.objects.get(run_id=run["id"]).metrics["actor/pg_loss"] is None
     alert = HealthAlert.objects.get(run_id=run["id"])
     assert (alert.check_name, alert.message) == ("non_finite_loss", "actor/pg_loss is nan")
+
+
+def test_appends_count_against_the_tokens_rate_limit(api, limit):
+    run = create(api)  # 1
+    steps = {"steps": [{"step": 1, "metrics": {"a": 1.0}}]}
+    assert api.post(f"/external-runs/{run['id']}/steps", steps).status_code == 200  # 2
+    assert api.post(f"/external-runs/{run['id']}/heartbeat").status_code == 200  # 3
+    refused = api.post(f"/external-runs/{run['id']}/samples", {"samples": [sample(1, 0)]})
+    assert refused.status_code == 429 and refused["Retry-After"] == "20"
+    assert "this token may send 3 requests per minute" in errors_of(refused)[None]
