@@ -163,7 +163,7 @@ def _config(config: dict[str, Any] | None, text: str | None) -> dict[str, Any] |
         raise field_error("config_yaml", "send the config as config or as config_yaml, not both")
     if text is None:
         return config
-    from engine.config.loader import yaml_load  # the hardened YAML reader; nothing is validated
+    from engine.config.yaml_io import yaml_load  # the hardened YAML reader; nothing is validated
 
     try:
         parsed = yaml_load(text, "config_yaml")

@@ -137,7 +137,7 @@ def external_unknown_keys(config: Mapping[str, Any]) -> list[str]:
     checked, and an unknown key is shown marked, never refused. verl's newer keys and a
     trainer's own extras land here.
     """
-    from engine.config.loader import resolve_key
+    from engine.config.keys import resolve_key
 
     unknown = []
     for key in flatten_config(dict(config)):

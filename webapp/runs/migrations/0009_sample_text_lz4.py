@@ -25,7 +25,7 @@ END $$;
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("runs", "0004_sample_turns"),
+        ("runs", "0008_run_table_choice"),
     ]
 
     operations = [
