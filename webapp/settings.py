@@ -140,6 +140,9 @@ if os.environ.get("POSTTRAIN_STALL_AFTER_S"):
 # starting), and runs that hold or are about to hold a driver (queued, starting or running).
 POSTTRAIN_MAX_QUEUED_RUNS_PER_USER = int(os.environ.get("POSTTRAIN_MAX_QUEUED_RUNS_PER_USER", "5"))
 POSTTRAIN_MAX_ACTIVE_RUNS_PER_USER = int(os.environ.get("POSTTRAIN_MAX_ACTIVE_RUNS_PER_USER", "8"))
+# External runs (reported by posttrain watch, the TRL callback, the engine's CLI) a user may have
+# active at once: they use no driver slot, this bounds what one token can open.
+POSTTRAIN_MAX_ACTIVE_EXTERNAL_RUNS = int(os.environ.get("POSTTRAIN_MAX_ACTIVE_EXTERNAL_RUNS", "20"))
 # Per-run caps: ranks (trainer.n_gpus_per_node x trainer.nnodes), reward processes
 # (reward.num_workers) and training steps (trainer.total_training_steps, or epochs x batches).
 POSTTRAIN_MAX_RANKS = int(os.environ.get("POSTTRAIN_MAX_RANKS", "8"))
@@ -179,6 +182,7 @@ INSTALLED_APPS = [
     "webapp.api",
     "webapp.health",
     "webapp.sweeps",
+    "webapp.external",
 ]
 
 MIDDLEWARE = [

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -40,7 +39,7 @@ from webapp.runs.driver_writes import (
     run_record_step,
     run_should_stop,
 )
-from webapp.runs.events import run_event
+from webapp.runs.events import run_event, step_events
 from workers.publish import RunEventPublisher
 
 logger = logging.getLogger(__name__)
@@ -275,26 +274,11 @@ class RunRecorder(Recorder):
             self.publisher.publish(run_event(self.run_id, event, **payload))
 
     def _publish_step(self, write: StepWrite, point: Any) -> None:
-        for split in sorted({s.split for s in write.samples}):
-            rewards = [s.reward for s in write.samples if s.split == split]
-            finite = [r for r in rewards if math.isfinite(r)]
-            self._publish(
-                "samples",
-                step=write.step,
-                split=split,
-                count=len(rewards),
-                reward_mean=sum(finite) / len(finite) if finite else None,
-            )
-        if point is not None:
-            # The checkpoint rides along: the run page shows it the moment its step lands.
-            extra = {"checkpoint": write.checkpoint} if write.checkpoint else {}
-            self._publish(
-                "metrics",
-                step=write.step,
-                wall_time=point.wall_time.isoformat(),
-                metrics=point.metrics,
-                **extra,
-            )
+        if self.publisher is not None:
+            for message in step_events(
+                self.run_id, write.step, write.samples, point, write.checkpoint
+            ):
+                self.publisher.publish(message)
 
     # -- the engine's hooks --------------------------------------------------------------------
     def _part(self, step: int) -> StepWrite:

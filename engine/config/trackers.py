@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 
 # trainer.logger's names: the built-in recorders, then the trackers of verl's Tracking.
-TRACKERS = ("console", "jsonl", "wandb", "tensorboard", "mlflow", "swanlab", "clearml")
+TRACKERS = ("console", "jsonl", "wandb", "tensorboard", "mlflow", "swanlab", "clearml", "posttrain")
 # The module each tracker imports (all in the ``trackers`` extra); console and jsonl need none.
 TRACKER_MODULES = {
     "wandb": "wandb",
@@ -14,6 +14,7 @@ TRACKER_MODULES = {
     "mlflow": "mlflow",
     "swanlab": "swanlab",
     "clearml": "clearml",
+    "posttrain": "httpx",  # posttrain_client, reporting to a studio (POSTTRAIN_URL, _TOKEN)
 }
 
 

@@ -293,12 +293,126 @@ class ClearmlRecorder(_TrackerRecorder):
         self.task.close()
 
 
+class PosttrainRecorder(_TrackerRecorder):
+    """Report the run to a PostTrain Studio as an external run (``posttrain_client``).
+
+    The studio is ``$POSTTRAIN_URL`` with the token ``$POSTTRAIN_TOKEN`` (made at
+    ``/accounts/tokens/``); both are checked when the recorder is made, before training starts.
+    The run joins the studio experiment ``trainer.experiment_name``; its config, every step's
+    metrics and samples (with their per-token log-probs) and its end state go there, so a run
+    started by hand shows up like a studio run. The run's key is kept in
+    ``trainer.default_local_dir``, so a run resumed there reports into the same studio run while
+    that is open. With ``POSTTRAIN_ALLOW_CANCEL=1``, Cancel on the run's page stops training after
+    the step (``should_stop``, polled at most every ``POSTTRAIN_HEARTBEAT_S`` seconds, 15).
+    Reports go out on a thread of their own: training never waits on the studio.
+    """
+
+    def __init__(self, project: str, experiment: str) -> None:
+        super().__init__(project, experiment)
+        missing = [
+            name for name in ("POSTTRAIN_URL", "POSTTRAIN_TOKEN") if not os.environ.get(name)
+        ]
+        if missing:
+            raise ValueError(
+                f"trainer.logger names posttrain but {' and '.join(missing)} is not set: export "
+                "POSTTRAIN_URL=http://<studio>:8000 and POSTTRAIN_TOKEN=<a token made at "
+                "/accounts/tokens/>, or drop posttrain from trainer.logger"
+            )
+        self.allow_cancel = os.environ.get("POSTTRAIN_ALLOW_CANCEL") == "1"
+        self.heartbeat_s = float(os.environ.get("POSTTRAIN_HEARTBEAT_S", "15"))
+        self.last_beat = 0.0
+        self.cancel = False
+
+    def start(self, config: dict[str, Any]) -> None:
+        import socket
+        import sys
+
+        from posttrain_client import Studio, __version__  # optional: httpx
+        from posttrain_client.external import BackgroundSender, ExternalRun, new_key
+
+        folder = Path(config["trainer"]["default_local_dir"]).expanduser()
+        key_file = folder / "posttrain-run.json"
+        if key_file.exists():
+            key = json.loads(key_file.read_text())["key"]
+        else:
+            key = new_key()
+            folder.mkdir(parents=True, exist_ok=True)
+            key_file.write_text(json.dumps({"key": key}))
+        self.studio = Studio(os.environ["POSTTRAIN_URL"], os.environ["POSTTRAIN_TOKEN"])
+        fields = {
+            "location": f"{socket.gethostname()}:{Path.cwd()} $ {' '.join(sys.argv)}"[:500],
+            "client": f"engine {__version__}",
+            "cancel_honoured": self.allow_cancel,
+            "config": config,
+            "total_steps": config["trainer"].get("total_training_steps"),
+        }
+        options = {"name": self.experiment, "source": "engine", "retry_for_s": 120.0, **fields}
+        self.run = ExternalRun.create(self.studio, key=key, **options)
+        if self.run.data["status"] not in ("running", "lost"):  # that run ended: a new one
+            key = new_key()
+            key_file.write_text(json.dumps({"key": key}))
+            self.run = ExternalRun.create(self.studio, key=key, **options)
+        print(f"posttrain: reporting to {self.run.url}", flush=True)
+        self.sender = BackgroundSender()
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        run, values = self.run, dict(metrics)
+        self.sender.put(lambda: run.steps([(step, values)]))
+
+    def on_samples(self, step: int, samples: list[Any]) -> None:
+        rows = [posttrain_sample(s) for s in samples]
+        run = self.run
+        self.sender.put(lambda: run.samples(rows))
+
+    def should_stop(self) -> bool:
+        if not self.started or not self.allow_cancel or self.cancel:
+            return self.cancel
+        if time.monotonic() - self.last_beat >= self.heartbeat_s:
+            self.last_beat = time.monotonic()
+            try:
+                self.cancel = bool(self.run.heartbeat()["cancel_requested"])
+            except Exception as exc:  # the studio's answer never stops training
+                print(f"posttrain: heartbeat failed ({exc})", flush=True)
+        return self.cancel
+
+    def finish(self, status: str, error: str | None) -> None:
+        run = self.run
+        self.sender.put(lambda: run.finish(status, error or ""))
+        self.sender.close(timeout_s=120.0)
+        self.studio.close()
+
+
+def posttrain_sample(sample: Any) -> dict[str, Any]:
+    """Return an engine ``SampleRecord`` as the studio's external-run API takes it."""
+    return {
+        "step": sample.step,
+        "split": sample.split,
+        "prompt": sample.prompt_text,
+        "response": sample.response_text,
+        "reward": sample.reward,
+        "sample_index": sample.sample_index,
+        "prompt_index": sample.prompt_index,  # the dataset's index: the same prompt every step
+        "reward_parts": sample.reward_parts,
+        "ground_truth": sample.ground_truth,
+        "data_source": sample.data_source,
+        "group_id": sample.group_id,
+        "advantage": sample.advantage,
+        "response_length": sample.response_length,
+        "truncated": sample.truncated,
+        "tokens": sample.tokens or None,
+        "token_logprobs": sample.token_logprobs or None,
+        "token_ref_logprobs": sample.token_ref_logprobs,
+        "token_advantages": sample.token_advantages,
+    }
+
+
 RECORDERS: dict[str, type[_TrackerRecorder]] = {
     "wandb": WandbRecorder,
     "tensorboard": TensorboardRecorder,
     "mlflow": MlflowRecorder,
     "swanlab": SwanlabRecorder,
     "clearml": ClearmlRecorder,
+    "posttrain": PosttrainRecorder,
 }
 
 

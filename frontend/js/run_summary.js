@@ -128,7 +128,7 @@ export class RunSummary {
 
   showButtons(run) {
     const cancel = this.field("cancel");
-    cancel.hidden = !run.is_active;
+    cancel.hidden = !(run.can_cancel ?? run.is_active);
     const stop = cancel.querySelector("button");
     if (!cancel.dataset.submitted) {
       stop.disabled = run.cancel_requested;

@@ -9,13 +9,15 @@ The OpenAPI 3 schema is generated from the code at ``/api/openapi.json``; the do
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from django.http.request import RawPostDataException
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
 
 from engine.config import ConfigError
-from webapp.api import datasets, experiments, runs, samples, sweeps
+from webapp.api import datasets, experiments, external, runs, samples, sweeps
 from webapp.api.auth import API_AUTH
 from webapp.api.errors import ApiError, config_error, validation_errors
 from webapp.api.throttle import ApiRateThrottle
@@ -45,6 +47,7 @@ api.add_router("/runs", runs.router)
 api.add_router("/runs", samples.router)
 api.add_router("/datasets", datasets.router)
 api.add_router("/sweeps", sweeps.router)
+api.add_router("/external-runs", external.router)
 
 
 def _errors(request: HttpRequest, status: int, errors: list[dict]) -> HttpResponse:
@@ -116,6 +119,17 @@ def _conflict(request: HttpRequest, exc: Exception) -> HttpResponse:
 @api.exception_handler(DatasetRejected)
 def _dataset_rejected(request: HttpRequest, exc: DatasetRejected) -> HttpResponse:
     return _one(request, 400, str(exc), key="file")
+
+
+@api.exception_handler(RequestDataTooBig)
+def _body_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return _one(
+        request,
+        413,
+        f"the request body is over {limit // 1024**2} MiB (DATA_UPLOAD_MAX_MEMORY_SIZE); send "
+        "less per request (posttrain_client splits its batches)",
+    )
 
 
 @api.exception_handler(RawPostDataException)

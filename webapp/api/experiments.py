@@ -23,7 +23,7 @@ from webapp.experiments.services import (
     experiment_set_archived,
 )
 from webapp.runs.models import RunStatus
-from webapp.runs.services import LAUNCH_KEY_PATTERN, AlreadyLaunched, run_create
+from webapp.runs.services import LAUNCH_KEY_PATTERN, AlreadyLaunched, refuse_external, run_create
 
 router = Router(tags=["experiments"])
 ERRORS: dict[int | tuple[int, ...], Any] = {(400, 404, 409, 422, 429): ErrorOut}
@@ -139,6 +139,7 @@ def clone_experiment(
     """Create a new experiment with this one's config (checked again, as a new one is)."""
     payload = payload or CloneIn()
     source = owned_experiment(request, experiment_id)
+    refuse_external(experiment=source, action="clone")
     clone = experiment_create(
         owner=request.user,
         name=payload.name if payload.name is not None else f"{source.name} (copy)",

@@ -32,6 +32,9 @@ class RunOut(Schema):
     status: RunStatus
     active: bool = Field(alias="is_active")
     can_resume: bool
+    external: bool = Field(
+        alias="is_external", description="Reported by a trainer the studio did not launch."
+    )
     cancel_requested: bool
     created_at: datetime
     started_at: datetime | None

@@ -181,6 +181,16 @@ def studio_config_errors(*, owner: Any, config: PPOConfig) -> list[ConfigFieldEr
                     "empty or ask an administrator to install the code as a reward module",
                 )
             )
+    loggers = config.trainer.logger
+    if "posttrain" in ([loggers] if isinstance(loggers, str) else list(loggers or [])):
+        errors.append(
+            ConfigFieldError(
+                "trainer.logger",
+                loggers,
+                "posttrain reports a run started by hand to a studio; a run the studio "
+                "launches records itself here already: remove posttrain from trainer.logger",
+            )
+        )
     modules = reward_modules_dir()
     for key in resource_keys("code"):
         typed, value = get_value(config, key), get_value(resolved, key)

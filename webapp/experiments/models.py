@@ -21,6 +21,10 @@ class Experiment(models.Model):
     preset = models.CharField(max_length=100, blank=True, help_text="The preset it started from.")
     config = models.JSONField(help_text="The engine config, validated by engine.config.")
     archived = models.BooleanField(default=False)
+    external = models.BooleanField(
+        default=False,
+        help_text="Holds runs the studio did not launch (webapp.external): it never launches.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -35,7 +35,7 @@ from webapp.experiments.services import (
 from webapp.runs.models import Run, RunStatus
 from webapp.runs.quotas import LaunchRefused
 from webapp.runs.selectors import run_list_for_user
-from webapp.runs.services import AlreadyLaunched, run_create
+from webapp.runs.services import AlreadyLaunched, RunStateError, refuse_external, run_create
 from webapp.sweeps.forms import SweepForm
 
 
@@ -216,6 +216,11 @@ def experiment_import(request: HttpRequest) -> HttpResponse:
 @login_required
 def experiment_clone(request: HttpRequest, experiment_id: int) -> HttpResponse:
     experiment = _experiment(request, experiment_id)
+    try:
+        refuse_external(experiment=experiment, action="clone")
+    except RunStateError as exc:
+        messages.error(request, str(exc))
+        return redirect(experiment)
     return builder_for_config(
         request,
         as_config(experiment.config),
@@ -246,7 +251,7 @@ def experiment_launch(request: HttpRequest, experiment_id: int) -> HttpResponse:
         run = run_create(experiment=experiment, launch_key=request.POST.get("launch_key", ""))
     except AlreadyLaunched as exc:
         return flash_already_launched(request, exc)
-    except (ConfigValidationError, LaunchRefused) as exc:
+    except (ConfigValidationError, LaunchRefused, RunStateError) as exc:
         messages.error(request, str(exc))
         return redirect(experiment)
     flash_launched(request, run, f"Run #{run.pk} queued.")

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from engine.data.preview import json_safe
@@ -61,8 +62,11 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
         {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.LOST}
     ),
     # The sweep marks a run lost when its heartbeat stops; a driver that was only slow still
-    # reports its true end state.
-    RunStatus.LOST: frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED}),
+    # reports its true end state. An external run's client that comes back (it or the studio
+    # restarted) makes it running again (``webapp.external.services``); a studio run never does.
+    RunStatus.LOST: frozenset(
+        {RunStatus.RUNNING, RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED}
+    ),
     RunStatus.SUCCEEDED: frozenset(),
     RunStatus.FAILED: frozenset(),
     RunStatus.CANCELLED: frozenset(),
@@ -108,8 +112,11 @@ _START_LOCK = 0x706F7374
 
 
 def driver_slots_taken() -> int:
-    """Return how many runs have a driver (starting or running), on every host."""
-    return Run.objects.filter(status__in=DRIVER_STATUSES).count()
+    """Return how many runs have a driver (starting or running), on every host.
+
+    An external run runs elsewhere and takes no slot.
+    """
+    return Run.objects.filter(status__in=DRIVER_STATUSES, experiment__external=False).count()
 
 
 def run_claim_for_start(*, run_id: int, max_running: int = 0) -> Run | None:
@@ -164,11 +171,12 @@ def run_mark_running(*, run_id: int) -> Run | None:
 def run_heartbeat(*, run_id: int, step: int | None = None) -> bool:
     """Beat the heartbeat of a running run (and record its step); return False if not running.
 
-    A new step is progress, so it also clears a stall flag.
+    A new step is progress, so it also clears a stall flag. The latest step never moves back: a
+    late step (an external client sends steps out of order) leaves it where it is.
     """
     fields: dict[str, Any] = {"heartbeat_at": timezone.now()}
     if step is not None:
-        fields.update(latest_step=step, stalled_since=None)
+        fields.update(latest_step=Greatest("latest_step", Value(step)), stalled_since=None)
     return bool(Run.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(**fields))
 
 
@@ -361,6 +369,8 @@ def runs_mark_stalled(*, stall_after: float | None, now: datetime | None = None)
 
 
 def _finite(value: Any) -> float | None:
+    if value is None:  # an external client's NaN (JSON has none)
+        return None
     number = float(value)
     return number if math.isfinite(number) else None
 
@@ -449,11 +459,35 @@ def _sample_row(run_id: int, s: SampleRecord) -> tuple[Any, ...]:
     )
 
 
-def samples_write(*, run_id: int, samples: Sequence[SampleRecord], replace: bool = False) -> int:
+def _delete_same_keys(run_id: int, samples: Sequence[SampleRecord]) -> None:
+    """Delete the run's rows keyed (step, split, prompt_index, sample_index) as ``samples`` are."""
+    table = connection.ops.quote_name(Sample._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {table} AS s USING unnest(%s::int[], %s::varchar[], %s::int[], "
+            "%s::int[]) AS k(step, split, prompt_index, sample_index) WHERE s.run_id = %s AND "
+            "s.step = k.step AND s.split = k.split AND s.prompt_index = k.prompt_index AND "
+            "s.sample_index = k.sample_index",
+            [
+                [s.step for s in samples],
+                [s.split for s in samples],
+                [s.prompt_index for s in samples],
+                [s.sample_index for s in samples],
+                run_id,
+            ],
+        )
+
+
+def samples_write(
+    *, run_id: int, samples: Sequence[SampleRecord], replace: bool | str = False
+) -> int:
     """Append ``samples`` to the run with one COPY; return how many rows were written.
 
-    With ``replace``, the run's rows of the same (step, split) pairs go first, in the same
+    With ``replace=True``, the run's rows of the same (step, split) pairs go first, in the same
     transaction, so writing a batch again (a retry after a lost connection) never doubles it.
+    With ``replace="keys"``, only the rows of the same (step, split, prompt_index, sample_index)
+    go: a step may then arrive in several batches (an external run's client sends a large step
+    in parts), and any batch sent again replaces its own rows.
     """
     if not samples:
         return 0
@@ -465,7 +499,9 @@ def samples_write(*, run_id: int, samples: Sequence[SampleRecord], replace: bool
     json_at = SAMPLE_COLUMNS.index("reward_parts")
     turns_at = SAMPLE_COLUMNS.index("turns")
     with transaction.atomic():
-        if replace:
+        if replace == "keys":
+            _delete_same_keys(run_id, samples)
+        elif replace:
             keys = Q()
             for step, split in {(s.step, s.split) for s in samples}:
                 keys |= Q(step=step, split=split)

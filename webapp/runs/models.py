@@ -53,6 +53,8 @@ ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING)
 # A driver beats the heartbeat only while it lives: these are the states the sweep may mark lost.
 DRIVER_STATUSES = (RunStatus.STARTING, RunStatus.RUNNING)
 RESUMABLE_STATUSES = (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.LOST)
+# The driver of a run the studio did not launch: ``external:verl``, ``external:trl``...
+EXTERNAL_DRIVER_PREFIX = "external:"
 
 
 # A sample's fields in one order: what the driver COPYs (``driver_writes.SAMPLE_COLUMNS``, after the
@@ -114,6 +116,7 @@ class Run(models.Model):
     start_step = models.PositiveIntegerField(default=0)
     latest_step = models.PositiveIntegerField(default=0)
     total_steps = models.PositiveIntegerField(null=True, blank=True)
+    # An external run's is ``external:<source>`` (``EXTERNAL_DRIVER_PREFIX``).
     driver = models.CharField(max_length=200, blank=True, help_text="pid:<n> or ray:<job id>.")
     driver_host = models.CharField(
         max_length=255, blank=True, help_text="The host whose process a pid:<n> driver is."
@@ -162,8 +165,28 @@ class Run(models.Model):
         return self.status in ACTIVE_STATUSES
 
     @property
+    def is_external(self) -> bool:
+        """Whether a trainer the studio did not launch reports the run (``webapp.external``).
+
+        Read from the row itself (no query): such a run's driver is ``external:<source>``, set
+        once with its experiment's ``external`` flag, which the services check.
+        """
+        return self.driver.startswith(EXTERNAL_DRIVER_PREFIX)
+
+    @property
     def can_resume(self) -> bool:
-        return self.status in RESUMABLE_STATUSES
+        return self.status in RESUMABLE_STATUSES and not self.is_external
+
+    @property
+    def can_cancel(self) -> bool:
+        """Whether cancel is offered: an active studio run, or an external one whose client
+        stops the job when asked (``ExternalRun.cancel_honoured``)."""
+        if not self.is_active:
+            return False
+        if not self.is_external:
+            return True
+        external = getattr(self, "external", None)
+        return external is not None and external.cancel_honoured
 
 
 class MetricPoint(models.Model):

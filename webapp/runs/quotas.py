@@ -140,7 +140,8 @@ def run_count_check(*, owner_id: int, runs: int = 1) -> None:
     change before the new run is written. Outside it (a sweep's check before it validates its
     members), a pass is only a forecast: each launch checks again under the lock.
     """
-    counts = Run.objects.filter(owner_id=owner_id).aggregate(
+    # An external run runs on its own machine: it takes none of this server's slots.
+    counts = Run.objects.filter(owner_id=owner_id, experiment__external=False).aggregate(
         waiting=Count("pk", filter=Q(status__in=WAITING_STATUSES)),
         active=Count("pk", filter=Q(status__in=ACTIVE_STATUSES)),
     )

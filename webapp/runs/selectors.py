@@ -31,7 +31,7 @@ def run_list_for_user(
     *, user: Any, experiment_id: int | None = None, status: str | None = None
 ) -> QuerySet[Run]:
     """Return the runs ``user`` owns, newest first, optionally of one experiment or status."""
-    runs = Run.objects.filter(owner=user).select_related("experiment")
+    runs = Run.objects.filter(owner=user).select_related("experiment", "external")
     if experiment_id is not None:
         runs = runs.filter(experiment_id=experiment_id)
     if status:

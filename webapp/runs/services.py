@@ -52,6 +52,25 @@ class RunStateError(Exception):
     """The run is not in a state that allows the action; the message says what would."""
 
 
+class ExternalRunRefused(RunStateError):
+    """The action would run the config of a run the studio did not launch, or steer that run."""
+
+
+def refuse_external(*, experiment: Experiment, action: str) -> None:
+    """Raise ``ExternalRunRefused`` when ``experiment`` holds external runs (``webapp.external``).
+
+    Their config is what another trainer ran, kept to show and compare: it names that machine's
+    paths and code and is never handed to the engine's loader or a driver here.
+    """
+    if experiment.external:
+        raise ExternalRunRefused(
+            f"{experiment.name} holds runs the studio did not launch (they report from their "
+            f"own machines); the studio cannot {action} them: their config is data to show, not "
+            "to run here. To run such a config in the studio, import its YAML into the "
+            "experiment builder, which checks every key and path"
+        )
+
+
 class AlreadyLaunched(Exception):
     """The launch key was used before: ``run`` is the run that launch made."""
 
@@ -100,6 +119,7 @@ def run_create(
     run without a ``parent`` starts fresh (``resume_mode=disable``: a run never restarts in
     place, a resume is a new run), a resumed one keeps the resume settings ``run_resume`` put in.
     """
+    refuse_external(experiment=experiment, action="launch")
     if launch_key and not LAUNCH_KEY_PATTERN.fullmatch(launch_key):
         raise LaunchRefused(
             f"launch_key must be 16 to 64 letters, digits, '-' or '_' (got {len(launch_key)} "
@@ -157,6 +177,7 @@ def run_resume(*, run: Run, launch_key: str = "") -> Run:
     Raise ``RunStateError`` unless the run was cancelled, failed or lost and saved a checkpoint;
     ``launch_key`` and the other refusals are ``run_create``'s.
     """
+    refuse_external(experiment=run.experiment, action="resume")
     if run.status not in RESUMABLE_STATUSES:
         raise RunStateError(
             f"run #{run.pk} is {run.status}; only a cancelled, failed or lost run resumes"
@@ -174,7 +195,20 @@ def run_resume(*, run: Run, launch_key: str = "") -> Run:
 
 
 def run_cancel(*, run: Run) -> Run:
-    """Cancel ``run``: a queued run ends now; a starting or running one stops after its step."""
+    """Cancel ``run``: a queued run ends now; a starting or running one stops after its step.
+
+    An external run is asked to stop only when its client said it stops the job on request
+    (``ExternalRun.cancel_honoured``); otherwise ``ExternalRunRefused`` says where it runs.
+    """
+    if run.experiment.external:
+        external = getattr(run, "external", None)
+        if external is None or not external.cancel_honoured:
+            where = f" ({external.location})" if external is not None and external.location else ""
+            raise ExternalRunRefused(
+                f"run #{run.pk} runs outside the studio{where} and its client does not stop "
+                "it on request; stop it where it runs (posttrain watch --allow-cancel and the "
+                "TRL callback's allow_cancel=True let the studio ask)"
+            )
     now = timezone.now()
     with transaction.atomic():
         ended = transition(
@@ -197,6 +231,11 @@ def run_delete(*, run: Run) -> None:
     Raise ``RunStateError`` while it is active: cancel it first.
     """
     if run.status in ACTIVE_STATUSES:
+        if run.experiment.external:
+            raise RunStateError(
+                f"run #{run.pk} is {run.status} and still reports from where it runs; "
+                "delete it once it has finished (or gone quiet and been marked lost)"
+            )
         raise RunStateError(f"run #{run.pk} is {run.status}; cancel it before deleting it")
     folder = run_dir(run.pk)
     run.delete()

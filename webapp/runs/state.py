@@ -21,7 +21,8 @@ def _seconds(moment: datetime | None) -> float | None:
 def run_state(run: Run) -> dict[str, Any]:
     """Return what the page shows about a run beside its charts (status, steps, times, buttons).
 
-    Times are Unix seconds; ``is_active`` shows the cancel button, ``can_resume`` the resume one
+    Times are Unix seconds; ``can_cancel`` shows the cancel button (an external run's only when
+    its client stops the job on request), ``can_resume`` the resume one
     (enabled when ``latest_checkpoint`` is set); ``error`` is a failed run's traceback tail
     (``driver_writes.error_tail``, at most about 2,000 characters); ``failure_reason`` why the studio
     stops the run (``reward_failures``), shown while it stops.
@@ -40,6 +41,7 @@ def run_state(run: Run) -> dict[str, Any]:
         "latest_checkpoint": run.latest_checkpoint,
         "driver": run.driver,
         "is_active": run.is_active,
+        "can_cancel": run.can_cancel,
         "can_resume": run.can_resume,
         "error": run.error,
         "failure_reason": run.failure_reason,

@@ -63,6 +63,7 @@ from webapp.runs.services import (
     AlreadyLaunched,
     RunAnnotationError,
     RunStateError,
+    refuse_external,
     run_add_tags,
     run_cancel,
     run_delete,
@@ -181,7 +182,12 @@ def run_checkpoint_evaluate_view(request: HttpRequest, run_id: int, step: int) -
 @login_required
 @require_POST
 def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = run_cancel(run=_run(request, run_id))
+    run = _run(request, run_id)
+    try:
+        run = run_cancel(run=run)
+    except RunStateError as exc:
+        messages.error(request, str(exc))
+        return redirect(run)
     if run.status == "cancelled":
         messages.success(request, f"Run #{run.pk} cancelled.")
     elif run.cancel_requested and run.is_active:
@@ -222,6 +228,11 @@ def run_delete_view(request: HttpRequest, run_id: int) -> HttpResponse:
 @login_required
 def run_clone(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run(request, run_id)
+    try:
+        refuse_external(experiment=run.experiment, action="clone")
+    except RunStateError as exc:
+        messages.error(request, str(exc))
+        return redirect(run)
     return builder_for_config(
         request,
         as_config(run.config),

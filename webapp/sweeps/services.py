@@ -102,6 +102,17 @@ def sweep_create(
     ``SweepAlreadyCreated`` when ``launch_key`` made a sweep before; then nothing is created.
     """
     owner = experiment.owner
+    if experiment.external:
+        raise SweepInvalid(
+            [
+                ConfigFieldError(
+                    "experiment",
+                    experiment.pk,
+                    f"{experiment.name} holds runs the studio did not launch; its config is data "
+                    "to show, not to run: sweep an experiment built in the studio",
+                )
+            ]
+        )
     if launch_key and not LAUNCH_KEY_PATTERN.fullmatch(launch_key):
         raise LaunchRefused("launch_key is malformed; reload the page for a fresh form")
     if launch_key:
