@@ -21,5 +21,10 @@ START_RUN = "workers.tasks.start_run"
 
 
 def send_start_run(run_id: int) -> None:
-    """Queue the start of run ``run_id`` on the broker; kombu's OperationalError when it is down."""
-    app.send_task(START_RUN, args=[run_id], ignore_result=True)
+    """Queue the start of run ``run_id`` on the broker; kombu's OperationalError when it is down.
+
+    A signature sends by name where the task is not registered (the web process), and runs the
+    registered task where it is, so a process that imported the tasks and set Celery's
+    ``task_always_eager`` (``bench/web/soak.py``) starts the run in place, as ``delay`` did.
+    """
+    app.signature(START_RUN, args=(run_id,), options={"ignore_result": True}).apply_async()

@@ -174,6 +174,7 @@ def launch(settings: dict[str, Any]) -> Any:
     from webapp.experiments.services import experiment_create
     from webapp.runs.models import Run
     from webapp.runs.services import run_create
+    from workers import tasks  # noqa: F401  (registers start_run here, for the eager send)
     from workers.celery_app import app
 
     owner = get_user_model().objects.create_user("soak", password="soak-pass")

@@ -48,7 +48,7 @@ def test_the_runs_table_compare_and_experiment_pages_show_external_runs(client_i
     second = verl_run(owner, "b" * 16, 2e-6)
     table = client_in.get("/runs/", {"metric": "last:critic/score/mean"})
     assert table.status_code == 200
-    shown = {row.run.pk: row for row, _ in table.context["rows"]}
+    shown = {row.run.pk: row for row, *_ in table.context["rows"]}
     assert set(shown) == {first.pk, second.pk}
     compare = client_in.get("/runs/compare/", {"run": [first.pk, second.pk]})
     assert [run.pk for run in compare.context["runs"]] == [first.pk, second.pk]
