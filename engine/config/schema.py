@@ -388,7 +388,11 @@ class WrapPolicyConfig(_Section):
 
 @dataclass
 class EngineKwargsConfig(_Section):
-    vllm: dict[str, Any] = _f({}, "Extra keyword arguments of vllm.LLM (rollout.name=vllm).")
+    vllm: dict[str, Any] = _f(
+        {},
+        "Extra keyword arguments of vllm.LLM (rollout.name=vllm): engine sizes and switches "
+        "only (engine.rollout.vllm_args lists them), e.g. kv_cache_memory_bytes on a CPU.",
+    )
     sglang: dict[str, Any] = _refused(
         {},
         "Extra keyword arguments of sglang.Engine (rollout.name=sglang).",
@@ -1104,11 +1108,19 @@ class RolloutConfig(_Section):
     dtype: str = _f(
         "bfloat16", "Rollout weights dtype.", choices=("bfloat16", "float16", "float32")
     )
-    gpu_memory_utilization: float = _f(0.5, "vLLM: fraction of GPU memory it may use.", gt=0, le=1)
+    gpu_memory_utilization: float = _f(
+        0.5,
+        "vLLM: fraction of GPU memory it may use (on a CPU, keep 0.5 and size the KV cache with "
+        "engine_kwargs.vllm.kv_cache_memory_bytes).",
+        gt=0,
+        le=1,
+    )
     ignore_eos: bool = _f(False, "Keep generating after end-of-sequence.")
     enforce_eager: bool = _f(True, "vLLM: disable CUDA graphs.")
     free_cache_engine: bool = _f(True, "Free the KV cache while training.")
-    enable_sleep_mode: bool = _f(True, "vLLM: sleep between rollouts to free memory.")
+    enable_sleep_mode: bool = _f(
+        True, "vLLM: sleep between rollouts to free GPU memory (no effect on a CPU)."
+    )
     tensor_model_parallel_size: int = _f(1, "vLLM tensor parallel size.", gt=0, le=MAX_WORKERS)
     max_num_batched_tokens: int = _f(
         8192, "vLLM: tokens per scheduler step.", gt=0, le=MAX_TOKEN_BUDGET
@@ -1163,7 +1175,9 @@ class RolloutConfig(_Section):
     )
     multi_stage_wake_up: bool = _inert(False, "Wake weights and KV cache in stages.")
     engine_kwargs: EngineKwargsConfig = _section(EngineKwargsConfig, "Engine arguments.")
-    update_weights_bucket_megabytes: int = _inert(512, "Weight sync bucket size.")
+    update_weights_bucket_megabytes: int = _f(
+        512, "vLLM: the weight sync sends the policy in buckets of this many MiB.", gt=0
+    )
     trace: TraceConfig = _section(TraceConfig, "Rollout tracing.")
     skip_rollout: bool = _refused(
         False,

@@ -57,6 +57,11 @@ from engine.config.trackers import tracker_install_problems
 from engine.config.tree import get_in
 from engine.rewards.overlong import reward_kwargs_problems
 from engine.rollout import SGLANG_MISSING
+from engine.rollout.vllm_args import (
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    VLLM_MISSING,
+    engine_kwargs_problems,
+)
 from engine.tools.tiny_uris import TINY_PREFIX, TINY_URIS
 
 _REMOTE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
@@ -906,6 +911,30 @@ def in_process_reward_model_problems(cfg: Any) -> list[ConfigFieldError]:
     ]
 
 
+def _check_vllm(report: _Report) -> None:
+    """Check the keys only the ``vllm`` rollout reads: its context length, its extra engine
+    arguments and, on a CPU, ``gpu_memory_utilization`` (the adapter raises the same at start
+    where ``trainer.device=auto`` resolves to a CPU)."""
+    rollout = report.cfg.actor_rollout_ref.rollout
+    longest = rollout.prompt_length + rollout.response_length
+    if rollout.max_model_len is not None and rollout.max_model_len < longest:
+        report.error(
+            f"{_ARR}.rollout.max_model_len",
+            f"is shorter than prompt_length + response_length = {longest}, so vLLM would cut "
+            f"responses short; set at least {longest}, or null for exactly that",
+        )
+    for key, why in engine_kwargs_problems(rollout.engine_kwargs.vllm):
+        report.error(key, why, rollout.engine_kwargs.vllm[key.rsplit(".", 1)[1]])
+    default = DEFAULT_GPU_MEMORY_UTILIZATION
+    if report.cfg.trainer.device == "cpu" and rollout.gpu_memory_utilization != default:
+        report.error(
+            f"{_ARR}.rollout.gpu_memory_utilization",
+            "sizes a GPU's KV cache, but trainer.device=cpu, where vLLM would take that fraction "
+            f"of the machine's RAM; leave it at {default} and set "
+            f"{_ARR}.rollout.engine_kwargs.vllm.kv_cache_memory_bytes",
+        )
+
+
 def _check_rollout_and_rewards(report: _Report) -> None:
     cfg = report.cfg
     rollout, workers = (
@@ -913,17 +942,19 @@ def _check_rollout_and_rewards(report: _Report) -> None:
         cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node,
     )
     engine = {"vllm": "vLLM", "sglang": "SGLang"}.get(rollout.name)
-    if engine and cfg.trainer.device == "cpu":
+    if rollout.name == "sglang" and cfg.trainer.device == "cpu":
         report.error(
             f"{_ARR}.rollout.name",
-            f"{engine} needs a CUDA GPU; use actor_rollout_ref.rollout.name=hf",
+            f"{engine} needs a CUDA GPU; use actor_rollout_ref.rollout.name=hf or vllm",
         )
     elif (
-        rollout.name == "sglang"
+        engine
         and cfg.trainer.controller == "local"  # built here; a Ray actor raises it where it runs
-        and importlib.util.find_spec("sglang") is None
+        and importlib.util.find_spec(rollout.name) is None
     ):
-        report.error(f"{_ARR}.rollout.name", SGLANG_MISSING)
+        report.error(f"{_ARR}.rollout.name", SGLANG_MISSING if engine == "SGLang" else VLLM_MISSING)
+    if rollout.name == "vllm":
+        _check_vllm(report)
     if engine and rollout.tensor_model_parallel_size > workers:
         report.error(
             f"{_ARR}.rollout.tensor_model_parallel_size", f"exceeds the {workers} workers; lower it"
