@@ -405,6 +405,19 @@ class VLLMRollout:
         kwargs.update(extra)
         return kwargs
 
+    @staticmethod
+    def _launcher_environment() -> None:
+        """Set the torchrun variables ``external_launcher`` reads from this rank's group.
+
+        ``RANK`` is the rank in the trainer's world; ``LOCAL_RANK`` the index of the device this
+        process uses (a Ray rank sees its one GPU as device 0). Variables already set win.
+        """
+        import torch.distributed as dist
+
+        os.environ.setdefault("RANK", str(dist.get_rank()))
+        local = torch.cuda.current_device() if torch.cuda.is_available() else dist.get_rank()
+        os.environ.setdefault("LOCAL_RANK", str(local))
+
     def _build_engine(self, max_model_len: int | None, seed: int, extra: dict[str, Any]) -> Any:
         try:
             import vllm
@@ -424,6 +437,8 @@ class VLLMRollout:
                 "enable_sleep_mode has no effect here and the engine stays awake"
             )
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if kwargs.get("distributed_executor_backend") == "external_launcher":
+            self._launcher_environment()
         # apply_model sends a Python function to the workers; allow it when they are processes.
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         if self.sampling_params_cls is None:
