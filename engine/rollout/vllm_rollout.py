@@ -42,10 +42,8 @@ Choices, and why:
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -53,15 +51,9 @@ import torch
 
 from engine.data import DataProto
 from engine.rollout.hf import eos_token_ids
-from engine.rollout.vllm_args import (
-    DEFAULT_GPU_MEMORY_UTILIZATION,
-    VLLM_MISSING,
-    engine_kwargs_problems,
-)
+from engine.rollout.vllm_args import engine_arguments, import_vllm
 
 DEFAULT_BUCKET_BYTES = 512 * 1024**2
-# The KV cache of a CPU engine unless engine_kwargs.vllm.kv_cache_memory_bytes says otherwise.
-CPU_KV_CACHE_BYTES = 1024**3
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
@@ -287,22 +279,24 @@ def _generation_eos_ids(tokenizer: Any, model_path: str) -> list[int]:
     return eos_token_ids(tokenizer, holder)
 
 
-def supported_architectures_problem(model_path: str, supported: Iterable[str]) -> str | None:
-    """Return why vLLM cannot load the model folder ``model_path``, or None if it can.
+def reload_in_buckets(
+    weights: torch.nn.Module | NamedTensors,
+    dtype: torch.dtype,
+    bucket_bytes: int,
+    apply_model: Callable[[Callable[[Any], Any]], Any],
+    model_config: Any,
+) -> dict[str, float]:
+    """Load ``weights`` into a vLLM engine through its ``apply_model``, in buckets, as one reload.
 
-    Reads ``config.json``'s ``architectures`` and compares them with vLLM's ``ModelRegistry``.
+    ``apply_model`` runs a function on the model in every worker (``LLM.apply_model``, or an
+    ``AsyncLLM``'s ``collective_rpc("apply_model")``): first vLLM's layerwise reload is begun,
+    then each bucket is loaded, then the layers still pending are processed. Returns
+    :func:`push_in_buckets`' sizes.
     """
-    config = Path(model_path) / "config.json"
-    if not config.is_file():
-        return f"{model_path} has no config.json; vLLM loads a Hugging Face model folder"
-    architectures = json.loads(config.read_text()).get("architectures") or []
-    known = set(supported)
-    if architectures and not any(name in known for name in architectures):
-        return (
-            f"vLLM cannot load {model_path}: its architecture {', '.join(architectures)} is not "
-            "one vLLM supports"
-        )
-    return None
+    apply_model(_BeginReload())
+    sizes = push_in_buckets(weights, dtype, bucket_bytes, lambda b: apply_model(_LoadBucket(b)))
+    apply_model(_EndReload(model_config))
+    return sizes
 
 
 class VLLMRollout:
@@ -357,49 +351,17 @@ class VLLMRollout:
     def engine_arguments(
         self, max_model_len: int | None, seed: int, extra: dict[str, Any]
     ) -> dict[str, Any]:
-        """Return the keyword arguments of ``vllm.LLM`` for this rollout config on this device.
-
-        Raise ValueError for an ``engine_kwargs.vllm`` key that is not passed on, and on a CPU
-        for a ``gpu_memory_utilization`` other than the default.
-        """
-        cfg = self.config
-        configured = dict(getattr(getattr(cfg, "engine_kwargs", None), "vllm", None) or {})
-        problems = engine_kwargs_problems(configured)
-        if problems:
-            raise ValueError("; ".join(f"{key} {why}" for key, why in problems))
-        kwargs: dict[str, Any] = {
-            "model": self.model_path,
-            "tensor_parallel_size": cfg.tensor_model_parallel_size,
-            "gpu_memory_utilization": cfg.gpu_memory_utilization,
-            "max_num_batched_tokens": cfg.max_num_batched_tokens,
-            "max_num_seqs": cfg.max_num_seqs,
-            "enable_sleep_mode": self.sleep_mode,
-            "dtype": cfg.dtype,
-            "enforce_eager": cfg.enforce_eager,
-            "skip_tokenizer_init": False,
-            "seed": seed,
-            "logprobs_mode": "processed_logprobs",
-            # A weight update makes cached prefixes stale; the cache is reset after each load.
-            "enable_prefix_caching": True,
-        }
-        lengths = (getattr(cfg, "prompt_length", None), getattr(cfg, "response_length", None))
-        longest = max_model_len or getattr(cfg, "max_model_len", None)
-        if longest is None and None not in lengths:
-            longest = sum(cast(tuple[int, int], lengths))
-        if longest:
-            kwargs["max_model_len"] = longest
-        if self.on_cpu:
-            if cfg.gpu_memory_utilization != DEFAULT_GPU_MEMORY_UTILIZATION:
-                raise ValueError(
-                    "actor_rollout_ref.rollout.gpu_memory_utilization="
-                    f"{cfg.gpu_memory_utilization} sizes a GPU's KV cache, but this vLLM runs on "
-                    "a CPU, where it would take that fraction of the machine's RAM; leave it at "
-                    f"{DEFAULT_GPU_MEMORY_UTILIZATION} and set "
-                    "actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes"
-                )
-            del kwargs["gpu_memory_utilization"]
-            kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
-        kwargs.update(configured)
+        """Return the keyword arguments of ``vllm.LLM`` for this rollout (see
+        :func:`engine_arguments`), the colocated engine under several ranks started with
+        ``external_launcher``."""
+        kwargs = engine_arguments(
+            self.model_path,
+            self.config,
+            on_cpu=self.on_cpu,
+            sleep_mode=self.sleep_mode,
+            max_model_len=max_model_len,
+            seed=seed,
+        )
         if _distributed_world() > 1:
             kwargs["distributed_executor_backend"] = "external_launcher"
         kwargs.update(extra)
@@ -419,18 +381,8 @@ class VLLMRollout:
         os.environ.setdefault("LOCAL_RANK", str(local))
 
     def _build_engine(self, max_model_len: int | None, seed: int, extra: dict[str, Any]) -> Any:
-        try:
-            import vllm
-        except ImportError as exc:
-            raise ImportError(VLLM_MISSING) from exc
+        vllm = import_vllm(self.model_path)
         kwargs = self.engine_arguments(max_model_len, seed, extra)
-        problem = supported_architectures_problem(
-            self.model_path, vllm.ModelRegistry.get_supported_archs()
-        )
-        if problem:
-            raise ValueError(
-                f"actor_rollout_ref.model.path: {problem}; use actor_rollout_ref.rollout.name=hf"
-            )
         if self.on_cpu and self.config.enable_sleep_mode:
             print(
                 "note: vLLM has no sleep mode on a CPU; actor_rollout_ref.rollout."
@@ -475,14 +427,13 @@ class VLLMRollout:
         Returns ``{"buckets": ..., "tensors": ..., "bytes": ...}``.
         """
         self.wake_up(("weights",))
-        self.engine.apply_model(_BeginReload())
-        sizes = push_in_buckets(
+        sizes = reload_in_buckets(
             weights,
             self.dtype,
             self.bucket_bytes,
-            lambda bucket: self.engine.apply_model(_LoadBucket(bucket)),
+            self.engine.apply_model,
+            self.engine.model_config,
         )
-        self.engine.apply_model(_EndReload(self.engine.model_config))
         if hasattr(self.engine, "reset_prefix_cache"):
             self.engine.reset_prefix_cache()
         return sizes

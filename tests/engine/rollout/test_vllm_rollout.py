@@ -22,6 +22,7 @@ from engine.rollout.vllm_args import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
     VLLM_MISSING,
     engine_kwargs_problems,
+    supported_architectures_problem,
 )
 from engine.rollout.vllm_rollout import (
     VLLMRollout,
@@ -30,7 +31,6 @@ from engine.rollout.vllm_rollout import (
     iter_buckets,
     push_in_buckets,
     sampling_kwargs,
-    supported_architectures_problem,
 )
 from engine.tiny.tokenizer import build_tokenizer
 from engine.workers.actor_rollout_ref import get_rollout
