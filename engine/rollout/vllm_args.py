@@ -16,6 +16,7 @@ vLLM and names a model folder it cannot load before an engine starts.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
@@ -111,8 +112,8 @@ def engine_arguments(
     """Return vLLM's engine arguments (``vllm.LLM``, ``AsyncEngineArgs``) for a rollout config.
 
     Mapped from the rollout keys, then the config's ``engine_kwargs.vllm`` on top. The context
-    length is ``max_model_len``, else the config's, else ``prompt_length + response_length``.
-    Raise ValueError for an ``engine_kwargs.vllm`` key that is not passed on, and on a CPU for a
+    length is ``max_model_len``, else the config's, else ``prompt_length + response_length``;
+    a shorter one than that sum is refused. Raise ValueError for an ``engine_kwargs.vllm`` key that is not passed on, and on a CPU for a
     ``gpu_memory_utilization`` other than the default (the KV cache is sized in bytes there).
     """
     configured = dict(getattr(getattr(cfg, "engine_kwargs", None), "vllm", None) or {})
@@ -135,9 +136,14 @@ def engine_arguments(
         "enable_prefix_caching": True,
     }
     lengths = (getattr(cfg, "prompt_length", None), getattr(cfg, "response_length", None))
-    longest = max_model_len or getattr(cfg, "max_model_len", None)
-    if longest is None and None not in lengths:
-        longest = sum(cast(tuple[int, int], lengths))
+    needed = None if None in lengths else sum(cast(tuple[int, int], lengths))
+    longest = max_model_len or getattr(cfg, "max_model_len", None) or needed
+    if longest and needed and longest < needed:
+        raise ValueError(
+            f"actor_rollout_ref.rollout.max_model_len={longest} is shorter than prompt_length + "
+            f"response_length = {needed}, so vLLM would cut responses short; set at least "
+            f"{needed}, or null for exactly that"
+        )
     if longest:
         kwargs["max_model_len"] = longest
     if on_cpu:
@@ -156,7 +162,12 @@ def engine_arguments(
 
 
 def import_vllm(model_path: str) -> Any:
-    """Import vLLM (ImportError naming the extras if absent) and check it can load the model."""
+    """Import vLLM (ImportError naming the extras if absent) and check it can load the model.
+
+    vLLM logs at INFO by default, a line per weight sync among them; a run's log keeps its
+    warnings (``VLLM_LOGGING_LEVEL`` set by the user wins). It is read when vLLM is imported.
+    """
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     try:
         import vllm
     except ImportError as exc:

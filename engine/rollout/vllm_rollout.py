@@ -339,7 +339,6 @@ class VLLMRollout:
         self.sleep_mode = bool(rollout_config.enable_sleep_mode) and not self.on_cpu
         self.asleep: set[str] = set()
         self.sampling_params_cls = sampling_params_cls
-        self.max_model_len: int | None = None  # the built engine's context length
         if engine is None:
             engine = self._build_engine(max_model_len, seed, engine_kwargs or {})
         elif sampling_params_cls is None:
@@ -402,7 +401,6 @@ class VLLMRollout:
             engine = vllm.LLM(**kwargs)
         finally:
             torch.set_num_threads = set_num_threads
-        self.max_model_len = int(engine.model_config.max_model_len)
         return engine
 
     # -- hybrid engine memory ------------------------------------------------------------------
@@ -452,20 +450,13 @@ class VLLMRollout:
         Adds ``prompts`` (bs, P), ``responses`` (bs, T), ``response_mask`` (bs, T),
         ``input_ids`` / ``attention_mask`` / ``position_ids`` (bs, P + T),
         ``rollout_log_probs`` (bs, T), and the non-tensor ``truncated`` flags. ``generator`` is
-        unused: vLLM samples from its own RNG, seeded at construction.
+        unused: vLLM samples from its own RNG, seeded at construction. A response also stops
+        where prompt and response reach ``max_model_len`` (truncated): the multi-turn loop asks
+        every conversation for the room of the least advanced one and cuts each to its own.
         """
         prompt_ids = prompts.batch["input_ids"]  # (bs, P)
         prompt_mask = prompts.batch["attention_mask"]  # (bs, P)
         requests = [{"prompt_token_ids": ids} for ids in unpad_prompts(prompt_ids, prompt_mask)]
-        longest = max((len(r["prompt_token_ids"]) for r in requests), default=0)
-        if self.max_model_len is not None and longest + max_new_tokens > self.max_model_len:
-            # vLLM would stop such a response at max_model_len, short of max_new_tokens.
-            raise ValueError(
-                f"a prompt of {longest} tokens plus {max_new_tokens} new tokens exceeds vLLM's "
-                f"max_model_len={self.max_model_len}; raise "
-                "actor_rollout_ref.rollout.max_model_len (or leave it null: prompt_length + "
-                "response_length)"
-            )
         assert self.sampling_params_cls is not None
         params = self.sampling_params_cls(**sampling_kwargs(sampling, max_new_tokens, self.eos_ids))
         self.wake_up(("weights", "kv_cache"))

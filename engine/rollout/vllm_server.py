@@ -103,7 +103,6 @@ class VLLMServer:
         self.dtype = DTYPES[rollout_config.dtype]
         megabytes = getattr(rollout_config, "update_weights_bucket_megabytes", None)
         self.bucket_bytes = megabytes * 1024**2 if megabytes else DEFAULT_BUCKET_BYTES
-        self.max_model_len = int(self.engine.model_config.max_model_len)
         self.version = 0
         self._update = asyncio.Lock()
         self._ids = itertools.count()
@@ -111,13 +110,12 @@ class VLLMServer:
     async def generate(
         self, prompt_ids: list[int], sampling: dict[str, Any], *, max_new_tokens: int
     ) -> Generation:
-        """Return one response to ``prompt_ids``; many calls may run at once."""
-        if len(prompt_ids) + max_new_tokens > self.max_model_len:
-            raise ValueError(
-                f"a prompt of {len(prompt_ids)} tokens plus {max_new_tokens} new tokens exceeds "
-                f"vLLM's max_model_len={self.max_model_len}; raise "
-                "actor_rollout_ref.rollout.max_model_len"
-            )
+        """Return one response to ``prompt_ids``; many calls may run at once.
+
+        The response stops at ``max_new_tokens``, a stop token, or where prompt and response
+        reach the engine's ``max_model_len`` (``finish_reason`` ``length``); a prompt that
+        alone reaches it is refused by vLLM.
+        """
         params = self.sampling_params_cls(**sampling_kwargs(sampling, max_new_tokens, self.eos_ids))
         final = None
         request = {"prompt_token_ids": list(prompt_ids)}

@@ -228,11 +228,24 @@ def test_every_stop_token_ends_a_response_and_is_kept_in_its_mask(rollout, token
     assert (out.batch["responses"][0, : int(lengths[0])].tolist()) == [first]
 
 
-def test_a_prompt_and_response_longer_than_max_model_len_is_refused(rollout, tokenizer):
-    with pytest.raises(
-        ValueError, match=r"exceeds vLLM's max_model_len=128.*rollout.max_model_len"
-    ):
-        rollout.generate_sequences(prompts(tokenizer), max_new_tokens=125, sampling=GREEDY)
+def test_a_response_stops_where_prompt_and_response_reach_max_model_len(rollout, tokenizer):
+    # What the multi-turn loop relies on: it asks every conversation for the room of the least
+    # advanced one, and a longer context stops at the context length instead of failing.
+    batch = prompts(tokenizer, count=4)
+    out = rollout.generate_sequences(
+        batch, max_new_tokens=200, sampling={**GREEDY, "ignore_eos": True}
+    )
+    lengths = batch.batch["attention_mask"].sum(-1) + out.batch["response_mask"].sum(-1)
+    assert lengths.tolist() == [MAX_MODEL_LEN] * 4
+    assert out.non_tensor_batch["truncated"].all()
+
+
+def test_a_max_model_len_shorter_than_prompt_and_response_is_refused_before_the_engine_starts(
+    assets, tokenizer
+):
+    config = rollout_config(prompt_length=100, response_length=40)  # 140 > MAX_MODEL_LEN
+    with pytest.raises(ValueError, match=r"max_model_len=128 is shorter than prompt_length \+ "):
+        VLLMRollout(str(assets.model_dir), tokenizer, config)
 
 
 # -- weight sync ---------------------------------------------------------------------------------

@@ -274,6 +274,8 @@ def test_the_engine_arguments_of_a_cpu_rollout(tmp_path):
     )
     kwargs = rollout.engine_arguments(None, 3, {})
     assert (kwargs["max_model_len"], kwargs["kv_cache_memory_bytes"]) == (40, 2**20)
+    with pytest.raises(ValueError, match=r"max_model_len=20 is shorter than .* = 24"):
+        rollout.engine_arguments(20, 3, {})
     rollout.config = dataclasses.replace(rollout.config, gpu_memory_utilization=0.7)
     with pytest.raises(ValueError, match=r"gpu_memory_utilization=0.7 .* on a CPU"):
         rollout.engine_arguments(None, 3, {})

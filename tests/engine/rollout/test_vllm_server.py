@@ -169,6 +169,6 @@ def prompts_with_answers(tokenizer) -> DataProto:
     )
 
 
-async def test_a_request_longer_than_max_model_len_is_refused(server):
-    with pytest.raises(ValueError, match=r"exceeds vLLM's max_model_len=128"):
-        await server.generate([1] * 10, GREEDY, max_new_tokens=120)
+async def test_a_response_stops_at_max_model_len_and_says_so(server):
+    answer = await server.generate([1] * 10, {**GREEDY, "ignore_eos": True}, max_new_tokens=200)
+    assert (len(answer.token_ids), answer.finish_reason) == (128 - 10, "length")
