@@ -1,11 +1,13 @@
-"""vLLM on FSDP2 ranks (gloo, CPU): each rank's engine takes the gathered policy after an update.
+"""vLLM on FSDP2 ranks (gloo, CPU): the engines take the gathered policy after an update.
 
-Two processes form a gloo world, shard the tiny model with FSDP2 and step it; each rank's
+Two processes form a gloo world, shard the tiny model with FSDP2 and step it; then the ranks'
 ``VLLMRollout`` (``distributed_executor_backend="external_launcher"``, started inside that world)
-then loads the sharded weights, gathered tensor by tensor on both ranks, and decodes greedily
-exactly as an unsharded copy that took the same step. The ranks decode batches of different
-sizes and lengths, as a rollout's shares are, with no collective between their engines. Then
-the same through the Ray path: ``trainer.controller=ray`` with two ranks and ``rollout.name=vllm``.
+loads the sharded weights, gathered tensor by tensor on both ranks, and decodes greedily exactly
+as an unsharded copy that took the same step. With ``tensor_model_parallel_size=1`` (verl's
+layout, the trainer's) each rank has an engine of its own and decodes its own share, of another
+size and length than the other's, with no collective between the engines; with 2, the two ranks
+are one engine, each holding half of every layer, and decode the same prompts. Then the Ray
+path: ``trainer.controller=ray`` with two ranks and ``rollout.name=vllm``.
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ pytestmark = [
     ),
 ]
 
-# Each rank's share: a different number of prompts and of new tokens.
+# Each rank's share with one engine per rank: a different number of prompts and of new tokens.
 SHARES = {0: (["12+35=", "40+41="], 6), 1: (["7+8=", "99+1=", "3+3=", "55+20=", "18+9="], 12)}
 
 
-def _rank(rank: int, world: int, port: int, out: str) -> None:
+def _rank(rank: int, world: int, port: int, out: str, tp: int) -> None:
     torch.set_num_threads(1)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -58,10 +60,12 @@ def _rank(rank: int, world: int, port: int, out: str) -> None:
         name="vllm",
         dtype="float32",
         max_model_len=64,
+        tensor_model_parallel_size=tp,
         engine_kwargs=EngineKwargsConfig(vllm={"kv_cache_memory_bytes": KV_CACHE_BYTES}),
     )
-    rollout = VLLMRollout(path, tokenizer, config, seed=rank)
-    questions, new_tokens = SHARES[rank]
+    # One engine over both ranks samples the same stream on each: the same seed.
+    rollout = VLLMRollout(path, tokenizer, config, seed=rank if tp == 1 else 0)
+    questions, new_tokens = SHARES[rank if tp == 1 else 1]
     batch = prompt_batch(tokenizer, questions)
     greedy = {"do_sample": False, "temperature": 0.0, "top_k": -1, "top_p": 1.0}
     before = rollout.generate_sequences(batch, max_new_tokens=new_tokens, sampling=greedy)
@@ -83,13 +87,14 @@ def _rank(rank: int, world: int, port: int, out: str) -> None:
     Path(out, f"rank{rank}.json").write_text(json.dumps(result))
 
 
-def test_fsdp2_ranks_sync_into_their_engines_and_decode_as_the_updated_policy(tmp_path):
+@pytest.mark.parametrize("tp", [1, 2], ids=["an-engine-per-rank", "one-engine-over-both"])
+def test_fsdp2_ranks_sync_into_vllm_and_decode_as_the_updated_policy(tmp_path, tp):
     from engine.distributed.process_group import free_port
 
-    mp.spawn(_rank, args=(2, free_port(), str(tmp_path)), nprocs=2)
+    mp.spawn(_rank, args=(2, free_port(), str(tmp_path), tp), nprocs=2)
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for rank, result in enumerate(results):
-        assert result["rows"] == len(SHARES[rank][0])
+        assert result["rows"] == len(SHARES[rank if tp == 1 else 1][0])
         assert result["tensors"] > 0
         assert result["changed"], f"rank {rank}: the step did not change its greedy answers"
         assert result["equal"], f"rank {rank}: vLLM's greedy answers are not the policy's"
