@@ -923,6 +923,13 @@ def _check_vllm(report: _Report) -> None:
             f"is shorter than prompt_length + response_length = {longest}, so vLLM would cut "
             f"responses short; set at least {longest}, or null for exactly that",
         )
+    if rollout.tensor_model_parallel_size > 1:
+        report.error(
+            f"{_ARR}.rollout.tensor_model_parallel_size",
+            "each rank generates its own share of the batch, but the ranks of one tensor-parallel "
+            "vLLM engine must ask it for the same prompts; keep 1 (every rank holds a whole "
+            "rollout engine while FSDP shards the training)",
+        )
     for key, why in engine_kwargs_problems(rollout.engine_kwargs.vllm):
         report.error(key, why, rollout.engine_kwargs.vllm[key.rsplit(".", 1)[1]])
     default = DEFAULT_GPU_MEMORY_UTILIZATION

@@ -32,9 +32,12 @@ Choices, and why:
   ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (unless set) so, colocated, those calls are in-process and
   the tensors are not copied between processes. FSDP2 ``DTensor`` shards are gathered one tensor
   at a time (``full_tensor``), so every rank must iterate the same names in the same order.
-- Under an initialised ``torch.distributed`` world of several ranks (the Ray path), each rank
-  builds its own engine with ``distributed_executor_backend="external_launcher"``, vLLM's mode
-  for engines started inside an existing group (verl's choice), and generates its own share.
+- Under an initialised ``torch.distributed`` world of several ranks (the Ray path), the engine is
+  started with ``distributed_executor_backend="external_launcher"``, vLLM's mode for engines
+  started inside an existing group (verl's choice). With ``tensor_model_parallel_size=1`` (the
+  trainer's only setting: each rank generates its own share of the batch) every rank has an
+  engine of its own; with more, the ranks of a tensor-parallel group are one engine and must ask
+  it for the same prompts.
 - On a CPU, ``gpu_memory_utilization`` would be read by vLLM as a fraction of the machine's RAM;
   the KV cache is sized by ``engine_kwargs.vllm.kv_cache_memory_bytes`` instead (default
   :data:`CPU_KV_CACHE_BYTES`), and setting ``gpu_memory_utilization`` there is an error.

@@ -335,6 +335,17 @@ def test_config_validation_checks_the_keys_only_vllm_reads(vllm_importable):
             {"download_dir": "/srv"}
         )[0][1],
     }
+    tp = validation_errors(
+        [
+            *VLLM,
+            "trainer.controller=ray",
+            "trainer.n_gpus_per_node=2",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+        ]
+    )
+    assert tp["actor_rollout_ref.rollout.tensor_model_parallel_size"].startswith(
+        "each rank generates its own share of the batch"
+    )
     # With trainer.device=auto the device is known only at start: the adapter checks it there.
     gpu_sized = [
         *VLLM,
