@@ -16,6 +16,7 @@ vLLM and names a model folder it cannot load before an engine starts.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -161,6 +162,16 @@ def engine_arguments(
     return kwargs
 
 
+def _computed_buffers_are_not_weights(record: logging.LogRecord) -> bool:
+    """Drop vLLM's "RotaryEmbedding: Failed to load weights" of every weight sync.
+
+    The rotary embedding holds only its cos/sin table, computed at start and never in a
+    checkpoint; vLLM's layerwise reload counts it as a weight nobody loaded, warns, and puts the
+    table back as it was. Other layers' warnings pass.
+    """
+    return not (record.args == ("RotaryEmbedding",) and "Failed to load" in str(record.msg))
+
+
 def import_vllm(model_path: str) -> Any:
     """Import vLLM (ImportError naming the extras if absent) and check it can load the model.
 
@@ -172,6 +183,9 @@ def import_vllm(model_path: str) -> Any:
         import vllm
     except ImportError as exc:
         raise ImportError(VLLM_MISSING) from exc
+    logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(
+        _computed_buffers_are_not_weights
+    )
     problem = supported_architectures_problem(model_path, vllm.ModelRegistry.get_supported_archs())
     if problem:
         raise ValueError(
