@@ -3,16 +3,21 @@
 
 Each arm samples the same GRPO-shaped batch (8 prompts x 4 samples, temperature 1, no top-k or
 top-p) with EOS ignored, so every response is exactly ``N`` new tokens and tokens/s is
-``32 * N / wall``; the arms alternate (A B C A B C ...) over ``--repeats`` so that a drift of the
-shared machine moves all of them. The arms:
+``32 * N / seconds``, over wall time and over the process's CPU time (every arm computes in this
+process on ``OMP_NUM_THREADS`` threads, so CPU time is what the work costs, whatever else holds
+the shared cores; waiting for a core inflates only the wall). The arms alternate (A B C A B C
+...) over ``--repeats`` so that a drift of the machine moves all of them; medians are reported.
+The arms:
 
 * ``vllm``: the ``vllm`` rollout (``engine.rollout.vllm_rollout.VLLMRollout``, an in-process
   ``vllm.LLM``, fp32, ``enforce_eager``); its start-up is reported apart;
 * ``engine``: the ``hf`` rollout, the engine's lean sampling loop (``engine.rollout.sampling``);
 * ``generate``: ``model.generate(do_sample=True, top_k=0, min_new_tokens=N)``.
 
-Shapes: ``tiny`` is the embedded model (1.0M parameters, ``tiny://model``); ``medium`` the 27.4M
-shape of ``compare_trl`` and ``varlen`` (hidden 512, 8 layers), randomly initialised and seeded.
+Shapes: ``tiny`` is the embedded model's shape (1.0M parameters: hidden 128, 4 layers);
+``medium`` the 27.4M shape of ``compare_trl`` and ``varlen`` (hidden 512, 8 layers). Both are
+randomly initialised and seeded, with 512 positions so that 256 new tokens fit (the embedded model
+holds 256); the weights do not change the cost.
 Threads: ``OMP_NUM_THREADS`` (1 by default on this shared 2-core machine).
 
 ```bash
@@ -37,27 +42,23 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 PROMPTS, SAMPLES = 8, 4
-MEDIUM = {
-    "hidden_size": 512,
-    "num_layers": 8,
-    "num_heads": 8,
-    "num_kv_heads": 8,
-    "intermediate_size": 1536,
-    "max_positions": 512,
-}
+SHAPES = {
+    "tiny": {"hidden_size": 128, "num_layers": 4, "num_heads": 4, "num_kv_heads": 2,
+             "intermediate_size": 512, "max_positions": 512},
+    "medium": {"hidden_size": 512, "num_layers": 8, "num_heads": 8, "num_kv_heads": 8,
+               "intermediate_size": 1536, "max_positions": 512},
+}  # fmt: skip
 ARMS = ("vllm", "engine", "generate")
 
 
 def model_dir(shape: str, root: Path) -> str:
-    """Return the model folder of ``shape``, building the medium one on first use."""
-    from engine.tiny import build_model, build_tokenizer, ensure_tiny_assets
+    """Return the model folder of ``shape``, building it on first use."""
+    from engine.tiny import build_model, build_tokenizer
 
-    if shape == "tiny":
-        return str(ensure_tiny_assets().model_dir)
-    folder = root / "vllm-generate-medium"
+    folder = root / f"vllm-generate-{shape}"
     if not (folder / "config.json").exists():
         tokenizer = build_tokenizer()
-        build_model(tokenizer, 0, **MEDIUM).save_pretrained(folder)
+        build_model(tokenizer, 0, **SHAPES[shape]).save_pretrained(folder)
         tokenizer.save_pretrained(folder)
     return str(folder)
 
@@ -139,23 +140,28 @@ def run_shape(shape: str, new_tokens: list[int], repeats: int, root: Path) -> di
     for n in new_tokens:
         for name in ARMS:  # warm-up: the first call of each arm pays one-off costs
             arm(name, n)
-        times: dict[str, list[float]] = {name: [] for name in ARMS}
+        walls: dict[str, list[float]] = {name: [] for name in ARMS}
+        cpus: dict[str, list[float]] = {name: [] for name in ARMS}
         for _ in range(repeats):
             for name in ARMS:
-                began = time.perf_counter()
+                began = (time.perf_counter(), time.process_time())
                 produced = arm(name, n)
-                times[name].append(time.perf_counter() - began)
+                walls[name].append(time.perf_counter() - began[0])
+                cpus[name].append(time.process_time() - began[1])
                 assert produced == PROMPTS * SAMPLES * n, (name, produced)
         for name in ARMS:
-            wall = statistics.median(times[name])
+            wall, cpu = statistics.median(walls[name]), statistics.median(cpus[name])
             rows.append(
                 {
                     "shape": shape,
                     "new_tokens": n,
                     "arm": name,
                     "median_s": round(wall, 4),
+                    "median_cpu_s": round(cpu, 4),
                     "tokens_per_s": round(PROMPTS * SAMPLES * n / wall, 1),
-                    "all_s": [round(t, 4) for t in times[name]],
+                    "tokens_per_cpu_s": round(PROMPTS * SAMPLES * n / cpu, 1),
+                    "all_s": [round(t, 4) for t in walls[name]],
+                    "all_cpu_s": [round(t, 4) for t in cpus[name]],
                 }
             )
     parameters = sum(p.numel() for p in model.parameters())
@@ -163,18 +169,23 @@ def run_shape(shape: str, new_tokens: list[int], repeats: int, root: Path) -> di
 
 
 def markdown(results: list[dict[str, Any]]) -> str:
+    """Return a table: tokens per CPU second (and per wall second) of each arm."""
     lines = [
-        "| shape | new tokens | vLLM-CPU tok/s | engine sampler tok/s | transformers.generate tok/s "
-        "| vLLM / engine |",
+        "| shape | new tokens | vLLM-CPU tok/CPU-s (wall) | engine sampler | "
+        "transformers.generate | vLLM / engine (CPU) |",
         "|---|---|---|---|---|---|",
     ]
     for result in results:
         by = {(r["new_tokens"], r["arm"]): r for r in result["rows"]}
         for n in sorted({r["new_tokens"] for r in result["rows"]}):
-            v, e, g = (by[(n, a)]["tokens_per_s"] for a in ARMS)
+            cells = [
+                f"{by[(n, a)]['tokens_per_cpu_s']:,.0f} ({by[(n, a)]['tokens_per_s']:,.0f})"
+                for a in ARMS
+            ]
+            ratio = by[(n, "vllm")]["tokens_per_cpu_s"] / by[(n, "engine")]["tokens_per_cpu_s"]
             lines.append(
-                f"| {result['shape']} ({result['parameters'] / 1e6:.1f}M) | {n} | {v:,.0f} | "
-                f"{e:,.0f} | {g:,.0f} | {v / e:.2f} |"
+                f"| {result['shape']} ({result['parameters'] / 1e6:.1f}M) | {n} | "
+                f"{' | '.join(cells)} | {ratio:.2f} |"
             )
     return "\n".join(lines)
 
