@@ -250,8 +250,7 @@ def trl_config(args: Any, out_dir: Path) -> dict[str, Any]:
         "use_cpu": True,
         "report_to": "none",
         "save_strategy": "no",
-        "gradient_checkpointing": False,
-        "activation_checkpointing": False,
+        "gradient_checkpointing": False,  # TRL's default is True
         "seed": args.seed,
         "data_seed": args.seed,
         "dataloader_num_workers": 0,
