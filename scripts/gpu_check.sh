@@ -6,9 +6,10 @@
 #   scripts/gpu_check.sh --cpu       here: the same stages on this CPU with a tiny model (CI smoke)
 #
 # Stages, each under its own time limit (and all under one deadline) so a hang costs one stage:
-# versions, engine.device_info, pytest -m gpu, the model (random Qwen2, 0.5B shape, bf16), the
-# engine's GRPO (FSDP2 on a one-rank NCCL group, HF rollout), TRL's GRPOTrainer at the same
-# settings, and the summary: $OUT/gpu_check.json (or gpu-check-out/ here) and a table.
+# versions, engine.device_info, pytest -m gpu, the vLLM tests on CUDA vLLM (where it imports),
+# the model (random Qwen2, 0.5B shape, bf16), the engine's GRPO (FSDP2 on a one-rank NCCL group,
+# HF rollout), TRL's GRPOTrainer at the same settings, and the summary: $OUT/gpu_check.json (or
+# gpu-check-out/ here) and a table.
 # A failed stage is reported and the next one runs; the exit status is non-zero if any failed.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
@@ -120,6 +121,17 @@ stage device_info 60 "$PY" -m engine.device_info
 "$PY" -m engine.device_info --json >"$OUT_DIR/device_info.json" 2>/dev/null || true
 mapfile -t GPU_TESTS < <(grep -rl --include='*.py' 'pytest.mark.gpu' tests | sort)
 stage pytest_gpu 180 "$PY" -m pytest -p no:cacheprovider -m gpu -v -rs "${GPU_TESTS[@]}"
+# CUDA vLLM: the vLLM rollout's CPU tests (the real engine: log-probs, weight sync, sampling keys,
+# tool calls, the server) on the GPU's vLLM build. CI runs them on vLLM's CPU build, so --cpu and
+# a machine without vLLM skip the stage (the gpu tests above hold bf16 and sleep mode).
+VLLM_TESTS=(tests/engine/rollout/test_vllm_engine.py tests/engine/rollout/test_vllm_server.py
+  tests/engine/rollout/test_multi_turn_engines.py)
+if [ "$mode" = gpu ] && "$PY" -c 'import vllm' >/dev/null 2>&1; then
+  stage vllm 240 "$PY" -m pytest -p no:cacheprovider -v -rs "${VLLM_TESTS[@]}"
+else
+  echo "vllm skipped: $([ "$mode" = gpu ] && echo 'vLLM does not import here' || echo 'CI runs these on the CPU build')" |
+    tee -a "$OUT_DIR/stages.txt"
+fi
 # bench.training.gpu_grpo runs as a module: the script is at the repository root, on PYTHONPATH.
 stage prepare 120 "$PY" -m bench.training.gpu_grpo prepare --work "$WORK" --size "$SIZE" \
   --steps "$STEPS"

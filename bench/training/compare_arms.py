@@ -75,8 +75,14 @@ def median_of(rows: list[dict[str, float]], key: str) -> float | None:
 
 
 # -- engine --------------------------------------------------------------------------------------
-def engine_overrides(args: Any, task: TaskData, out_dir: Path, controller: str) -> list[str]:
-    """Return the verl overrides that give the engine the TRL arm's settings."""
+def engine_overrides(
+    args: Any, task: TaskData, out_dir: Path, controller: str, rollout: str = "hf"
+) -> list[str]:
+    """Return the verl overrides that give the engine the TRL arm's settings.
+
+    ``rollout`` is the backend: ``hf`` (the engine's sampler) or ``vllm`` (vLLM's CPU build,
+    fp32, as the ``hf`` rollout computes on a CPU).
+    """
     scale = SCALES[args.scale]
     overrides = [
         f"data.train_files={task.train_parquet}",
@@ -113,6 +119,12 @@ def engine_overrides(args: Any, task: TaskData, out_dir: Path, controller: str) 
             f"custom_reward_function.path={Path(__file__).with_name('compare_tasks.py')}",
             "custom_reward_function.name=doubling_score",
         ]
+    if rollout == "vllm":
+        overrides += [
+            "actor_rollout_ref.rollout.name=vllm",
+            "actor_rollout_ref.rollout.dtype=float32",
+            f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={256 * 1024**2}",
+        ]
     if controller == "ray":
         overrides += [
             "trainer.controller=ray",
@@ -123,8 +135,11 @@ def engine_overrides(args: Any, task: TaskData, out_dir: Path, controller: str) 
     return overrides
 
 
-def run_engine(args: Any, task: TaskData, controller: str = "local") -> dict[str, Any]:
-    """Train with the engine's in-process (or Ray, one rank) controller; return its figures."""
+def run_engine(
+    args: Any, task: TaskData, controller: str = "local", rollout: str = "hf"
+) -> dict[str, Any]:
+    """Train with the engine's in-process (or Ray, one rank) controller and the ``rollout``
+    backend; return its figures."""
     import torch
 
     from engine.config import load_config
@@ -161,9 +176,9 @@ def run_engine(args: Any, task: TaskData, controller: str = "local") -> dict[str
                 now = (time.perf_counter(), time.process_time())
             self.previous = now
 
-    out_dir = Path(args.root) / args.scale / f"engine-{controller}"
+    out_dir = Path(args.root) / args.scale / f"engine-{controller}-{rollout}"
     config = load_config(
-        "grpo_tiny.yaml", overrides=engine_overrides(args, task, out_dir, controller)
+        "grpo_tiny.yaml", overrides=engine_overrides(args, task, out_dir, controller, rollout)
     )
     clock = StepClock()
     if controller == "ray":
@@ -193,7 +208,9 @@ def run_engine(args: Any, task: TaskData, controller: str = "local") -> dict[str
         "train_step_s": median_of(rows, "timing_s/step"),
     }
     return {
-        "arm": "engine" if controller == "local" else "engine_ray",
+        "arm": {("local", "hf"): "engine", ("ray", "hf"): "engine_ray"}.get(
+            (controller, rollout), f"engine_{rollout}"
+        ),
         "status": status,
         **step_stats(clock.wall, clock.cpu, tokens),
         "step_breakdown_median_s": breakdown,
@@ -233,8 +250,7 @@ def trl_config(args: Any, out_dir: Path) -> dict[str, Any]:
         "use_cpu": True,
         "report_to": "none",
         "save_strategy": "no",
-        "gradient_checkpointing": False,
-        "activation_checkpointing": False,
+        "gradient_checkpointing": False,  # TRL's default is True
         "seed": args.seed,
         "data_seed": args.seed,
         "dataloader_num_workers": 0,

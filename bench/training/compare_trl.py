@@ -23,6 +23,7 @@ Usage (from the repository root)::
     python -m bench.training.compare_trl all --scale tiny --repeats 1 --steps 200 \
         --eval-steps 60 200
     python -m bench.training.compare_trl all --scale tiny --arms engine ray --no-raw  # Ray, 1 rank
+    python -m bench.training.compare_trl all --scale tiny --arms engine vllm trl  # vLLM rollout
 
 Each arm runs in a child process started the same way (``-m``, at the repository root).
 
@@ -45,7 +46,7 @@ from typing import Any
 # The repository root (children start there) and the ignored results folder, bench/results.
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
-ARMS = ("engine", "trl", "ray")
+ARMS = ("engine", "trl", "ray", "vllm")
 CLEAN_FOREIGN_FRAC = 0.05
 CLEAN_CALIB_SLACK = 1.25
 # Offline (the model and data are the project's own), no telemetry, no tokenizer threads.
@@ -205,6 +206,8 @@ def run_phase(args: argparse.Namespace) -> None:
         result = run_engine(args, task)
     elif args.phase == "ray":
         result = run_engine(args, task, controller="ray")
+    elif args.phase == "vllm":
+        result = run_engine(args, task, rollout="vllm")
     elif args.phase == "trl":
         result = run_trl(args, task)
     else:
@@ -301,10 +304,11 @@ def summarise(args: argparse.Namespace, prep: dict, repeats: list[dict]) -> dict
             entry["engine_over_raw_sum_cpu"] = round(
                 row["engine"]["median_cpu_s_per_step"] / row["raw"]["raw_sum_cpu_s"], 3
             )
-        if "engine" in row and "ray" in row:
-            entry["ray_over_engine"] = round(
-                row["ray"]["median_s_per_step"] / row["engine"]["median_s_per_step"], 3
-            )
+        for other in ("ray", "vllm"):
+            if "engine" in row and other in row:
+                entry[f"{other}_over_engine"] = round(
+                    row[other]["median_s_per_step"] / row["engine"]["median_s_per_step"], 3
+                )
         per_repeat.append(entry)
     clean = [e["repeat"] for e in per_repeat if e["clean"]]
     ratio_suffixes = ("_over_engine", "_over_raw_sum", "_over_engine_cpu", "_over_raw_sum_cpu")

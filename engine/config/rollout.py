@@ -27,17 +27,26 @@ from engine.config.fields import (
 from engine.config.files import file_problems
 from engine.config.unsupported import AgentLoopConfig, ProfilerConfig, PrometheusConfig, TraceConfig
 from engine.rollout.names import (
+    DEFAULT_GPU_MEMORY_UTILIZATION,
     ROLLOUT_NAMES,
     SANITY_CHECK_MODES,
     SGLANG_MISSING,
     TOOL_CALL_FORMATS,
     TRUNCATE_SIDES,
+    VLLM_ENGINE_KWARGS,
+    VLLM_MAPPED_ENGINE_KWARGS,
+    VLLM_MISSING,
 )
 
 
 @dataclass
 class EngineKwargsConfig(_Section):
-    vllm: dict[str, Any] = _f({}, "Extra keyword arguments of vllm.LLM (rollout.name=vllm).")
+    vllm: dict[str, Any] = _f(
+        {},
+        "Extra keyword arguments of vllm.LLM (rollout.name=vllm): engine sizes and switches "
+        "only (engine.rollout.names.VLLM_ENGINE_KWARGS lists them), e.g. kv_cache_memory_bytes "
+        "on a CPU.",
+    )
     sglang: dict[str, Any] = _refused(
         {},
         "Extra keyword arguments of sglang.Engine (rollout.name=sglang).",
@@ -136,11 +145,19 @@ class RolloutConfig(_Section):
     dtype: str = _f(
         "bfloat16", "Rollout weights dtype.", choices=("bfloat16", "float16", "float32")
     )
-    gpu_memory_utilization: float = _f(0.5, "vLLM: fraction of GPU memory it may use.", gt=0, le=1)
+    gpu_memory_utilization: float = _f(
+        DEFAULT_GPU_MEMORY_UTILIZATION,
+        "vLLM: fraction of GPU memory it may use (on a CPU, keep 0.5 and size the KV cache with "
+        "engine_kwargs.vllm.kv_cache_memory_bytes).",
+        gt=0,
+        le=1,
+    )
     ignore_eos: bool = _f(False, "Keep generating after end-of-sequence.")
     enforce_eager: bool = _f(True, "vLLM: disable CUDA graphs.")
     free_cache_engine: bool = _f(True, "Free the KV cache while training.")
-    enable_sleep_mode: bool = _f(True, "vLLM: sleep between rollouts to free memory.")
+    enable_sleep_mode: bool = _f(
+        True, "vLLM: sleep between rollouts to free GPU memory (no effect on a CPU)."
+    )
     tensor_model_parallel_size: int = _f(1, "vLLM tensor parallel size.", gt=0, le=MAX_WORKERS)
     max_num_batched_tokens: int = _f(
         8192, "vLLM: tokens per scheduler step.", gt=0, le=MAX_TOKEN_BUDGET
@@ -195,7 +212,9 @@ class RolloutConfig(_Section):
     )
     multi_stage_wake_up: bool = _inert(False, "Wake weights and KV cache in stages.")
     engine_kwargs: EngineKwargsConfig = _section(EngineKwargsConfig, "Engine arguments.")
-    update_weights_bucket_megabytes: int = _inert(512, "Weight sync bucket size.")
+    update_weights_bucket_megabytes: int = _f(
+        512, "vLLM: the weight sync sends the policy in buckets of this many MiB.", gt=0
+    )
     trace: TraceConfig = _section(TraceConfig, "Rollout tracing.")
     skip_rollout: bool = _refused(
         False,
@@ -258,22 +277,23 @@ def rollout_problems(v: Validation) -> list[ConfigFieldError]:
             "group is the same, so every advantage is 0; set do_sample=True"
         )
     engine = {"vllm": "vLLM", "sglang": "SGLang"}.get(rollout.name)
-    if engine and cfg.trainer.device == "cpu":
+    if rollout.name == "sglang" and cfg.trainer.device == "cpu":
         errors.append(
             ConfigFieldError(
                 "actor_rollout_ref.rollout.name",
                 rollout.name,
-                f"{engine} needs a CUDA GPU; use actor_rollout_ref.rollout.name=hf",
+                f"{engine} needs a CUDA GPU; use actor_rollout_ref.rollout.name=hf or vllm",
             )
         )
     elif (
-        rollout.name == "sglang"
+        engine
         and cfg.trainer.controller == "local"  # built here; a Ray actor raises it where it runs
-        and importlib.util.find_spec("sglang") is None
+        and importlib.util.find_spec(rollout.name) is None
     ):
-        errors.append(
-            ConfigFieldError("actor_rollout_ref.rollout.name", rollout.name, SGLANG_MISSING)
-        )
+        missing = SGLANG_MISSING if rollout.name == "sglang" else VLLM_MISSING
+        errors.append(ConfigFieldError("actor_rollout_ref.rollout.name", rollout.name, missing))
+    if rollout.name == "vllm":
+        errors += _vllm_problems(rollout, cfg.trainer.device)
     if engine and rollout.tensor_model_parallel_size > workers:
         errors.append(
             ConfigFieldError(
@@ -319,4 +339,67 @@ def rollout_problems(v: Validation) -> list[ConfigFieldError]:
             if value:
                 key = f"actor_rollout_ref.rollout.multi_turn.{name}"
                 errors += file_problems(v, key, value, fix)
+    return errors
+
+
+def vllm_engine_kwargs_problems(kwargs: dict[str, Any]) -> list[ConfigFieldError]:
+    """Return an error for each ``engine_kwargs.vllm`` key the vLLM rollout does not pass on.
+
+    The validator and the adapters (``engine.rollout.vllm_args``) both ask here, so the CLI, the
+    studio and a direct ``VLLMRollout`` agree on what a config may hand vLLM.
+    """
+    problems = []
+    for key, value in kwargs.items():
+        if key in VLLM_ENGINE_KWARGS:
+            continue
+        if key in VLLM_MAPPED_ENGINE_KWARGS:
+            why = f"is set from {VLLM_MAPPED_ENGINE_KWARGS[key]}; set that key instead"
+        else:
+            why = (
+                "is not passed to vLLM: engine_kwargs.vllm takes only "
+                f"{', '.join(VLLM_ENGINE_KWARGS)} (vLLM's other arguments name files, code "
+                "or servers, or are set from the rollout keys)"
+            )
+        problems.append(
+            ConfigFieldError(f"actor_rollout_ref.rollout.engine_kwargs.vllm.{key}", value, why)
+        )
+    return problems
+
+
+def _vllm_problems(rollout: RolloutConfig, device: str) -> list[ConfigFieldError]:
+    """Check the keys only the ``vllm`` rollout reads: its context length, tensor parallelism,
+    its extra engine arguments and, on a CPU, ``gpu_memory_utilization`` (the adapter raises the
+    same at start where ``trainer.device=auto`` resolves to a CPU)."""
+    errors = vllm_engine_kwargs_problems(rollout.engine_kwargs.vllm)
+    longest = rollout.prompt_length + rollout.response_length
+    if rollout.max_model_len is not None and rollout.max_model_len < longest:
+        errors.append(
+            ConfigFieldError(
+                "actor_rollout_ref.rollout.max_model_len",
+                rollout.max_model_len,
+                f"is shorter than prompt_length + response_length = {longest}, so vLLM would "
+                f"cut responses short; set at least {longest}, or null for exactly that",
+            )
+        )
+    if rollout.tensor_model_parallel_size > 1:
+        errors.append(
+            ConfigFieldError(
+                "actor_rollout_ref.rollout.tensor_model_parallel_size",
+                rollout.tensor_model_parallel_size,
+                "each rank generates its own share of the batch, but the ranks of one "
+                "tensor-parallel vLLM engine must ask it for the same prompts; keep 1 (every rank "
+                "holds a whole rollout engine while FSDP shards the training)",
+            )
+        )
+    default = DEFAULT_GPU_MEMORY_UTILIZATION
+    if device == "cpu" and rollout.gpu_memory_utilization != default:
+        errors.append(
+            ConfigFieldError(
+                "actor_rollout_ref.rollout.gpu_memory_utilization",
+                rollout.gpu_memory_utilization,
+                "sizes a GPU's KV cache, but trainer.device=cpu, where vLLM would take that "
+                f"fraction of the machine's RAM; leave it at {default} and set "
+                "actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes",
+            )
+        )
     return errors

@@ -15,8 +15,9 @@ every role call of the run arrives there, so the roles (vLLM, CUDA streams, thre
 state) always see that one thread. A rank that raises sends the exception back and the
 controller raises it with the rank's traceback as a note. A rank process that dies closes its
 socket, and the controller raises :class:`RankChannelError` naming it, without waiting for the
-other ranks (which may be waiting for it in a collective); a node that vanishes without closing
-is noticed by TCP keepalive within about a minute.
+other ranks (which may be waiting for it in a collective); a rank whose collective failed because
+a peer died reports that death instead (both arrive at once, in either order). A node that
+vanishes without closing is noticed by TCP keepalive within about a minute.
 
 Set ``POSTTRAIN_RANK_CHANNEL=0`` to send these calls as Ray actor calls instead, for a cluster
 whose nodes cannot open connections to each other's free ports.
@@ -31,6 +32,7 @@ import selectors
 import socket
 import struct
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,6 +43,8 @@ CONNECT_TIMEOUT_S = 30.0
 # A payload this small is sent with its header in one write.
 SMALL_FRAME = 1 << 20
 ENV_SWITCH = "POSTTRAIN_RANK_CHANNEL"
+# After a rank's error, how long to look for a peer whose death caused it (see _lost_peer).
+PEER_LOSS_GRACE_S = 2.0
 
 
 def enabled() -> bool:
@@ -241,8 +245,41 @@ class RankChannels:
                 for key, _ in waiting.select():
                     waiting.unregister(key.fileobj)
                     rank = key.data
-                    results[rank] = result_of(self._receive(rank), rank, self.pids[rank])
+                    try:
+                        results[rank] = result_of(self._receive(rank), rank, self.pids[rank])
+                    except RankChannelError:
+                        raise
+                    except BaseException as error:
+                        pending = set(range(len(self.sockets))) - results.keys() - {rank}
+                        lost = self._lost_peer(pending, PEER_LOSS_GRACE_S)
+                        if lost is not None:
+                            raise lost from error
+                        raise
         return [results[rank] for rank in range(len(self.sockets))]
+
+    def _lost_peer(self, pending: set[int], grace_s: float) -> RankChannelError | None:
+        """Return the loss of a ``pending`` rank's connection seen within ``grace_s``, or None.
+
+        A rank that raised may have failed only because a peer died under it (gloo's
+        "Connection closed by peer" in a collective); which of the two the controller reads
+        first is a race, so a death that follows within the grace is the error to report. A
+        pending rank whose reply arrives meanwhile is alive; its reply stays owed.
+        """
+        deadline = time.monotonic() + grace_s
+        with selectors.DefaultSelector() as waiting:
+            for rank in pending:
+                waiting.register(self.sockets[rank], selectors.EVENT_READ, rank)
+            while waiting.get_map() and (left := deadline - time.monotonic()) > 0:
+                for key, _ in waiting.select(left):
+                    waiting.unregister(key.fileobj)
+                    rank = key.data
+                    try:
+                        alive = self.sockets[rank].recv(1, socket.MSG_PEEK)
+                    except OSError as exc:
+                        return self._lost(rank, exc)
+                    if not alive:
+                        return self._lost(rank, ConnectionError("connection closed by the rank"))
+        return None
 
     def _receive(self, rank: int) -> bytearray:
         try:

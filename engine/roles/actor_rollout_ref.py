@@ -36,13 +36,16 @@ def get_rollout(
     *,
     model_path: str | None = None,
     chat_template_kwargs: dict[str, Any] | None = None,
+    seed: int = 0,
 ) -> RolloutEngine:
     """Return the rollout engine registered under ``actor_rollout_ref.rollout.name``.
+
+    ``seed`` seeds an engine's own sampler (``vllm``, ``sglang``).
 
     With ``rollout.multi_turn.enable`` it is wrapped in a :class:`MultiTurnRollout`, which
     renders each turn with ``chat_template_kwargs`` (``data.apply_chat_template_kwargs``).
     """
-    rollout = get_rollout_builder(name)(model, tokenizer, rollout_config, model_path)
+    rollout = get_rollout_builder(name)(model, tokenizer, rollout_config, model_path, seed=seed)
     multi_turn = getattr(rollout_config, "multi_turn", None)
     if multi_turn is not None and multi_turn.enable:
         tools = getattr(multi_turn, "tool_config_path", None)
@@ -114,6 +117,7 @@ class ActorRolloutRefWorker:
                 resolve_path(arr.model.path) if arr.rollout.name in ("vllm", "sglang") else None
             ),
             chat_template_kwargs=config.data.apply_chat_template_kwargs,
+            seed=config.trainer.seed + rank,
         )
         # Each rank samples its own prompts: give each its own random stream.
         self.generator = torch.Generator(device="cpu").manual_seed(config.trainer.seed + rank)
@@ -161,7 +165,8 @@ class ActorRolloutRefWorker:
         sync_s = time.perf_counter() - start
         out = self.rollout.generate_sequences(
             prompts.to(self.device),
-            max_new_tokens=self.config.data.max_response_length,
+            max_new_tokens=self.config.actor_rollout_ref.rollout.response_length
+            or self.config.data.max_response_length,
             sampling=self.sampling_params(validate),
             generator=self.generator if self.device.type == "cpu" else None,
         )

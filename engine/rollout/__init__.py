@@ -1,9 +1,10 @@
 """Rollout engines by ``actor_rollout_ref.rollout.name``: a registry, as verl keeps one.
 
 ``hf`` is the lean sampling loop over the policy module itself (CPU and GPU); ``vllm`` and
-``sglang`` adapters around a vLLM or SGLang engine that loads the model from ``model.path``
-(GPU). A backend is a function ``(model, tokenizer, rollout_config, model_path) ->
-RolloutEngine``; :func:`register_rollout` adds one under a name in
+``sglang`` adapters around a vLLM (CPU and GPU) or SGLang (GPU) engine that loads the model from
+``model.path``. A backend is a function ``(model, tokenizer, rollout_config, model_path, *,
+seed) -> RolloutEngine`` (``seed`` seeds an engine's own sampler; ``hf`` draws from the worker's
+generator instead); :func:`register_rollout` adds one under a name in
 ``engine.rollout.names.ROLLOUT_NAMES`` (the config's choices come from that list, so the two
 cannot drift). Importing this package loads no backend: each builder imports its module when
 called.
@@ -16,7 +17,7 @@ from typing import Any
 
 from engine.rollout.names import ROLLOUT_NAMES
 
-RolloutBuilder = Callable[[Any, Any, Any, "str | None"], Any]
+RolloutBuilder = Callable[..., Any]
 _BUILDERS: dict[str, RolloutBuilder] = {}
 
 
@@ -48,7 +49,9 @@ def get_rollout_builder(name: str) -> RolloutBuilder:
 
 
 @register_rollout("hf")
-def _hf(model: Any, tokenizer: Any, rollout_config: Any, model_path: str | None) -> Any:
+def _hf(
+    model: Any, tokenizer: Any, rollout_config: Any, model_path: str | None, *, seed: int = 0
+) -> Any:
     from engine.rollout.hf import HFRollout
 
     return HFRollout(model, tokenizer, rollout_config)
@@ -64,15 +67,20 @@ def _require_model_path(name: str, engine: str, model_path: str | None) -> str:
 
 
 @register_rollout("vllm")
-def _vllm(model: Any, tokenizer: Any, rollout_config: Any, model_path: str | None) -> Any:
+def _vllm(
+    model: Any, tokenizer: Any, rollout_config: Any, model_path: str | None, *, seed: int = 0
+) -> Any:
     from engine.rollout.vllm_rollout import VLLMRollout
 
-    return VLLMRollout(_require_model_path("vllm", "vLLM", model_path), tokenizer, rollout_config)
+    path = _require_model_path("vllm", "vLLM", model_path)
+    return VLLMRollout(path, tokenizer, rollout_config, seed=seed)
 
 
 @register_rollout("sglang")
-def _sglang(model: Any, tokenizer: Any, rollout_config: Any, model_path: str | None) -> Any:
+def _sglang(
+    model: Any, tokenizer: Any, rollout_config: Any, model_path: str | None, *, seed: int = 0
+) -> Any:
     from engine.rollout.sglang_rollout import SGLangRollout
 
     path = _require_model_path("sglang", "SGLang", model_path)
-    return SGLangRollout(path, tokenizer, rollout_config)
+    return SGLangRollout(path, tokenizer, rollout_config, seed=seed)

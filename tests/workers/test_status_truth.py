@@ -48,9 +48,15 @@ def processes():
 
 
 def fake_driver(processes, run_id: int) -> subprocess.Popen:
-    """A process whose command line is a driver's (``... -m workers.driver <id>``)."""
+    """A process whose command line is a driver's (``... -m workers.driver <id>``), returned once
+    it shows that command line (until the child execs, /proc shows the parent's)."""
     code = "import time; time.sleep(120)"
-    return processes(sys.executable, "-c", code, "-m", "workers.driver", str(run_id))
+    process = processes(sys.executable, "-c", code, "-m", "workers.driver", str(run_id))
+    deadline = time.monotonic() + 30
+    while b"workers.driver" not in Path(f"/proc/{process.pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline, "the fake driver never showed its command line"
+        time.sleep(0.01)
+    return process
 
 
 def running(owner, *, driver: str = "", host: str = "", stale_s: float = 0) -> Run:

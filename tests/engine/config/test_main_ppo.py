@@ -83,13 +83,13 @@ def test_validation_errors_one_line_each():
         "--config-name",
         "grpo_tiny",
         "actor_rollout_ref.rollout.n=1",
-        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.name=sglang",
     )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 2
     assert all(line.startswith("error: ") for line in lines)
-    assert "vLLM needs a CUDA GPU" in result.stderr
+    assert "SGLang needs a CUDA GPU" in result.stderr
     assert "set actor_rollout_ref.rollout.n>=2" in result.stderr
 
 

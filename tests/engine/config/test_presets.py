@@ -20,6 +20,7 @@ def test_the_algorithm_presets_are_there():
     assert {"grpo_tiny_otb", "grpo_tiny_calculator", "grpo_tiny_rm"} <= set(PRESETS)
 
 
+@pytest.mark.usefixtures("vllm_importable")  # grpo_gsm8k's rollout is vLLM
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_validates(preset):
     validate_config(load_config(preset), check_files=False)

@@ -46,6 +46,7 @@ def test_tiny_presets_validate_with_file_checks(preset):
     assert validate_config(load_config(preset), check_files=True) == []
 
 
+@pytest.mark.usefixtures("vllm_importable")  # its rollout is vLLM
 def test_gsm8k_preset_validates_without_file_checks():
     assert validate_config(load_config("grpo_gsm8k"), check_files=False) == []
 
@@ -259,14 +260,6 @@ def test_data_files_required():
     config = load_config("grpo_tiny.yaml", overrides=before)
     warnings = validate_config(config, check_files=False)
     assert any("validation before training" in w and "skipped" in w for w in warnings)
-
-
-def test_vllm_needs_a_gpu():
-    found = problems(["actor_rollout_ref.rollout.name=vllm"])
-    assert found["actor_rollout_ref.rollout.name"] == (
-        "vLLM needs a CUDA GPU; use actor_rollout_ref.rollout.name=hf"
-    )
-    assert problems(["actor_rollout_ref.rollout.name=vllm", "trainer.device=auto"]) == {}
 
 
 def test_other_input_checks():

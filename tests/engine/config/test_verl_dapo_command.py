@@ -129,6 +129,7 @@ def offline_trackers(monkeypatch, tmp_path):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
 
+@pytest.mark.usefixtures("vllm_importable")  # the script's rollout is vLLM
 def test_verls_dapo_7b_math_example_runs_with_the_module_renamed(tmp_path, offline_trackers):
     argv = script_arguments("verl_0_7_test_dapo_7b_math.sh", tmp_path)
     assert argv[:2] == ["-m", "verl.trainer.main_ppo"]
@@ -144,12 +145,21 @@ def test_verls_dapo_7b_math_example_runs_with_the_module_renamed(tmp_path, offli
         validate_config(load_config("ppo_trainer", arguments), check_files=False)
     assert {e.key: e.message for e in caught.value.errors} == dict.fromkeys(REFUSED, ULYSSES)
 
-    # The rollout is vLLM, which needs a GPU; on a CPU it is refused with what to use instead.
-    with pytest.raises(ConfigValidationError, match="vLLM needs a CUDA GPU; use actor_rollout_"):
+    # The rollout is vLLM, which runs on a CPU too, but the script sizes it for a GPU: on a CPU
+    # its gpu_memory_utilization is refused with what to set instead.
+    with pytest.raises(ConfigValidationError) as caught:
         validate_config(
             load_config("ppo_trainer", shrunk(arguments, REFUSED) + ["trainer.device=cpu"]),
             check_files=False,
         )
+    assert (
+        "engine_kwargs.vllm.kv_cache_memory_bytes"
+        in (
+            {e.key: e.message for e in caught.value.errors}[
+                "actor_rollout_ref.rollout.gpu_memory_utilization"
+            ]
+        )
+    )
 
     arguments = shrunk(arguments, {**REFUSED, "actor_rollout_ref.rollout.name": "hf"})
     config = load_config("ppo_trainer", arguments)
@@ -166,6 +176,7 @@ def test_verls_dapo_7b_math_example_runs_with_the_module_renamed(tmp_path, offli
     assert (tmp_path / "ckpts" / "global_step_2" / "actor").is_dir()
 
 
+@pytest.mark.usefixtures("vllm_importable")  # the script's rollout is vLLM
 def test_verls_dapo_recipe_command_runs_with_the_module_renamed(tmp_path, offline_trackers):
     argv = script_arguments("verl_0_7_run_dapo_qwen2.5_32b.sh", tmp_path)
     assert argv[:2] == ["-m", "recipe.dapo.main_dapo"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import pytest
 
@@ -148,6 +149,39 @@ def test_a_rank_that_goes_away_mid_call_is_named():
         channels.close()
         listener.close()
     assert accepted.is_set()
+
+
+def test_a_rank_error_caused_by_a_peer_dying_under_it_names_the_dead_peer():
+    # Rank 1 dies; rank 0, in a collective with it, fails with gloo's error and answers first.
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    answered = threading.Event()
+
+    def dies_after_rank_0_answers():
+        conn, _ = listener.accept()
+        conn.recv(1 << 16)
+        answered.wait(10)
+        time.sleep(0.3)  # the controller reads rank 0's error first, then this death
+        conn.close()
+
+    def collective(_):
+        answered.set()
+        raise RuntimeError("Connection closed by peer [127.0.0.1]:1234")
+
+    threading.Thread(target=dies_after_rank_0_answers, daemon=True).start()
+    server, endpoint = serve(collective)
+    channels = RankChannels(
+        [endpoint, ("127.0.0.1", port, b"t" * channel.TOKEN_BYTES)], pids=[30, 31]
+    )
+    try:
+        with pytest.raises(
+            RankChannelError, match=r"rank 1 \(pid 31\) closed its connection"
+        ) as info:
+            channels.call([pack("a"), pack("b")])
+        assert "Connection closed by peer" in str(info.value.__cause__)
+    finally:
+        channels.close()
+        listener.close()
 
 
 def test_a_connection_without_the_token_is_refused_and_the_controller_still_gets_in():

@@ -73,9 +73,9 @@ def random_qwen2(tokenizer: Any, seed: int) -> Any:
     return model
 
 
-def hf_response_log_probs(model: Any, out: DataProto) -> torch.Tensor:
+def hf_response_log_probs(model: Any, out: DataProto, device: str = "cuda") -> torch.Tensor:
     """Return log p(response token) (bs, T) under ``model`` at temperature 1, by full forward."""
-    b = {k: v.cuda() for k, v in out.batch.items()}
+    b = {k: v.to(device) for k, v in out.batch.items()}
     with torch.no_grad():
         logits = model(
             input_ids=b["input_ids"],

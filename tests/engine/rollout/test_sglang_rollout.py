@@ -311,7 +311,7 @@ def test_config_validation_accepts_sglang_where_it_imports(fake_sglang):
 def test_config_validation_refuses_sglang_on_a_cpu():
     found = validation_errors(["actor_rollout_ref.rollout.name=sglang", "trainer.device=cpu"])
     assert found["actor_rollout_ref.rollout.name"] == (
-        "SGLang needs a CUDA GPU; use actor_rollout_ref.rollout.name=hf"
+        "SGLang needs a CUDA GPU; use actor_rollout_ref.rollout.name=hf or vllm"
     )
     tp = ["actor_rollout_ref.rollout.name=sglang", "trainer.device=auto", "trainer.controller=ray"]
     found = validation_errors([*tp, "actor_rollout_ref.rollout.tensor_model_parallel_size=64"])

@@ -110,6 +110,21 @@ def test_rollout_ignore_eos_samples_every_response_to_the_limit(make_config):
     assert {s.response_length for s in recorder.samples} == {limit}
 
 
+def test_rollout_response_length_caps_the_responses_as_in_verl(make_config):
+    # verl's rollout.response_length is the engine's max_tokens (data.max_response_length by
+    # default); ignore_eos makes every response reach whichever cap applies.
+    config = make_config(
+        "grpo_tiny",
+        "trainer.total_training_steps=1",
+        "actor_rollout_ref.rollout.ignore_eos=True",
+        "actor_rollout_ref.rollout.response_length=3",
+    )
+    recorder = ListRecorder()
+    assert run_training(config, recorder) == "succeeded"
+    assert config.data.max_response_length > 3
+    assert {s.response_length for s in recorder.samples} == {3}
+
+
 def test_recomputed_old_log_probs_give_ratio_one(make_config):
     config = make_config("grpo_tiny", "actor_rollout_ref.actor.ppo_epochs=2")
     trainer = PPOTrainer(config)

