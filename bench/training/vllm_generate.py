@@ -88,7 +88,7 @@ def run_shape(shape: str, new_tokens: list[int], repeats: int, root: Path) -> di
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from engine.config import RolloutConfig
-    from engine.config.schema import EngineKwargsConfig
+    from engine.config.rollout import EngineKwargsConfig
     from engine.rollout.hf import HFRollout
     from engine.rollout.vllm_rollout import VLLMRollout
 

@@ -42,7 +42,8 @@ def _rank(rank: int, world: int, port: int, out: str, tp: int) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from engine.config import RolloutConfig
-    from engine.config.schema import EngineKwargsConfig, FSDPConfig
+    from engine.config.actor import FSDPConfig
+    from engine.config.rollout import EngineKwargsConfig
     from engine.distributed.fsdp import apply_fsdp2
     from engine.distributed.process_group import build_device_mesh, init_process_group
     from engine.rollout.vllm_rollout import VLLMRollout

@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from engine.config import RolloutConfig
-from engine.config.schema import EngineKwargsConfig
+from engine.config.rollout import EngineKwargsConfig
 from engine.data import DataProto
 from engine.roles.actor import response_logits
 from engine.rollout.hf import HFRollout
