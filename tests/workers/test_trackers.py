@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.engine.trainer.test_trackers import TEST_OR_CI_MARKERS
 from tests.webapp.fixtures import make_experiment
 from tests.workers.test_lifecycle import SMALL, tiny_cache  # noqa: F401
 from webapp.runs.driver_writes import run_claim_for_start
@@ -75,7 +76,8 @@ def test_a_studio_run_with_trackers_leaves_nothing_in_the_workers_home(
     monkeypatch.setenv("HOME", str(home))
     for name in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("PYTEST_CURRENT_TEST")  # MLflow writes its home file only outside tests
+    for name in TEST_OR_CI_MARKERS:  # MLflow writes its home file only outside tests and CI
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("WANDB_MODE", "offline")
     settings.POSTTRAIN_MODEL_ROOTS = "~/models"
     experiment = make_experiment(

@@ -329,8 +329,8 @@ def test_an_engine_argument_naming_a_path_is_refused_before_the_engine_starts(as
     with pytest.raises(ValueError) as caught:
         VLLMRollout(str(assets.model_dir), tokenizer, rollout_config(engine_kwargs=kwargs))
     message = str(caught.value)
-    assert "engine_kwargs.vllm.download_dir is not passed to vLLM" in message
-    assert "engine_kwargs.vllm.seed is set from trainer.seed" in message
+    assert "rollout.engine_kwargs.vllm.download_dir='/srv': is not passed to vLLM" in message
+    assert "rollout.engine_kwargs.vllm.seed=3: is set from trainer.seed" in message
 
 
 def test_a_model_vllm_cannot_load_is_named_before_the_engine_starts(assets, tokenizer, tmp_path):

@@ -69,6 +69,30 @@ def tiny_config_dict() -> dict:
     return config_to_dict(load_config("grpo_tiny.yaml"))
 
 
+# The variables by which MLflow (mlflow.telemetry.utils) knows it runs under a test or in CI, where
+# it writes nothing in the home; the tests that check where a tracker's home files go clear them.
+TEST_OR_CI_MARKERS = frozenset(
+    {
+        "PYTEST_CURRENT_TEST",
+        "CI",
+        "GITHUB_ACTIONS",
+        "CIRCLECI",
+        "GITLAB_CI",
+        "JENKINS_URL",
+        "TRAVIS",
+        "TF_BUILD",
+        "BITBUCKET_BUILD_NUMBER",
+        "CODEBUILD_BUILD_ARN",
+        "BUILDKITE",
+        "TEAMCITY_VERSION",
+        "CLOUD_RUN_EXECUTION",
+        "RUNBOT_HOST_URL",
+        "RUNBOT_BUILD_NAME",
+        "RUNBOT_WORKER_ID",
+    }
+)
+
+
 def run_tracker(
     name: str, tmp_path: Path, status: str = "succeeded", folder: Path | None = None, **env: str
 ) -> None:
@@ -76,12 +100,12 @@ def run_tracker(
 
     Its HOME is ``tmp_path/home``; with ``folder`` the recorder runs in ``tracker_environment``.
     """
-    # As a run's: no XDG folders of this machine, and no PYTEST_CURRENT_TEST (MLflow writes its
-    # telemetry file in the home only outside tests and CI).
+    # As a run's on a server: no XDG folders of this machine, and none of the markers that tell
+    # MLflow it runs under a test or CI (it writes its telemetry file in the home only outside them).
     clean = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith((*TRACKER_ENV_PREFIXES, "XDG_")) and k != "PYTEST_CURRENT_TEST"
+        if not k.startswith((*TRACKER_ENV_PREFIXES, "XDG_")) and k not in TEST_OR_CI_MARKERS
     }
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
