@@ -36,17 +36,15 @@ import torch
 
 from engine.data import DataProto
 from engine.rollout.names import SGLANG_MISSING
-from engine.rollout.vllm_rollout import (
+from engine.rollout.served import (
     DEFAULT_BUCKET_BYTES,
-    DTYPES,
+    MEMORY_TAGS,
     NamedTensors,
-    _generation_eos_ids,
+    ServedEngineRollout,
     push_in_buckets,
     response_batch,
     unpad_prompts,
 )
-
-MEMORY_TAGS = ("weights", "kv_cache")
 
 
 def sampling_params(sampling: dict[str, Any], max_new_tokens: int, eos_ids: list[int]) -> dict:
@@ -88,7 +86,7 @@ def _original_logprobs_requested() -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
-class SGLangRollout:
+class SGLangRollout(ServedEngineRollout):
     """Generate ``responses`` with an ``sglang.Engine`` and load the policy's weights into it."""
 
     def __init__(
@@ -107,15 +105,13 @@ class SGLangRollout:
         ``engine_kwargs`` go to ``sglang.Engine`` on top of those mapped from ``rollout_config``
         (any of SGLang's server arguments, e.g. ``attention_backend``).
         """
-        self.config = rollout_config
-        self.tokenizer = tokenizer
-        self.model_path = model_path
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        self.eos_ids = _generation_eos_ids(tokenizer, model_path)
-        self.dtype = DTYPES[rollout_config.dtype]
-        self.bucket_bytes = bucket_bytes
-        self.sleep_mode = bool(rollout_config.enable_sleep_mode)
-        self.asleep: set[str] = set()
+        super().__init__(
+            model_path,
+            tokenizer,
+            rollout_config,
+            bucket_bytes=bucket_bytes,
+            sleep_mode=bool(rollout_config.enable_sleep_mode),
+        )
         self.engine = self._build_engine(max_model_len, seed, engine_kwargs or {})
         if self.sleep_mode:
             self.sleep()  # the trainer builds its model and optimizer next; give it the memory
@@ -151,31 +147,18 @@ class SGLangRollout:
         kwargs.update(extra)
         return sglang.Engine(**kwargs)
 
-    # -- hybrid engine memory ------------------------------------------------------------------
-    def sleep(self) -> None:
-        """Release the weights (backed up on the CPU) and the KV cache while the actor trains."""
-        if self.sleep_mode and not self.asleep:
-            self.engine.release_memory_occupation(tags=list(MEMORY_TAGS))
-            self.asleep = set(MEMORY_TAGS)
+    # -- the engine's side of sleep, wake and weight sync -------------------------------------
+    def _release(self) -> None:
+        self.engine.release_memory_occupation(tags=list(MEMORY_TAGS))  # weights backed up on CPU
 
-    def wake_up(self, tags: tuple[str, ...] = MEMORY_TAGS) -> None:
-        """Bring back the sleeping parts named in ``tags``, one tag at a time, in that order."""
-        for tag in tags:
-            if tag in self.asleep:
-                self.engine.resume_memory_occupation(tags=[tag])
-                self.asleep.discard(tag)
+    def _resume(self, tag: str) -> None:
+        self.engine.resume_memory_occupation(tags=[tag])
 
-    # -- weight sync ---------------------------------------------------------------------------
-    def load_weights(self, weights: torch.nn.Module | NamedTensors) -> dict[str, float]:
-        """Push a module's weights or ``(name, tensor)`` pairs into the engine, in buckets.
+    def _reload(self, weights: torch.nn.Module | NamedTensors) -> dict[str, float]:
+        return push_in_buckets(weights, self.dtype, self.bucket_bytes, self._push_bucket)
 
-        Wakes the weights first (not the KV cache) and flushes the radix cache afterwards.
-        Returns ``{"buckets": ..., "tensors": ..., "bytes": ...}``.
-        """
-        self.wake_up(("weights",))
-        sizes = push_in_buckets(weights, self.dtype, self.bucket_bytes, self._push_bucket)
-        self.engine.flush_cache()
-        return sizes
+    def _after_reload(self) -> None:
+        self.engine.flush_cache()  # the radix cache holds prefixes computed with the old weights
 
     def _push_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
         result = self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=False)

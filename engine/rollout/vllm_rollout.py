@@ -46,20 +46,21 @@ Choices, and why:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
-from types import SimpleNamespace
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from engine.data import DataProto
-from engine.rollout.hf import eos_token_ids
+from engine.rollout.served import (
+    DEFAULT_BUCKET_BYTES,
+    NamedTensors,
+    ServedEngineRollout,
+    push_in_buckets,
+    response_batch,
+    unpad_prompts,
+)
 from engine.rollout.vllm_args import engine_arguments, import_vllm
-
-DEFAULT_BUCKET_BYTES = 512 * 1024**2
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-
-NamedTensors = Iterable[tuple[str, torch.Tensor]]
 
 
 def sampling_kwargs(sampling: dict[str, Any], max_tokens: int, eos_ids: list[int]) -> dict:
@@ -85,11 +86,6 @@ def sampling_kwargs(sampling: dict[str, Any], max_tokens: int, eos_ids: list[int
     }
 
 
-def unpad_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
-    """Return each row of a left-padded batch (bs, P) without its padding, as a list of ids."""
-    return [row[mask.bool()].tolist() for row, mask in zip(input_ids, attention_mask, strict=True)]
-
-
 def sampled_log_probs(token_ids: list[int], logprobs: list[Any] | None) -> list[float]:
     """Return the sampled tokens' log-probs from vLLM's per-position ``{token_id: Logprob}``."""
     if logprobs is None:
@@ -102,117 +98,6 @@ def sampled_log_probs(token_ids: list[int], logprobs: list[Any] | None) -> list[
         entry = position[token]
         values.append(float(getattr(entry, "logprob", entry)))
     return values
-
-
-def assemble_responses(
-    token_ids: list[list[int]],
-    log_probs: list[list[float]],
-    *,
-    eos_ids: list[int],
-    pad_token_id: int,
-    device: torch.device | str = "cpu",
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Return ``responses``, ``response_mask``, ``log_probs`` (bs, T) and ``truncated`` (bs,).
-
-    Rows are right-padded with ``pad_token_id`` to the longest response (at least one column).
-    The mask is 1 up to and including the first EOS; tokens after it (vLLM stops there, but a
-    stop id may be followed by nothing or by padding) are masked out. ``truncated`` is True where
-    no EOS was produced.
-    """
-    width = max([len(t) for t in token_ids] + [1])
-    bs = len(token_ids)
-    responses = torch.full((bs, width), pad_token_id, dtype=torch.long)  # (bs, T)
-    mask = torch.zeros((bs, width), dtype=torch.long)  # (bs, T)
-    logp = torch.zeros((bs, width), dtype=torch.float32)  # (bs, T)
-    truncated = torch.ones(bs, dtype=torch.bool)  # (bs,)
-    eos = set(eos_ids)
-    for i, (tokens, values) in enumerate(zip(token_ids, log_probs, strict=True)):
-        end = len(tokens)
-        for j, token in enumerate(tokens):
-            if token in eos:
-                end, truncated[i] = j + 1, False
-                break
-        responses[i, :end] = torch.tensor(tokens[:end], dtype=torch.long)
-        mask[i, :end] = 1
-        logp[i, :end] = torch.tensor(values[:end], dtype=torch.float32)
-    return responses.to(device), mask.to(device), logp.to(device), truncated
-
-
-def response_batch(
-    prompts: DataProto,
-    token_ids: list[list[int]],
-    log_probs: list[list[float]],
-    *,
-    eos_ids: list[int],
-    pad_token_id: int,
-) -> DataProto:
-    """Return the rollout contract's ``DataProto`` for an engine's sampled ids and log-probs.
-
-    ``prompts`` holds the left-padded ``input_ids`` / ``attention_mask`` (bs, P). Adds
-    ``prompts`` (bs, P), ``responses``, ``response_mask``, ``rollout_log_probs`` (bs, T),
-    ``input_ids`` / ``attention_mask`` / ``position_ids`` (bs, P + T) and the non-tensor
-    ``truncated`` flags (see :func:`assemble_responses`).
-    """
-    prompt_ids = prompts.batch["input_ids"]  # (bs, P)
-    prompt_mask = prompts.batch["attention_mask"]  # (bs, P)
-    responses, response_mask, logp, truncated = assemble_responses(
-        token_ids, log_probs, eos_ids=eos_ids, pad_token_id=pad_token_id, device=prompt_ids.device
-    )
-    attention_mask = torch.cat([prompt_mask, response_mask], dim=-1)  # (bs, P + T)
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (bs, P + T)
-    tensors = {
-        "prompts": prompt_ids,
-        "responses": responses,
-        "response_mask": response_mask,
-        "input_ids": torch.cat([prompt_ids, responses], dim=-1),
-        "attention_mask": attention_mask,
-        "position_ids": position_ids,
-        "rollout_log_probs": logp,
-    }
-    return DataProto.from_dict(tensors, {"truncated": truncated.numpy()})
-
-
-def iter_buckets(weights: NamedTensors, bucket_bytes: int) -> Iterator[list[tuple[str, Any]]]:
-    """Yield ``(name, tensor)`` lists of at most ``bucket_bytes`` each, in the given order.
-
-    A tensor larger than a bucket travels alone. ``DTensor`` shards are gathered first.
-    """
-    if bucket_bytes <= 0:
-        raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
-    bucket: list[tuple[str, Any]] = []
-    size = 0
-    for name, tensor in weights:
-        if hasattr(tensor, "full_tensor"):  # an FSDP2 DTensor shard: gather the full parameter
-            tensor = tensor.full_tensor()
-        nbytes = tensor.numel() * tensor.element_size()
-        if bucket and size + nbytes > bucket_bytes:
-            yield bucket
-            bucket, size = [], 0
-        bucket.append((name, tensor))
-        size += nbytes
-    if bucket:
-        yield bucket
-
-
-def push_in_buckets(
-    weights: torch.nn.Module | NamedTensors,
-    dtype: torch.dtype,
-    bucket_bytes: int,
-    push: Callable[[list[tuple[str, torch.Tensor]]], None],
-) -> dict[str, float]:
-    """Cast ``weights`` to ``dtype`` and hand them to ``push`` in buckets of ``bucket_bytes``.
-
-    Returns ``{"buckets": ..., "tensors": ..., "bytes": ...}``, what a rollout's
-    ``load_weights`` reports.
-    """
-    buckets = tensors = nbytes = 0
-    cast = ((name, t.detach().to(dtype)) for name, t in _named_weights(weights))
-    for bucket in iter_buckets(cast, bucket_bytes):
-        push(bucket)
-        buckets += 1
-        tensors += len(bucket)
-        nbytes += sum(t.numel() * t.element_size() for _, t in bucket)
-    return {"buckets": float(buckets), "tensors": float(tensors), "bytes": float(nbytes)}
 
 
 class _LoadBucket:
@@ -253,33 +138,11 @@ class _EndReload:
         finalize_layerwise_reload(model, self.model_config)
 
 
-def _named_weights(weights: torch.nn.Module | NamedTensors) -> NamedTensors:
-    """Return ``(name, tensor)`` pairs: a module's state dict (LoRA merged in) or the input."""
-    if not isinstance(weights, torch.nn.Module):
-        return weights
-    if hasattr(weights, "peft_config"):
-        from engine.lora import merged_state_dict
-
-        return merged_state_dict(weights).items()
-    return weights.state_dict().items()
-
-
 def _distributed_world() -> int:
     """Return the size of the initialised ``torch.distributed`` world (1 when there is none)."""
     import torch.distributed as dist
 
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-def _generation_eos_ids(tokenizer: Any, model_path: str) -> list[int]:
-    from transformers import GenerationConfig
-
-    try:
-        generation_config = GenerationConfig.from_pretrained(model_path)
-    except OSError:  # no generation_config.json: the tokenizer's EOS alone
-        generation_config = None
-    holder = cast(Any, SimpleNamespace(generation_config=generation_config))
-    return eos_token_ids(tokenizer, holder)
 
 
 def reload_in_buckets(
@@ -302,7 +165,7 @@ def reload_in_buckets(
     return sizes
 
 
-class VLLMRollout:
+class VLLMRollout(ServedEngineRollout):
     """Generate ``responses`` with a vLLM engine and load the policy's weights into it."""
 
     def __init__(
@@ -327,20 +190,17 @@ class VLLMRollout:
         config's, else ``prompt_length + response_length``. ``bucket_bytes`` defaults to
         ``update_weights_bucket_megabytes``.
         """
-        self.config = rollout_config
-        self.tokenizer = tokenizer
-        self.model_path = model_path
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        self.eos_ids = _generation_eos_ids(tokenizer, model_path)
-        self.dtype = DTYPES[rollout_config.dtype]
         megabytes = getattr(rollout_config, "update_weights_bucket_megabytes", None)
-        self.bucket_bytes = bucket_bytes or (
-            megabytes * 1024**2 if megabytes else DEFAULT_BUCKET_BYTES
+        self.on_cpu = engine is None and not torch.cuda.is_available()
+        super().__init__(
+            model_path,
+            tokenizer,
+            rollout_config,
+            bucket_bytes=bucket_bytes
+            or (megabytes * 1024**2 if megabytes else DEFAULT_BUCKET_BYTES),
+            sleep_mode=bool(rollout_config.enable_sleep_mode) and not self.on_cpu,
         )
         self.sleep_level = sleep_level
-        self.on_cpu = engine is None and not torch.cuda.is_available()
-        self.sleep_mode = bool(rollout_config.enable_sleep_mode) and not self.on_cpu
-        self.asleep: set[str] = set()
         self.sampling_params_cls = sampling_params_cls
         if engine is None:
             engine = self._build_engine(max_model_len, seed, engine_kwargs or {})
@@ -406,38 +266,25 @@ class VLLMRollout:
             torch.set_num_threads = set_num_threads
         return engine
 
-    # -- hybrid engine memory ------------------------------------------------------------------
-    def sleep(self) -> None:
-        """Release the weights (offloaded at level 1) and the KV cache while the actor trains."""
-        if self.sleep_mode and not self.asleep:
-            self.engine.sleep(level=self.sleep_level)
-            self.asleep = {"weights", "kv_cache"}
+    # -- the engine's side of sleep, wake and weight sync -------------------------------------
+    def _release(self) -> None:
+        self.engine.sleep(level=self.sleep_level)  # level 1 offloads the weights to the CPU
 
-    def wake_up(self, tags: tuple[str, ...] = ("weights", "kv_cache")) -> None:
-        """Bring back the sleeping parts named in ``tags``, one tag at a time, in that order."""
-        for tag in tags:
-            if tag in self.asleep:
-                self.engine.wake_up(tags=[tag])
-                self.asleep.discard(tag)
+    def _resume(self, tag: str) -> None:
+        self.engine.wake_up(tags=[tag])
 
-    # -- weight sync ---------------------------------------------------------------------------
-    def load_weights(self, weights: torch.nn.Module | NamedTensors) -> dict[str, float]:
-        """Push a module's weights or ``(name, tensor)`` pairs into the engine, in buckets.
-
-        Wakes the weights first (not the KV cache) and resets the prefix cache afterwards.
-        Returns ``{"buckets": ..., "tensors": ..., "bytes": ...}``.
-        """
-        self.wake_up(("weights",))
-        sizes = reload_in_buckets(
+    def _reload(self, weights: torch.nn.Module | NamedTensors) -> dict[str, float]:
+        return reload_in_buckets(
             weights,
             self.dtype,
             self.bucket_bytes,
             self.engine.apply_model,
             self.engine.model_config,
         )
+
+    def _after_reload(self) -> None:
         if hasattr(self.engine, "reset_prefix_cache"):
             self.engine.reset_prefix_cache()
-        return sizes
 
     # -- generation ----------------------------------------------------------------------------
     def generate_sequences(

@@ -34,15 +34,9 @@ from typing import Any
 
 import torch
 
+from engine.rollout.served import DEFAULT_BUCKET_BYTES, DTYPES, NamedTensors
 from engine.rollout.vllm_args import engine_arguments, import_vllm
-from engine.rollout.vllm_rollout import (
-    DEFAULT_BUCKET_BYTES,
-    DTYPES,
-    NamedTensors,
-    reload_in_buckets,
-    sampled_log_probs,
-    sampling_kwargs,
-)
+from engine.rollout.vllm_rollout import reload_in_buckets, sampled_log_probs, sampling_kwargs
 
 
 @dataclass(frozen=True)

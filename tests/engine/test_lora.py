@@ -20,7 +20,7 @@ from engine.lora import (
 )
 from engine.roles.actor_rollout_ref import ActorRolloutRefWorker
 from engine.roles.model_loading import load_policy
-from engine.rollout.vllm_rollout import _named_weights
+from engine.rollout.served import named_weights
 from engine.tiny.tokenizer import build_tokenizer
 from tests.engine.distributed.helpers import tiny_policy
 
@@ -135,7 +135,7 @@ def test_merged_state_dict_has_base_names_and_leaves_the_model_unchanged():
     assert set(merged) == set(base_model().state_dict())
     assert all(torch.equal(p, state[n]) for n, p in model.named_parameters())
     # The rollout engine receives the same base names for a LoRA policy.
-    assert {name for name, _ in _named_weights(model)} == set(merged)
+    assert {name for name, _ in named_weights(model)} == set(merged)
 
 
 def test_load_policy_wraps_the_model_when_lora_rank_is_positive():

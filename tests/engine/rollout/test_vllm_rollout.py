@@ -19,15 +19,9 @@ from engine.config import ConfigValidationError, RolloutConfig, load_config, val
 from engine.config.rollout import EngineKwargsConfig, vllm_engine_kwargs_problems
 from engine.roles.actor_rollout_ref import get_rollout
 from engine.rollout.names import DEFAULT_GPU_MEMORY_UTILIZATION, VLLM_ENGINE_KWARGS, VLLM_MISSING
+from engine.rollout.served import assemble_responses, iter_buckets, push_in_buckets
 from engine.rollout.vllm_args import supported_architectures_problem
-from engine.rollout.vllm_rollout import (
-    VLLMRollout,
-    _LoadBucket,
-    assemble_responses,
-    iter_buckets,
-    push_in_buckets,
-    sampling_kwargs,
-)
+from engine.rollout.vllm_rollout import VLLMRollout, _LoadBucket, sampling_kwargs
 from engine.tiny.tokenizer import build_tokenizer
 from tests.engine.rollout.contract import (
     EOS,

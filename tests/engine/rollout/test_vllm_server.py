@@ -99,7 +99,7 @@ async def test_concurrent_sampled_requests_carry_the_policys_log_probs(server, p
     answers = await asyncio.gather(
         *(server.generate(ids, sampling(0.9), max_new_tokens=12) for ids in unpadded(batch))
     )
-    from engine.rollout.vllm_rollout import response_batch
+    from engine.rollout.served import response_batch
 
     out = response_batch(
         batch,
