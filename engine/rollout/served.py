@@ -30,6 +30,27 @@ NamedTensors = Iterable[tuple[str, torch.Tensor]]
 MEMORY_TAGS = ("weights", "kv_cache")  # the parts of an engine that sleep, in wake order
 
 
+def engine_sampling(sampling: dict[str, Any], eos_ids: list[int]) -> dict[str, Any]:
+    """Return the sampling arguments vLLM and SGLang spell alike, from the worker's dict.
+
+    ``sampling`` holds ``do_sample``, ``temperature``, ``top_k``, ``top_p`` and ``ignore_eos``;
+    greedy decoding (``do_sample=False`` or temperature 0) becomes ``temperature=0``, a
+    non-positive ``top_k`` the engines' ``-1`` (off), and ``ignore_eos`` samples to the length
+    limit with no stop tokens. One request per prompt row (``n=1``): rows arrive repeated.
+    """
+    ignore_eos = bool(sampling.get("ignore_eos", False))
+    greedy = not sampling.get("do_sample", True) or float(sampling.get("temperature", 1.0)) <= 0
+    top_k = int(sampling.get("top_k", -1))
+    return {
+        "n": 1,
+        "temperature": 0.0 if greedy else float(sampling.get("temperature", 1.0)),
+        "top_k": top_k if top_k > 0 else -1,
+        "top_p": float(sampling.get("top_p", 1.0)),
+        "stop_token_ids": [] if ignore_eos else list(eos_ids),
+        "ignore_eos": ignore_eos,
+    }
+
+
 def unpad_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
     """Return each row of a left-padded batch (bs, P) without its padding, as a list of ids."""
     return [row[mask.bool()].tolist() for row, mask in zip(input_ids, attention_mask, strict=True)]

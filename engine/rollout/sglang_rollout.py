@@ -41,6 +41,7 @@ from engine.rollout.served import (
     MEMORY_TAGS,
     NamedTensors,
     ServedEngineRollout,
+    engine_sampling,
     push_in_buckets,
     response_batch,
     unpad_prompts,
@@ -55,17 +56,9 @@ def sampling_params(sampling: dict[str, Any], max_new_tokens: int, eos_ids: list
     ``temperature=0``; ``ignore_eos`` samples to ``max_new_tokens`` with no stop tokens.
     ``no_stop_trim`` keeps the EOS in the output, where the response mask expects it.
     """
-    ignore_eos = bool(sampling.get("ignore_eos", False))
-    greedy = not sampling.get("do_sample", True) or float(sampling.get("temperature", 1.0)) <= 0
-    top_k = int(sampling.get("top_k", -1))
     return {
-        "n": 1,
-        "temperature": 0.0 if greedy else float(sampling.get("temperature", 1.0)),
-        "top_k": top_k if top_k > 0 else -1,
-        "top_p": float(sampling.get("top_p", 1.0)),
+        **engine_sampling(sampling, eos_ids),
         "max_new_tokens": int(max_new_tokens),
-        "stop_token_ids": [] if ignore_eos else list(eos_ids),
-        "ignore_eos": ignore_eos,
         "no_stop_trim": True,
     }
 

@@ -56,6 +56,7 @@ from engine.rollout.served import (
     DEFAULT_BUCKET_BYTES,
     NamedTensors,
     ServedEngineRollout,
+    engine_sampling,
     push_in_buckets,
     response_batch,
     unpad_prompts,
@@ -70,19 +71,11 @@ def sampling_kwargs(sampling: dict[str, Any], max_tokens: int, eos_ids: list[int
     greedy decoding (``do_sample=False`` or temperature 0) becomes vLLM's ``temperature=0``;
     ``ignore_eos`` samples to ``max_tokens`` with no stop tokens.
     """
-    ignore_eos = bool(sampling.get("ignore_eos", False))
-    greedy = not sampling.get("do_sample", True) or float(sampling.get("temperature", 1.0)) <= 0
-    top_k = int(sampling.get("top_k", -1))
     return {
-        "n": 1,
-        "temperature": 0.0 if greedy else float(sampling.get("temperature", 1.0)),
-        "top_k": top_k if top_k > 0 else -1,
-        "top_p": float(sampling.get("top_p", 1.0)),
+        **engine_sampling(sampling, eos_ids),
         "max_tokens": int(max_tokens),
         "logprobs": 0,
         "detokenize": False,
-        "stop_token_ids": [] if ignore_eos else list(eos_ids),
-        "ignore_eos": ignore_eos,
     }
 
 
