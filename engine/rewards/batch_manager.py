@@ -30,7 +30,7 @@ from typing import Any
 
 from engine.config.reward_kwargs import reward_kwargs_problems
 from engine.rewards.batch import RewardInput, RewardOutcome, check_result, describe_error
-from engine.rewards.manager import RewardManager
+from engine.rewards.manager import RewardManager, refuse_components
 from engine.rewards.names import BATCH_ARGUMENTS
 from engine.rewards.sandbox import SandboxUnavailable
 
@@ -59,11 +59,11 @@ class BatchRewardManager(RewardManager):
                 "reward_model.reward_manager=batch calls custom_reward_function once per batch; "
                 f"set custom_reward_function.path and .name to a function {_SIGNATURE}"
             )
-        if components or reward_model is not None:
-            raise ValueError(
-                "reward_model.reward_manager=batch scores with its batch function alone; weighted "
-                "reward.components and the reward model are scored by reward_manager=naive or dapo"
-            )
+        refuse_components(
+            "batch",
+            "with its batch function alone",
+            {"components": components, "reward_model": reward_model},
+        )
         if num_workers != 1:
             raise ValueError(
                 "reward_model.reward_manager=batch makes one call in this process, so "

@@ -30,7 +30,7 @@ import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -63,6 +63,25 @@ def with_rollout_fields(extra_info: Any, non_tensor: dict[str, Any], i: int) -> 
     return {**(extra_info if isinstance(extra_info, dict) else {}), **fields}
 
 
+class RewardSources(TypedDict, total=False):
+    """What a reward manager scores with: the arguments every manager takes from the trainer."""
+
+    compute_score: Callable[..., Any] | str | None
+    reward_fn_key: str
+    num_workers: int
+    components: Sequence[tuple[Any, ...]] | None
+    reward_model: Scorer | None
+
+
+def refuse_components(manager: str, scores: str, sources: RewardSources) -> None:
+    """Raise where ``manager``, which ``scores`` one function, is given components or a model."""
+    if sources.get("components") or sources.get("reward_model") is not None:
+        raise ValueError(
+            f"reward_model.reward_manager={manager} scores {scores}; weighted reward.components "
+            "and the reward model are scored by reward_manager=naive or dapo"
+        )
+
+
 class RewardManager:
     """Score a ``DataProto`` of rollouts into a ``(bs, response_len)`` reward tensor."""
 
@@ -83,13 +102,13 @@ class RewardManager:
         self.num_workers = num_workers
         self.composite: CompositeReward | None = None
         self.compute_score: Callable[..., Any] | None = None
-        if components is not None or reward_model is not None:
+        if components or reward_model is not None:
             if compute_score is not None:
                 raise ValueError(
                     "give either compute_score or components/reward_model; to combine them pass "
                     "components=[(compute_score, w1, {}), ('reward_model', w2, {})]"
                 )
-            components = components if components is not None else [(REWARD_MODEL, 1.0)]
+            components = components or [(REWARD_MODEL, 1.0)]
             self.composite = CompositeReward(components, reward_model=reward_model)
         elif isinstance(compute_score, str):
             self.compute_score = get_reward_fn(compute_score)

@@ -20,12 +20,11 @@ reward model are the naive and dapo managers'.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from engine.config.reward_kwargs import is_timeout
 from engine.rewards.batch import RewardInput, RewardOutcome, check_picklable, score_samples_timed
-from engine.rewards.manager import RewardManager
+from engine.rewards.manager import RewardManager, RewardSources, refuse_components
 
 # verl's PrimeRewardManager waits this long for each response.
 DEFAULT_TIMEOUT_S = 300.0
@@ -39,30 +38,20 @@ class PrimeRewardManager(RewardManager):
         self,
         tokenizer: Any,
         *,
-        compute_score: Callable[..., Any] | str | None = None,
-        reward_fn_key: str = "data_source",
-        num_workers: int = 1,
-        components: Sequence[tuple[Any, ...]] | None = None,
-        reward_model: Any = None,
         timeout: float = DEFAULT_TIMEOUT_S,
+        **sources: Unpack[RewardSources],
     ) -> None:
-        if components or reward_model is not None:
-            raise ValueError(
-                "reward_model.reward_manager=prime scores one reward function (custom_reward_"
-                "function or the data_source dispatch); weighted reward.components and the reward "
-                "model are scored by reward_manager=naive or dapo"
-            )
+        refuse_components(
+            "prime",
+            "one reward function (custom_reward_function or the data_source dispatch)",
+            sources,
+        )
         if not is_timeout(timeout):
             raise ValueError(
                 f"reward_model.reward_kwargs.timeout must be a finite number of seconds > 0, got "
                 f"{timeout!r}"
             )
-        super().__init__(
-            tokenizer,
-            compute_score=compute_score,
-            reward_fn_key=reward_fn_key,
-            num_workers=num_workers,
-        )
+        super().__init__(tokenizer, **sources)
         assert self.compute_score is not None
         check_picklable(self.compute_score)  # even one worker is a process
         self.timeout = float(timeout)
