@@ -13,7 +13,7 @@ from ninja.pagination import paginate
 from engine.config import ConfigError, PPOConfig
 from webapp.api.errors import ApiError, ErrorOut, config_error
 from webapp.api.pagination import Pages
-from webapp.api.runs import RunOut, launched
+from webapp.api.runs import LaunchKeyIn, RunOut, launch_answer
 from webapp.experiments.configs import config_import_yaml
 from webapp.experiments.models import Experiment
 from webapp.experiments.selectors import experiment_list_for_user
@@ -23,7 +23,7 @@ from webapp.experiments.services import (
     experiment_set_archived,
 )
 from webapp.runs.models import RunStatus
-from webapp.runs.services import LAUNCH_KEY_PATTERN, AlreadyLaunched, refuse_external, run_create
+from webapp.runs.services import refuse_external, run_create
 
 router = Router(tags=["experiments"])
 ERRORS: dict[int | tuple[int, ...], Any] = {(400, 404, 409, 422, 429): ErrorOut}
@@ -64,14 +64,6 @@ class CloneIn(Schema):
 
 class ArchiveIn(Schema):
     archived: bool = True
-
-
-class LaunchIn(Schema):
-    launch_key: str = Field(
-        "",
-        pattern=f"^(?:{LAUNCH_KEY_PATTERN.pattern})?$",
-        description="Optional: the same key again returns the run it launched, not a new one.",
-    )
 
 
 class ExperimentFilters(Schema):
@@ -170,12 +162,8 @@ def delete_experiment(request: HttpRequest, experiment_id: int) -> Any:
 
 @router.post("/{int:experiment_id}/launch", response={200: RunOut, 201: RunOut, **ERRORS})
 def launch_experiment(
-    request: HttpRequest, experiment_id: int, payload: LaunchIn | None = None
+    request: HttpRequest, experiment_id: int, payload: LaunchKeyIn | None = None
 ) -> Any:
     """Queue a run (201; no body needed); a repeated ``launch_key`` returns its run (200)."""
     experiment = owned_experiment(request, experiment_id)
-    try:
-        run = run_create(experiment=experiment, launch_key=(payload or LaunchIn()).launch_key)
-    except AlreadyLaunched as exc:
-        return Status(200, exc.run)
-    return Status(201, launched(run))
+    return launch_answer(lambda key: run_create(experiment=experiment, launch_key=key), payload)

@@ -1,6 +1,7 @@
 """``/api/runs``: list (by status and experiment), read, status, cancel, resume, and the metric
 series, downsampled by ``webapp.runs.metrics`` exactly as the charts draw them."""
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -71,7 +72,9 @@ class RunFilters(Schema):
     experiment: int | None = Field(None, description="Only the runs of this experiment.")
 
 
-class ResumeIn(Schema):
+class LaunchKeyIn(Schema):
+    """The body of a launch or a resume: both take an optional idempotency key."""
+
     launch_key: str = Field(
         "",
         pattern=f"^(?:{LAUNCH_KEY_PATTERN.pattern})?$",
@@ -106,13 +109,19 @@ def owned_run(request: HttpRequest, run_id: int) -> Run:
     return get_object_or_404(run_list_for_user(user=request.user), pk=run_id)
 
 
-def launched(run: Run) -> Run:
-    """Return a just-queued run as stored once its start was handed to the broker.
+def launch_answer(launch: Callable[[str], Run], payload: LaunchKeyIn | None) -> Status:
+    """Queue a run with ``launch(launch_key)`` and answer as every launch route does.
 
-    Without a broker ``run_create`` ends the run failed with the reason in ``error``.
+    201 with the run as stored once its start was handed to the broker (without a broker
+    ``run_create`` ends it failed, the reason in ``error``); a repeated ``launch_key`` is 200
+    with the run the first request made.
     """
+    try:
+        run = launch((payload or LaunchKeyIn()).launch_key)
+    except AlreadyLaunched as exc:
+        return Status(200, exc.run)
     run.refresh_from_db()
-    return run
+    return Status(201, run)
 
 
 @router.get("", response=list[RunOut])
@@ -151,14 +160,10 @@ def cancel_run(request: HttpRequest, run_id: int) -> Any:
 
 
 @router.post("/{int:run_id}/resume", response={200: RunOut, 201: RunOut, **ERRORS})
-def resume_run(request: HttpRequest, run_id: int, payload: ResumeIn | None = None) -> Any:
+def resume_run(request: HttpRequest, run_id: int, payload: LaunchKeyIn | None = None) -> Any:
     """Queue a new run that continues this one from its last checkpoint (201); no body needed."""
     run = owned_run(request, run_id)
-    try:
-        resumed = run_resume(run=run, launch_key=(payload or ResumeIn()).launch_key)
-    except AlreadyLaunched as exc:
-        return Status(200, exc.run)
-    return Status(201, launched(resumed))
+    return launch_answer(lambda key: run_resume(run=run, launch_key=key), payload)
 
 
 class MetricQuery(Schema):

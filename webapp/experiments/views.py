@@ -32,7 +32,8 @@ from webapp.experiments.services import (
     experiment_delete,
     experiment_set_archived,
 )
-from webapp.runs.models import Run, RunStatus
+from webapp.runs.launching import flash_already_launched, flash_launched, launch_response
+from webapp.runs.models import RunStatus
 from webapp.runs.quotas import LaunchRefused
 from webapp.runs.selectors import run_list_for_user
 from webapp.runs.services import AlreadyLaunched, RunStateError, refuse_external, run_create
@@ -43,26 +44,6 @@ def _experiment(request: HttpRequest, experiment_id: int) -> Experiment:
     return get_object_or_404(
         experiment_list_for_user(user=request.user, archived=None), pk=experiment_id
     )
-
-
-def flash_launched(request: HttpRequest, run: Run, text: str) -> None:
-    """Flash ``text`` if the broker took the run's start, otherwise why the run did not start.
-
-    The ``launched-run-<id>`` tag lets the run page take the "queued" note down once the run
-    moves on (``run_summary.js``): a note that stayed up said "queued" after the run had ended.
-    """
-    run.refresh_from_db(fields=["status", "error"])
-    if run.status == RunStatus.FAILED:
-        reason = run.error.partition("\n")[0]
-        messages.error(request, f"Run #{run.pk} did not start: {reason}")
-    else:
-        messages.success(request, text, extra_tags=f"launched launched-run-{run.pk}")
-
-
-def flash_already_launched(request: HttpRequest, exc: AlreadyLaunched) -> HttpResponse:
-    """Send a repeated POST of a launch form to the run the first one made."""
-    messages.info(request, f"Run #{exc.run.pk} was already launched from this page.")
-    return redirect(exc.run)
 
 
 def yaml_response(config: PPOConfig | dict, filename: str) -> HttpResponse:
@@ -247,15 +228,12 @@ def experiment_yaml(request: HttpRequest, experiment_id: int) -> HttpResponse:
 @require_POST
 def experiment_launch(request: HttpRequest, experiment_id: int) -> HttpResponse:
     experiment = _experiment(request, experiment_id)
-    try:
-        run = run_create(experiment=experiment, launch_key=request.POST.get("launch_key", ""))
-    except AlreadyLaunched as exc:
-        return flash_already_launched(request, exc)
-    except (ConfigValidationError, LaunchRefused, RunStateError) as exc:
-        messages.error(request, str(exc))
-        return redirect(experiment)
-    flash_launched(request, run, f"Run #{run.pk} queued.")
-    return redirect(run)
+    return launch_response(
+        request,
+        lambda key: run_create(experiment=experiment, launch_key=key),
+        refused_to=experiment,
+        queued=lambda run: f"Run #{run.pk} queued.",
+    )
 
 
 @login_required

@@ -27,14 +27,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from engine.config import ConfigValidationError
 from webapp.experiments.configs import as_config
-from webapp.experiments.views import (
-    builder_for_config,
-    flash_already_launched,
-    flash_launched,
-    yaml_response,
-)
+from webapp.experiments.views import builder_for_config, yaml_response
 from webapp.runs.checkpoints import (
     CheckpointJobRefused,
     archive_chunks,
@@ -44,6 +38,7 @@ from webapp.runs.checkpoints import (
     run_checkpoints,
 )
 from webapp.runs.forms import CheckpointEvaluateForm
+from webapp.runs.launching import launch_response
 from webapp.runs.logs import LogSearchError, log_search, run_log_path
 from webapp.runs.metrics import (
     DEFAULT_MAX_POINTS,
@@ -52,7 +47,6 @@ from webapp.runs.metrics import (
     run_metrics_json,
 )
 from webapp.runs.models import Run, RunStatus
-from webapp.runs.quotas import LaunchRefused
 from webapp.runs.selectors import (
     run_config_diff,
     run_latest_checkpoint,
@@ -60,7 +54,6 @@ from webapp.runs.selectors import (
     run_list_for_user,
 )
 from webapp.runs.services import (
-    AlreadyLaunched,
     RunAnnotationError,
     RunStateError,
     refuse_external,
@@ -201,15 +194,12 @@ def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_POST
 def run_resume_view(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run(request, run_id)
-    try:
-        resumed = run_resume(run=run, launch_key=request.POST.get("launch_key", ""))
-    except AlreadyLaunched as exc:
-        return flash_already_launched(request, exc)
-    except (RunStateError, ConfigValidationError, LaunchRefused) as exc:
-        messages.error(request, str(exc))
-        return redirect(run)
-    flash_launched(request, resumed, f"Run #{resumed.pk} queued; it continues run #{run.pk}.")
-    return redirect(resumed)
+    return launch_response(
+        request,
+        lambda key: run_resume(run=run, launch_key=key),
+        refused_to=run,
+        queued=lambda resumed: f"Run #{resumed.pk} queued; it continues run #{run.pk}.",
+    )
 
 
 @login_required
