@@ -29,6 +29,15 @@ def private_channel_layers(layers: dict[str, Any]) -> dict[str, Any]:
     return private
 
 
+# A socket test: a database its consumers' threads see, a bound on a hung socket, and a channel
+# layer and database connections of its own (the fixtures below).
+SOCKET_TEST_MARKS = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(60),
+    pytest.mark.usefixtures("private_redis_layer", "short_lived_connections"),
+]
+
+
 @pytest.fixture
 def private_redis_layer(settings: Any) -> None:
     """Give the test's channel layer a key prefix of its own (a socket test's autouse fixture)."""

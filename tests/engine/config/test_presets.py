@@ -3,15 +3,13 @@ measured in docs/results.md."""
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
 
 import pytest
 
 from engine.config import config_to_dict, load_config, validate_config
 from engine.config.loader import CONFIG_DIR
+from tests.engine.command_line import metric_rows, train_from_command_line
 
 PRESETS = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml") if p.stem != "ppo_trainer")
 
@@ -35,10 +33,7 @@ def test_the_otb_preset_is_the_measured_command():
 
 
 def test_the_otb_preset_trains_a_step_from_the_command_line(tmp_path):
-    cmd = [
-        sys.executable,
-        "-m",
-        "engine.main_ppo",
+    train_from_command_line(
         "--config-name",
         "grpo_tiny_otb",
         "trainer.total_training_steps=1",
@@ -46,13 +41,10 @@ def test_the_otb_preset_trains_a_step_from_the_command_line(tmp_path):
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "trainer.test_freq=-1",
         "trainer.val_before_train=False",
-        "trainer.logger=[console,jsonl]",
-        f"trainer.default_local_dir={tmp_path / 'run'}",
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = (tmp_path / "run" / "logs" / "metrics.jsonl").read_text().splitlines()
-    (step,) = [json.loads(line) for line in lines]
+        run_dir=tmp_path / "run",
+        timeout=900,
+    )
+    (step,) = metric_rows(tmp_path / "run")
     # The old-log-prob pass ran for the sum of squared probabilities (the update is on-policy).
     assert "timing_s/old_log_prob" in step
     assert math.isfinite(step["critic/advantages/mean"])

@@ -8,13 +8,12 @@ The tool use is seeded by ``engine.tools.tiny_task`` (a short supervised pass on
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from engine.tiny.recipe import MANIFEST_NAME
 from engine.tools.tiny_task import calculator_overrides, ensure_calculator_task
+from tests.engine.command_line import metric_rows, train_from_command_line
 
 STEPS = 20
 VAL = "val-core/tiny_calculator/reward/mean@1"
@@ -38,10 +37,7 @@ def test_the_seeded_model_calls_the_calculator_with_the_question():
 @pytest.mark.slow
 def test_grpo_raises_the_tool_call_rate_and_the_reward(tmp_path):
     task = ensure_calculator_task()  # built once per recipe (a few CPU minutes), then cached
-    cmd = [
-        sys.executable,
-        "-m",
-        "engine.main_ppo",
+    train_from_command_line(
         "--config-name",
         "grpo_tiny",
         *calculator_overrides(task),
@@ -51,15 +47,13 @@ def test_grpo_raises_the_tool_call_rate_and_the_reward(tmp_path):
         "trainer.test_freq=10",
         "data.val_max_samples=64",
         "trainer.save_freq=-1",
-        "trainer.logger=[console,jsonl]",
-        f"trainer.default_local_dir={tmp_path / 'run'}",
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = (tmp_path / "run" / "logs" / "metrics.jsonl").read_text().splitlines()
-    rows = [json.loads(line) for line in lines if "tool_call_counts/mean" in line]
+        run_dir=tmp_path / "run",
+        timeout=1800,
+    )
+    all_rows = metric_rows(tmp_path / "run")
+    rows = [r for r in all_rows if "tool_call_counts/mean" in r]
     assert len(rows) == STEPS
-    val = [json.loads(line)[VAL] for line in lines if VAL in line]  # steps 0, 10 and 20
+    val = [r[VAL] for r in all_rows if VAL in r]  # steps 0, 10 and 20
     first, last = rows[:4], rows[-4:]
     print(
         {

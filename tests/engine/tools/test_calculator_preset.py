@@ -8,8 +8,6 @@ against a fake task folder (``ensure_calculator_task`` patched).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,6 +20,7 @@ from engine.rewards.default import KNOWN_DATA_SOURCES
 from engine.roles.model_loading import resolve_path
 from engine.tools import load_tools, tiny_task
 from engine.tools.tiny_uris import CALCULATOR_URIS, resolve_tiny_uri, tiny_uris
+from tests.engine.command_line import metric_rows, train_from_command_line
 
 PRESET = "grpo_tiny_calculator"
 # docs/results.md, "Tool calling on the tiny model": what the command adds to the overrides.
@@ -158,23 +157,17 @@ def test_the_presets_reward_manager_dispatches_by_data_source():
 @pytest.mark.slow
 def test_one_step_of_the_preset_trains_on_the_built_task_with_the_calculator(tmp_path):
     """Build the task for real (a few CPU minutes, then cached) and run the preset for a step."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "engine.main_ppo",
+    train_from_command_line(
         "--config-name",
         PRESET,
         "trainer.total_training_steps=1",
         "data.train_batch_size=4",
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "data.val_max_samples=8",
-        "trainer.logger=[console,jsonl]",
-        f"trainer.default_local_dir={tmp_path / 'run'}",
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = (tmp_path / "run" / "logs" / "metrics.jsonl").read_text().splitlines()
-    rows = [json.loads(line) for line in lines]
+        run_dir=tmp_path / "run",
+        timeout=1800,
+    )
+    rows = metric_rows(tmp_path / "run")
     val = [r for r in rows if "val-core/tiny_calculator/reward/mean@1" in r]
     steps = [r for r in rows if "tool_call_counts/mean" in r]
     assert len(val) == 2 and len(steps) == 1  # before training and after the one step

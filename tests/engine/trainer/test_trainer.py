@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -13,6 +9,7 @@ from transformers import AutoModelForCausalLM
 from engine.roles.actor import response_logits
 from engine.trainer import PPOTrainer, Recorder
 from engine.trainer.run import run_training
+from tests.engine.command_line import metric_rows, train_from_command_line
 
 VERL_METRICS = [
     "critic/score/mean",
@@ -288,10 +285,7 @@ def test_a_raising_reward_function_fails_its_samples_not_the_step(make_config, t
 
 @pytest.mark.slow
 def test_the_verl_command_line_runs(tiny_assets, tmp_path):
-    cmd = [
-        sys.executable,
-        "-m",
-        "engine.main_ppo",
+    result = train_from_command_line(
         "algorithm.adv_estimator=grpo",
         f"data.train_files={tiny_assets.train_parquet}",
         f"data.val_files={tiny_assets.val_parquet}",
@@ -311,15 +305,11 @@ def test_the_verl_command_line_runs(tiny_assets, tmp_path):
         "trainer.total_training_steps=2",
         "trainer.test_freq=1",
         "trainer.save_freq=1",
-        "trainer.logger=[console,jsonl]",
-        f"trainer.default_local_dir={tmp_path}",
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
+        run_dir=tmp_path,
+        timeout=600,
+    )
     assert "step 2/2" in result.stdout
     assert (tmp_path / "global_step_2" / "trainer_state.pt").exists()
-    rows = [
-        json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()
-    ]
+    rows = metric_rows(tmp_path)
     assert [r["step"] for r in rows if r["step"] > 0] == [1, 2]
     assert "val-core/tiny_arithmetic/reward/mean@1" in rows[-1]

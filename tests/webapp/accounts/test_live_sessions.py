@@ -14,17 +14,14 @@ from django.test import Client
 from django.urls import reverse
 
 from tests.webapp.live import (  # noqa: F401  (fixtures)
+    SOCKET_TEST_MARKS,
     private_redis_layer,
     running_run,
     short_lived_connections,
 )
 from webapp.asgi import application
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.timeout(60),
-    pytest.mark.usefixtures("private_redis_layer", "short_lived_connections"),
-]
+pytestmark = SOCKET_TEST_MARKS
 
 
 def logged_in_client() -> Client:

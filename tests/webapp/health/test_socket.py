@@ -9,6 +9,7 @@ import math
 import pytest
 
 from tests.webapp.live import (  # noqa: F401  (fixtures)
+    SOCKET_TEST_MARKS,
     private_redis_layer,
     running_run,
     short_lived_connections,
@@ -16,11 +17,7 @@ from tests.webapp.live import (  # noqa: F401  (fixtures)
 from tests.webapp.runs.test_consumers import open_socket, publish_steps, receive
 from webapp.runs.driver_writes import run_record_step
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.timeout(60),
-    pytest.mark.usefixtures("private_redis_layer", "short_lived_connections"),
-]
+pytestmark = SOCKET_TEST_MARKS
 
 NAN_LOSS = {
     "check": "non_finite_loss",

@@ -18,6 +18,7 @@ from django.test import Client
 
 from engine.trainer.reporting import SampleRecord
 from tests.webapp.live import (  # noqa: F401  (fixtures)
+    SOCKET_TEST_MARKS,
     private_redis_layer,
     record_steps,
     running_run,
@@ -29,11 +30,7 @@ from webapp.runs.metrics import HEADLINE_METRICS
 from workers.database_recorder import RunRecorder
 from workers.publish import RunEventPublisher
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.timeout(60),
-    pytest.mark.usefixtures("private_redis_layer", "short_lived_connections"),
-]
+pytestmark = SOCKET_TEST_MARKS
 
 
 @pytest.fixture(autouse=True)

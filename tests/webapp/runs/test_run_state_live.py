@@ -16,6 +16,7 @@ from django.test import Client
 from django.utils import timezone
 
 from tests.webapp.live import (  # noqa: F401  (fixtures)
+    SOCKET_TEST_MARKS,
     private_redis_layer,
     running_run,
     short_lived_connections,
@@ -27,11 +28,7 @@ from webapp.runs.state import run_state
 from workers.database_recorder import RunRecorder
 from workers.driver import HeartbeatThread
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.timeout(60),
-    pytest.mark.usefixtures("private_redis_layer", "short_lived_connections"),
-]
+pytestmark = SOCKET_TEST_MARKS
 
 
 async def test_a_step_carries_the_runs_snapshot_with_its_checkpoint(owner):
