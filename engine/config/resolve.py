@@ -27,6 +27,7 @@ from engine.config.keys import (
     _fields,
     _is_section,
     _leaves,
+    coerce,
     config_to_dict,
     matches_type,
 )
@@ -162,9 +163,10 @@ def resolve_config(cfg: PPOConfig) -> PPOConfig:
     Calling it again changes nothing. Call it on the final config: a derived value does not
     follow later edits of its source.
     """
-    for owner, f, key, _, value in list(_leaves(cfg)):
+    for owner, f, key, tp, value in list(_leaves(cfg)):
         if isinstance(value, str) and "${" in value:
-            setattr(owner, f.name, _interpolate(cfg, key, value))
+            # As the key's own value would be: ${trainer.seed} in a path key is the path "42".
+            setattr(owner, f.name, coerce(_interpolate(cfg, key, value), tp, key))
     arr, critic = cfg.actor_rollout_ref, cfg.critic
     actor, model = arr.actor, arr.model
 
