@@ -11,12 +11,15 @@ The loss of a micro-batch is normalised by counts over its whole mini-batch on e
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from engine.algorithms.loss_aggregation import GlobalBatch
+
+if TYPE_CHECKING:
+    from engine.config import ActorConfig, CriticConfig
 
 
 def per_rank_size(global_size: int, world_size: int, key: str) -> int:
@@ -63,7 +66,7 @@ def global_batch(response_mask: torch.Tensor, loss_scale_factor: float | None) -
     return GlobalBatch(tokens, sequences, dp_size, loss_scale_factor)
 
 
-def epoch_batches(data: Any, config: Any) -> Iterator[Any]:
+def epoch_batches(data: Any, config: ActorConfig | CriticConfig) -> Iterator[Any]:
     """Yield the batch once per PPO epoch (``config.ppo_epochs``), as each epoch visits it.
 
     With ``config.shuffle`` and more than one epoch the rows are permuted each epoch by one

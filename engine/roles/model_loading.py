@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import importlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
@@ -14,6 +14,9 @@ from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, 
 from engine.lora import apply_lora, is_lora
 from engine.rewards.reward_model import RewardModelScorer
 from engine.tools.tiny_uris import TINY_PREFIX, resolve_tiny_uri
+
+if TYPE_CHECKING:
+    from engine.config import CriticConfig, ModelConfig, PPOConfig
 
 
 def resolve_path(path: str | None) -> str | None:
@@ -64,7 +67,7 @@ def import_external_lib(name: str | None, key: str) -> None:
         ) from exc
 
 
-def load_tokenizer(model_config: Any, *, path: str | None = None) -> Any:
+def load_tokenizer(model_config: ModelConfig, *, path: str | None = None) -> Any:
     """Return the live tokenizer from the config, or load it from ``path`` (default:
     tokenizer_path, else the model path).
 
@@ -88,7 +91,7 @@ def load_tokenizer(model_config: Any, *, path: str | None = None) -> Any:
     return tokenizer
 
 
-def load_policy(model_config: Any, device: torch.device) -> torch.nn.Module:
+def load_policy(model_config: ModelConfig, device: torch.device) -> torch.nn.Module:
     """Return the policy model: the live ``hf_model`` if given, else loaded from ``path``.
 
     With ``lora_rank > 0`` it comes wrapped with a PEFT LoRA adapter (see ``engine.lora``).
@@ -123,7 +126,9 @@ def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     return ref
 
 
-def load_critic(critic_config: Any, actor_model_config: Any, device: torch.device) -> Any:
+def load_critic(
+    critic_config: CriticConfig, actor_model_config: ModelConfig, device: torch.device
+) -> Any:
     """Return a one-label token-classification model on the critic's (or actor's) backbone."""
     path = getattr(critic_config.model, "path", None) or actor_model_config.path
     if path is None:
@@ -145,7 +150,7 @@ def load_critic(critic_config: Any, actor_model_config: Any, device: torch.devic
     return model.to(device)
 
 
-def load_reward_model(config: Any, device: str | torch.device = "cpu") -> RewardModelScorer:
+def load_reward_model(config: PPOConfig, device: str | torch.device = "cpu") -> RewardModelScorer:
     """Return the scorer ``config.reward_model`` describes, on ``device``.
 
     ``micro_batch_size_per_gpu`` samples go through each forward (``resolve_config`` has

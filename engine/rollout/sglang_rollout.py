@@ -30,7 +30,7 @@ Choices, and why:
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -45,6 +45,9 @@ from engine.rollout.vllm_rollout import (
     response_batch,
     unpad_prompts,
 )
+
+if TYPE_CHECKING:
+    from engine.config import RolloutConfig
 
 MEMORY_TAGS = ("weights", "kv_cache")
 
@@ -95,7 +98,7 @@ class SGLangRollout:
         self,
         model_path: str,
         tokenizer: Any,
-        rollout_config: Any,
+        rollout_config: RolloutConfig,
         *,
         max_model_len: int | None = None,
         seed: int = 0,

@@ -48,13 +48,18 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from engine.data import DataProto
 from engine.rollout.hf import eos_token_ids
 from engine.rollout.vllm_args import engine_arguments, import_vllm
+
+if TYPE_CHECKING:
+    from vllm.config import ModelConfig as VllmModelConfig
+
+    from engine.config import RolloutConfig
 
 DEFAULT_BUCKET_BYTES = 512 * 1024**2
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -244,7 +249,7 @@ class _BeginReload:
 class _EndReload:
     """Run in each worker after the last bucket: process layers that are still pending."""
 
-    def __init__(self, model_config: Any) -> None:
+    def __init__(self, model_config: VllmModelConfig) -> None:
         self.model_config = model_config
 
     def __call__(self, model: Any) -> None:
@@ -287,7 +292,7 @@ def reload_in_buckets(
     dtype: torch.dtype,
     bucket_bytes: int,
     apply_model: Callable[[Callable[[Any], Any]], Any],
-    model_config: Any,
+    model_config: VllmModelConfig,
 ) -> dict[str, float]:
     """Load ``weights`` into a vLLM engine through its ``apply_model``, in buckets, as one reload.
 
@@ -309,7 +314,7 @@ class VLLMRollout:
         self,
         model_path: str,
         tokenizer: Any,
-        rollout_config: Any,
+        rollout_config: RolloutConfig,
         *,
         max_model_len: int | None = None,
         seed: int = 0,

@@ -30,7 +30,7 @@ import asyncio
 import itertools
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -43,6 +43,9 @@ from engine.rollout.vllm_rollout import (
     sampled_log_probs,
     sampling_kwargs,
 )
+
+if TYPE_CHECKING:
+    from engine.config import RolloutConfig
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,9 @@ class VLLMServer:
     """An ``AsyncLLM`` engine for one policy; start it with ``await VLLMServer.launch(...)``."""
 
     @classmethod
-    async def launch(cls, model_path: str, rollout_config: Any, **kwargs: Any) -> VLLMServer:
+    async def launch(
+        cls, model_path: str, rollout_config: RolloutConfig, **kwargs: Any
+    ) -> VLLMServer:
         """Start a server (arguments as the constructor's) and label its weights version 0."""
         server = cls(model_path, rollout_config, **kwargs)
         await server.engine.update_weight_version(str(server.version))
@@ -69,7 +74,7 @@ class VLLMServer:
     def __init__(
         self,
         model_path: str,
-        rollout_config: Any,
+        rollout_config: RolloutConfig,
         *,
         eos_ids: list[int],
         seed: int = 0,

@@ -33,9 +33,13 @@ import warnings
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from engine.config import PPOConfig, TrainerConfig
+    from engine.config.actor import CheckpointConfig
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 STATE_FILE = "trainer_state.pt"
@@ -248,9 +252,11 @@ def merge_contents(
 
 
 # -- the trainer's policy: what a checkpoint holds, which one a run resumes from ---------------
-def checkpointed_roles(config: Any, actor: Any, critic: Any) -> list[tuple[str, Any, Any]]:
+def checkpointed_roles(
+    config: PPOConfig, actor: Any, critic: Any
+) -> list[tuple[str, Any, CheckpointConfig]]:
     """Return ``(folder, worker, checkpoint settings)`` for each role a checkpoint holds."""
-    roles: list[tuple[str, Any, Any]] = [
+    roles: list[tuple[str, Any, CheckpointConfig]] = [
         ("actor", actor, config.actor_rollout_ref.actor.checkpoint)
     ]
     if critic is not None:
@@ -272,9 +278,9 @@ def trainer_state(step: int, train_loader: Any, kl_ctrl: Any) -> dict[str, Any]:
 def save_checkpoint(
     folder: Path,
     step: int,
-    roles: list[tuple[str, Any, Any]],
+    roles: list[tuple[str, Any, CheckpointConfig]],
     state: dict[str, Any],
-    trainer_config: Any,
+    trainer_config: TrainerConfig,
 ) -> Path:
     """Write ``global_step_<step>/`` (each role, the trainer ``state``), mark it the latest and
     prune older ones to ``trainer.max_actor_ckpt_to_keep`` / ``max_critic_ckpt_to_keep``.

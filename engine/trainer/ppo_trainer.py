@@ -29,7 +29,7 @@ from engine.algorithms.rollout_correction import (
     correction_settings,
     rollout_correction_active,
 )
-from engine.config import config_to_dict, resolve_config, validate_config
+from engine.config import PPOConfig, config_to_dict, resolve_config, validate_config
 from engine.data import DataProto
 from engine.data.dataset import collate_prompts
 from engine.device_info import get_device_info, summary_line
@@ -111,7 +111,7 @@ class PPOTrainer:
     arr: ActorRolloutRef
     critic: Critic | None
 
-    def __init__(self, config: Any, recorder: Recorder | None = None) -> None:
+    def __init__(self, config: PPOConfig, recorder: Recorder | None = None) -> None:
         self.config = config
         resolve_config(config)
         for warning in validate_config(config, check_files=True):
