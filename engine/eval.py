@@ -213,7 +213,10 @@ def evaluate(
         max_samples=max_samples,
         seed=seed,
     )
-    policy = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(torch_device)
+    policy = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    # transformers wraps PreTrainedModel.to with functools.wraps, whose typeshed stub does not
+    # bind self, so mypy reads the device as the model.
+    policy.to(torch_device)  # type: ignore[arg-type]
     policy.eval()
     reward_fn = RewardManager(tokenizer)
     eos = eos_token_ids(tokenizer, policy)
@@ -240,7 +243,9 @@ def evaluate(
             )
             prompts.batch["responses"] = out.responses.cpu()
             prompts.batch["response_mask"] = out.response_mask.cpu()
-            reward = reward_fn(prompts, return_dict=True)["reward_tensor"].sum(-1)
+            scored = reward_fn(prompts, return_dict=True)
+            assert isinstance(scored, dict)  # return_dict=True
+            reward = scored["reward_tensor"].sum(-1)
             sources += [str(s) for s in prompts.non_tensor_batch["data_source"]]
             uids += [str(i) for i in prompts.non_tensor_batch["index"]]
             scores += reward.tolist()

@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -64,6 +64,8 @@ from engine.roles.critic import CriticWorker
 from engine.roles.model_loading import frozen_copy, load_reward_model
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
     from engine.config import PPOConfig
 
 ROLLOUT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -245,7 +247,7 @@ class ShardedActorRolloutRef:
             from transformers import AutoModelForCausalLM
 
             skeleton = AutoModelForCausalLM.from_config(self.worker.model.config)
-        skeleton.save_pretrained(directory, state_dict=full)
+        cast("PreTrainedModel", skeleton).save_pretrained(directory, state_dict=full)
         self.worker.tokenizer.save_pretrained(directory)
         return directory
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -28,6 +28,8 @@ from engine.rollout import get_rollout_builder
 from engine.rollout.multi_turn import MultiTurnRollout
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
     from engine.config import PPOConfig, RolloutConfig
 
 
@@ -263,6 +265,6 @@ class ActorRolloutRefWorker:
         directory = Path(directory)
         if is_lora(self.model):  # the adapter merged in: a plain Hugging Face folder
             return export_lora(self.model, directory, tokenizer=self.tokenizer)
-        self.model.save_pretrained(directory)
+        cast("PreTrainedModel", self.model).save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
         return directory

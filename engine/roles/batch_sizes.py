@@ -73,6 +73,11 @@ def epoch_batches(data: Any, config: ActorConfig | CriticConfig) -> Iterator[Any
     generator seeded from ``config.data_loader_seed``, as verl's actor and critic shuffle their
     mini-batches; otherwise every epoch sees the batch in order.
     """
+    if config.ppo_epochs is None:  # only the critic's may be: null follows the actor's
+        raise ValueError(
+            "critic.ppo_epochs is null; set it, or resolve the config (resolve_config) so it takes "
+            "actor_rollout_ref.actor.ppo_epochs"
+        )
     epochs = int(config.ppo_epochs)
     if not (getattr(config, "shuffle", False) and epochs > 1):
         for _ in range(epochs):

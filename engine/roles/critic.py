@@ -167,6 +167,11 @@ class CriticWorker:
             remove_padding=critic_config.model.use_remove_padding,
         )
         n = config.actor_rollout_ref.rollout.n
+        if critic_config.ppo_mini_batch_size is None:
+            raise ValueError(
+                "critic.ppo_mini_batch_size is null; set it, or resolve the config "
+                "(resolve_config) so it takes actor_rollout_ref.actor.ppo_mini_batch_size"
+            )
         self.mini_batch_size = per_rank_size(
             critic_config.ppo_mini_batch_size * n, world_size, "critic.ppo_mini_batch_size"
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import importlib
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
@@ -19,6 +19,12 @@ if TYPE_CHECKING:
     from engine.config import CriticConfig, ModelConfig, PPOConfig
 
 
+@overload
+def resolve_path(path: str) -> str: ...
+@overload
+def resolve_path(path: None) -> None: ...
+@overload
+def resolve_path(path: str | None) -> str | None: ...
 def resolve_path(path: str | None) -> str | None:
     """Return a local path: ``tiny://`` assets (``engine.tools.tiny_uris``) are built on demand,
     ``~`` is expanded."""
@@ -100,6 +106,11 @@ def load_policy(model_config: ModelConfig, device: torch.device) -> torch.nn.Mod
     if model is None:
         key = "actor_rollout_ref.model.external_lib"
         import_external_lib(getattr(model_config, "external_lib", None), key)
+        if model_config.path is None:
+            raise ValueError(
+                "actor_rollout_ref.model.path is not set; point it at a Hugging Face model folder "
+                "(tiny://model: the embedded one), or pass a loaded model as model.hf_model"
+            )
         path = resolve_path(model_config.path)
         _check_model_dir(path, "actor_rollout_ref.model.path")
         model = AutoModelForCausalLM.from_pretrained(
@@ -108,7 +119,9 @@ def load_policy(model_config: ModelConfig, device: torch.device) -> torch.nn.Mod
             trust_remote_code=getattr(model_config, "trust_remote_code", False),
             **dict(getattr(model_config, "override_config", None) or {}),
         )
-    model.to(device)
+    # transformers wraps PreTrainedModel.to with functools.wraps, whose typeshed stub does not
+    # bind self, so mypy reads the device as the model.
+    model.to(device)  # type: ignore[arg-type]
     if getattr(model_config, "enable_gradient_checkpointing", False):
         model.gradient_checkpointing_enable()
     model.config.use_cache = True
@@ -165,6 +178,11 @@ def load_reward_model(config: PPOConfig, device: str | torch.device = "cpu") -> 
         raise ValueError(
             "reward_model.model.path is not set; point it at a one-label sequence classifier "
             "folder (tiny://reward_model: the embedded one)"
+        )
+    if rm.micro_batch_size_per_gpu is None:
+        raise ValueError(
+            "reward_model.micro_batch_size_per_gpu is not set; set the samples each forward "
+            "scores (or verl's deprecated reward_model.micro_batch_size)"
         )
     return RewardModelScorer(
         path,

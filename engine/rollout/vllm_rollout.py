@@ -46,7 +46,7 @@ Choices, and why:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -95,7 +95,7 @@ def unpad_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list
     return [row[mask.bool()].tolist() for row, mask in zip(input_ids, attention_mask, strict=True)]
 
 
-def sampled_log_probs(token_ids: list[int], logprobs: list[Any] | None) -> list[float]:
+def sampled_log_probs(token_ids: list[int], logprobs: Sequence[Any] | None) -> list[float]:
     """Return the sampled tokens' log-probs from vLLM's per-position ``{token_id: Logprob}``."""
     if logprobs is None:
         raise RuntimeError(

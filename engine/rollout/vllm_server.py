@@ -45,6 +45,8 @@ from engine.rollout.vllm_rollout import (
 )
 
 if TYPE_CHECKING:
+    from vllm.inputs import TokensPrompt
+
     from engine.config import RolloutConfig
 
 
@@ -123,7 +125,7 @@ class VLLMServer:
         """
         params = self.sampling_params_cls(**sampling_kwargs(sampling, max_new_tokens, self.eos_ids))
         final = None
-        request = {"prompt_token_ids": list(prompt_ids)}
+        request: TokensPrompt = {"prompt_token_ids": list(prompt_ids)}
         async for output in self.engine.generate(request, params, f"req-{next(self._ids)}"):
             final = output
         assert final is not None and final.finished

@@ -8,12 +8,14 @@ fails fast. ``RayPPOTrainer`` builds the same data and reward managers and its o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from engine.algorithms.kl import KLController, get_kl_controller
 from engine.config import ConfigValidationError, ModelConfig, PPOConfig
+from engine.config.fields import resolved
 from engine.config.reward import in_process_reward_model_problems
 from engine.data.dataset import RLHFDataset
 from engine.data.loader import PromptDataLoader
@@ -41,10 +43,10 @@ def uses_reference(config: PPOConfig) -> bool:
 
 
 # -- data -------------------------------------------------------------------------------------
-def resolve_files(files: str | list[str]) -> list[str]:
+def resolve_files(files: str | Sequence[str]) -> list[str]:
     """Return local paths for ``data.train_files`` / ``data.val_files`` (str or list)."""
     items = [files] if isinstance(files, str) else list(files)
-    return [resolve_path(f) for f in items]  # type: ignore[misc]
+    return [resolve_path(f) for f in items]
 
 
 def load_data_tokenizer(config: PPOConfig, policy_tokenizer: Any) -> Any:
@@ -83,7 +85,10 @@ def build_datasets(config: PPOConfig, tokenizer: Any) -> tuple[RLHFDataset, RLHF
     """Return the training dataset and the validation one (None without ``data.val_files``)."""
     data = config.data
     train = RLHFDataset(
-        resolve_files(data.train_files), tokenizer, data, max_samples=data.train_max_samples
+        resolve_files(resolved(data.train_files, "data.train_files")),
+        tokenizer,
+        data,
+        max_samples=data.train_max_samples,
     )
     val = (
         RLHFDataset(
@@ -108,7 +113,7 @@ def build_train_loader(config: PPOConfig, dataset: RLHFDataset, collate: Any) ->
         dataset,
         data.gen_batch_size or data.train_batch_size,
         shuffle=data.shuffle,
-        seed=data.seed,
+        seed=resolved(data.seed, "data.seed"),
         drop_last=True,
         collate_fn=collate,
     )
@@ -231,7 +236,7 @@ def build_reward_manager(
         components = [c for c in components if c[0] != "reward_model"]
     elif config.reward_model.enable:
         model = scorer if scorer is not None else build_reward_scorer(config, device)
-    settings = {
+    settings: dict[str, Any] = {
         "compute_score": compute_score,
         "reward_fn_key": config.data.reward_fn_key,
         "num_workers": config.reward.num_workers,

@@ -178,7 +178,9 @@ def rng_states() -> dict[str, Any]:
     """
     import torch  # deferred: the web app imports this module without torch
 
-    name, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    state = np.random.get_state(legacy=True)
+    assert isinstance(state, tuple)  # the global generator is MT19937: legacy form
+    name, keys, pos, has_gauss, cached_gaussian = state
     return {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),

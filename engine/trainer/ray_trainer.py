@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.config import ConfigValidationError, PPOConfig
+from engine.config.fields import resolved
 from engine.config.reward import own_reward_pool, reward_pool_problems
 from engine.data import DataProto
 from engine.distributed.fsdp import check_offload
@@ -74,7 +75,8 @@ def check_batch_split(config: PPOConfig, world_size: int, *, use_critic: bool) -
         ),
     }
     if use_critic:
-        sizes["critic.ppo_mini_batch_size"] = config.critic.ppo_mini_batch_size
+        key = "critic.ppo_mini_batch_size"
+        sizes[key] = resolved(config.critic.ppo_mini_batch_size, key)
     for key, size in sizes.items():
         per_rank_size(size * n, world_size, key)
 
