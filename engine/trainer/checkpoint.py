@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from engine.algorithms.kl import KLController
     from engine.config import PPOConfig, TrainerConfig
     from engine.config.actor import CheckpointConfig
 
@@ -266,7 +267,7 @@ def checkpointed_roles(
     return roles
 
 
-def trainer_state(step: int, train_loader: Any, kl_ctrl: Any) -> dict[str, Any]:
+def trainer_state(step: int, train_loader: Any, kl_ctrl: KLController | None) -> dict[str, Any]:
     """Return the controller's state: step, data position, KL coefficient and RNG."""
     return {
         "global_step": step,
@@ -321,7 +322,10 @@ def resume_dir(mode: str, resume_from_path: str | None, folder: Path) -> Path | 
 
 
 def load_checkpoint(
-    path: Path, roles: list[tuple[str, Any, Any]], train_loader: Any, kl_ctrl: Any
+    path: Path,
+    roles: list[tuple[str, Any, CheckpointConfig]],
+    train_loader: Any,
+    kl_ctrl: KLController | None,
 ) -> int:
     """Restore each role's worker and the controller's state from ``path``; return its step."""
     for role, worker, settings in roles:
@@ -334,7 +338,7 @@ def load_checkpoint(
     return state["global_step"]
 
 
-def load_worker(folder: Path, worker: Any, settings: Any, role: str) -> None:
+def load_worker(folder: Path, worker: Any, settings: CheckpointConfig, role: str) -> None:
     """Restore one worker from ``folder`` with only its ``checkpoint.load_contents``.
 
     A content the checkpoint lacks is refused; one left out keeps the worker's live value

@@ -29,7 +29,13 @@ from engine.algorithms.rollout_correction import (
     correction_settings,
     rollout_correction_active,
 )
-from engine.config import PPOConfig, config_to_dict, resolve_config, validate_config
+from engine.config import (
+    AlgorithmConfig,
+    PPOConfig,
+    config_to_dict,
+    resolve_config,
+    validate_config,
+)
 from engine.config.fields import resolved
 from engine.data import DataProto
 from engine.data.dataset import collate_prompts
@@ -66,7 +72,9 @@ from engine.trainer.samples import sample_records
 from engine.trainer.trackers import default_recorders
 
 
-def compute_advantage(batch: DataProto, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_advantage(
+    batch: DataProto, algorithm: AlgorithmConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Return ``(advantages, returns)`` (bs, R) from the estimator named in the config.
 
     Each estimator takes the subset of the batch's tensors and hyper-parameters its signature
