@@ -100,8 +100,9 @@ def _resolve_typed_references(data: dict) -> dict:
             if name not in _fields(cls):
                 continue
             tp, key = _fields(cls)[name][1], prefix + str(name)
-            if _is_section(tp) and isinstance(value, str) and _REFERENCE.fullmatch(value):
-                value = lookup(_REFERENCE.fullmatch(value).group(1), key)  # a whole section
+            whole = _REFERENCE.fullmatch(value) if isinstance(value, str) else None
+            if _is_section(tp) and whole:
+                value = lookup(whole.group(1), key)  # a whole section
                 if value is None:
                     del out[name]
                     continue
