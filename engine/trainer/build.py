@@ -15,6 +15,7 @@ import torch
 
 from engine.algorithms.kl import KLController, get_kl_controller
 from engine.config import ConfigValidationError
+from engine.config.files import paths_of
 from engine.config.reward import in_process_reward_model_problems
 from engine.data.dataset import RLHFDataset
 from engine.data.loader import PromptDataLoader
@@ -84,11 +85,19 @@ def build_datasets(config: Any, tokenizer: Any) -> tuple[RLHFDataset, RLHFDatase
     """Return the training dataset and the validation one (None without ``data.val_files``)."""
     data = config.data
     train = RLHFDataset(
-        resolve_files(data.train_files), tokenizer, data, max_samples=data.train_max_samples
+        resolve_files(paths_of(data.train_files)),
+        tokenizer,
+        data,
+        max_samples=data.train_max_samples,
+        names=paths_of(data.train_files),
     )
     val = (
         RLHFDataset(
-            resolve_files(data.val_files), tokenizer, data, max_samples=data.val_max_samples
+            resolve_files(paths_of(data.val_files)),
+            tokenizer,
+            data,
+            max_samples=data.val_max_samples,
+            names=paths_of(data.val_files),
         )
         if data.val_files
         else None
