@@ -215,18 +215,30 @@ def studio_config_errors(*, owner: Any, config: PPOConfig) -> list[ConfigFieldEr
 def config_check(*, owner: Any, config: PPOConfig) -> list[str]:
     """Validate ``config`` with the engine and the studio's rules; return the engine's warnings.
 
+    First every upload the config names gets its dataset's key map and data_source
+    (``attach_dataset_maps``, which changes ``config``: it is what the run will read); then the
+    data files are checked against their key maps, rewards and prompt length
+    (``webapp.experiments.datachecks``).
+
     Raise ``ConfigValidationError`` listing every problem of both. Where the studio refuses a
     key, the engine's findings on it are left out: whether a file the owner may not read exists
     is none of their business.
     """
+    from webapp.experiments.datachecks import attach_dataset_maps, data_contract_problems
+
+    attach_dataset_maps(owner=owner, config=config)
     studio = studio_config_errors(owner=owner, config=config)
     refused = {error.key for error in studio}
     try:
         warnings, engine = validate_config(config, check_files=True), []
     except ConfigValidationError as exc:
         warnings, engine = exc.warnings, [e for e in exc.errors if e.key not in refused]
-    if engine or studio:
-        raise ConfigValidationError([*engine, *studio], warnings)
+    contract, contract_warnings = data_contract_problems(
+        config=config, skip=refused | {e.key for e in engine}
+    )
+    warnings = [*warnings, *contract_warnings]
+    if engine or studio or contract:
+        raise ConfigValidationError([*engine, *studio, *contract], warnings)
     return warnings
 
 

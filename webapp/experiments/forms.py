@@ -47,7 +47,10 @@ from webapp.experiments.tags import clean_tags as tags_cleaned
 
 CUSTOM_REWARD_KEYS = ("custom_reward_function.path", "custom_reward_function.name")
 COMPONENTS_KEY = "reward.components"
-HIDDEN_KEYS = (*STUDIO_MANAGED_KEYS, *CUSTOM_REWARD_KEYS, COMPONENTS_KEY)
+# Each upload's own key map and data_source come from its dataset (``attach_dataset_maps``).
+DATASET_KEYS = ("data.file_key_maps", "data.file_data_sources")
+DATASET_PICKERS = {"data.train_files": "train_dataset", "data.val_files": "val_dataset"}
+HIDDEN_KEYS = (*STUDIO_MANAGED_KEYS, *CUSTOM_REWARD_KEYS, COMPONENTS_KEY, *DATASET_KEYS)
 
 
 def shown_in_form(spec: FieldSpec) -> bool:
@@ -297,10 +300,8 @@ class ExperimentForm(forms.Form):
             self._set(config, spec.key, value, name)
         for key, name in (("data.train_files", "train_dataset"), ("data.val_files", "val_dataset")):
             dataset = cleaned.get(name)
-            if dataset is not None:
+            if dataset is not None:  # its key map and data_source: ``config_check``
                 self._set(config, key, dataset.path, name)
-                if name == "train_dataset" and dataset.key_map:
-                    self._set(config, "data.data_key_map", dict(dataset.key_map), name)
         function = self.reward_functions.get(cleaned.get("custom_reward") or "")
         if function is not None:
             self._set(config, "custom_reward_function.path", function.path, "custom_reward")
@@ -332,6 +333,11 @@ class ExperimentForm(forms.Form):
             return f"{box}__{active[index]}" if index < len(active) else None
         if key in CUSTOM_REWARD_KEYS:
             return "custom_reward"
+        picker = DATASET_PICKERS.get(key)
+        if picker and getattr(self, "cleaned_data", {}).get(picker) is not None:
+            return picker  # the file is the dataset picked there
+        if key in DATASET_KEYS:
+            return "train_dataset"
         name = field_name(key)
         return name if name in self.fields or key == "name" else None
 
