@@ -118,3 +118,22 @@ def test_the_builder_page_shows_the_contract_errors_next_to_the_data_files(clien
     response = client_in.post(reverse("experiments:new"), data)
     assert response.status_code == 400
     assert "has no reward" in response.context["form"].errors["train_dataset"][0]
+
+
+def test_a_sweep_member_whose_prompts_do_not_fit_is_refused_by_name(owner):
+    from webapp.experiments.services import experiment_create
+    from webapp.sweeps.services import SweepInvalid, sweep_create
+
+    long = [{"question": "1+" * 40 + "1=", "answer": "41"}]
+    dataset = upload(owner, SUMS + long)
+    experiment = experiment_create(
+        owner=owner,
+        name="mine",
+        config=tiny_config(data__train_files=dataset.path, data__max_prompt_length=128),
+    )
+    spec = {"mode": "grid", "params": {"data.max_prompt_length": [40, 128]}}
+    with pytest.raises(SweepInvalid) as caught:
+        sweep_create(experiment=experiment, name="lengths", spec=spec, concurrency=1)
+    message = str(caught.value)
+    assert "member 1 of 2 (data.max_prompt_length=40)" in message
+    assert "1 of the " in message and "prompts sampled" in message and "member 2" not in message
