@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import re
+import warnings
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -284,16 +285,25 @@ def preset_load(name: str) -> PPOConfig:
     return load_config(name)
 
 
-def config_import_yaml(text: str) -> PPOConfig:
-    """Read a config from YAML text as the CLI would, allowing ``defaults:`` to name presets only.
+def config_import_yaml(text: str, *, base: str = "") -> PPOConfig:
+    """Read a config from pasted text as the CLI would: YAML (sections or dotted keys, with
+    ``defaults:`` naming presets only), or verl's ``key=value`` override lines (one per line, or
+    a ``python3 -m verl.trainer.main_ppo ...`` command line) applied to the preset ``base``
+    (verl's ``ppo_trainer`` defaults when empty).
 
-    Raise ``ConfigError`` with the engine's message when the YAML is not a valid config.
+    Raise ``ConfigError`` (a ``ConfigValidationError`` listing every bad line for overrides) with
+    the engine's message when the text is not a valid config.
     """
-    from engine.config import ConfigError, config_from_yaml
+    from engine.config import ConfigError, config_from_yaml, override_lines
     from engine.config.yaml_io import yaml_load
 
-    data = yaml_load(text, "the imported YAML")
-    if isinstance(data, dict):
+    try:
+        data = yaml_load(text, "the imported YAML")
+    except ConfigError as exc:
+        data, problem = None, exc
+    else:
+        problem = None
+    if isinstance(data, dict) and not any("=" in str(key) for key in data):
         entries = data.get("defaults", [])
         entries = (entries if isinstance(entries, list) else [entries]) + (
             [data["base"]] if "base" in data else []
@@ -306,4 +316,20 @@ def config_import_yaml(text: str) -> PPOConfig:
                     f"defaults entry {entry!r}: an imported config may build only on the "
                     f"presets ({', '.join(presets)})"
                 )
-    return config_from_yaml(text)
+        return config_from_yaml(text)
+    overrides = override_lines(text)
+    if overrides is None:
+        raise problem or ConfigError(
+            "the text is neither YAML sections (data:, trainer:, ...) nor key=value override "
+            "lines (algorithm.adv_estimator=grpo, one per line, as on verl's command line)"
+        )
+    return _config_from_overrides(base or "ppo_trainer", overrides)
+
+
+def _config_from_overrides(base: str, overrides: list[str]) -> PPOConfig:
+    from engine.config import load_config
+
+    preset_load(base)  # refuses a name that is not a preset
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # +key for unknown keys: kept in extras, as the CLI does
+        return load_config(base, overrides, all_errors=True)

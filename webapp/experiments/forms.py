@@ -222,6 +222,21 @@ class ExperimentForm(forms.Form):
                 initial[f"reward_kwargs__{component.name}"] = value_text(component.kwargs)
         return initial
 
+    @staticmethod
+    def initial_from_post(form: ExperimentForm, data: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the builder's values as posted, as initial values (empty when none came)."""
+        if "name" not in data:
+            return {}
+        initial: dict[str, Any] = {}
+        for name, field in form.fields.items():
+            if isinstance(field, forms.MultipleChoiceField):
+                initial[name] = data.getlist(name) if hasattr(data, "getlist") else data.get(name)
+            elif isinstance(field, forms.BooleanField):
+                initial[name] = data.get(name) not in (None, "", "false", "off")
+            elif name in data:
+                initial[name] = data.get(name)
+        return initial
+
     # -- building the config -------------------------------------------------------------------
     def _refuse(self, field: str, error: YamlLimitError) -> None:
         """Show a field's text the YAML reader refused (an alias, a huge value), and stop there.
@@ -368,12 +383,26 @@ class ExperimentForm(forms.Form):
         ]
 
 
-class YamlImportForm(forms.Form):
-    """A config in YAML, pasted or uploaded, to open in the builder."""
+BUILDER = {"form": "builder-form"}
 
-    yaml_file = forms.FileField(required=False, label="YAML file")
+
+class YamlImportForm(forms.Form):
+    """A config in YAML or verl's key=value lines, pasted or uploaded, to open in the builder.
+
+    Its fields belong to the builder's form (``form="builder-form"``), so an import posts the
+    builder's values too and a refused import gives them back unchanged.
+    """
+
+    yaml_file = forms.FileField(
+        required=False, label="YAML file", widget=forms.ClearableFileInput(attrs=BUILDER)
+    )
     yaml_text = forms.CharField(
-        required=False, widget=forms.Textarea(attrs={"rows": 6}), label="or paste YAML"
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 6, **BUILDER}),
+        label="or paste YAML or key=value lines",
+        help_text="YAML sections or dotted keys (algorithm.adv_estimator: grpo), or verl's "
+        "command-line overrides, one per line (algorithm.adv_estimator=grpo, +key=value); "
+        "override lines apply to the preset open in the builder.",
     )
 
     def clean(self) -> dict[str, Any]:

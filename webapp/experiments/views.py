@@ -193,10 +193,16 @@ def builder_preview(request: HttpRequest) -> JsonResponse:
 @login_required
 @require_POST
 def experiment_import(request: HttpRequest) -> HttpResponse:
+    """Open imported YAML or key=value lines in the builder; when the text is refused, keep what
+    the builder held (its fields come with the import) and list every problem of the text."""
     import_form = YamlImportForm(request.POST, request.FILES)
+    preset = request.POST.get("preset", "")
     if import_form.is_valid():
         try:
-            config = config_import_yaml(import_form.cleaned_data["text"])
+            config = config_import_yaml(import_form.cleaned_data["text"], base=preset)
+        except ConfigValidationError as exc:
+            for error in exc.errors:
+                import_form.add_error(None, str(error))
         except ConfigError as exc:
             import_form.add_error(None, str(exc))
         else:
@@ -205,11 +211,12 @@ def experiment_import(request: HttpRequest) -> HttpResponse:
                 if config.trainer.experiment_name != "default"
                 else ""
             )
-            return builder_for_config(request, config, name=name, source="imported YAML")
-    form = ExperimentForm(
-        owner=request.user,
-        initial={**ExperimentForm.initial_from_config(PPOConfig(), request.user), "launch": True},
-    )
+            return builder_for_config(request, config, name=name, source="imported text")
+    form = ExperimentForm(owner=request.user)
+    form.initial = ExperimentForm.initial_from_post(form, request.POST)
+    if not form.initial:  # the import came without the builder's fields (an old page)
+        form.initial = ExperimentForm.initial_from_config(PPOConfig(), request.user)
+    form.initial.setdefault("launch", True)
     return render_builder(request, form, import_form=import_form, status=400)
 
 
