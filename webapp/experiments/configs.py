@@ -243,6 +243,30 @@ def config_check(*, owner: Any, config: PPOConfig) -> list[str]:
     return warnings
 
 
+def missing_files(config: PPOConfig) -> list[tuple[str, str]]:
+    """Return (key, value) for each model folder or data file ``config`` names that this server
+    does not have (a preset written for a GPU machine); ``tiny://`` and remote paths excluded."""
+    missing = []
+    for key in resource_keys("path"):
+        for value in _values(get_value(config, key)):
+            if value.startswith(_TINY) or "://" in value or "${" in value:
+                continue
+            if not Path(value).expanduser().exists():
+                missing.append((key, value))
+    return missing
+
+
+def model_roots_text() -> str:
+    """Return where a model folder may be, for a notice: the model roots, or who sets them."""
+    roots = [entry for entry, _ in model_roots()]
+    if roots:
+        return f"a Hugging Face model folder under {', '.join(roots)} (POSTTRAIN_MODEL_ROOTS)"
+    return (
+        "a Hugging Face model folder under one of the model roots an administrator lists in "
+        "POSTTRAIN_MODEL_ROOTS (none yet), or at tiny://model"
+    )
+
+
 # -- presets and YAML import -------------------------------------------------------------------
 
 PRESET_LABELS = {

@@ -137,6 +137,18 @@ def _number_attrs(spec: FieldSpec) -> dict[str, Any]:
     return attrs
 
 
+class DatasetSelect(forms.Select):
+    """A dataset picker whose options carry the file's path, so the page can show it in
+    data.train_files / data.val_files as soon as a dataset is picked."""
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        instance = getattr(value, "instance", None)
+        if instance is not None:
+            option["attrs"]["data-path"] = instance.path
+        return option
+
+
 class ExperimentForm(forms.Form):
     """Name, tags and the whole engine config; ``clean`` leaves the parsed config in ``config``."""
 
@@ -146,10 +158,16 @@ class ExperimentForm(forms.Form):
     tags = forms.CharField(required=False, help_text="Comma-separated, e.g. grpo, tiny.")
     launch = forms.BooleanField(required=False, initial=True, label="Launch a run now")
     train_dataset = forms.ModelChoiceField(
-        queryset=None, required=False, help_text="One of your uploads; sets data.train_files."
+        queryset=None,
+        required=False,
+        widget=DatasetSelect(attrs={"data-sets": "data__train_files"}),
+        help_text="One of your uploads; sets data.train_files (read with the upload's key map).",
     )
     val_dataset = forms.ModelChoiceField(
-        queryset=None, required=False, help_text="One of your uploads; sets data.val_files."
+        queryset=None,
+        required=False,
+        widget=DatasetSelect(attrs={"data-sets": "data__val_files"}),
+        help_text="One of your uploads; sets data.val_files (read with the upload's key map).",
     )
     custom_reward = forms.ChoiceField(
         required=False,
@@ -164,6 +182,9 @@ class ExperimentForm(forms.Form):
         self.owner = owner
         self.config: PPOConfig | None = None
         self.refused = False  # a field's YAML was refused (see ``_refuse``)
+        self.unset: dict[
+            str, tuple[Any, str]
+        ] = {}  # key -> (text, why): the config kept its default
         self.warnings: list[str] = []
         datasets = dataset_list_for_user(user=owner)
         self.fields["train_dataset"].queryset = datasets
@@ -253,6 +274,7 @@ class ExperimentForm(forms.Form):
             self._refuse(field, exc)
         except ConfigFieldError as exc:
             self.add_error(field, exc.message)
+            self.unset[key] = (value, exc.message)
 
     def _schema_value(self, spec: FieldSpec, raw: Any) -> Any:
         if isinstance(raw, list) and not raw and spec.nullable:
@@ -311,6 +333,7 @@ class ExperimentForm(forms.Form):
                 continue
             except ConfigError as exc:
                 self.add_error(name, str(exc))
+                self.unset[spec.key] = (cleaned[name], str(exc))
                 continue
             self._set(config, spec.key, value, name)
         for key, name in (("data.train_files", "train_dataset"), ("data.val_files", "val_dataset")):
@@ -369,12 +392,35 @@ class ExperimentForm(forms.Form):
             self.add_error(name, item.message if name else str(item))
 
     def field_groups(self, advanced: bool) -> list[tuple[str, list[forms.BoundField]]]:
-        """Return (label, bound fields) per schema group, basic or advanced fields only."""
+        """Return (label, bound fields) per schema group, basic or advanced fields only; the
+        algorithm first, as it decides which of the other sections matter (the critic's)."""
         groups: dict[str, list[forms.BoundField]] = {}
-        for spec in self.specs:
+        for spec in sorted(self.specs, key=lambda s: s.group != "algorithm"):
             if spec.advanced == advanced:
                 groups.setdefault(spec.group, []).append(self[field_name(spec.key)])
         return [(GROUP_LABELS.get(g, g), fields) for g, fields in groups.items()]
+
+    def error_summary(self) -> list[tuple[str, str, str]]:
+        """Return (anchor, what, message) for every error, in the page's order, for the summary
+        at the top of the builder: a field's anchor is its input's id, the form's is empty."""
+        order = [
+            "name", "description", "tags", "train_dataset", "val_dataset",
+            *(f"reward_weight__{n}" for n in self.reward_names),
+            *(f"reward_kwargs__{n}" for n in self.reward_names), "custom_reward",
+            *(field_name(s.key) for s in self.specs if not s.advanced and s.group == "algorithm"),
+            *(field_name(s.key) for s in self.specs if not s.advanced and s.group != "algorithm"),
+            *(field_name(s.key) for s in self.specs if s.advanced),
+        ]  # fmt: skip
+        rank = {name: i for i, name in enumerate(order)}
+        summary = [("", "", str(m)) for m in self.non_field_errors()]
+        for name in sorted(
+            (n for n in self.errors if n != "__all__"), key=lambda n: rank.get(n, len(rank))
+        ):
+            bound = self[name]
+            spec_key = name.replace("__", ".")
+            what = spec_key if spec_key in {s.key for s in self.specs} else str(bound.label)
+            summary += [(bound.auto_id or "", what, str(m)) for m in self.errors[name]]
+        return summary
 
     def reward_rows(self) -> list[tuple[forms.BoundField, forms.BoundField]]:
         """Return (weight, kwargs) bound fields per built-in reward, for the composite table."""
