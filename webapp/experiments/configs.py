@@ -310,7 +310,14 @@ def preset_load(name: str) -> PPOConfig:
 
 
 def config_import_yaml(text: str, *, base: str = "") -> PPOConfig:
-    """Read a config from pasted text as the CLI would: YAML (sections or dotted keys, with
+    """Return ``config_import``'s config."""
+    return config_import(text, base=base)[0]
+
+
+def config_import(text: str, *, base: str = "") -> tuple[PPOConfig, str]:
+    """Return the config and the preset it builds on ("" for none).
+
+    Read a config from pasted text as the CLI would: YAML (sections or dotted keys, with
     ``defaults:`` naming presets only), or verl's ``key=value`` override lines (one per line, or
     a ``python3 -m verl.trainer.main_ppo ...`` command line) applied to the preset ``base``
     (verl's ``ppo_trainer`` defaults when empty).
@@ -333,21 +340,22 @@ def config_import_yaml(text: str, *, base: str = "") -> PPOConfig:
             [data["base"]] if "base" in data else []
         )
         presets = dict(list_presets())
-        for entry in entries:
-            name = str(entry).removesuffix(".yaml").removesuffix(".yml")
+        names = [str(e).removesuffix(".yaml").removesuffix(".yml") for e in entries]
+        for entry, name in zip(entries, names, strict=True):
             if entry != "_self_" and name not in presets:
                 raise ConfigError(
                     f"defaults entry {entry!r}: an imported config may build only on the "
                     f"presets ({', '.join(presets)})"
                 )
-        return config_from_yaml(text)
+        built_on = [n for n in names if n != "_self_"]
+        return config_from_yaml(text), built_on[-1] if len(built_on) == 1 else ""
     overrides = override_lines(text)
     if overrides is None:
         raise problem or ConfigError(
             "the text is neither YAML sections (data:, trainer:, ...) nor key=value override "
             "lines (algorithm.adv_estimator=grpo, one per line, as on verl's command line)"
         )
-    return _config_from_overrides(base or "ppo_trainer", overrides)
+    return _config_from_overrides(base or "ppo_trainer", overrides), base
 
 
 def _config_from_overrides(base: str, overrides: list[str]) -> PPOConfig:

@@ -26,7 +26,7 @@ from engine.config.tree import put
 from webapp.experiments.configs import (
     DEFAULT_PRESET,
     as_config,
-    config_import_yaml,
+    config_import,
     list_presets,
     missing_files,
     model_roots_text,
@@ -256,7 +256,7 @@ def experiment_import(request: HttpRequest) -> HttpResponse:
     preset = request.POST.get("preset", "")
     if import_form.is_valid():
         try:
-            config = config_import_yaml(import_form.cleaned_data["text"], base=preset)
+            config, built_on = config_import(import_form.cleaned_data["text"], base=preset)
         except ConfigValidationError as exc:
             for error in exc.errors:
                 import_form.add_error(None, str(error))
@@ -268,7 +268,9 @@ def experiment_import(request: HttpRequest) -> HttpResponse:
                 if config.trainer.experiment_name != "default"
                 else ""
             )
-            return builder_for_config(request, config, name=name, source="imported text")
+            return builder_for_config(
+                request, config, name=name, preset=built_on, source="imported text"
+            )
     form = ExperimentForm(owner=request.user)
     form.initial = ExperimentForm.initial_from_post(form, request.POST)
     if not form.initial:  # the import came without the builder's fields (an old page)
