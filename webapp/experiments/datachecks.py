@@ -34,6 +34,12 @@ from engine.data.preview import DatasetPreview, preview_untrusted
 from engine.rewards.names import DATA_SOURCE_SCORERS
 
 SAMPLE_ROWS = 64
+TOKENIZER_KEYS = (
+    "data.tokenizer",
+    "actor_rollout_ref.model.path",
+    "actor_rollout_ref.model.tokenizer_path",
+    "actor_rollout_ref.model.custom_chat_template",
+)
 _TINY = "tiny://"
 _SAMPLES: dict[tuple[Any, ...], DatasetPreview] = {}
 _MAX_CACHED = 64
@@ -120,8 +126,8 @@ def prompt_lengths(config: PPOConfig, prompts: list[list[dict[str, Any]]]) -> li
     """Return each prompt's length in tokens as the run renders it, or None when the tokenizer
     cannot be loaded here."""
     model = config.actor_rollout_ref.model
-    if config.data.trust_remote_code or model.trust_remote_code:
-        return None  # never run a model folder's code in the web process
+    if config.data.trust_remote_code or model.trust_remote_code or model.custom_chat_template:
+        return None  # never run a member's code or template in the web process
     folder = config.data.tokenizer or model.tokenizer_path or model.path
     try:
         local = _local(str(folder))
@@ -130,14 +136,11 @@ def prompt_lengths(config: PPOConfig, prompts: list[list[dict[str, Any]]]) -> li
         tokenizer = _tokenizer(str(local.resolve()))
     except (OSError, ValueError):
         return None
-    template = model.custom_chat_template or tokenizer.chat_template
-    if template is None:
+    if tokenizer.chat_template is None:
         return None
     kwargs = dict(config.data.apply_chat_template_kwargs or {})
     texts = [
-        tokenizer.apply_chat_template(
-            p, chat_template=template, add_generation_prompt=True, tokenize=False, **kwargs
-        )
+        tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False, **kwargs)
         for p in prompts
     ]
     return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
@@ -210,7 +213,8 @@ def data_contract_problems(
             key_map = data.file_key_maps.get(file, data.data_key_map)
             sample = sample_file(local, dict(key_map), data.file_data_sources.get(file, ""))
             if sample.errors:
-                message = f"{sample.errors[0]} (it is read with {_map_origin(config, file)})"
+                found = sample.errors[0].replace(str(local), file)  # as typed, not the cache's
+                message = f"{found} (it is read with {_map_origin(config, file)})"
                 errors.append(ConfigFieldError(key, file, message))
                 continue
             prompts += sample.prompts
@@ -226,8 +230,14 @@ def data_contract_problems(
                         "or choose a custom reward function that scores it",
                     )
                 )
-    if prompts and "actor_rollout_ref.model.path" not in skip and "data.tokenizer" not in skip:
+    if prompts and not set(skip) & set(TOKENIZER_KEYS):
         lengths = prompt_lengths(resolved, prompts)
+        if lengths is None:
+            warnings.append(
+                "prompt lengths were not checked against data.max_prompt_length: the tokenizer "
+                "cannot be read here (a custom chat template, remote code, or no folder yet); "
+                "the run checks them when it loads the data"
+            )
         if lengths is not None:
             error, warning = _length_problem(config, lengths)
             errors += [error] if error else []

@@ -137,3 +137,16 @@ def test_a_sweep_member_whose_prompts_do_not_fit_is_refused_by_name(owner):
     message = str(caught.value)
     assert "member 1 of 2 (data.max_prompt_length=40)" in message
     assert "1 of the " in message and "prompts sampled" in message and "member 2" not in message
+
+
+def test_a_custom_chat_template_is_not_rendered_in_the_web_process(owner):
+    """A member's Jinja template could loop for minutes: the run measures those prompts."""
+    long = [{"question": "1+" * 40 + "1=", "answer": "41"}]
+    dataset = upload(owner, SUMS + long)
+    config = tiny_config(
+        data__train_files=dataset.path,
+        data__max_prompt_length=40,
+        actor_rollout_ref__model__custom_chat_template="{% for m in messages %}{{ m.content }}{% endfor %}",
+    )
+    warnings = config_check(owner=owner, config=config)
+    assert any("prompt lengths were not checked" in w for w in warnings)
