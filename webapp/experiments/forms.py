@@ -149,6 +149,15 @@ class DatasetSelect(forms.Select):
         return option
 
 
+class DatasetChoiceField(forms.ModelChoiceField):
+    """An upload, labelled with how the run reads it: its key map and data_source."""
+
+    def label_from_instance(self, obj: Any) -> str:
+        mapped = ", ".join(f"{target}←{column}" for target, column in obj.key_map.items())
+        source = f"data_source {obj.data_source}" if obj.data_source else "data_source: its column"
+        return f"{obj.name} ({'; '.join(p for p in (mapped, source) if p)})"
+
+
 class ExperimentForm(forms.Form):
     """Name, tags and the whole engine config; ``clean`` leaves the parsed config in ``config``."""
 
@@ -157,13 +166,13 @@ class ExperimentForm(forms.Form):
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
     tags = forms.CharField(required=False, help_text="Comma-separated, e.g. grpo, tiny.")
     launch = forms.BooleanField(required=False, initial=True, label="Launch a run now")
-    train_dataset = forms.ModelChoiceField(
+    train_dataset = DatasetChoiceField(
         queryset=None,
         required=False,
         widget=DatasetSelect(attrs={"data-sets": "data__train_files"}),
         help_text="One of your uploads; sets data.train_files (read with the upload's key map).",
     )
-    val_dataset = forms.ModelChoiceField(
+    val_dataset = DatasetChoiceField(
         queryset=None,
         required=False,
         widget=DatasetSelect(attrs={"data-sets": "data__val_files"}),

@@ -23,6 +23,7 @@ from engine.config import (
     config_to_yaml,
 )
 from engine.config.tree import put
+from engine.rewards.names import DATA_SOURCE_SCORERS
 from webapp.experiments.configs import (
     DEFAULT_PRESET,
     as_config,
@@ -121,6 +122,7 @@ def render_builder(
         "basic_groups": form.field_groups(advanced=False),
         "advanced_groups": form.field_groups(advanced=True),
         "reward_rows": form.reward_rows(),
+        "scored_sources": list(DATA_SOURCE_SCORERS),
         **(extra or {}),
     }
     return render(request, "experiments/builder.html", context, status=status)

@@ -150,3 +150,10 @@ def test_a_custom_chat_template_is_not_rendered_in_the_web_process(owner):
     )
     warnings = config_check(owner=owner, config=config)
     assert any("prompt lengths were not checked" in w for w in warnings)
+
+
+def test_the_builder_says_how_each_upload_is_read_and_which_sources_have_a_reward(client_in, owner):
+    upload(owner, SUMS)
+    html = client_in.get(reverse("experiments:new")).content.decode()
+    assert "sums (prompt←question, ground_truth←answer; data_source tiny_arithmetic)" in html
+    assert "The data_source values with a reward: <code>openai/gsm8k</code>" in html
