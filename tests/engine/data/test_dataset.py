@@ -325,3 +325,23 @@ def test_omegaconf_section_with_nulls_takes_verl_defaults(tmp_path, char_tokeniz
         "prompt",
     )
     assert dataset[0]["input_ids"].tolist() == expected_ids(char_tokenizer, "ab")
+
+
+def test_build_datasets_reads_an_upload_with_its_map_beside_the_tiny_validation_set(
+    tmp_path, char_tokenizer
+):
+    """The studio's case: the preset's tiny://val.parquet kept beside an uploaded train set."""
+    from engine.config import load_config
+    from engine.trainer.build import build_datasets
+
+    upload = write_jsonl(tmp_path / "mine.jsonl", [{"question": "2*3=", "answer": "6"}] * 4)
+    config = load_config("grpo_tiny")
+    config.data.train_files = str(upload)
+    config.data.max_prompt_length = 512
+    config.data.file_key_maps = {str(upload): QA_MAP}
+    config.data.file_data_sources = {str(upload): "tiny_arithmetic"}
+    train, val = build_datasets(config, char_tokenizer)
+    assert train[0]["data_source"] == "tiny_arithmetic"
+    assert train[0]["reward_model"]["ground_truth"] == "6"
+    assert val is not None and len(val) > 0
+    assert val[0]["data_source"] == "tiny_arithmetic"  # the tiny task's own column
