@@ -102,9 +102,14 @@ def parse_key_map(text: str) -> dict[str, str]:
     return key_map
 
 
-def check_data_files(data_files: list[str], key_map: dict[str, str]) -> list[str]:
+def check_data_files(
+    data_files: list[str],
+    key_map: dict[str, str],
+    file_key_maps: dict[str, dict[str, str]] | None = None,
+) -> list[str]:
     """Return the local paths of ``--data``; EvalError for a file that is missing, of an
-    unknown type, or whose first row lacks a column the prompt or ``--key-map`` needs."""
+    unknown type, or whose first row lacks a column the prompt or its key map needs (its own
+    in ``file_key_maps``, else ``key_map``)."""
     paths = []
     for name in data_files:
         try:
@@ -121,7 +126,7 @@ def check_data_files(data_files: list[str], key_map: dict[str, str]) -> list[str
             location, row = next(iter_raw_rows(path), ("", None))
         except DatasetError as exc:  # the message names the file
             raise EvalError(f"--data: {exc}") from None
-        columns = {"prompt": "prompt", **key_map}
+        columns = {"prompt": "prompt", **(file_key_maps or {}).get(name, key_map)}
         for target, column in columns.items():
             if row is not None and column not in row:
                 raise EvalError(
@@ -141,20 +146,27 @@ def load_prompts(
     data_key_map: dict[str, str],
     max_samples: int | None,
     seed: int,
+    names: list[str] | None = None,
+    file_key_maps: dict[str, dict[str, str]] | None = None,
+    file_data_sources: dict[str, str] | None = None,
 ) -> RLHFDataset:
     """Return the prompts to score: every row, or ``max_samples`` of them drawn as a run's
-    ``data.val_max_samples`` draws them (``data.shuffle`` on, ``data.seed=seed``)."""
+    ``data.val_max_samples`` draws them (``data.shuffle`` on, ``data.seed=seed``); ``names``
+    (the files as given, ``tiny://val.parquet``) look up a run's per-file key maps and
+    data_sources."""
     data_config = DataConfig(
         max_prompt_length=max_prompt_length,
         truncation="left",
         filter_overlong_prompts=False,
         data_key_map=data_key_map,
+        file_key_maps=file_key_maps or {},
+        file_data_sources=file_data_sources or {},
         prompt_key="prompt",
         reward_fn_key="data_source",
         shuffle=True,
         seed=seed,
     )
-    return RLHFDataset(paths, tokenizer, data_config, max_samples=max_samples or -1)
+    return RLHFDataset(paths, tokenizer, data_config, max_samples=max_samples or -1, names=names)
 
 
 def model_folder(path: str) -> str:
@@ -184,8 +196,13 @@ def evaluate(
     device: str = "auto",
     seed: int = 1,
     max_samples: int | None = None,
+    file_key_maps: dict[str, dict[str, str]] | None = None,
+    file_data_sources: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Return greedy accuracy and, for ``n`` > 1, mean@n and best@n per data source.
+
+    ``file_key_maps`` / ``file_data_sources``: a run's ``data.file_key_maps`` and
+    ``data.file_data_sources``, by the file names of ``data_files``.
 
     ``max_samples`` scores that many prompts of the files (see the module docstring); ``seed``
     seeds that draw and the sampled pass. EvalError for an argument it cannot use.
@@ -202,7 +219,7 @@ def evaluate(
         device=device,
     )
     folder = model_folder(model)
-    paths = check_data_files(list(data_files), data_key_map or {})
+    paths = check_data_files(list(data_files), data_key_map or {}, file_key_maps)
     torch_device = resolve_device(device)
     tokenizer = load_tokenizer(ModelConfig(path=folder))
     dataset = load_prompts(
@@ -212,6 +229,9 @@ def evaluate(
         data_key_map=data_key_map or {},
         max_samples=max_samples,
         seed=seed,
+        names=list(data_files),
+        file_key_maps=file_key_maps,
+        file_data_sources=file_data_sources,
     )
     policy = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     # transformers wraps PreTrainedModel.to with functools.wraps, whose typeshed stub does not

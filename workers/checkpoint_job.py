@@ -74,6 +74,8 @@ def run_job(job_id: int) -> str:
                 max_response_length=data.get("max_response_length", 256),
                 data_key_map=job.key_map or {},
                 seed=data.get("seed", 1),
+                file_key_maps=options.get("file_key_maps") or {},
+                file_data_sources=options.get("file_data_sources") or {},
             )
     except Exception as exc:
         logger.exception("%s failed", job)

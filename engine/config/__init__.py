@@ -36,7 +36,7 @@ from engine.config.fields import ConfigError, ConfigFieldError, ConfigValidation
 from engine.config.introspect import FieldSpec, get_value, iter_field_specs, set_value
 from engine.config.keys import config_to_dict
 from engine.config.loader import config_from_dict, config_from_yaml, config_to_yaml, load_config
-from engine.config.overrides import apply_overrides, parse_override
+from engine.config.overrides import apply_overrides, override_lines, parse_override
 from engine.config.resolve import resolve_config
 from engine.config.reward import RewardComponent, RewardConfig
 from engine.config.rollout import RolloutConfig
@@ -63,6 +63,7 @@ __all__ = [
     "RolloutConfig",
     "TrainerConfig",
     "apply_overrides",
+    "override_lines",
     "config_from_dict",
     "config_from_yaml",
     "config_to_dict",

@@ -83,6 +83,17 @@ class DataConfig(_Section):
     data_key_map: dict[str, str] = _f(
         {}, "Column mapping target->source, e.g. {prompt: question, ground_truth: answer}."
     )
+    file_key_maps: dict[str, dict[str, str]] = _f(
+        {},
+        "Column maps of single files, {file: {target: column}}, as the file is named in "
+        "train_files/val_files; a file listed here is read with its own map instead of "
+        "data_key_map (an upload's map then never touches the preset's validation set).",
+    )
+    file_data_sources: dict[str, str] = _f(
+        {},
+        "data_source of single files' rows that have no data_source column, {file: name} (a "
+        "name the default reward scores); unlisted files use their file name, as verl does.",
+    )
     use_shm: bool = _inert(False, "Copy the data through shared memory first.")
     train_max_samples: int = _f(
         -1,
@@ -159,6 +170,28 @@ def data_problems(v: Validation) -> list[ConfigFieldError]:
                     "column (e.g. data.data_key_map.prompt=question)",
                 )
             )
+    named = set(paths_of(data.train_files)) | set(paths_of(data.val_files))
+    for file, key_map in data.file_key_maps.items():
+        for target, column in key_map.items():
+            if target not in DATA_KEY_MAP_TARGETS or not column:
+                errors.append(
+                    ConfigFieldError(
+                        "data.file_key_maps",
+                        {file: key_map},
+                        f"{file}: targets are {', '.join(DATA_KEY_MAP_TARGETS)}, each mapped to a "
+                        "source column (e.g. {prompt: question})",
+                    )
+                )
+    for key, mapping in (
+        ("data.file_key_maps", data.file_key_maps),
+        ("data.file_data_sources", data.file_data_sources),
+    ):
+        for file in mapping:
+            if file not in named:
+                v.warnings.append(
+                    f"{key} names {file}, which is in neither data.train_files nor "
+                    "data.val_files; its entry is not used"
+                )
     if data.gen_batch_size is not None and not v.cfg.algorithm.filter_groups.enable:
         errors.append(
             ConfigFieldError(

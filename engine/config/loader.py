@@ -22,7 +22,7 @@ from engine.config.keys import _from_dict, config_to_dict
 from engine.config.overrides import _applied
 from engine.config.resolve import _resolve_typed_references
 from engine.config.schema import PPOConfig
-from engine.config.tree import deep_merge
+from engine.config.tree import deep_merge, expand_dotted_keys
 from engine.config.yaml_io import yaml_load
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -45,7 +45,11 @@ def config_from_yaml(text: str) -> PPOConfig:
     """Build a PPOConfig from YAML text (hydra ``defaults:`` name presets in engine/configs)."""
     data = yaml_load(text) or {}
     if not isinstance(data, dict):
-        raise ConfigError("the YAML must be a mapping of sections (data:, trainer:, ...)")
+        raise ConfigError(
+            "the YAML must be a mapping of sections (data:, trainer:, ...) or of dotted keys "
+            "(algorithm.adv_estimator: grpo); for key=value override lines use "
+            "engine.config.override_lines"
+        )
     return config_from_dict(_expand_defaults(data, [CONFIG_DIR], ()))
 
 
@@ -80,7 +84,9 @@ def _read_tree(path: Path, chain: tuple[Path, ...]) -> dict:
 def _expand_defaults(data: dict, search: list[Path], chain: tuple[Path, ...]) -> dict:
     """Merge the configs a file names in ``defaults:`` (hydra) or ``base:`` under its own keys."""
     source = str(chain[-1]) if chain else "config"
-    data = apply_aliases(data, source)  # a tutorial's spellings, checked within this file
+    data = apply_aliases(
+        expand_dotted_keys(data), source
+    )  # a tutorial's spellings, checked within this file
     data.pop("hydra", None)  # hydra's own settings (searchpath, run dir) mean nothing here
     entries: list[Any] = []
     if "base" in data:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
+import shlex
 import warnings
 from typing import Any
 
@@ -158,3 +160,28 @@ def _applied(
                 raise
             errors.append(exc)
     return apply_aliases(tree, "overrides", check=False), errors
+
+
+_OVERRIDE_LINE = re.compile(r"^(~[A-Za-z_][\w.\[\]-]*$|\+{0,2}[A-Za-z_][\w.\[\]-]*=)")
+
+
+def override_lines(text: str) -> list[str] | None:
+    """Return the overrides of pasted text, or None when it holds none.
+
+    Two spellings: one override per line (``algorithm.adv_estimator=grpo``, ``+key=value``,
+    ``# comments``), each line taken as written; or a verl command line (``python3 -m
+    verl.trainer.main_ppo \\`` then ``key=value \\`` ...), split as a shell would, the command
+    before the first override left out.
+    """
+    lines = [line.strip() for line in text.splitlines()]
+    lines = [line for line in lines if line and not line.startswith("#")]
+    if lines and all(_OVERRIDE_LINE.match(line) for line in lines):
+        return lines
+    try:
+        tokens = shlex.split(re.sub(r"\\\r?\n", " ", text), comments=True)
+    except ValueError:
+        return None
+    start = next((i for i, t in enumerate(tokens) if _OVERRIDE_LINE.match(t)), None)
+    if start is None:
+        return None
+    return [t for t in tokens[start:] if t not in ("$@", "$*", "${@}")]  # a script's own arguments

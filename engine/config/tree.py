@@ -40,3 +40,18 @@ def put(tree: dict, parts: list[str], value: Any) -> None:
         tree[parts[-1]] = deep_merge(tree[parts[-1]], value)
     else:
         tree[parts[-1]] = copy.deepcopy(value)
+
+
+def expand_dotted_keys(data: dict) -> dict:
+    """Return ``data`` with its top-level dotted keys nested: ``algorithm.adv_estimator: grpo``
+    becomes ``algorithm: {adv_estimator: grpo}``, merged with the ``algorithm:`` section if the
+    file has one too (verl users write YAML in both spellings)."""
+    out: dict = {}
+    for key, value in data.items():
+        if isinstance(key, str) and "." in key and not key.startswith("."):
+            put(out, key.split("."), value)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -6,6 +6,9 @@ naming the file, the line or row, what is wrong and the setting that fixes it. P
 than ``data.max_prompt_length`` are checked at load time too, so a run never dies on its 500th
 batch: ``filter_overlong_prompts`` drops them, ``truncation="error"`` refuses the dataset, and
 ``left``/``right``/``middle`` cut the tokens when an item is read (as verl's ``RLHFDataset``).
+A file listed in ``data.file_key_maps`` (by its name in the config, ``names``) is read with its
+own map instead of ``data_key_map``, and one listed in ``data.file_data_sources`` gets that
+``data_source`` where its rows have none (else its file name, as verl).
 ``max_samples`` (``data.train_max_samples`` / ``data.val_max_samples``) keeps N rows before that
 check, chosen as verl chooses them: the first N, or with ``data.shuffle`` N drawn without
 replacement by ``numpy.random.default_rng(data.seed)``. Prompts are rendered with
@@ -79,8 +82,12 @@ class RLHFDataset:
         tokenizer: Any,
         config: DataConfig,
         max_samples: int = -1,
+        names: Sequence[str] | None = None,
     ):
+        """``names``: the files as the config names them (``tiny://val.parquet``), one per file,
+        for ``data.file_key_maps`` and ``data.file_data_sources``; default: the paths."""
         files = [data_files] if isinstance(data_files, str | Path) else list(data_files)
+        names = [str(f) for f in files] if names is None else list(names)
         self.tokenizer = tokenizer
         self.prompt_key: str = _setting(config, "prompt_key", "prompt")
         self.max_prompt_length: int = int(_setting(config, "max_prompt_length", 1024))
@@ -88,6 +95,10 @@ class RLHFDataset:
         self.filter_overlong_prompts = bool(_setting(config, "filter_overlong_prompts", False))
         self.reward_fn_key: str = _setting(config, "reward_fn_key", "data_source")
         self.key_map = check_key_map(_setting(config, "data_key_map", None))
+        self.file_key_maps = {
+            str(k): check_key_map(v) for k, v in _setting(config, "file_key_maps", {}).items()
+        }
+        self.file_data_sources = dict(_setting(config, "file_data_sources", {}))
         self.return_raw_chat = bool(_setting(config, "return_raw_chat", False))
         self.chat_template_kwargs = dict(_setting(config, "apply_chat_template_kwargs", {}))
         if self.truncation not in TRUNCATION_MODES:
@@ -107,8 +118,8 @@ class RLHFDataset:
             raise DatasetError("no data files given; set data.train_files (and data.val_files)")
         self.rows: list[dict[str, Any]] = []
         self.locations: list[str] = []
-        for path in files:
-            self._load(Path(path))
+        for path, name in zip(files, names, strict=True):
+            self._load(Path(path), name)
         self._select(max_samples, bool(_setting(config, "shuffle", False)), config)
         self.num_filtered = 0
         if self.filter_overlong_prompts or self.truncation == "error":
@@ -124,14 +135,15 @@ class RLHFDataset:
                 )
             )
 
-    def _load(self, path: Path) -> None:
+    def _load(self, path: Path, name: str) -> None:
+        key_map = self.file_key_maps.get(name, self.key_map)
         for location, raw in iter_raw_rows(path):
             record = normalise_row(
                 raw,
                 location=location,
-                key_map=self.key_map,
+                key_map=key_map,
                 prompt_key=self.prompt_key,
-                default_source=path.stem,
+                default_source=self.file_data_sources.get(name) or path.stem,
             )
             if self.reward_fn_key not in RECORD_KEYS:
                 if self.reward_fn_key not in record["extra_info"]:

@@ -68,6 +68,8 @@ class DatasetPreview:
     mapped: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     file_error: str = ""  # why the file itself cannot be used; empty when it can
+    data_sources: list[str] = field(default_factory=list)  # distinct, of the mapped rows
+    prompts: list[list[dict[str, Any]]] = field(default_factory=list)  # whole, with keep_prompts
 
     def to_dict(self) -> dict[str, Any]:
         """Return the preview as a plain dict."""
@@ -227,8 +229,15 @@ def preview_dataset(
     data_key_map: dict[str, str] | None = None,
     n: int = 5,
     limits: PreviewLimits | None = None,
+    data_source: str = "",
+    keep_prompts: bool = False,
 ) -> DatasetPreview:
-    """Describe a data file: its columns, row count, first ``n`` rows raw and mapped."""
+    """Describe a data file: its columns, row count, first ``n`` rows raw and mapped.
+
+    ``data_source`` is what rows without a data_source column get (empty: the file name, as
+    training does); ``keep_prompts`` also returns the mapped rows' whole chat messages, for the
+    prompt-length check.
+    """
     path = Path(path).expanduser()
     limits = limits or PreviewLimits()
     preview = DatasetPreview(format="")
@@ -262,7 +271,10 @@ def preview_dataset(
         for location, raw in head:
             try:
                 record = normalise_row(
-                    raw, location=location, key_map=key_map, default_source=path.stem
+                    raw,
+                    location=location,
+                    key_map=key_map,
+                    default_source=data_source or path.stem,
                 )
             except DatasetError as exc:
                 preview.errors.append(display_text(str(exc)))
@@ -271,6 +283,10 @@ def preview_dataset(
                 preview.errors.append(f"{location}: values nested too deeply to read")
                 continue
             preview.mapped.append(json_safe(clip_for_display(_mapped(record))))
+            if record["data_source"] not in preview.data_sources:
+                preview.data_sources.append(display_text(record["data_source"]))
+            if keep_prompts:
+                preview.prompts.append(json_safe(record["raw_prompt"]))
     preview.rows = [json_safe(clip_for_display(row)) for _, row in head]
     return preview
 
@@ -281,13 +297,22 @@ def preview_untrusted(
     n: int = 5,
     limits: PreviewLimits | None = None,
     timeout_s: float = 120.0,
+    data_source: str = "",
+    keep_prompts: bool = False,
 ) -> DatasetPreview:
     """Return ``preview_dataset``'s answer computed in a child process with bounded memory.
 
     A child that crashes, runs out of memory or time becomes a ``file_error`` that says so.
     """
     limits = limits or PreviewLimits()
-    request = {"path": str(path), "key_map": data_key_map, "n": n, "limits": asdict(limits)}
+    request = {
+        "path": str(path),
+        "key_map": data_key_map,
+        "n": n,
+        "limits": asdict(limits),
+        "data_source": data_source,
+        "keep_prompts": keep_prompts,
+    }
     root = Path(__file__).resolve().parents[2]
     try:
         child = subprocess.run(
@@ -324,7 +349,14 @@ def _main(argv: list[str]) -> None:
     limits = PreviewLimits(**request["limits"])
     memory = child_memory_bytes(limits)
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    preview = preview_dataset(request["path"], request["key_map"], request["n"], limits)
+    preview = preview_dataset(
+        request["path"],
+        request["key_map"],
+        request["n"],
+        limits,
+        data_source=request["data_source"],
+        keep_prompts=request["keep_prompts"],
+    )
     sys.stdout.write(json.dumps(preview.to_dict(), allow_nan=False))
 
 

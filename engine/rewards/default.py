@@ -18,24 +18,9 @@ from engine.rewards import (
     sql_safety,
     tiny_calculator,
 )
+from engine.rewards.names import CODE_SOURCES, DATA_SOURCE_SCORERS, GSM8K_SOURCES, MATH_SOURCES
 
-GSM8K_SOURCES = ("openai/gsm8k", "gsm8k")
-MATH_SOURCES = (
-    "lighteval/MATH",
-    "DigitalLearningGmbH/MATH-lighteval",
-    "HuggingFaceH4/MATH-500",
-    "math",
-)
-CODE_SOURCES = ("code", "codecontests", "apps", "codeforces", "taco")
-KNOWN_DATA_SOURCES = (
-    *GSM8K_SOURCES,
-    *MATH_SOURCES,
-    arithmetic.DATA_SOURCE,
-    tiny_calculator.DATA_SOURCE,
-    "exact_match",
-    "sql_safety",
-    *CODE_SOURCES,
-)
+KNOWN_DATA_SOURCES = tuple(DATA_SOURCE_SCORERS)
 
 
 def default_compute_score(

@@ -33,3 +33,28 @@ MANAGER_KWARGS = {
 BATCH_ARGUMENTS = ("data_sources", "solution_strs", "ground_truths", "extra_infos")
 # dapo's reward_kwargs.overlong_buffer_cfg keys.
 BUFFER_KEYS = ("enable", "len", "penalty_factor", "log")
+
+# data_source values the default reward (engine.rewards.default) scores, grouped by scorer, with
+# what each expects in reward_model.ground_truth. Torch-free, so the studio's upload form and
+# config checks can offer and check them; default.py dispatches on the same tuples.
+GSM8K_SOURCES = ("openai/gsm8k", "gsm8k")
+MATH_SOURCES = (
+    "lighteval/MATH",
+    "DigitalLearningGmbH/MATH-lighteval",
+    "HuggingFaceH4/MATH-500",
+    "math",
+)
+CODE_SOURCES = ("code", "codecontests", "apps", "codeforces", "taco")
+SCORER_GROUND_TRUTHS = (
+    (GSM8K_SOURCES, "the final number, e.g. 72; the response must end with '#### <number>'"),
+    (MATH_SOURCES, "the answer in LaTeX, e.g. \\frac{1}{2}; compared with the last \\boxed{}"),
+    (("tiny_arithmetic",), "an integer; compared with the first integer of the response"),
+    (("tiny_calculator",), "an integer; the answer of the last calculator call, or the response's"),
+    (("exact_match",), "the whole expected response (or a list of accepted ones)"),
+    (("sql_safety",), "optional: a reference SQL query; tables allowed from extra_info"),
+    (CODE_SOURCES, 'the tests: {"inputs": [...], "outputs": [...]} or {"assert": "..."} (JSON)'),
+)
+# data_source -> what its scorer expects in ground_truth.
+DATA_SOURCE_SCORERS = {
+    source: expects for sources, expects in SCORER_GROUND_TRUTHS for source in sources
+}

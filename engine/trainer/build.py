@@ -16,6 +16,7 @@ import torch
 from engine.algorithms.kl import KLController, get_kl_controller
 from engine.config import ConfigValidationError, ModelConfig, PPOConfig
 from engine.config.fields import resolved
+from engine.config.files import paths_of
 from engine.config.reward import in_process_reward_model_problems
 from engine.data.dataset import RLHFDataset
 from engine.data.loader import PromptDataLoader
@@ -89,10 +90,15 @@ def build_datasets(config: PPOConfig, tokenizer: Any) -> tuple[RLHFDataset, RLHF
         tokenizer,
         data,
         max_samples=data.train_max_samples,
+        names=paths_of(data.train_files),
     )
     val = (
         RLHFDataset(
-            resolve_files(data.val_files), tokenizer, data, max_samples=data.val_max_samples
+            resolve_files(paths_of(data.val_files)),
+            tokenizer,
+            data,
+            max_samples=data.val_max_samples,
+            names=paths_of(data.val_files),
         )
         if data.val_files
         else None

@@ -163,3 +163,22 @@ def test_cuda_without_a_gpu_names_the_flag(tiny_assets, capsys):
     argv = ["--model", "tiny://model", "--data", "tiny://val.parquet", "--device", "cuda"]
     assert main(argv) == 2
     assert "--device cuda: no CUDA GPU is visible; use --device cpu" in capsys.readouterr().err
+
+
+def test_a_runs_per_file_maps_score_an_upload_beside_the_tiny_validation_set(
+    tiny_assets, data_files
+):
+    """A run that read its upload with its own key map is evaluated on the same terms."""
+    upload = data_files["questions"]
+    result = evaluate(
+        "tiny://model",
+        [upload, "tiny://val.parquet"],
+        max_prompt_length=16,
+        max_response_length=8,
+        max_samples=4,
+        file_key_maps={upload: {"prompt": "question", "ground_truth": "answer"}},
+        file_data_sources={upload: "tiny_arithmetic"},
+    )
+    assert result["num_prompts"] == 4
+    named = " ".join(result["greedy"])
+    assert "tiny_arithmetic" in named and "questions" not in named, named

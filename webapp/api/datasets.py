@@ -11,6 +11,7 @@ from ninja.pagination import paginate
 from pydantic import create_model
 
 from engine.data.rows import MAP_TARGETS
+from engine.rewards.names import DATA_SOURCE_SCORERS
 from webapp.api.errors import ErrorOut, form_error
 from webapp.api.pagination import Pages
 from webapp.datasets.forms import KEY_MAP_HELP, DatasetUploadForm
@@ -19,6 +20,7 @@ from webapp.datasets.selectors import dataset_all_for_user
 from webapp.datasets.services import dataset_create, dataset_delete
 from webapp.datasets.uploads import upload_refusals
 
+SOURCES = list(DATA_SOURCE_SCORERS)
 router = Router(tags=["datasets"])
 ERRORS: dict[int | tuple[int, ...], Any] = {(400, 404, 422): ErrorOut}
 
@@ -30,6 +32,9 @@ class DatasetOut(Schema):
     status: DatasetStatus = Field(description="Only a ready dataset feeds a run.")
     row_count: int | None
     key_map: dict[str, str] = Field(description="data.data_key_map: engine field <- column.")
+    data_source: str = Field(
+        description="data_source of rows without that column (a scorer); empty: the file name."
+    )
     path: str = Field(description="What data.train_files or data.val_files names.")
     created_at: datetime
 
@@ -50,6 +55,10 @@ UploadIn = create_model(
     "UploadIn",
     __base__=Schema,
     name=(str, Field("", max_length=200, description="Default: the file name.")),
+    data_source=(
+        str,
+        Field("", max_length=200, description="A scorer's data_source: " + ", ".join(SOURCES)),
+    ),
     **{
         f"map_{target}": (str, Field("", max_length=200, description=KEY_MAP_HELP.get(target)))
         for target in MAP_TARGETS
@@ -84,6 +93,7 @@ def upload_dataset(
         name=form.cleaned_data["name"],
         upload=form.cleaned_data["file"],
         key_map=form.key_map(),
+        data_source=form.cleaned_data["data_source"],
     )
     return Status(201, dataset)
 

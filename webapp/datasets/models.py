@@ -39,6 +39,13 @@ class Dataset(models.Model):
     key_map = models.JSONField(
         default=dict, blank=True, help_text="data.data_key_map: file column -> engine field."
     )
+    data_source = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        help_text="data_source of rows without a data_source column (a scorer's name); "
+        "empty: the file name, which no scorer knows.",
+    )
     preview = models.JSONField(default=dict, blank=True, help_text="The first rows, as previewed.")
     status = models.CharField(
         max_length=10,

@@ -78,6 +78,7 @@ def _refresh_preview(dataset: Dataset) -> DatasetPreview:
         data_key_map=dataset.key_map or None,
         n=PREVIEW_ROWS,
         limits=preview_limits(),
+        data_source=dataset.data_source,
     )
     dataset.preview = preview.to_dict()
     dataset.row_count = preview.row_count
@@ -96,7 +97,12 @@ def _delete_file(dataset: Dataset) -> None:
 
 
 def dataset_create(
-    *, owner: Any, name: str, upload: UploadedFile, key_map: dict[str, str] | None = None
+    *,
+    owner: Any,
+    name: str,
+    upload: UploadedFile,
+    key_map: dict[str, str] | None = None,
+    data_source: str = "",
 ) -> Dataset:
     """Store an uploaded parquet, JSONL or CSV file as ``owner``'s dataset, with its preview.
 
@@ -111,6 +117,7 @@ def dataset_create(
         name=name.strip() or stem,
         format=fmt,
         key_map=_clean_key_map(key_map),
+        data_source=data_source.strip(),
     )
     with transaction.atomic():
         dataset.file.save(stem + FORMAT_SUFFIX[fmt], upload, save=False)
@@ -125,11 +132,16 @@ def dataset_create(
     return dataset
 
 
-def dataset_set_key_map(*, dataset: Dataset, key_map: dict[str, str]) -> Dataset:
-    """Change how the file's columns map to the engine's fields, and preview again."""
+def dataset_set_key_map(
+    *, dataset: Dataset, key_map: dict[str, str], data_source: str | None = None
+) -> Dataset:
+    """Change how the file's columns map to the engine's fields (and, when given, the
+    data_source of rows without one), and preview again."""
     dataset.key_map = _clean_key_map(key_map)
+    if data_source is not None:
+        dataset.data_source = data_source.strip()
     _refresh_preview(dataset)
-    dataset.save(update_fields=["key_map", "preview", "row_count", "status"])
+    dataset.save(update_fields=["key_map", "data_source", "preview", "row_count", "status"])
     return dataset
 
 

@@ -8,6 +8,7 @@ from django.http import FileResponse, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from engine.rewards.names import DATA_SOURCE_SCORERS
 from webapp.datasets.forms import DatasetUploadForm, KeyMapForm
 from webapp.datasets.selectors import dataset_all_for_user
 from webapp.datasets.services import (
@@ -43,6 +44,7 @@ def dataset_upload(request: HttpRequest) -> HttpResponse:
                 name=form.cleaned_data["name"],
                 upload=form.cleaned_data["file"],
                 key_map=form.key_map(),
+                data_source=form.cleaned_data["data_source"],
             )
         except DatasetRejected as exc:
             form.add_error("file", str(exc))
@@ -54,10 +56,17 @@ def dataset_upload(request: HttpRequest) -> HttpResponse:
 @login_required
 def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
     dataset = _dataset(request, dataset_id)
-    form = KeyMapForm(request.POST or None, initial=KeyMapForm.initial_from(dataset.key_map))
+    form = KeyMapForm(
+        request.POST or None,
+        initial=KeyMapForm.initial_from(dataset.key_map, dataset.data_source),
+    )
     if request.method == "POST" and form.is_valid():
         try:
-            dataset_set_key_map(dataset=dataset, key_map=form.key_map())
+            dataset_set_key_map(
+                dataset=dataset,
+                key_map=form.key_map(),
+                data_source=form.cleaned_data["data_source"],
+            )
         except DatasetRejected as exc:
             form.add_error(None, str(exc))
         else:
@@ -65,7 +74,11 @@ def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
             return redirect(dataset)
     columns = dataset.preview.get("columns") or []
     rows = [[row.get(c) for c in columns] for row in dataset.preview.get("rows") or []]
-    context = {"dataset": dataset, "form": form, "rows": rows}
+    found = dataset.preview.get("data_sources") or [
+        row.get("data_source") for row in dataset.preview.get("mapped") or []
+    ]
+    sources = [(s, DATA_SOURCE_SCORERS.get(s)) for s in dict.fromkeys(found)]
+    context = {"dataset": dataset, "form": form, "rows": rows, "sources": sources}
     return render(request, "datasets/detail.html", context)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import re
+import warnings
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -215,19 +216,55 @@ def studio_config_errors(*, owner: Any, config: PPOConfig) -> list[ConfigFieldEr
 def config_check(*, owner: Any, config: PPOConfig) -> list[str]:
     """Validate ``config`` with the engine and the studio's rules; return the engine's warnings.
 
+    First every upload the config names gets its dataset's key map and data_source
+    (``attach_dataset_maps``, which changes ``config``: it is what the run will read); then the
+    data files are checked against their key maps, rewards and prompt length
+    (``webapp.experiments.datachecks``).
+
     Raise ``ConfigValidationError`` listing every problem of both. Where the studio refuses a
     key, the engine's findings on it are left out: whether a file the owner may not read exists
     is none of their business.
     """
+    from webapp.experiments.datachecks import attach_dataset_maps, data_contract_problems
+
+    attach_dataset_maps(owner=owner, config=config)
     studio = studio_config_errors(owner=owner, config=config)
     refused = {error.key for error in studio}
     try:
         warnings, engine = validate_config(config, check_files=True), []
     except ConfigValidationError as exc:
         warnings, engine = exc.warnings, [e for e in exc.errors if e.key not in refused]
-    if engine or studio:
-        raise ConfigValidationError([*engine, *studio], warnings)
+    contract, contract_warnings = data_contract_problems(
+        config=config, skip=refused | {e.key for e in engine}
+    )
+    warnings = [*warnings, *contract_warnings]
+    if engine or studio or contract:
+        raise ConfigValidationError([*engine, *studio, *contract], warnings)
     return warnings
+
+
+def missing_files(config: PPOConfig) -> list[tuple[str, str]]:
+    """Return (key, value) for each model folder or data file ``config`` names that this server
+    does not have (a preset written for a GPU machine); ``tiny://`` and remote paths excluded."""
+    missing = []
+    for key in resource_keys("path"):
+        for value in _values(get_value(config, key)):
+            if value.startswith(_TINY) or "://" in value or "${" in value:
+                continue
+            if not Path(value).expanduser().exists():
+                missing.append((key, value))
+    return missing
+
+
+def model_roots_text() -> str:
+    """Return where a model folder may be, for a notice: the model roots, or who sets them."""
+    roots = [entry for entry, _ in model_roots()]
+    if roots:
+        return f"a Hugging Face model folder under {', '.join(roots)} (POSTTRAIN_MODEL_ROOTS)"
+    return (
+        "a Hugging Face model folder under one of the model roots an administrator lists in "
+        "POSTTRAIN_MODEL_ROOTS (none yet), or at tiny://model"
+    )
 
 
 # -- presets and YAML import -------------------------------------------------------------------
@@ -272,26 +309,58 @@ def preset_load(name: str) -> PPOConfig:
     return load_config(name)
 
 
-def config_import_yaml(text: str) -> PPOConfig:
-    """Read a config from YAML text as the CLI would, allowing ``defaults:`` to name presets only.
+def config_import_yaml(text: str, *, base: str = "") -> PPOConfig:
+    """Return ``config_import``'s config."""
+    return config_import(text, base=base)[0]
 
-    Raise ``ConfigError`` with the engine's message when the YAML is not a valid config.
+
+def config_import(text: str, *, base: str = "") -> tuple[PPOConfig, str]:
+    """Return the config and the preset it builds on ("" for none).
+
+    Read a config from pasted text as the CLI would: YAML (sections or dotted keys, with
+    ``defaults:`` naming presets only), or verl's ``key=value`` override lines (one per line, or
+    a ``python3 -m verl.trainer.main_ppo ...`` command line) applied to the preset ``base``
+    (verl's ``ppo_trainer`` defaults when empty).
+
+    Raise ``ConfigError`` (a ``ConfigValidationError`` listing every bad line for overrides) with
+    the engine's message when the text is not a valid config.
     """
-    from engine.config import ConfigError, config_from_yaml
+    from engine.config import ConfigError, config_from_yaml, override_lines
     from engine.config.yaml_io import yaml_load
 
-    data = yaml_load(text, "the imported YAML")
-    if isinstance(data, dict):
+    problem: ConfigError | None = None
+    try:
+        data = yaml_load(text, "the imported YAML")
+    except ConfigError as exc:
+        data, problem = None, exc
+    if isinstance(data, dict) and not any("=" in str(key) for key in data):
         entries = data.get("defaults", [])
         entries = (entries if isinstance(entries, list) else [entries]) + (
             [data["base"]] if "base" in data else []
         )
         presets = dict(list_presets())
-        for entry in entries:
-            name = str(entry).removesuffix(".yaml").removesuffix(".yml")
+        names = [str(e).removesuffix(".yaml").removesuffix(".yml") for e in entries]
+        for entry, name in zip(entries, names, strict=True):
             if entry != "_self_" and name not in presets:
                 raise ConfigError(
                     f"defaults entry {entry!r}: an imported config may build only on the "
                     f"presets ({', '.join(presets)})"
                 )
-    return config_from_yaml(text)
+        built_on = [n for n in names if n != "_self_"]
+        return config_from_yaml(text), built_on[-1] if len(built_on) == 1 else ""
+    overrides = override_lines(text)
+    if overrides is None:
+        raise problem or ConfigError(
+            "the text is neither YAML sections (data:, trainer:, ...) nor key=value override "
+            "lines (algorithm.adv_estimator=grpo, one per line, as on verl's command line)"
+        )
+    return _config_from_overrides(base or "ppo_trainer", overrides), base
+
+
+def _config_from_overrides(base: str, overrides: list[str]) -> PPOConfig:
+    from engine.config import load_config
+
+    preset_load(base)  # refuses a name that is not a preset
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # +key for unknown keys: kept in extras, as the CLI does
+        return load_config(base, overrides, all_errors=True)

@@ -47,7 +47,10 @@ from webapp.experiments.tags import clean_tags as tags_cleaned
 
 CUSTOM_REWARD_KEYS = ("custom_reward_function.path", "custom_reward_function.name")
 COMPONENTS_KEY = "reward.components"
-HIDDEN_KEYS = (*STUDIO_MANAGED_KEYS, *CUSTOM_REWARD_KEYS, COMPONENTS_KEY)
+# Each upload's own key map and data_source come from its dataset (``attach_dataset_maps``).
+DATASET_KEYS = ("data.file_key_maps", "data.file_data_sources")
+DATASET_PICKERS = {"data.train_files": "train_dataset", "data.val_files": "val_dataset"}
+HIDDEN_KEYS = (*STUDIO_MANAGED_KEYS, *CUSTOM_REWARD_KEYS, COMPONENTS_KEY, *DATASET_KEYS)
 
 
 def shown_in_form(spec: FieldSpec) -> bool:
@@ -134,6 +137,27 @@ def _number_attrs(spec: FieldSpec) -> dict[str, Any]:
     return attrs
 
 
+class DatasetSelect(forms.Select):
+    """A dataset picker whose options carry the file's path, so the page can show it in
+    data.train_files / data.val_files as soon as a dataset is picked."""
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        instance = getattr(value, "instance", None)
+        if instance is not None:
+            option["attrs"]["data-path"] = instance.path
+        return option
+
+
+class DatasetChoiceField(forms.ModelChoiceField):
+    """An upload, labelled with how the run reads it: its key map and data_source."""
+
+    def label_from_instance(self, obj: Any) -> str:
+        mapped = ", ".join(f"{target}←{column}" for target, column in obj.key_map.items())
+        source = f"data_source {obj.data_source}" if obj.data_source else "data_source: its column"
+        return f"{obj.name} ({'; '.join(p for p in (mapped, source) if p)})"
+
+
 class ExperimentForm(forms.Form):
     """Name, tags and the whole engine config; ``clean`` leaves the parsed config in ``config``."""
 
@@ -142,11 +166,17 @@ class ExperimentForm(forms.Form):
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
     tags = forms.CharField(required=False, help_text="Comma-separated, e.g. grpo, tiny.")
     launch = forms.BooleanField(required=False, initial=True, label="Launch a run now")
-    train_dataset = forms.ModelChoiceField(
-        queryset=None, required=False, help_text="One of your uploads; sets data.train_files."
+    train_dataset = DatasetChoiceField(
+        queryset=None,
+        required=False,
+        widget=DatasetSelect(attrs={"data-sets": "data__train_files"}),
+        help_text="One of your uploads; sets data.train_files (read with the upload's key map).",
     )
-    val_dataset = forms.ModelChoiceField(
-        queryset=None, required=False, help_text="One of your uploads; sets data.val_files."
+    val_dataset = DatasetChoiceField(
+        queryset=None,
+        required=False,
+        widget=DatasetSelect(attrs={"data-sets": "data__val_files"}),
+        help_text="One of your uploads; sets data.val_files (read with the upload's key map).",
     )
     custom_reward = forms.ChoiceField(
         required=False,
@@ -161,6 +191,9 @@ class ExperimentForm(forms.Form):
         self.owner = owner
         self.config: PPOConfig | None = None
         self.refused = False  # a field's YAML was refused (see ``_refuse``)
+        self.unset: dict[
+            str, tuple[Any, str]
+        ] = {}  # key -> (text, why): the config kept its default
         self.warnings: list[str] = []
         datasets = dataset_list_for_user(user=owner)
         self.fields["train_dataset"].queryset = datasets
@@ -219,6 +252,21 @@ class ExperimentForm(forms.Form):
                 initial[f"reward_kwargs__{component.name}"] = value_text(component.kwargs)
         return initial
 
+    @staticmethod
+    def initial_from_post(form: ExperimentForm, data: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the builder's values as posted, as initial values (empty when none came)."""
+        if "name" not in data:
+            return {}
+        initial: dict[str, Any] = {}
+        for name, field in form.fields.items():
+            if isinstance(field, forms.MultipleChoiceField):
+                initial[name] = data.getlist(name) if hasattr(data, "getlist") else data.get(name)
+            elif isinstance(field, forms.BooleanField):
+                initial[name] = data.get(name) not in (None, "", "false", "off")
+            elif name in data:
+                initial[name] = data.get(name)
+        return initial
+
     # -- building the config -------------------------------------------------------------------
     def _refuse(self, field: str, error: YamlLimitError) -> None:
         """Show a field's text the YAML reader refused (an alias, a huge value), and stop there.
@@ -235,6 +283,7 @@ class ExperimentForm(forms.Form):
             self._refuse(field, exc)
         except ConfigFieldError as exc:
             self.add_error(field, exc.message)
+            self.unset[key] = (value, exc.message)
 
     def _schema_value(self, spec: FieldSpec, raw: Any) -> Any:
         if isinstance(raw, list) and not raw and spec.nullable:
@@ -293,14 +342,13 @@ class ExperimentForm(forms.Form):
                 continue
             except ConfigError as exc:
                 self.add_error(name, str(exc))
+                self.unset[spec.key] = (cleaned[name], str(exc))
                 continue
             self._set(config, spec.key, value, name)
         for key, name in (("data.train_files", "train_dataset"), ("data.val_files", "val_dataset")):
             dataset = cleaned.get(name)
-            if dataset is not None:
+            if dataset is not None:  # its key map and data_source: ``config_check``
                 self._set(config, key, dataset.path, name)
-                if name == "train_dataset" and dataset.key_map:
-                    self._set(config, "data.data_key_map", dict(dataset.key_map), name)
         function = self.reward_functions.get(cleaned.get("custom_reward") or "")
         if function is not None:
             self._set(config, "custom_reward_function.path", function.path, "custom_reward")
@@ -332,6 +380,11 @@ class ExperimentForm(forms.Form):
             return f"{box}__{active[index]}" if index < len(active) else None
         if key in CUSTOM_REWARD_KEYS:
             return "custom_reward"
+        picker = DATASET_PICKERS.get(key)
+        if picker and getattr(self, "cleaned_data", {}).get(picker) is not None:
+            return picker  # the file is the dataset picked there
+        if key in DATASET_KEYS:
+            return "train_dataset"
         name = field_name(key)
         return name if name in self.fields or key == "name" else None
 
@@ -348,12 +401,35 @@ class ExperimentForm(forms.Form):
             self.add_error(name, item.message if name else str(item))
 
     def field_groups(self, advanced: bool) -> list[tuple[str, list[forms.BoundField]]]:
-        """Return (label, bound fields) per schema group, basic or advanced fields only."""
+        """Return (label, bound fields) per schema group, basic or advanced fields only; the
+        algorithm first, as it decides which of the other sections matter (the critic's)."""
         groups: dict[str, list[forms.BoundField]] = {}
-        for spec in self.specs:
+        for spec in sorted(self.specs, key=lambda s: s.group != "algorithm"):
             if spec.advanced == advanced:
                 groups.setdefault(spec.group, []).append(self[field_name(spec.key)])
         return [(GROUP_LABELS.get(g, g), fields) for g, fields in groups.items()]
+
+    def error_summary(self) -> list[tuple[str, str, str]]:
+        """Return (anchor, what, message) for every error, in the page's order, for the summary
+        at the top of the builder: a field's anchor is its input's id, the form's is empty."""
+        order = [
+            "name", "description", "tags", "train_dataset", "val_dataset",
+            *(f"reward_weight__{n}" for n in self.reward_names),
+            *(f"reward_kwargs__{n}" for n in self.reward_names), "custom_reward",
+            *(field_name(s.key) for s in self.specs if not s.advanced and s.group == "algorithm"),
+            *(field_name(s.key) for s in self.specs if not s.advanced and s.group != "algorithm"),
+            *(field_name(s.key) for s in self.specs if s.advanced),
+        ]  # fmt: skip
+        rank = {name: i for i, name in enumerate(order)}
+        summary = [("", "", str(m)) for m in self.non_field_errors()]
+        for name in sorted(
+            (n for n in self.errors if n != "__all__"), key=lambda n: rank.get(n, len(rank))
+        ):
+            bound = self[name]
+            spec_key = name.replace("__", ".")
+            what = spec_key if spec_key in {s.key for s in self.specs} else str(bound.label)
+            summary += [(bound.auto_id or "", what, str(m)) for m in self.errors[name]]
+        return summary
 
     def reward_rows(self) -> list[tuple[forms.BoundField, forms.BoundField]]:
         """Return (weight, kwargs) bound fields per built-in reward, for the composite table."""
@@ -362,12 +438,26 @@ class ExperimentForm(forms.Form):
         ]
 
 
-class YamlImportForm(forms.Form):
-    """A config in YAML, pasted or uploaded, to open in the builder."""
+BUILDER = {"form": "builder-form"}
 
-    yaml_file = forms.FileField(required=False, label="YAML file")
+
+class YamlImportForm(forms.Form):
+    """A config in YAML or verl's key=value lines, pasted or uploaded, to open in the builder.
+
+    Its fields belong to the builder's form (``form="builder-form"``), so an import posts the
+    builder's values too and a refused import gives them back unchanged.
+    """
+
+    yaml_file = forms.FileField(
+        required=False, label="YAML file", widget=forms.ClearableFileInput(attrs=BUILDER)
+    )
     yaml_text = forms.CharField(
-        required=False, widget=forms.Textarea(attrs={"rows": 6}), label="or paste YAML"
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 6, **BUILDER}),
+        label="or paste YAML or key=value lines",
+        help_text="YAML sections or dotted keys (algorithm.adv_estimator: grpo), or verl's "
+        "command-line overrides, one per line (algorithm.adv_estimator=grpo, +key=value); "
+        "override lines apply to the preset open in the builder.",
     )
 
     def clean(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
@@ -14,15 +15,25 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from engine.config import ConfigError, ConfigValidationError, PPOConfig, config_to_yaml
+from engine.config import (
+    ConfigError,
+    ConfigValidationError,
+    PPOConfig,
+    config_to_dict,
+    config_to_yaml,
+)
+from engine.config.tree import put
+from engine.rewards.names import DATA_SOURCE_SCORERS
 from webapp.experiments.configs import (
     DEFAULT_PRESET,
     as_config,
-    config_import_yaml,
+    config_import,
     list_presets,
+    missing_files,
+    model_roots_text,
     preset_load,
 )
-from webapp.experiments.forms import ExperimentForm, YamlImportForm
+from webapp.experiments.forms import ExperimentForm, YamlImportForm, field_name
 from webapp.experiments.models import Experiment
 from webapp.experiments.rewards import reward_modules_dir
 from webapp.experiments.selectors import experiment_list_for_user, experiment_tags_for_user
@@ -92,6 +103,7 @@ def render_builder(
         "basic_groups": form.field_groups(advanced=False),
         "advanced_groups": form.field_groups(advanced=True),
         "reward_rows": form.reward_rows(),
+        "scored_sources": list(DATA_SOURCE_SCORERS),
         **(extra or {}),
     }
     return render(request, "experiments/builder.html", context, status=status)
@@ -103,8 +115,10 @@ def builder_for_config(
     """Render the builder prefilled with ``config``."""
     initial = ExperimentForm.initial_from_config(config, request.user)
     initial.update({"name": name, "preset": preset, "launch": True})
+    missing = [(key, value, field_name(key)) for key, value in missing_files(config)]
+    extra = {"missing_files": missing, "model_roots_text": model_roots_text()}
     return render_builder(
-        request, ExperimentForm(owner=request.user, initial=initial), source=source
+        request, ExperimentForm(owner=request.user, initial=initial), source=source, extra=extra
     )
 
 
@@ -166,18 +180,69 @@ def builder_preview(request: HttpRequest) -> JsonResponse:
         for name, field_errors in form.errors.items()
         if name != "name"
     }
-    text = config_to_yaml(form.config) if form.config is not None else ""
+    whole = changes = ""
+    if form.config is not None:
+        tree = preview_tree(form)
+        whole = yaml.safe_dump(tree, sort_keys=False, allow_unicode=True)
+        base, base_name = preview_base(str(request.POST.get("preset") or ""))
+        diff = config_changes(tree, config_to_dict(base))
+        changes = (
+            f"# what differs from {base_name}\n"
+            + yaml.safe_dump(diff, sort_keys=False, allow_unicode=True)
+            if diff
+            else f"# the same as {base_name}\n"
+        )
     status = 400 if form.refused else 200  # a field's YAML was refused: nothing was checked
-    return JsonResponse({"yaml": text, "errors": errors, "warnings": form.warnings}, status=status)
+    body = {"yaml": whole, "changes": changes, "errors": errors, "warnings": form.warnings}
+    return JsonResponse(body, status=status)
+
+
+def preview_tree(form: ExperimentForm) -> dict[str, Any]:
+    """Return the form's config as a tree, with each value the form could not read shown as
+    typed and why, not as the default the config kept in its place."""
+    assert form.config is not None
+    tree = config_to_dict(form.config)
+    for key, (text, why) in form.unset.items():
+        put(tree, key.split("."), f"{text} ← invalid, not used: {why}")
+    return tree
+
+
+def preview_base(preset: str) -> tuple[PPOConfig, str]:
+    """Return the config the preview's changes are measured from, and how to name it."""
+    if preset:
+        try:
+            return preset_load(preset), f"preset {preset}"
+        except ConfigError:
+            pass
+    return PPOConfig(), "verl's defaults"
+
+
+def config_changes(now: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """Return the leaves of ``now`` that differ from ``base``, nested as in ``now``."""
+    out: dict[str, Any] = {}
+    for key, value in now.items():
+        old = base.get(key)
+        if isinstance(value, dict) and isinstance(old, dict):
+            if sub := config_changes(value, old):
+                out[key] = sub
+        elif key not in base or value != old:
+            out[key] = value
+    return out
 
 
 @login_required
 @require_POST
 def experiment_import(request: HttpRequest) -> HttpResponse:
+    """Open imported YAML or key=value lines in the builder; when the text is refused, keep what
+    the builder held (its fields come with the import) and list every problem of the text."""
     import_form = YamlImportForm(request.POST, request.FILES)
+    preset = request.POST.get("preset", "")
     if import_form.is_valid():
         try:
-            config = config_import_yaml(import_form.cleaned_data["text"])
+            config, built_on = config_import(import_form.cleaned_data["text"], base=preset)
+        except ConfigValidationError as exc:
+            for error in exc.errors:
+                import_form.add_error(None, str(error))
         except ConfigError as exc:
             import_form.add_error(None, str(exc))
         else:
@@ -186,11 +251,14 @@ def experiment_import(request: HttpRequest) -> HttpResponse:
                 if config.trainer.experiment_name != "default"
                 else ""
             )
-            return builder_for_config(request, config, name=name, source="imported YAML")
-    form = ExperimentForm(
-        owner=request.user,
-        initial={**ExperimentForm.initial_from_config(PPOConfig(), request.user), "launch": True},
-    )
+            return builder_for_config(
+                request, config, name=name, preset=built_on, source="imported text"
+            )
+    form = ExperimentForm(owner=request.user)
+    form.initial = ExperimentForm.initial_from_post(form, request.POST)
+    if not form.initial:  # the import came without the builder's fields (an old page)
+        form.initial = ExperimentForm.initial_from_config(PPOConfig(), request.user)
+    form.initial.setdefault("launch", True)
     return render_builder(request, form, import_form=import_form, status=400)
 
 

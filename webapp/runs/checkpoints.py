@@ -217,8 +217,12 @@ def eval_data_choices(*, run: Run) -> list[tuple[str, str]]:
     return choices
 
 
-def _eval_data(run: Run, choice: str) -> tuple[str, list[str], dict[str, str]]:
-    """Return ``(what it is, files, key map)`` for a choice of :func:`eval_data_choices`."""
+def _eval_data(
+    run: Run, choice: str
+) -> tuple[str, list[str], dict[str, str], dict[str, dict[str, Any]]]:
+    """Return ``(what it is, files, key map, per-file maps)`` for a choice of
+    :func:`eval_data_choices`; the per-file maps are ``data.file_key_maps`` and
+    ``data.file_data_sources`` as the run (or the dataset) reads its files."""
     labels = dict(eval_data_choices(run=run))
     if choice not in labels:
         raise CheckpointJobRefused(f"data {choice!r} is not one of this run's choices; pick one")
@@ -226,11 +230,17 @@ def _eval_data(run: Run, choice: str) -> tuple[str, list[str], dict[str, str]]:
         from webapp.datasets.models import Dataset
 
         dataset = Dataset.objects.get(pk=int(choice.split(":", 1)[1]), owner_id=run.owner_id)
-        return labels[choice], [dataset.path], dict(dataset.key_map or {})
+        sources = {dataset.path: dataset.data_source} if dataset.data_source else {}
+        per_file = {"file_key_maps": {}, "file_data_sources": sources}
+        return labels[choice], [dataset.path], dict(dataset.key_map or {}), per_file
     files = _nested(run.config, "data", f"{choice}_files")
     files = [files] if isinstance(files, str) else list(files)
     key_map = _nested(run.config, "data", "data_key_map") or {}
-    return labels[choice], [str(f) for f in files], dict(key_map)
+    per_file = {
+        key: dict(_nested(run.config, "data", key) or {})
+        for key in ("file_key_maps", "file_data_sources")
+    }
+    return labels[choice], [str(f) for f in files], dict(key_map), per_file
 
 
 def checkpoint_evaluate(
@@ -255,8 +265,8 @@ def checkpoint_evaluate(
         raise CheckpointJobRefused(
             f"temperature={temperature}: sampling {n} responses needs a temperature above 0"
         )
-    label, files, key_map = _eval_data(run, data)
-    options = {"n": n, "max_samples": max_samples, "temperature": temperature}
+    label, files, key_map, per_file = _eval_data(run, data)
+    options = {"n": n, "max_samples": max_samples, "temperature": temperature, **per_file}
     with transaction.atomic():
         Run.objects.select_for_update().filter(pk=run.pk).first()
         _check_can_queue(run, step)

@@ -322,3 +322,22 @@ def test_attribute_access_and_assignment():
 def test_overrides_must_be_a_list():
     with pytest.raises(ConfigError, match="list of strings"):
         load_config(overrides="data.train_batch_size=8")
+
+
+def test_dotted_top_level_yaml_keys_nest_and_merge_with_their_section():
+    from engine.config import config_from_yaml
+
+    text = (
+        "defaults: [grpo_tiny, _self_]\nalgorithm.adv_estimator: rloo\nalgorithm:\n  gamma: 0.5\n"
+    )
+    config = config_from_yaml(text)
+    assert (config.algorithm.adv_estimator, config.algorithm.gamma) == ("rloo", 0.5)
+
+
+def test_override_lines_read_one_per_line_and_a_verl_command_line():
+    from engine.config import override_lines
+
+    assert override_lines("a.b=1\n# note\n+c.d=x y\n~e.f\n") == ["a.b=1", "+c.d=x y", "~e.f"]
+    script = "python3 -m verl.trainer.main_ppo \\\n  a.b=1 \\\n  c.d='[1, 2]' $@\n"
+    assert override_lines(script) == ["a.b=1", "c.d=[1, 2]"]
+    assert override_lines("trainer:\n  total_training_steps: 3\n") is None

@@ -279,6 +279,24 @@ def test_other_input_checks():
     assert "checkpoint folder" in found["trainer.resume_from_path"]
 
 
+def test_per_file_key_maps_are_checked_and_an_unused_entry_is_said():
+    config = load_config("grpo_tiny")
+    config.data.file_key_maps = {
+        "tiny://train.parquet": {"question": "prompt"},
+        "/elsewhere.jsonl": {"prompt": "q"},
+    }
+    config.data.file_data_sources = {"tiny://val.parquet": "tiny_arithmetic"}
+    with pytest.raises(ConfigValidationError) as info:
+        validate_config(config, check_files=False)
+    (error,) = info.value.errors
+    assert error.key == "data.file_key_maps"
+    assert "tiny://train.parquet: targets are prompt, ground_truth" in error.message
+    assert any(
+        "data.file_key_maps names /elsewhere.jsonl" in w and "not used" in w
+        for w in info.value.warnings
+    )
+
+
 def test_all_errors_reported_at_once():
     with pytest.raises(ConfigValidationError) as info:
         validate_config(

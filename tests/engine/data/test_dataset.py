@@ -55,6 +55,31 @@ def test_jsonl_with_data_key_map(tmp_path, char_tokenizer):
     assert item["ability"] == "unknown"
 
 
+def test_file_key_maps_apply_only_to_their_file(tmp_path, char_tokenizer):
+    """An upload's map (question -> prompt) must not touch a verl file read beside it."""
+    upload = write_jsonl(tmp_path / "mine.jsonl", [{"question": "2*3=", "answer": "6"}])
+    verl = write_parquet(tmp_path / "val.parquet", [verl_row("1+2=", "3")])
+    config = data_config(
+        file_key_maps={"uploads/mine.jsonl": QA_MAP},
+        file_data_sources={"uploads/mine.jsonl": "tiny_arithmetic"},
+    )
+    dataset = RLHFDataset(
+        [upload, verl], char_tokenizer, config, names=["uploads/mine.jsonl", "tiny://val"]
+    )
+    mine, theirs = dataset[0], dataset[1]
+    assert mine["raw_prompt"] == [{"role": "user", "content": "2*3="}]
+    assert mine["data_source"] == "tiny_arithmetic"
+    assert mine["reward_model"]["ground_truth"] == "6"
+    assert theirs["raw_prompt"] == [{"role": "user", "content": "1+2="}]
+    assert theirs["data_source"] == "gsm8k"
+
+
+def test_global_key_map_on_a_verl_file_names_the_missing_column(tmp_path, char_tokenizer):
+    verl = write_parquet(tmp_path / "val.parquet", [verl_row("1+2=", "3")])
+    with pytest.raises(DatasetError, match=r"column 'question' \(data.data_key_map.prompt\)"):
+        RLHFDataset([verl], char_tokenizer, data_config(data_key_map=QA_MAP))
+
+
 def test_jsonl_with_verl_column_names_needs_no_map(tmp_path, char_tokenizer):
     path = write_jsonl(
         tmp_path / "x.json",
@@ -300,3 +325,23 @@ def test_omegaconf_section_with_nulls_takes_verl_defaults(tmp_path, char_tokeniz
         "prompt",
     )
     assert dataset[0]["input_ids"].tolist() == expected_ids(char_tokenizer, "ab")
+
+
+def test_build_datasets_reads_an_upload_with_its_map_beside_the_tiny_validation_set(
+    tmp_path, char_tokenizer
+):
+    """The studio's case: the preset's tiny://val.parquet kept beside an uploaded train set."""
+    from engine.config import load_config
+    from engine.trainer.build import build_datasets
+
+    upload = write_jsonl(tmp_path / "mine.jsonl", [{"question": "2*3=", "answer": "6"}] * 4)
+    config = load_config("grpo_tiny")
+    config.data.train_files = str(upload)
+    config.data.max_prompt_length = 512
+    config.data.file_key_maps = {str(upload): QA_MAP}
+    config.data.file_data_sources = {str(upload): "tiny_arithmetic"}
+    train, val = build_datasets(config, char_tokenizer)
+    assert train[0]["data_source"] == "tiny_arithmetic"
+    assert train[0]["reward_model"]["ground_truth"] == "6"
+    assert val is not None and len(val) > 0
+    assert val[0]["data_source"] == "tiny_arithmetic"  # the tiny task's own column

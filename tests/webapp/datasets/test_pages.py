@@ -45,3 +45,28 @@ def test_dataset_upload_previews_rows_and_remaps_columns(client_in, owner):
     path = Path(dataset.path)
     client_in.post(reverse("datasets:delete", kwargs={"dataset_id": dataset.pk}))
     assert not Dataset.objects.exists() and not path.exists()
+
+
+def test_upload_picks_the_data_source_that_selects_a_reward(client_in, owner):
+    """A file with no data_source column was named after the file, which no reward scores."""
+    text = b'{"question": "2+3=", "answer": "5"}\n'
+    form = client_in.get(reverse("datasets:upload")).content.decode()
+    assert "gsm8k — ground_truth: the final number" in form
+    client_in.post(
+        reverse("datasets:upload"),
+        {"file": SimpleUploadedFile("sums.jsonl", text), "map_prompt": "question"},
+    )
+    unscored = Dataset.objects.get()
+    page = client_in.get(unscored.get_absolute_url()).content.decode()
+    assert "<code>sums</code>: no reward scores this data_source" in page
+    client_in.post(
+        unscored.get_absolute_url(),
+        {"data_source": "tiny_arithmetic", "map_prompt": "question", "map_ground_truth": "answer"},
+    )
+    unscored.refresh_from_db()
+    assert unscored.data_source == "tiny_arithmetic"
+    assert unscored.preview["mapped"][0]["data_source"] == "tiny_arithmetic"
+    assert unscored.preview["data_sources"] == ["tiny_arithmetic"]
+    page = client_in.get(unscored.get_absolute_url()).content.decode()
+    assert "<code>tiny_arithmetic</code>: scored by the default reward" in page
+    assert "no reward scores" not in page

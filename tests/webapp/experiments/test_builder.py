@@ -38,6 +38,8 @@ def test_every_honoured_schema_field_but_the_studio_managed_ones_is_in_the_form(
         "custom_reward_function.path",
         "custom_reward_function.name",
         "reward.components",
+        "data.file_key_maps",  # from the datasets picked (attach_dataset_maps)
+        "data.file_data_sources",
     }
     # Keys with no effect here, or refused, stay at their defaults: the form does not show them.
     others = {spec.key for spec in iter_field_specs() if spec.effect != HONOURED}

@@ -79,15 +79,16 @@ def test_a_chosen_dataset_feeds_the_config_with_its_key_map(client_in, owner):
         name="sums",
         upload=upload,
         key_map={"prompt": "question", "ground_truth": "answer"},
+        data_source="tiny_arithmetic",
     )
     data = builder_data(tiny_config(), owner, train_dataset=str(dataset.pk), launch=None)
     response = client_in.post(reverse("experiments:new"), data)
     experiment = Experiment.objects.get()
     assert response["Location"] == experiment.get_absolute_url() and not Run.objects.exists()
     assert experiment.config["data"]["train_files"] == dataset.path
-    assert experiment.config["data"]["data_key_map"] == {
-        "prompt": "question",
-        "ground_truth": "answer",
+    assert experiment.config["data"]["data_key_map"] == {}  # the preset's files keep theirs
+    assert experiment.config["data"]["file_key_maps"] == {
+        dataset.path: {"prompt": "question", "ground_truth": "answer"}
     }
 
 

@@ -116,7 +116,13 @@ def test_an_evaluation_is_queued_on_the_data_a_member_may_pick(client_in, owner,
     job = CheckpointJob.objects.get()
     assert (job.kind, job.status, job.step) == ("evaluate", "queued", 1)
     assert job.data_files == ["tiny://val.parquet"] and job.key_map == {}
-    assert job.options == {"n": 4, "max_samples": 8, "temperature": 0.7}
+    assert job.options == {
+        "n": 4,
+        "max_samples": 8,
+        "temperature": 0.7,
+        "file_key_maps": {},
+        "file_data_sources": {},
+    }
     assert job.dataset == "the run's validation files (tiny://val.parquet)"
     with pytest.raises(CheckpointJobRefused, match="temperature=0.0: sampling 4 responses"):
         checkpoint_evaluate(run=run, step=1, data="val", n=4, temperature=0.0)
@@ -126,6 +132,22 @@ def test_an_evaluation_is_queued_on_the_data_a_member_may_pick(client_in, owner,
         checkpoint_evaluate(run=run, step=1, data="train")
     with pytest.raises(CheckpointJobRefused, match="waiting or running; ask again once one ends"):
         checkpoint_evaluate(run=run, step=1, data="train")
+
+
+@pytest.mark.django_db
+def test_an_evaluation_reads_each_file_as_the_run_or_the_dataset_reads_it(owner):
+    from tests.webapp.experiments.test_data_contract import QA_MAP, SUMS, upload
+
+    dataset = upload(owner, SUMS)
+    run = run_create(experiment=make_experiment(owner, data__train_files=dataset.path))
+    fake_checkpoint(run, 1, hf=False)
+    on_train = checkpoint_evaluate(run=run, step=1, data="train")
+    assert on_train.data_files == [dataset.path] and on_train.key_map == {}
+    assert on_train.options["file_key_maps"] == {dataset.path: QA_MAP}
+    assert on_train.options["file_data_sources"] == {dataset.path: "tiny_arithmetic"}
+    on_dataset = checkpoint_evaluate(run=run, step=1, data=f"dataset:{dataset.pk}")
+    assert on_dataset.key_map == QA_MAP
+    assert on_dataset.options["file_data_sources"] == {dataset.path: "tiny_arithmetic"}
 
 
 @pytest.mark.django_db
