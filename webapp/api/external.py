@@ -49,7 +49,7 @@ class ExternalRunIn(Schema):
     )
     config: dict[str, Any] | None = Field(None, description="The trainer's resolved config.")
     config_yaml: str | None = Field(None, description="Or the same as YAML text.")
-    total_steps: int | None = Field(None, ge=1)
+    total_steps: int | None = Field(None, ge=1, le=ext.MAX_COUNT)
     tags: list[str] = Field([], max_length=20)
 
 
@@ -94,7 +94,7 @@ class StateOut(Schema):
 
 
 class StepIn(BaseModel):
-    step: int = Field(ge=0)
+    step: int = Field(ge=0, le=ext.MAX_COUNT)
     metrics: dict[str, float | None] = Field(
         max_length=ext.MAX_METRICS_PER_STEP, description="verl's names; null for NaN."
     )
@@ -108,21 +108,23 @@ class StepsIn(BaseModel):
 class SampleIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    step: int = Field(ge=0)
+    step: int = Field(ge=0, le=ext.MAX_COUNT)
     split: SampleSplit = SampleSplit.TRAIN
     prompt: str = TEXT
     response: str = TEXT
     reward: float | None = Field(description="The sequence's score; null for none.")
-    sample_index: int = Field(ge=0, description="The sample's place in its prompt's group.")
+    sample_index: int = Field(
+        ge=0, le=ext.MAX_COUNT, description="The sample's place in its prompt's group."
+    )
     prompt_index: int | None = Field(
-        None, ge=0, le=2**31 - 1, description="Default: a hash of the prompt's text."
+        None, ge=0, le=ext.MAX_COUNT, description="Default: a hash of the prompt's text."
     )
     reward_parts: dict[str, Any] = Field({}, description="Reward components (verl's extras).")
     ground_truth: Any = None
     data_source: str = Field("", max_length=100)
     group_id: str = Field("", max_length=100)
     advantage: float | None = None
-    response_length: int | None = Field(None, ge=0)
+    response_length: int | None = Field(None, ge=0, le=ext.MAX_COUNT)
     truncated: bool = False
     tokens: list[str] | None = Field(None, max_length=ext.MAX_TOKENS)
     token_ids: list[int] | None = Field(None, max_length=ext.MAX_TOKENS)
@@ -136,7 +138,9 @@ class SamplesIn(BaseModel):
 
 
 class LogsIn(BaseModel):
-    offset: int = Field(0, ge=0, description="The position of the first line in the run's log.")
+    offset: int = Field(
+        0, ge=0, le=ext.MAX_COUNT, description="The position of the first line in the run's log."
+    )
     lines: list[str] = Field([], max_length=ext.MAX_LOG_LINES_PER_REQUEST)
 
 

@@ -64,6 +64,8 @@ from webapp.runs.selectors import flatten_config
 from webapp.runs.services import LAUNCH_KEY_PATTERN, run_dir
 
 # What one request may carry; the API answers past these with the limit and the fix.
+# The largest step, index or count a report may carry: the database's integer columns hold no more.
+MAX_COUNT = 2_147_483_647
 MAX_STEPS_PER_REQUEST = 1000
 MAX_SAMPLES_PER_REQUEST = 5000
 MAX_METRICS_PER_STEP = 2000

@@ -236,6 +236,22 @@ def test_sizes_past_the_limits_are_answered_with_the_limit(api, settings):
     )
 
 
+def test_a_count_past_the_databases_integers_is_a_422_naming_its_field(api):
+    past = 2**31  # PostgreSQL's integer columns end one below
+    response = api.post("/external-runs", {"key": "k" * 16, "name": "x", "total_steps": past})
+    assert response.status_code == 422 and "total_steps" in errors_of(response)
+    run = create(api)
+    steps = api.post(
+        f"/external-runs/{run['id']}/steps", {"steps": [{"step": past, "metrics": {}}]}
+    )
+    assert steps.status_code == 422 and "steps.0.step" in errors_of(steps)
+    for field in ("sample_index", "prompt_index", "response_length"):
+        body = {"samples": [sample(1, 0, **{field: past})]}
+        answer = api.post(f"/external-runs/{run['id']}/samples", body)
+        assert answer.status_code == 422 and f"samples.0.{field}" in errors_of(answer), field
+    assert not Run.objects.filter(total_steps=past).exists()
+
+
 def test_a_token_writes_only_its_owners_runs(api, bob, owner):
     run = create(api)
     for path, body in [
