@@ -30,6 +30,10 @@ _FULLY_ASYNC = (
     "implemented; leave the key out, or set actor_rollout_ref.hybrid_engine=False for the "
     "one-step-off trainer (one batch generated ahead, weights synced after every update)"
 )
+CPU_ONLY = (
+    "actor_rollout_ref.hybrid_engine=False runs its rollout worker process on a CPU; set "
+    "trainer.device=cpu, or keep actor_rollout_ref.hybrid_engine=True on a GPU"
+)
 ONE_ROLLOUT_WORKER = Limit(1, "the one-step-off trainer starts one rollout worker process")
 
 
@@ -107,7 +111,8 @@ def one_step_off_problems(v: Validation) -> list[ConfigFieldError]:
     """Return an error for each setting the one-step-off trainer cannot honour.
 
     Only with ``actor_rollout_ref.hybrid_engine=False``: its rollout worker is one CPU process
-    with the ``hf`` backend under the local controller, generating single-turn responses from a
+    with the ``hf`` backend under the local controller (``trainer.device=auto`` is checked when
+    the run starts, where the machine says whether it is a GPU), generating single-turn responses from a
     full copy of the policy; a critic, ReMax's greedy baselines and dynamic sampling are not
     wired into its one-batch-ahead loop.
     """
@@ -126,9 +131,8 @@ def one_step_off_problems(v: Validation) -> list[ConfigFieldError]:
         (
             "trainer.device",
             cfg.trainer.device,
-            cfg.trainer.device != "cpu",
-            f"{key} runs its rollout worker process on a CPU; set trainer.device=cpu, or keep "
-            "actor_rollout_ref.hybrid_engine=True on a GPU",
+            cfg.trainer.device == "cuda",
+            CPU_ONLY,
         ),
         (
             "actor_rollout_ref.rollout.name",

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.config.async_training import CPU_ONLY
+from engine.config.fields import ConfigFieldError
 from engine.data import DataProto
 from engine.roles.rollout_worker import RolloutWorkerProcess
 from engine.trainer.metrics import timer
@@ -54,6 +56,8 @@ class OneStepOffPPOTrainer(PPOTrainer):
 
     def _build_workers(self) -> None:
         """Build the actor (``PPOTrainer``'s workers) and start the rollout worker process."""
+        if self.device.type != "cpu":
+            raise ConfigFieldError("trainer.device", self.config.trainer.device, CPU_ONLY)
         super()._build_workers()
         arr = self.config.actor_rollout_ref
         self.rollout_worker = RolloutWorkerProcess(

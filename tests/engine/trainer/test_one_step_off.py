@@ -153,17 +153,9 @@ def test_a_rollout_worker_that_dies_is_an_error_naming_its_exit_code(tiny_assets
 def test_verls_one_step_off_preset_trains_on_the_tiny_task(make_config):
     # verl's preset keys over the tiny task: bypass mode, the rollout's log-probs as pi_old.
     config = make_config(
-        "one_step_off_ppo_trainer",
-        "data.train_files=tiny://train.parquet",
-        "data.max_prompt_length=16",
-        "data.max_response_length=8",
-        "actor_rollout_ref.model.path=tiny://model",
-        "actor_rollout_ref.rollout.name=hf",
+        "grpo_tiny_one_step_off",
         "actor_rollout_ref.rollout.n=4",
-        "algorithm.adv_estimator=grpo",
         "algorithm.rollout_correction.rollout_is=token",
-        "trainer.device=cpu",
-        "trainer.n_gpus_per_node=1",
     )
     recorder = ListRecorder()
     assert run_training(config, recorder) == "succeeded"
