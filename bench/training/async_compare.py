@@ -12,7 +12,8 @@ Arms, alternated ``--repeats`` times so both see the same machine load:
 Each arm runs in its own process (``python -m bench.training.async_compare arm <name> ...``) and
 prints one JSON line. A step's time is the wall time between the ends of consecutive steps; the
 medians skip ``--skip`` warm-up steps (the rollout worker's start falls in the first) and the last
-step (it validates). Samples/s is ``train_batch_size x rollout.n`` over the median step. The
+step (it validates). ``trainer_cpu_s_per_step`` and ``worker_gen_cpu_s`` are CPU seconds: on a
+shared machine the wall time less the CPU time is the wait for a core. Samples/s is ``train_batch_size x rollout.n`` over the median step. The
 limit of the overlap is the slower side: the worker's generation (``timing_s/rollout_worker_gen``)
 or the trainer's work (the step less its wait for the batch, ``timing_s/gen``); ``bound_s`` is the
 larger, and ``of_bound`` says how close the step gets to it. ``heldout_reward`` is the validation
@@ -57,6 +58,7 @@ def overrides(args: Any, arm: str, out_dir: Path) -> list[str]:
         f"trainer.seed={args.seed}",
         f"trainer.default_local_dir={out_dir}",
         f"actor_rollout_ref.hybrid_engine={arm == 'sync'}",
+        f"actor_rollout_ref.rollout.ignore_eos={args.ignore_eos}",
     ]
 
 
@@ -78,15 +80,17 @@ def run_arm(args: Any) -> dict[str, Any]:
 
         def __init__(self) -> None:
             self.wall: list[float] = []
+            self.cpu: list[float] = []
             self.metrics: list[dict[str, float]] = []
-            self.previous = time.perf_counter()
+            self.previous = (time.perf_counter(), time.process_time())
 
         def on_start(self, **_: Any) -> None:
-            self.previous = time.perf_counter()
+            self.previous = (time.perf_counter(), time.process_time())
 
         def on_step(self, step: int, metrics: dict[str, float]) -> None:
-            now = time.perf_counter()
-            self.wall.append(now - self.previous)
+            now = (time.perf_counter(), time.process_time())
+            self.wall.append(now[0] - self.previous[0])
+            self.cpu.append(now[1] - self.previous[1])
             self.metrics.append(dict(metrics))
             self.previous = now
 
@@ -105,10 +109,12 @@ def run_arm(args: Any) -> dict[str, Any]:
         "arm": args.arm,
         "status": status,
         "median_s_per_step": round(median, 4),
+        "trainer_cpu_s_per_step": round(statistics.median(clock.cpu[steady]), 4),
         "samples_per_s": round(samples / median, 2),
         "wait_or_gen_s": median_of(rows, "timing_s/gen"),
         "update_s": median_of(rows, "timing_s/update_actor"),
         "old_log_prob_s": median_of(rows, "timing_s/old_log_prob"),
+        "response_length_mean": median_of(rows, "response_length/mean"),
         "total_s": round(total, 2),
         "step_wall_all_s": [round(w, 4) for w in clock.wall],
         "heldout_reward": next(
@@ -123,6 +129,7 @@ def run_arm(args: Any) -> dict[str, Any]:
         bound = statistics.median([max(g, t) for g, t in zip(gen, train, strict=True)])
         result |= {
             "worker_gen_s": round(statistics.median(gen), 4),
+            "worker_gen_cpu_s": median_of(rows, "timing_s/rollout_worker_gen_cpu"),
             "trainer_busy_s": round(statistics.median(train), 4),
             "bound_s": round(bound, 4),
             "of_bound": round(bound / median, 3),
@@ -141,6 +148,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--response-length", type=int, default=8)
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--ignore-eos", action="store_true", help="every response runs to --response-length"
+    )
     parser.add_argument(
         "--recompute-old", action="store_true", help="one-step-off recomputes pi_old"
     )

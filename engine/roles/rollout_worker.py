@@ -174,11 +174,13 @@ class _RolloutWorker:
 
         if self.version < 0:
             raise RuntimeError("the rollout worker was asked to generate before any weight sync")
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         out = self.rollout.generate_sequences(
             prompts,
             max_new_tokens=self.max_new_tokens,
             sampling=sampling_params(self.config, validate=False),
             generator=self.generator,
         )
+        # CPU seconds against wall seconds: what the work took, and what waiting for a core added.
+        out.meta_info["rollout_worker_cpu_s"] = time.process_time() - cpu_start
         return out, self.version, time.perf_counter() - start

@@ -118,6 +118,7 @@ class OneStepOffPPOTrainer(PPOTrainer):
             gen, version, gen_seconds = self.rollout_worker.result()
         timing["sync_rollout_weights"] = self._sync_s
         timing["rollout_worker_gen"] = gen_seconds
+        timing["rollout_worker_gen_cpu"] = gen.meta_info.pop("rollout_worker_cpu_s", 0.0)
         batch, reward_info = self.score_rollout(prompts, batch, gen, timing=timing)
         batch.non_tensor_batch[VERSION_KEY] = np.full(len(batch), version, dtype=np.int64)
         return batch, reward_info
