@@ -30,10 +30,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import torch
 
 from engine.config.async_training import CPU_ONLY
 from engine.config.fields import ConfigFieldError
 from engine.data import DataProto
+from engine.roles.actor_rollout_ref import ActorRolloutRefWorker
 from engine.roles.rollout_worker import RolloutWorkerProcess
 from engine.trainer.metrics import timer
 from engine.trainer.ppo_trainer import PPOTrainer
@@ -54,6 +56,12 @@ class OneStepOffPPOTrainer(PPOTrainer):
         self._sync_s = 0.0
         super().__init__(config, recorder)
 
+    @property
+    def policy(self) -> torch.nn.Module:
+        """Return the actor's module (the local CPU worker's), whose weights the worker copies."""
+        assert isinstance(self.arr, ActorRolloutRefWorker)
+        return self.arr.model
+
     def _build_workers(self) -> None:
         """Build the actor (``PPOTrainer``'s workers) and start the rollout worker process."""
         if self.device.type != "cpu":
@@ -61,7 +69,7 @@ class OneStepOffPPOTrainer(PPOTrainer):
         super()._build_workers()
         arr = self.config.actor_rollout_ref
         self.rollout_worker = RolloutWorkerProcess(
-            self.arr.model,
+            self.policy,
             self.tokenizer,
             arr.rollout,
             max_new_tokens=arr.rollout.response_length or self.config.data.max_response_length,
@@ -98,7 +106,7 @@ class OneStepOffPPOTrainer(PPOTrainer):
         version = self.global_step  # prompt_batches asks at a step's start: global_step updates
         start = time.perf_counter()
         if version != self.synced_version:
-            self.rollout_worker.sync_weights(self.arr.model, version)
+            self.rollout_worker.sync_weights(self.policy, version)
             self.synced_version = version
         self._sync_s = time.perf_counter() - start
         batch = self.rollout_input(prompts)
