@@ -164,3 +164,27 @@ def test_verls_one_step_off_preset_trains_on_the_tiny_task(make_config):
     for metrics in steps:
         assert "timing_s/old_log_prob" not in metrics  # bypass: never recomputed
         assert "rollout_corr/rollout_is_mean" in metrics
+
+
+def test_a_cancelled_run_resumes_with_the_checkpoints_weights_in_the_worker(make_config, tmp_path):
+    common = (
+        ONE_STEP_OFF,
+        "trainer.total_training_steps=3",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        "algorithm.rollout_correction.rollout_is=token",
+        "actor_rollout_ref.actor.optim.lr=1e-2",  # a worker left on other weights would show
+    )
+    first = OneStepOffPPOTrainer(make_config("grpo_tiny", *common), ListRecorder(stop_after=2))
+    assert first.fit() == "cancelled"
+    assert first.recorder.checkpoints[-1][0] == 2
+    assert first.rollout_worker is None  # the cancel stopped the worker with batch 3 in flight
+    second = OneStepOffPPOTrainer(make_config("grpo_tiny", *common), ListRecorder())
+    assert second.fit() == "succeeded"
+    ((step, metrics),) = second.recorder.steps
+    assert step == 3
+    # The resumed worker generated step 3's batch with the checkpoint's weights (version 2): it
+    # is on-policy, and pi_old / pi_rollout is 1 wherever the two computations agree.
+    assert metrics["async/rollout_policy_version"] == 2.0
+    assert metrics["async/staleness_max"] == 0.0
+    assert metrics["rollout_corr/rollout_is_mean"] == pytest.approx(1.0, abs=1e-3)
+    assert metrics["rollout_corr/kl"] == pytest.approx(0.0, abs=1e-4)
