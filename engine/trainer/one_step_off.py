@@ -146,7 +146,7 @@ class OneStepOffPPOTrainer(PPOTrainer):
         """Run ``PPOTrainer.train_step`` on the batch generated a step ago; add the staleness
         (``async/staleness_mean``, ``_max``) and the version of its policy to the metrics."""
         metrics, batch, reward_info = super().train_step(prompts, more_prompts)
-        lag = self.global_step - 1 - batch.non_tensor_batch[VERSION_KEY]
+        lag = self.staleness(batch)
         metrics["async/staleness_mean"] = float(lag.mean())
         metrics["async/staleness_max"] = float(lag.max())
         metrics["async/rollout_policy_version"] = float(batch.non_tensor_batch[VERSION_KEY].max())
