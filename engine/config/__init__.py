@@ -14,6 +14,8 @@ section's rules (``data_problems``, ...)::
     reward.*, reward_manager.*                      reward.py
     algorithm.*                                     algorithm.py
     trainer.*, ray_init.*, ray_kwargs.*             trainer.py
+    rollout.*, async_training.* (one-step-off and
+    fully-async; actor_rollout_ref.hybrid_engine)   async_training.py
     verl's sections with no engine behind them      unsupported.py (global_profiler, ...)
 
 ``schema.py`` is the root (``PPOConfig``); ``fields.py`` makes the fields and holds the limits and

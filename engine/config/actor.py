@@ -248,6 +248,11 @@ class ActorConfig(_Section):
     kl_loss_coef: float = _f(0.001, "Coefficient of the KL loss.", basic=True, ge=0)
     kl_loss_type: str = _f("low_var_kl", "KL estimator of the loss.", choices=KL_TYPES, basic=True)
     ppo_epochs: int = _f(1, "Passes over each batch.", gt=0)
+    use_rollout_log_probs: bool = _f(
+        False,
+        "pi_old of the update is the rollout's own log-probs, never recomputed (verl's "
+        "fully-async trainer).",
+    )
     shuffle: bool = _f(False, "Shuffle samples between PPO epochs.")
     policy_loss: PolicyLossConfig = _section(PolicyLossConfig, "Policy loss variant.")
     optim: OptimConfig = _section(OptimConfig, "Actor optimizer.")
@@ -333,10 +338,10 @@ class RefConfig(_Section):
 
 @dataclass
 class ActorRolloutRefConfig(_Section):
-    hybrid_engine: bool = _refused(
+    hybrid_engine: bool = _f(
         True,
-        "Actor, rollout and reference share devices.",
-        "the rollout always runs on the actor's devices; keep True",
+        "Actor, rollout and reference share devices and take turns; False: one-step-off "
+        "(the next batch generates while this one trains).",
     )
     nccl_timeout: int = _inert(600, "Seconds before a stuck NCCL collective fails.")
     model: ModelConfig = _section(ModelConfig, "The policy model.")

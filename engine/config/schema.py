@@ -20,6 +20,7 @@ from typing import Any
 
 from engine.config.actor import ActorRolloutRefConfig
 from engine.config.algorithm import AlgorithmConfig
+from engine.config.async_training import AsyncTrainingConfig, RolloutPoolConfig
 from engine.config.critic import CriticConfig
 from engine.config.data import DataConfig
 from engine.config.fields import _Section, _section
@@ -50,6 +51,12 @@ class PPOConfig(_Section):
     ray_init: RayInitConfig = _section(RayInitConfig, "Ray start-up.")
     ray_kwargs: RayKwargsConfig = _section(RayKwargsConfig, "Ray start-up (verl 0.7's place).")
     reward_manager: RewardManagerConfig = _section(RewardManagerConfig, "The reward manager.")
+    rollout: RolloutPoolConfig = _section(
+        RolloutPoolConfig, "The one-step-off trainer's rollout worker (hybrid_engine=False)."
+    )
+    async_training: AsyncTrainingConfig = _section(
+        AsyncTrainingConfig, "verl's fully-async trainer (not implemented: refused)."
+    )
     global_profiler: GlobalProfilerConfig = _section(GlobalProfilerConfig, "Profiling.")
     transfer_queue: TransferQueueConfig = _section(TransferQueueConfig, "verl's TransferQueue.")
     extras: dict[str, Any] = field(

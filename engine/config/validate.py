@@ -24,6 +24,7 @@ from typing import Any
 
 from engine.config.actor import actor_problems
 from engine.config.algorithm import algorithm_problems
+from engine.config.async_training import one_step_off_problems
 from engine.config.critic import critic_problems
 from engine.config.data import data_problems
 from engine.config.fields import (
@@ -57,6 +58,7 @@ SECTION_RULES = (
     reward_problems,
     algorithm_problems,
     trainer_problems,
+    one_step_off_problems,
 )
 
 

@@ -72,6 +72,19 @@ def get_rollout(
     return rollout
 
 
+def sampling_params(rollout: Any, validate: bool) -> dict[str, Any]:
+    """Return the sampling keyword arguments of ``actor_rollout_ref.rollout`` for training or
+    validation (``val_kwargs``) rollouts."""
+    source = rollout.val_kwargs if validate else rollout
+    return {
+        "do_sample": bool(source.do_sample) and source.temperature > 0,
+        "temperature": float(source.temperature),
+        "top_k": int(source.top_k),
+        "top_p": float(source.top_p),
+        "ignore_eos": bool(rollout.ignore_eos),
+    }
+
+
 class ActorRolloutRefWorker:
     """Own the policy (with optimizer), its rollout engine and the reference policy.
 
@@ -153,15 +166,7 @@ class ActorRolloutRefWorker:
     # -- rollout -----------------------------------------------------------------------------
     def sampling_params(self, validate: bool) -> dict[str, Any]:
         """Return the sampling keyword arguments for training or validation rollouts."""
-        rollout = self.config.actor_rollout_ref.rollout
-        source = rollout.val_kwargs if validate else rollout
-        return {
-            "do_sample": bool(source.do_sample) and source.temperature > 0,
-            "temperature": float(source.temperature),
-            "top_k": int(source.top_k),
-            "top_p": float(source.top_p),
-            "ignore_eos": bool(rollout.ignore_eos),
-        }
+        return sampling_params(self.config.actor_rollout_ref.rollout, validate)
 
     def generate_sequences(self, prompts: DataProto, *, validate: bool = False) -> DataProto:
         """Return the rollout for prompts already repeated ``n`` times (see HFRollout)."""

@@ -228,13 +228,15 @@ class PPOTrainer:
         check_rollout = config.actor_rollout_ref.rollout.calculate_log_probs
         correction = config.algorithm.rollout_correction
         corrects = rollout_correction_active(correction)
-        if correction.bypass_mode:  # verl's bypass mode: the rollout's log-probs are pi_old
+        # verl's bypass mode, and actor.use_rollout_log_probs (its fully-async trainer's): the
+        # rollout's log-probs are pi_old, never recomputed.
+        if correction.bypass_mode or config.actor_rollout_ref.actor.use_rollout_log_probs:
             batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
         elif (
             check_rollout
             or corrects
             or needs_sum_pi_squared(config)  # the optimal token baselines' input comes from it
-            or self.arr.needs_old_log_prob(len(batch))
+            or self.needs_old_log_prob(batch)
         ):
             with timer("old_log_prob", timing):
                 old = self.arr.compute_log_prob(batch)
@@ -325,18 +327,34 @@ class PPOTrainer:
             metrics["reward/failed"] = float(failed)
         return metrics, batch, reward_info
 
+    def needs_old_log_prob(self, batch: DataProto) -> bool:
+        """Return True when the update needs pi_old recomputed: it is not on-policy (several
+        mini-batches or epochs; the one-step-off trainer adds samples of an older policy)."""
+        return self.arr.needs_old_log_prob(len(batch))
+
     def generate_and_score(
         self, prompts: DataProto, *, timing: dict[str, float]
     ) -> tuple[DataProto, dict]:
         """Return the rollouts of ``prompts`` (``rollout.n`` each, a ``uid`` per prompt group)
         with their ``token_level_scores``, and the reward info."""
+        batch = self.rollout_input(prompts)
+        with timer("gen", timing):
+            gen = self.arr.generate_sequences(batch)
+        return self.score_rollout(prompts, batch, gen, timing=timing)
+
+    def rollout_input(self, prompts: DataProto) -> DataProto:
+        """Give each prompt a group ``uid`` and return the prompts repeated ``rollout.n`` times."""
         n = self.config.actor_rollout_ref.rollout.n
         prompts.non_tensor_batch["uid"] = np.array(
             [str(uuid.uuid4()) for _ in range(len(prompts))], dtype=object
         )
-        batch = prompts.repeat(n, interleave=True)
-        with timer("gen", timing):
-            gen = self.arr.generate_sequences(batch)
+        return prompts.repeat(n, interleave=True)
+
+    def score_rollout(
+        self, prompts: DataProto, batch: DataProto, gen: DataProto, *, timing: dict[str, float]
+    ) -> tuple[DataProto, dict]:
+        """Join the rollout ``gen`` to its input ``batch`` and score it (``generate_and_score``)."""
+        n = self.config.actor_rollout_ref.rollout.n
         timing["update_weights"] = timing.get("update_weights", 0.0) + gen.meta_info.pop(
             "timing_s/update_weights", 0.0
         )

@@ -2,7 +2,8 @@
 
 ``trainer.controller=local`` trains in this process (``PPOTrainer``; on a CUDA device its
 workers are FSDP2 ranks of a one-rank group), ``ray`` over Ray worker groups of FSDP2 ranks
-(``RayPPOTrainer``). This module knows both; the trainers know nothing of each other's choice.
+(``RayPPOTrainer``); ``actor_rollout_ref.hybrid_engine=False`` trains one batch ahead with a
+rollout worker process (``OneStepOffPPOTrainer``). This module knows them all; the trainers know nothing of each other's choice.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import traceback
 from typing import TYPE_CHECKING
 
+from engine.trainer.one_step_off import OneStepOffPPOTrainer
 from engine.trainer.ppo_trainer import PPOTrainer
 from engine.trainer.ray_trainer import RayPPOTrainer
 from engine.trainer.reporting import Recorder, RunOutcome
@@ -28,7 +30,11 @@ def run_training(config: PPOConfig, recorder: Recorder | None = None) -> RunOutc
     trainer: PPOTrainer | None = None
     try:
         # Importing RayPPOTrainer does not import Ray; its worker groups start Ray when built.
-        trainer_cls = RayPPOTrainer if config.trainer.controller == "ray" else PPOTrainer
+        trainer_cls: type[PPOTrainer] = PPOTrainer
+        if config.trainer.controller == "ray":
+            trainer_cls = RayPPOTrainer
+        elif not config.actor_rollout_ref.hybrid_engine:
+            trainer_cls = OneStepOffPPOTrainer
         trainer = trainer_cls(config, recorder)
         return trainer.fit()
     except BaseException:

@@ -276,6 +276,9 @@ PRESET_LABELS = {
     "grpo_tiny_otb": "GRPO with the Optimal Token Baseline on the tiny model (CPU)",
     "grpo_tiny_rm": "GRPO rewarded by the tiny reward model alone (CPU; first use builds it)",
     "grpo_tiny_rollout_corr": "GRPO with rollout correction (bypass mode) on the tiny model (CPU)",
+    "grpo_tiny_one_step_off": (
+        "GRPO one step off-policy: the next batch generates while this one trains (CPU)"
+    ),
     "grpo_tiny_calculator": (
         "GRPO with a calculator tool on three-digit addition (CPU; first use builds the task)"
     ),

@@ -1,0 +1,202 @@
+"""Synchronous against one-step-off GRPO on the tiny task, side by side in one run.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.training.async_compare --steps 12 --repeats 2
+
+Arms, alternated ``--repeats`` times so both see the same machine load:
+
+- ``sync``: ``PPOTrainer`` (``actor_rollout_ref.hybrid_engine=True``): generate, then train, in
+  one process with one thread.
+- ``one_step_off``: ``OneStepOffPPOTrainer`` (``hybrid_engine=False``): a rollout worker process
+  (one thread) generates batch t+1 while the trainer (one thread) trains on batch t.
+
+Each arm runs in its own process (``python -m bench.training.async_compare arm <name> ...``) and
+prints one JSON line. A step's time is the wall time between the ends of consecutive steps; the
+medians skip ``--skip`` warm-up steps (the rollout worker's start falls in the first) and the last
+step (it validates). ``trainer_cpu_s_per_step`` and ``worker_gen_cpu_s`` are CPU seconds: on a
+shared machine the wall time less the CPU time is the wait for a core. Samples/s is ``train_batch_size x rollout.n`` over the median step. The
+limit of the overlap is the slower side: the worker's generation (``timing_s/rollout_worker_gen``)
+or the trainer's work (the step less its wait for the batch, ``timing_s/gen``); ``bound_s`` is the
+larger, and ``of_bound`` says how close the step gets to it. ``heldout_reward`` is the validation
+reward (greedy, the tiny task's held-out set) after the last step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ARMS = ("sync", "one_step_off")
+
+
+def overrides(args: Any, arm: str, out_dir: Path) -> list[str]:
+    """Return the verl overrides of ``arm`` on the tiny GRPO preset.
+
+    One-step-off takes pi_old from the rollout (``actor.use_rollout_log_probs``, as verl's
+    one-step-off preset does with bypass mode) unless ``--recompute-old``: then the trainer
+    recomputes it for every stale batch, a forward pass the synchronous on-policy step skips.
+    """
+    pi_old_from_rollout = arm == "one_step_off" and not args.recompute_old
+    return [
+        f"actor_rollout_ref.actor.use_rollout_log_probs={pi_old_from_rollout}",
+        f"data.train_batch_size={args.batch}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.batch}",
+        f"actor_rollout_ref.rollout.n={args.n}",
+        f"data.max_response_length={args.response_length}",
+        f"actor_rollout_ref.actor.optim.lr={args.lr}",
+        f"trainer.total_training_steps={args.steps}",
+        f"trainer.test_freq={args.steps}",
+        "trainer.val_before_train=False",
+        "trainer.save_freq=-1",
+        "trainer.logger=[]",
+        f"trainer.seed={args.seed}",
+        f"trainer.default_local_dir={out_dir}",
+        f"actor_rollout_ref.hybrid_engine={arm == 'sync'}",
+        f"actor_rollout_ref.rollout.ignore_eos={args.ignore_eos}",
+    ]
+
+
+def median_of(rows: list[dict[str, float]], key: str) -> float | None:
+    """Return the median of ``row[key]`` over the rows that have it (None if none)."""
+    values = [row[key] for row in rows if key in row]
+    return round(statistics.median(values), 4) if values else None
+
+
+def run_arm(args: Any) -> dict[str, Any]:
+    """Train one arm in this process; return its figures."""
+    from engine.config import load_config
+    from engine.trainer.one_step_off import OneStepOffPPOTrainer
+    from engine.trainer.ppo_trainer import PPOTrainer
+    from engine.trainer.reporting import Recorder
+
+    class StepClock(Recorder):
+        """Record the wall time between the ends of consecutive steps, and each step's metrics."""
+
+        def __init__(self) -> None:
+            self.wall: list[float] = []
+            self.cpu: list[float] = []
+            self.metrics: list[dict[str, float]] = []
+            self.previous = (time.perf_counter(), time.process_time())
+
+        def on_start(self, **_: Any) -> None:
+            self.previous = (time.perf_counter(), time.process_time())
+
+        def on_step(self, step: int, metrics: dict[str, float]) -> None:
+            now = (time.perf_counter(), time.process_time())
+            self.wall.append(now[0] - self.previous[0])
+            self.cpu.append(now[1] - self.previous[1])
+            self.metrics.append(dict(metrics))
+            self.previous = now
+
+    out_dir = Path(args.root) / args.arm
+    config = load_config("grpo_tiny.yaml", overrides=overrides(args, args.arm, out_dir))
+    clock = StepClock()
+    start = time.perf_counter()
+    trainer_cls = PPOTrainer if args.arm == "sync" else OneStepOffPPOTrainer
+    status = trainer_cls(config, clock).fit()
+    total = time.perf_counter() - start
+    steady = slice(args.skip, len(clock.wall) - 1)  # the last step validates
+    wall, rows = clock.wall[steady], clock.metrics[steady]
+    median = statistics.median(wall)
+    samples = args.batch * args.n
+    result: dict[str, Any] = {
+        "arm": args.arm,
+        "status": status,
+        "median_s_per_step": round(median, 4),
+        "trainer_cpu_s_per_step": round(statistics.median(clock.cpu[steady]), 4),
+        "samples_per_s": round(samples / median, 2),
+        "wait_or_gen_s": median_of(rows, "timing_s/gen"),
+        "update_s": median_of(rows, "timing_s/update_actor"),
+        "old_log_prob_s": median_of(rows, "timing_s/old_log_prob"),
+        "response_length_mean": median_of(rows, "response_length/mean"),
+        "total_s": round(total, 2),
+        "step_wall_all_s": [round(w, 4) for w in clock.wall],
+        "heldout_reward": next(
+            (round(v, 4) for k, v in clock.metrics[-1].items() if k.startswith("val-core/")),
+            None,
+        ),
+        "reward_all_steps": [round(m["critic/score/mean"], 4) for m in clock.metrics],
+    }
+    if args.arm == "one_step_off":
+        gen = [m["timing_s/rollout_worker_gen"] for m in rows]
+        train = [m["timing_s/step"] - m["timing_s/gen"] for m in rows]
+        bound = statistics.median([max(g, t) for g, t in zip(gen, train, strict=True)])
+        result |= {
+            "worker_gen_s": round(statistics.median(gen), 4),
+            "worker_gen_cpu_s": median_of(rows, "timing_s/rollout_worker_gen_cpu"),
+            "trainer_busy_s": round(statistics.median(train), 4),
+            "bound_s": round(bound, 4),
+            "of_bound": round(bound / median, 3),
+            "staleness_mean": median_of(rows, "async/staleness_mean"),
+        }
+    return result
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--skip", type=int, default=2, help="warm-up steps left out")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each arm, alternated")
+    parser.add_argument("--batch", type=int, default=32, help="prompts per step")
+    parser.add_argument("--n", type=int, default=8, help="samples per prompt")
+    parser.add_argument("--response-length", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--ignore-eos", action="store_true", help="every response runs to --response-length"
+    )
+    parser.add_argument(
+        "--recompute-old", action="store_true", help="one-step-off recomputes pi_old"
+    )
+    parser.add_argument("--root", default="/tmp/async_compare")
+    parser.add_argument("--out", default=None, help="write the results here as JSON")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["arm"]:
+        args = parse(argv[2:])
+        args.arm = argv[1]
+        print(json.dumps(run_arm(args)))
+        return
+    args = parse(argv)
+    if args.steps < args.skip + 2:
+        raise SystemExit(f"--steps must be at least --skip + 2 ({args.skip + 2})")
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    load = os.getloadavg()[0]
+    results = []
+    for repeat in range(args.repeats):
+        for arm in ARMS:
+            done = subprocess.run(
+                [sys.executable, "-m", "bench.training.async_compare", "arm", arm, *argv],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode != 0:
+                raise SystemExit(f"arm {arm} failed:\n{done.stderr[-4000:]}")
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            row["repeat"] = repeat
+            results.append(row)
+            print(json.dumps({k: v for k, v in row.items() if not k.endswith("all_s")}))
+    summary = {}
+    for arm in ARMS:
+        rates = [r["samples_per_s"] for r in results if r["arm"] == arm]
+        summary[arm] = round(statistics.median(rates), 2)
+    summary["speedup"] = round(summary["one_step_off"] / summary["sync"], 3)
+    summary["load_average_at_start"] = round(load, 2)
+    summary["load_average_at_end"] = round(os.getloadavg()[0], 2)
+    print(json.dumps({"samples_per_s_median": summary}))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"summary": summary, "runs": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,186 @@
+"""The detached rollout worker: a process of its own holding a copy of the policy and the ``hf``
+rollout, so generation really runs beside training (verl's ``DetachAsyncRolloutWorker`` of
+``verl/experimental/one_step_off_policy``; on a CPU a process, not a thread: the GIL and torch's
+intra-op pool would serialise a thread).
+
+The trainer talks to it through two queues, and the worker answers in the order it was asked:
+``sync_weights`` (the policy's parameters and their version: how many updates made them),
+``submit`` (generate a batch with the weights last synced) and ``result`` (the oldest submitted
+batch, stamped with the version that produced it). Sending never waits for the worker: a queue's
+feeder thread writes while the worker generates. Everything travels as ``torch.save`` bytes, so
+no tensor in either process shares memory with the other (a shared tensor breaks once its
+process exits). Sampling draws from the worker's own generator seeded as the in-process
+rollout's (``trainer.seed``), so with the same weights it samples the same tokens.
+"""
+
+from __future__ import annotations
+
+import io
+import multiprocessing as mp
+import queue
+import time
+import traceback
+from typing import Any
+
+import torch
+
+from engine.data import DataProto
+
+# Seconds to wait for a batch before checking that the worker is still alive.
+_POLL_S = 1.0
+# Seconds the worker gets to exit after being asked to stop, before it is terminated.
+_STOP_S = 10.0
+
+
+def _pack(obj: Any) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def _unpack(data: bytes) -> Any:
+    return torch.load(io.BytesIO(data), weights_only=False)
+
+
+def policy_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Return a detached CPU copy of ``model``'s parameters and buffers."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+class RolloutWorkerProcess:
+    """Generate rollouts in a worker process with a copy of the policy (see the module doc)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        rollout_config: Any,
+        *,
+        max_new_tokens: int,
+        seed: int,
+    ) -> None:
+        context = mp.get_context("spawn")
+        self.requests: Any = context.Queue()
+        self.replies: Any = context.Queue()
+        self.in_flight = 0
+        setup = {
+            "model_config": model.config,
+            "generation_config": getattr(model, "generation_config", None),
+            "dtype": next(model.parameters()).dtype,
+            "tokenizer": tokenizer,
+            "rollout_config": rollout_config,
+            "max_new_tokens": max_new_tokens,
+            "seed": seed,
+        }
+        self.process = context.Process(
+            target=_serve,
+            args=(self.requests, self.replies, _pack(setup)),
+            name="rollout-worker",
+            daemon=True,
+        )
+        self.process.start()
+
+    def sync_weights(self, model: torch.nn.Module, version: int) -> None:
+        """Queue ``model``'s weights (after ``version`` updates); the next generation uses them."""
+        self.requests.put(("weights", _pack((policy_state(model), version))))
+
+    def submit(self, prompts: DataProto) -> None:
+        """Queue the generation of ``prompts`` (already repeated ``rollout.n`` times)."""
+        self.requests.put(("generate", _pack(prompts)))
+        self.in_flight += 1
+
+    def result(self) -> tuple[DataProto, int, float]:
+        """Return the oldest submitted batch's rollout, the policy version that generated it and
+        the seconds the worker spent generating it; wait for it if needed.
+
+        A failure in the worker is raised here with its traceback; a worker that died is a
+        RuntimeError with its exit code.
+        """
+        if self.in_flight == 0:
+            raise RuntimeError("no rollout was submitted to the rollout worker")
+        while True:
+            try:
+                kind, payload = self.replies.get(timeout=_POLL_S)
+                break
+            except queue.Empty:
+                if not self.process.is_alive():
+                    raise RuntimeError(
+                        f"the rollout worker process exited (code {self.process.exitcode}) "
+                        "with a batch in flight; see its output above"
+                    ) from None
+        if kind == "error":
+            raise RuntimeError(f"the rollout worker failed:\n{payload}")
+        self.in_flight -= 1
+        out, version, seconds = _unpack(payload)
+        return out, version, seconds
+
+    def close(self) -> None:
+        """Stop the worker process (terminated if it does not exit in time)."""
+        if self.process.is_alive():
+            self.requests.put(("stop", b""))
+            self.process.join(_STOP_S)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(_STOP_S)
+        self.requests.close()
+        self.replies.close()
+
+
+def _serve(requests: Any, replies: Any, setup_bytes: bytes) -> None:
+    """The worker process: build the policy copy, then answer requests in order until stopped."""
+    try:
+        worker = _RolloutWorker(_unpack(setup_bytes))
+        while True:
+            kind, payload = requests.get()
+            if kind == "stop":
+                return
+            if kind == "weights":
+                worker.load(*_unpack(payload))
+            elif kind == "generate":
+                replies.put(("ok", _pack(worker.generate(_unpack(payload)))))
+    except BaseException:
+        replies.put(("error", traceback.format_exc()))
+
+
+class _RolloutWorker:
+    """What the worker process holds: the policy copy, its ``hf`` rollout and its generator."""
+
+    def __init__(self, setup: dict[str, Any]) -> None:
+        from transformers import AutoModelForCausalLM
+
+        from engine.env import apply_cpu_process_env
+        from engine.roles.actor_rollout_ref import get_rollout
+
+        apply_cpu_process_env()
+        model = AutoModelForCausalLM.from_config(setup["model_config"], dtype=setup["dtype"])
+        if setup["generation_config"] is not None:
+            model.generation_config = setup["generation_config"]
+        model.config.use_cache = True
+        self.model = model.eval()
+        self.config = setup["rollout_config"]
+        self.rollout = get_rollout("hf", self.model, setup["tokenizer"], self.config)
+        self.max_new_tokens = setup["max_new_tokens"]
+        self.generator = torch.Generator(device="cpu").manual_seed(setup["seed"])
+        self.version = -1  # no weights yet: the trainer syncs before its first batch
+
+    def load(self, state: dict[str, torch.Tensor], version: int) -> None:
+        """Load the policy's weights after ``version`` updates."""
+        self.model.load_state_dict(state)
+        self.version = version
+
+    def generate(self, prompts: DataProto) -> tuple[DataProto, int, float]:
+        """Return the rollout of ``prompts``, the version of the weights and the seconds taken."""
+        from engine.roles.actor_rollout_ref import sampling_params
+
+        if self.version < 0:
+            raise RuntimeError("the rollout worker was asked to generate before any weight sync")
+        start, cpu_start = time.perf_counter(), time.process_time()
+        out = self.rollout.generate_sequences(
+            prompts,
+            max_new_tokens=self.max_new_tokens,
+            sampling=sampling_params(self.config, validate=False),
+            generator=self.generator,
+        )
+        # CPU seconds against wall seconds: what the work took, and what waiting for a core added.
+        out.meta_info["rollout_worker_cpu_s"] = time.process_time() - cpu_start
+        return out, self.version, time.perf_counter() - start

@@ -1,0 +1,153 @@
+"""The one-step-off-policy trainer: batch t+1 is generated while batch t trains.
+
+verl's ``verl/experimental/one_step_off_policy`` (``OneStepOffRayTrainer.fit``), chosen here by
+``actor_rollout_ref.hybrid_engine=False``. The rollout runs in a worker process with its own
+copy of the policy (``engine.roles.rollout_worker``). At the start of step t the trainer syncs
+the actor's weights (after t-1 updates) to the worker and submits batch t+1, then trains on batch
+t, which the worker generated during step t-1 with the weights after t-2 updates: every sample
+after the first batch is exactly one update stale, and each carries the version that produced it
+(``rollout_policy_version``, the number of updates its weights had seen).
+
+Stale samples are corrected as verl corrects them. With ``actor.use_rollout_log_probs`` or
+``algorithm.rollout_correction.bypass_mode`` (verl's one-step-off preset) the rollout's own
+log-probs are pi_old of the PPO ratio pi_theta / pi_rollout. Otherwise pi_old is recomputed by
+the current actor for a stale batch (the on-policy shortcut would take pi_old = pi_theta and
+lose the staleness), and ``algorithm.rollout_correction`` weighs each token by pi_old /
+pi_rollout (truncated IS, rejection), exactly as for a mismatched rollout engine.
+
+``overlap=False`` submits each batch only after the previous update (staleness 0): the same
+samples and updates as the synchronous trainer, from the worker process; the tests compare the
+two. The trainer's own rollout (the actor's module) still serves validation and the worker's
+weights are those of the latest sync. A checkpoint holds the trained steps: the batch in flight
+when it was written is not in it, and a resumed run goes on from the batch after it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.config.async_training import CPU_ONLY
+from engine.config.fields import ConfigFieldError
+from engine.data import DataProto
+from engine.roles.actor_rollout_ref import ActorRolloutRefWorker
+from engine.roles.rollout_worker import RolloutWorkerProcess
+from engine.trainer.metrics import timer
+from engine.trainer.ppo_trainer import PPOTrainer
+from engine.trainer.reporting import Recorder
+
+VERSION_KEY = "rollout_policy_version"
+
+
+class OneStepOffPPOTrainer(PPOTrainer):
+    """Train with a rollout worker process generating one batch ahead (see the module doc)."""
+
+    def __init__(self, config: Any, recorder: Recorder | None = None, *, overlap: bool = True):
+        self.overlap = overlap
+        self.rollout_worker: RolloutWorkerProcess | None = None
+        # Batches submitted to the worker and not yet trained on: (prompts, rollout input).
+        self.in_flight: deque[tuple[DataProto, DataProto]] = deque()
+        self.synced_version = -1
+        self._sync_s = 0.0
+        super().__init__(config, recorder)
+
+    @property
+    def policy(self) -> torch.nn.Module:
+        """Return the actor's module (the local CPU worker's), whose weights the worker copies."""
+        assert isinstance(self.arr, ActorRolloutRefWorker)
+        return self.arr.model
+
+    def _build_workers(self) -> None:
+        """Build the actor (``PPOTrainer``'s workers) and start the rollout worker process."""
+        if self.device.type != "cpu":
+            raise ConfigFieldError("trainer.device", self.config.trainer.device, CPU_ONLY)
+        super()._build_workers()
+        arr = self.config.actor_rollout_ref
+        self.rollout_worker = RolloutWorkerProcess(
+            self.policy,
+            self.tokenizer,
+            arr.rollout,
+            max_new_tokens=arr.rollout.response_length or self.config.data.max_response_length,
+            seed=self.config.trainer.seed,
+        )
+
+    def close(self) -> None:
+        """Stop the rollout worker and the reward managers' processes."""
+        try:
+            if self.rollout_worker is not None:
+                self.rollout_worker.close()
+                self.rollout_worker = None
+        finally:
+            super().close()
+
+    # -- the one-batch-ahead stream ----------------------------------------------------------
+    def prompt_batches(self) -> Iterator[DataProto]:
+        """Yield the batches to train on while the worker generates the next one.
+
+        Each ``next`` comes at the start of a step, after the previous update: sync the weights,
+        submit the next batch (none after the last step), yield the oldest submitted one.
+        """
+        source = super().prompt_batches()
+        if self.overlap:
+            self._sync_and_submit(next(source))
+        while True:
+            remaining = self.total_steps - self.global_step
+            if len(self.in_flight) < min(remaining, 2 if self.overlap else 1):
+                self._sync_and_submit(next(source))
+            yield self.in_flight[0][0]
+
+    def _sync_and_submit(self, prompts: DataProto) -> None:
+        assert self.rollout_worker is not None
+        version = self.global_step  # prompt_batches asks at a step's start: global_step updates
+        start = time.perf_counter()
+        if version != self.synced_version:
+            self.rollout_worker.sync_weights(self.policy, version)
+            self.synced_version = version
+        self._sync_s = time.perf_counter() - start
+        batch = self.rollout_input(prompts)
+        self.rollout_worker.submit(batch)
+        self.in_flight.append((prompts, batch))
+
+    def generate_and_score(
+        self, prompts: DataProto, *, timing: dict[str, float]
+    ) -> tuple[DataProto, dict]:
+        """Return the worker's rollout of ``prompts`` (submitted a step ago), scored and stamped
+        with the policy version that generated it; ``timing_s/gen`` is the wait for it."""
+        assert self.rollout_worker is not None
+        submitted, batch = self.in_flight.popleft()
+        if submitted is not prompts:
+            raise RuntimeError("the one-step-off trainer trains its batches in submission order")
+        with timer("gen", timing):
+            gen, version, gen_seconds = self.rollout_worker.result()
+        timing["sync_rollout_weights"] = self._sync_s
+        timing["rollout_worker_gen"] = gen_seconds
+        timing["rollout_worker_gen_cpu"] = gen.meta_info.pop("rollout_worker_cpu_s", 0.0)
+        batch, reward_info = self.score_rollout(prompts, batch, gen, timing=timing)
+        batch.non_tensor_batch[VERSION_KEY] = np.full(len(batch), version, dtype=np.int64)
+        return batch, reward_info
+
+    def needs_old_log_prob(self, batch: DataProto) -> bool:
+        """Return True for a stale batch too: its pi_old is not the current policy."""
+        return self.staleness(batch).max() > 0 or super().needs_old_log_prob(batch)
+
+    def staleness(self, batch: DataProto) -> np.ndarray:
+        """Return each sample's staleness (bs,): updates between its policy and the actor's."""
+        current = self.global_step - 1  # train_step runs before this step's update
+        return current - batch.non_tensor_batch[VERSION_KEY]
+
+    def train_step(
+        self, prompts: DataProto, more_prompts: Iterator[DataProto] | None = None
+    ) -> tuple[dict[str, float], DataProto, dict]:
+        """Run ``PPOTrainer.train_step`` on the batch generated a step ago; add the staleness
+        (``async/staleness_mean``, ``_max``) and the version of its policy to the metrics."""
+        metrics, batch, reward_info = super().train_step(prompts, more_prompts)
+        lag = self.staleness(batch)
+        metrics["async/staleness_mean"] = float(lag.mean())
+        metrics["async/staleness_max"] = float(lag.max())
+        metrics["async/rollout_policy_version"] = float(batch.non_tensor_batch[VERSION_KEY].max())
+        return metrics, batch, reward_info

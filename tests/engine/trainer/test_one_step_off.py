@@ -1,0 +1,190 @@
+"""The one-step-off trainer (actor_rollout_ref.hybrid_engine=False) on the embedded tiny model:
+a rollout worker process generating one batch ahead, every sample stamped with its policy
+version, stale samples corrected by the math, and the synchronous updates without the overlap."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from engine.data import DataProto
+from engine.roles.actor import response_logits
+from engine.roles.rollout_worker import RolloutWorkerProcess, policy_state
+from engine.trainer import PPOTrainer
+from engine.trainer.one_step_off import VERSION_KEY, OneStepOffPPOTrainer
+from engine.trainer.run import run_training
+from tests.engine.trainer.test_trainer import ListRecorder
+
+ONE_STEP_OFF = "actor_rollout_ref.hybrid_engine=False"
+
+
+class RecordingTrainer(OneStepOffPPOTrainer):
+    """Keep each step's batch and the actor's weights it was trained from."""
+
+    def __init__(self, *args, **kwargs):
+        self.weights_before: list[dict[str, torch.Tensor]] = []
+        self.batches: list[DataProto] = []
+        super().__init__(*args, **kwargs)
+
+    def train_step(self, prompts, more_prompts=None):
+        self.weights_before.append(policy_state(self.arr.model))
+        metrics, batch, reward_info = super().train_step(prompts, more_prompts)
+        self.batches.append(batch)
+        return metrics, batch, reward_info
+
+
+def log_probs_under(model: torch.nn.Module, weights: dict, batch: DataProto) -> torch.Tensor:
+    """Return the log-prob (bs, R) of each sampled response token under ``weights``."""
+    policy = copy.deepcopy(model)
+    policy.load_state_dict(weights)
+    policy.eval()
+    with torch.no_grad():
+        logits = response_logits(policy, batch.batch)  # (bs, R, V)
+        chosen = torch.log_softmax(logits, -1).gather(-1, batch.batch["responses"][..., None])
+    return chosen.squeeze(-1)  # (bs, R)
+
+
+def test_without_the_overlap_the_updates_equal_the_synchronous_trainers(make_config):
+    sync = PPOTrainer(make_config("grpo_tiny"))
+    assert sync.fit() == "succeeded"
+    recorder = ListRecorder()
+    trainer = OneStepOffPPOTrainer(make_config("grpo_tiny", ONE_STEP_OFF), recorder, overlap=False)
+    assert trainer.fit() == "succeeded"
+    # Same seeds, the same samples from the worker process, the same two updates: in fp32 (the
+    # CPU engine's only dtype) the parameters agree to the bit, well within 1e-6.
+    expected, got = sync.arr.model.state_dict(), trainer.arr.model.state_dict()
+    diff = max((expected[k] - got[k]).abs().max().item() for k in expected)
+    assert diff <= 1e-6
+    assert diff == 0.0
+    for step, metrics in recorder.steps:
+        assert metrics["async/staleness_max"] == 0.0
+        assert metrics["async/rollout_policy_version"] == step - 1
+    assert trainer.rollout_worker is None  # fit stopped the worker process
+
+
+def test_a_one_step_stale_samples_importance_weight_is_pi_old_over_pi_rollout(make_config):
+    threshold = 1.5
+    trainer = RecordingTrainer(
+        make_config(
+            "grpo_tiny",
+            ONE_STEP_OFF,
+            "trainer.total_training_steps=3",
+            "algorithm.rollout_correction.rollout_is=token",
+            f"algorithm.rollout_correction.rollout_is_threshold={threshold}",
+            "actor_rollout_ref.actor.optim.lr=1e-2",  # a large step: the ratios move off 1
+        ),
+        ListRecorder(),
+    )
+    recorder = trainer.recorder
+    assert trainer.fit() == "succeeded"
+    staleness = [m["async/staleness_max"] for _, m in recorder.steps]
+    assert staleness == [0.0, 1.0, 1.0]  # batch 1 from the first weights, then one update behind
+    assert all("timing_s/old_log_prob" in m for _, m in recorder.steps)
+    moved = False
+    for step in (2, 3):
+        batch = trainer.batches[step - 1]
+        versions = batch.non_tensor_batch[VERSION_KEY]
+        assert (versions == step - 2).all()  # every sample carries the policy that made it
+        mask = batch.batch["response_mask"].bool()
+        model = trainer.arr.model
+        # pi_rollout: the weights after step-2 updates, which the worker generated with.
+        rollout = log_probs_under(model, trainer.weights_before[step - 2], batch)
+        torch.testing.assert_close(
+            batch.batch["rollout_log_probs"][mask], rollout[mask], atol=1e-5, rtol=0
+        )
+        # pi_old: the actor when the step began, one update later.
+        old = log_probs_under(model, trainer.weights_before[step - 1], batch)
+        torch.testing.assert_close(batch.batch["old_log_probs"][mask], old[mask], atol=1e-5, rtol=0)
+        # Truncated token IS: w_t = min(pi_old(y_t) / pi_rollout(y_t), C), 0 on padding.
+        expected = torch.exp(old - rollout).clamp(max=threshold) * mask
+        weights = batch.batch["rollout_is_weights"]
+        torch.testing.assert_close(weights, expected, atol=1e-4, rtol=1e-4)
+        moved |= bool((weights[mask] - 1).abs().max() > 1e-2)
+    assert moved, "the update did not move the policy: the test would not see staleness"
+    # The first batch is on-policy: its weights are 1 up to float rounding.
+    first = trainer.batches[0]
+    first_mask = first.batch["response_mask"].bool()
+    torch.testing.assert_close(
+        first.batch["rollout_is_weights"][first_mask],
+        torch.ones(int(first_mask.sum())),
+        atol=1e-4,
+        rtol=0,
+    )
+
+
+def test_use_rollout_log_probs_takes_pi_old_from_the_rollout(make_config):
+    recorder = ListRecorder()
+    config = make_config(
+        "grpo_tiny", ONE_STEP_OFF, "actor_rollout_ref.actor.use_rollout_log_probs=True"
+    )
+    assert run_training(config, recorder) == "succeeded"
+    assert [m["async/staleness_max"] for _, m in recorder.steps] == [0.0, 1.0]
+    # No recomputation: the stale step's ratio is taken against pi_rollout itself.
+    assert not [m for _, m in recorder.steps if "timing_s/old_log_prob" in m]
+
+
+def test_a_rollout_worker_that_dies_is_an_error_naming_its_exit_code(tiny_assets):
+    from engine.config import load_config
+    from engine.roles.model_loading import load_policy, load_tokenizer
+
+    config = load_config("grpo_tiny.yaml")
+    arr = config.actor_rollout_ref
+    model = load_policy(arr.model, torch.device("cpu"))
+    worker = RolloutWorkerProcess(
+        model, load_tokenizer(arr.model), arr.rollout, max_new_tokens=4, seed=1
+    )
+    try:
+        worker.process.kill()
+        worker.process.join()
+        prompts = DataProto.from_dict(
+            {"input_ids": torch.ones(1, 2, dtype=torch.long)},
+            {"uid": np.array(["a"], dtype=object)},
+        )
+        worker.submit(prompts)
+        with pytest.raises(RuntimeError, match=r"rollout worker process exited \(code -9\)"):
+            worker.result()
+    finally:
+        worker.close()
+
+
+def test_verls_one_step_off_preset_trains_on_the_tiny_task(make_config):
+    # verl's preset keys over the tiny task: bypass mode, the rollout's log-probs as pi_old.
+    config = make_config(
+        "grpo_tiny_one_step_off",
+        "actor_rollout_ref.rollout.n=4",
+        "algorithm.rollout_correction.rollout_is=token",
+    )
+    recorder = ListRecorder()
+    assert run_training(config, recorder) == "succeeded"
+    steps = [metrics for _, metrics in recorder.steps]
+    assert [m["async/staleness_max"] for m in steps] == [0.0, 1.0]
+    for metrics in steps:
+        assert "timing_s/old_log_prob" not in metrics  # bypass: never recomputed
+        assert "rollout_corr/rollout_is_mean" in metrics
+
+
+def test_a_cancelled_run_resumes_with_the_checkpoints_weights_in_the_worker(make_config, tmp_path):
+    common = (
+        ONE_STEP_OFF,
+        "trainer.total_training_steps=3",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        "algorithm.rollout_correction.rollout_is=token",
+        "actor_rollout_ref.actor.optim.lr=1e-2",  # a worker left on other weights would show
+    )
+    first = OneStepOffPPOTrainer(make_config("grpo_tiny", *common), ListRecorder(stop_after=2))
+    assert first.fit() == "cancelled"
+    assert first.recorder.checkpoints[-1][0] == 2
+    assert first.rollout_worker is None  # the cancel stopped the worker with batch 3 in flight
+    second = OneStepOffPPOTrainer(make_config("grpo_tiny", *common), ListRecorder())
+    assert second.fit() == "succeeded"
+    ((step, metrics),) = second.recorder.steps
+    assert step == 3
+    # The resumed worker generated step 3's batch with the checkpoint's weights (version 2): it
+    # is on-policy, and pi_old / pi_rollout is 1 wherever the two computations agree.
+    assert metrics["async/rollout_policy_version"] == 2.0
+    assert metrics["async/staleness_max"] == 0.0
+    assert metrics["rollout_corr/rollout_is_mean"] == pytest.approx(1.0, abs=1e-3)
+    assert metrics["rollout_corr/kl"] == pytest.approx(0.0, abs=1e-4)
