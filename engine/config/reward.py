@@ -142,7 +142,9 @@ class RewardModelConfig(_Section):
         "each response scoring 0 past reward_kwargs.timeout seconds, default 300, or if its "
         "worker dies) or batch (one call of custom_reward_function for the whole batch: "
         "compute_score(data_sources, solution_strs, ground_truths, extra_infos, "
-        "**reward_kwargs) returning a score per response).",
+        "**reward_kwargs) returning a score per response) or remote (the batch posted as "
+        "JSON to reward_kwargs.endpoint, a reward service the administrator lists in "
+        "POSTTRAIN_REWARD_ENDPOINTS).",
         choices=REWARD_MANAGERS,
     )
     reward_kwargs: dict[str, Any] = _f(
@@ -150,7 +152,10 @@ class RewardModelConfig(_Section):
         "Keyword arguments of the reward manager, set as verl's +reward_model.reward_kwargs.*: "
         "dapo reads max_resp_len and overlong_buffer_cfg {enable, len, penalty_factor, log}; "
         "prime reads timeout (seconds per response, default 300); batch passes them all to "
-        "custom_reward_function; naive takes none.",
+        "custom_reward_function; remote reads endpoint (an entry of "
+        "POSTTRAIN_REWARD_ENDPOINTS, by name or URL), timeout (s per request, 30), "
+        "max_retries (2), backoff_s (0.5), max_concurrent (4), max_rpm (null), batch_size (64) "
+        "and on_error (reward_error or fail); naive takes none.",
     )
     overlong_buffer: OverlongBufferConfig = _section(
         OverlongBufferConfig, "verl's DAPO recipe spelling of reward_kwargs.overlong_buffer_cfg."
@@ -367,17 +372,21 @@ def _manager_problems(v: Validation) -> list[ConfigFieldError]:
     batch's one call."""
     cfg = v.cfg
     manager = cfg.reward_model.reward_manager
-    if manager not in ("prime", "batch"):
+    if manager not in ("prime", "batch", "remote"):
         return []
     which, errors = f"reward_model.reward_manager={manager}", []
+    scores_with = {
+        "prime": "one reward function (custom_reward_function or the data_source dispatch)",
+        "batch": "one reward function (custom_reward_function)",
+        "remote": "its reward service (reward_kwargs.endpoint)",
+    }[manager]
     if cfg.reward.components:
         errors.append(
             ConfigFieldError(
                 "reward.components",
                 cfg.reward.components,
-                f"are not read by {which}, which scores one reward function (custom_reward_"
-                f"function{'' if manager == 'batch' else ' or the data_source dispatch'}); "
-                "weighted components need reward_model.reward_manager=naive or dapo",
+                f"are not read by {which}, which scores with {scores_with}; weighted "
+                "components need reward_model.reward_manager=naive or dapo",
             )
         )
     if cfg.reward_model.enable:
@@ -389,6 +398,8 @@ def _manager_problems(v: Validation) -> list[ConfigFieldError]:
                 "reward_model.reward_manager=naive (the model's score is the reward) or dapo",
             )
         )
+    if manager == "remote":
+        return errors + _remote_manager_problems(v)
     if manager != "batch":
         return errors
     custom = cfg.custom_reward_function
@@ -419,6 +430,31 @@ def _manager_problems(v: Validation) -> list[ConfigFieldError]:
                 cfg.reward_model.reward_kwargs[key],
                 "is also set in custom_reward_function.reward_kwargs, and batch passes both to "
                 "the function; keep one",
+            )
+        )
+    return errors
+
+
+def _remote_manager_problems(v: Validation) -> list[ConfigFieldError]:
+    """Return the errors of what the remote manager does not read: a custom function and
+    reward.num_workers (its requests are threads, bounded by reward_kwargs.max_concurrent)."""
+    cfg, errors = v.cfg, []
+    if cfg.custom_reward_function.path:
+        errors.append(
+            ConfigFieldError(
+                "custom_reward_function.path",
+                cfg.custom_reward_function.path,
+                "is not called by reward_model.reward_manager=remote, which scores with its "
+                "reward service; unset it, or use reward_manager=batch to call the function",
+            )
+        )
+    if cfg.reward.num_workers != 1:
+        errors.append(
+            ConfigFieldError(
+                "reward.num_workers",
+                cfg.reward.num_workers,
+                "has no effect with reward_model.reward_manager=remote, whose requests in "
+                "flight are +reward_model.reward_kwargs.max_concurrent; set it to 1",
             )
         )
     return errors
