@@ -34,9 +34,9 @@ from engine.config.unsupported import (
     ModuleConfig,
     ProfilerConfig,
     RewardModelRolloutConfig,
-    SandboxFusionConfig,
     WrapPolicyConfig,
 )
+from engine.rewards.endpoints import endpoint_problem
 from engine.rewards.names import REWARD_COMPONENTS, REWARD_MANAGERS
 
 _RM_ONLY = "read only with reward_model.enable=True"
@@ -108,6 +108,27 @@ class OverlongBufferConfig(_Section):
     len: int = _f(0, "Tokens before the response limit where the penalty starts.", ge=0)
     penalty_factor: float = _f(0.0, "Penalty of a response at the limit.", ge=0)
     log: bool = _f(False, "Record overlong_reward and overlong for each response.")
+
+
+@dataclass
+class SandboxFusionConfig(_Section):
+    url: str | None = _f(
+        None,
+        "Run the code reward's stdin/stdout tests on this SandboxFusion service (verl's "
+        "run_code API) instead of the local bubblewrap sandbox: the name or URL of an entry of "
+        "the administrator's POSTTRAIN_REWARD_ENDPOINTS; null: the local sandbox.",
+        resource="endpoint",
+    )
+    max_concurrent: int = _f(
+        64, "Tests of one response posted to SandboxFusion at once.", gt=0, le=MAX_WORKERS
+    )
+    memory_limit_mb: int = _f(
+        1024,
+        "Memory of each program on SandboxFusion, in MiB (at most the local sandbox's "
+        "POSTTRAIN_SANDBOX_MEMORY_MB ceiling).",
+        gt=0,
+        le=1 << 20,
+    )
 
 
 @dataclass
@@ -209,7 +230,9 @@ class RewardModelConfig(_Section):
         "Class of the custom reward loop.",
         "custom reward loops are not loaded; write a custom_reward_function",
     )
-    sandbox_fusion: SandboxFusionConfig = _section(SandboxFusionConfig, "SandboxFusion server.")
+    sandbox_fusion: SandboxFusionConfig = _section(
+        SandboxFusionConfig, "verl's SandboxFusion code runner, for the code reward."
+    )
     ulysses_sequence_parallel_size: int = _ulysses()
     use_reward_loop: bool = _inert(True, "verl's asynchronous reward loop.")
     num_workers: int = _inert(1, "Reward loop workers (the engine's: reward.num_workers).")
@@ -299,6 +322,7 @@ def reward_problems(v: Validation) -> list[ConfigFieldError]:
         errors += in_process_reward_model_problems(cfg)
     errors += _manager_problems(v)
     errors += _reward_kwargs_problems(v)
+    errors += _sandbox_fusion_problems(v)
     if v.check_files and rm.enable and rm.model.path:
         errors += model_dir_problems(v, "reward_model.model.path", rm.model.path)
         errors += _classifier_problems(v, rm.model.path)
@@ -433,6 +457,29 @@ def _manager_problems(v: Validation) -> list[ConfigFieldError]:
             )
         )
     return errors
+
+
+def _sandbox_fusion_problems(v: Validation) -> list[ConfigFieldError]:
+    """Return the errors of ``reward_model.sandbox_fusion.url``: an allowed service, read by a
+    manager whose code reward runs tests."""
+    cfg, key = v.cfg, "reward_model.sandbox_fusion.url"
+    url = cfg.reward_model.sandbox_fusion.url
+    if url is None:
+        return []
+    why = endpoint_problem(url)
+    if why is not None:
+        return [ConfigFieldError(key, url, why)]
+    manager = cfg.reward_model.reward_manager
+    if manager in ("batch", "remote"):
+        return [
+            ConfigFieldError(
+                key,
+                url,
+                f"is read by the code reward, which reward_model.reward_manager={manager} does "
+                "not call; use naive, dapo or prime, or unset the url",
+            )
+        ]
+    return []
 
 
 def _remote_manager_problems(v: Validation) -> list[ConfigFieldError]:

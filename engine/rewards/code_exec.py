@@ -62,6 +62,10 @@ boundary (audit hooks are not one, by their own documentation, a candidate can r
 evaluator's tests and nonce, and a stdio candidate shares an interpreter with the harness that
 reports its outputs).
 
+``reward_model.sandbox_fusion.url`` (an entry of the administrator's
+``POSTTRAIN_REWARD_ENDPOINTS``) runs stdio tests on verl's SandboxFusion service instead
+(``engine.rewards.sandbox_fusion``); assertion suites are judged only locally.
+
 Where the code is: this module (the reward: pick the code, check its syntax, choose the path),
 ``code_tests`` (parse the ground truth, compare outputs, score the reports), ``code_sandboxed``
 (the bubblewrap path: stdio runs and the two-sandbox assertion protocol), ``code_local`` (the
@@ -78,6 +82,7 @@ from engine.rewards import sandbox
 from engine.rewards.code_local import run_tests_local
 from engine.rewards.code_sandboxed import run_tests_bwrap
 from engine.rewards.code_tests import TestSuite, parse_tests, same_output
+from engine.rewards.sandbox_fusion import run_tests_fusion
 
 __all__ = [
     "TestSuite",
@@ -118,12 +123,16 @@ def compute_score(
     ground_truth: str | dict[str, Any],
     extra_info: dict[str, Any] | None = None,
     timeout_s: float | None = None,
+    sandbox_fusion: dict[str, Any] | None = None,
     **limits: float,
 ) -> dict[str, Any]:
     """Return ``{"score", "syntax_ok", "passed", "total", "timed_out", "error"}`` for a program.
 
     ``timeout_s`` and ``limits`` (``memory_mb``, ``max_processes``, ``max_file_mb``,
     ``max_output_bytes``), and the same keys of ``extra_info``, may lower the server's ceilings.
+    ``sandbox_fusion`` (``reward_model.sandbox_fusion``: ``url``, ``max_concurrent``,
+    ``memory_limit_mb``) with a url runs the tests on that allowed SandboxFusion service
+    (``engine.rewards.sandbox_fusion``) instead of the local sandbox.
     """
     unknown = set(limits) - set(env.SANDBOX_CEILINGS)
     if unknown:
@@ -149,4 +158,6 @@ def compute_score(
             "timed_out": 0,
             "error": f"{type(exc).__name__}: {exc.msg if isinstance(exc, SyntaxError) else exc}{line}",
         }
+    if sandbox_fusion and sandbox_fusion.get("url"):
+        return run_tests_fusion(code, suite, resolved, sandbox_fusion)
     return run_tests(code, suite, resolved)
