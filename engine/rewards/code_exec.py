@@ -75,12 +75,13 @@ local guard) and ``harness/`` (the programs that run inside a sandbox, kept as f
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 from engine import env
 from engine.rewards import sandbox
-from engine.rewards.code_local import run_tests_local
-from engine.rewards.code_sandboxed import run_tests_bwrap
+from engine.rewards.code_local import run_program_local, run_tests_local
+from engine.rewards.code_sandboxed import run_program_bwrap, run_tests_bwrap
 from engine.rewards.code_tests import TestSuite, parse_tests, same_output
 from engine.rewards.sandbox_fusion import run_tests_fusion
 
@@ -89,6 +90,7 @@ __all__ = [
     "compute_score",
     "extract_code",
     "parse_tests",
+    "run_program",
     "run_tests",
     "run_tests_bwrap",
     "run_tests_local",
@@ -116,6 +118,19 @@ def run_tests(code: str, suite: TestSuite, limits: sandbox.Limits) -> dict[str, 
             max_output_bytes=limits.max_output_bytes,
         )
     return run_tests_bwrap(code, suite, limits)
+
+
+def run_program(code: str, limits: sandbox.Limits, stdin: str = "") -> tuple[str, str | None, bool]:
+    """Run one Python program as ``POSTTRAIN_SANDBOX`` says, under the code reward's limits;
+    return (its stdout, its error or None, whether it ran out of time)."""
+    if env.sandbox_mode() == "local":
+        return run_program_local(
+            code, stdin, timeout_s=limits.timeout_s, memory_mb=limits.memory_mb
+        )
+    bwrap = sandbox.check_available()
+    return run_program_bwrap(
+        bwrap, code.encode(), stdin, limits, time.monotonic() + limits.timeout_s
+    )
 
 
 def compute_score(
