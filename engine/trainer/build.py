@@ -9,6 +9,7 @@ fails fast. ``RayPPOTrainer`` builds the same data and reward managers and its o
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -215,7 +216,7 @@ def build_reward_manager(
     other components score, or the data-source dispatch when none is left.
     """
     custom = config.custom_reward_function
-    compute_score = None
+    compute_score: Callable[..., Any] | None = None
     if custom.path:
         compute_score = load_custom_reward_fn(
             resolve_path(custom.path), custom.name, dict(custom.reward_kwargs or {})
