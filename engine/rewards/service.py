@@ -7,8 +7,9 @@ SandboxFusion code runner (``engine.rewards.sandbox_fusion``) post through. The 
 - **Only the allowed address.** The client is built from an :class:`~engine.rewards.endpoints.
   Endpoint` (the administrator's list) and follows no redirect, so an allowed service cannot
   send the run's responses on to another address.
-- **Timeouts.** Each try gets ``timeout`` seconds to connect and answer; a slower service is a
-  timed-out try.
+- **Timeouts.** Each try gets ``timeout`` seconds to connect and answer, its whole answer read
+  (one byte at a time does not keep it alive); a slower service is a timed-out try. An answer
+  over :data:`MAX_ANSWER_BYTES` is a bad answer.
 - **Retries with back-off.** A try that fails on the way (connection refused or reset, a
   timeout, HTTP 429 or 5xx) is tried again up to ``max_retries`` times, after ``backoff_s``,
   then twice that, and so on (at most :data:`MAX_BACKOFF_S`; a 429's ``Retry-After`` is obeyed
@@ -44,6 +45,8 @@ from engine.rewards.endpoints import Endpoint
 MAX_BACKOFF_S = 30.0
 # HTTP statuses worth another try: the service is busy or briefly down.
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+# The largest answer read; a bigger one is a bad answer (64 MiB: far more than any batch's scores).
+MAX_ANSWER_BYTES = 64 << 20
 # At most this much of a bad answer is quoted in an error.
 _QUOTE = 200
 
@@ -153,14 +156,25 @@ class ServiceClient:
         raise self.error(f"{failure} (after {tries} {'try' if tries == 1 else 'tries'})")
 
     def _try(self, body: bytes) -> bytes:
+        """Return one try's answer, read whole within ``timeout`` and at most
+        :data:`MAX_ANSWER_BYTES` (a service trickling bytes is as slow as a silent one)."""
+        deadline = time.monotonic() + self.timeout
         request = urllib.request.Request(
             self.endpoint.url,
             data=body,
             method="POST",
             headers={"Content-Type": "application/json", "Accept": "application/json"},
         )
+        chunks, size = [], 0
         with self._opener.open(request, timeout=self.timeout) as response:
-            return response.read()
+            while chunk := response.read1(1 << 16):
+                size += len(chunk)
+                if size > MAX_ANSWER_BYTES:
+                    raise self.error(f"answered more than {MAX_ANSWER_BYTES} bytes")
+                if time.monotonic() > deadline:
+                    raise TimeoutError
+                chunks.append(chunk)
+        return b"".join(chunks)
 
     def _parse(self, answer: bytes) -> Any:
         try:

@@ -59,7 +59,12 @@ class FakeService:
                         self.send_header("Location", "http://127.0.0.1:9/elsewhere")
                     self.send_header("Content-Length", str(len(answer)))
                     self.end_headers()
-                    self.wfile.write(answer)
+                    if service.mode == "trickle":  # a byte every 0.1 s: never silent for long
+                        for byte in answer:
+                            self.wfile.write(bytes([byte]))
+                            self.wfile.flush()
+                            time.sleep(0.1)
+                    self.wfile.write(answer if service.mode != "trickle" else b"")
                 finally:
                     with service.lock:
                         service.in_flight -= 1
@@ -206,6 +211,26 @@ def test_a_slow_service_times_out_after_its_retries(char_tokenizer, service):
         "(after 2 tries)"
     )
     assert len(service.requests) == 2 and out["meta_info"]["reward_remote_retries"] == 1
+
+
+def test_an_answer_trickling_past_the_timeout_is_a_timeout(char_tokenizer, service):
+    service.mode = "trickle"  # about 0.1 s per byte of a 30-byte answer
+    start = time.monotonic()
+    out = manager(char_tokenizer, timeout=0.5, max_retries=0)(
+        make_batch(char_tokenizer, ROWS), return_dict=True
+    )
+    assert time.monotonic() - start < 2.0
+    assert out["reward_extra_info"]["reward_error"][0] == (
+        "ServiceError: reward service 'judge' did not answer within the 0.5 s timeout (after 1 try)"
+    )
+
+
+def test_an_answer_over_the_size_cap_is_a_bad_answer(char_tokenizer, service, monkeypatch):
+    monkeypatch.setattr("engine.rewards.service.MAX_ANSWER_BYTES", 16)
+    out = manager(char_tokenizer)(make_batch(char_tokenizer, ROWS), return_dict=True)
+    error = out["reward_extra_info"]["reward_error"][0]
+    assert error == "ServiceError: reward service 'judge' answered more than 16 bytes"
+    assert out["meta_info"]["reward_remote_retries"] == 0
 
 
 def test_a_busy_service_is_retried_with_backoff_until_it_answers(char_tokenizer, service):
