@@ -380,3 +380,29 @@ def test_reward_manager_remote_scores_a_training_step(tiny_assets, tmp_path, ser
         right = sample.response_text == sample.ground_truth
         assert sample.reward == (1.0 if right else 0.25) and not sample.reward_error
     assert "reward/failed" not in run.metrics
+
+
+def test_with_on_error_fail_a_bad_answer_fails_the_training_run_naming_it(
+    tiny_assets,  # noqa: F811
+    tmp_path,
+    service,
+):
+    from engine.trainer.ppo_trainer import PPOTrainer
+
+    service.mode = "not_json"
+    config = load_config(
+        "grpo_tiny.yaml",
+        overrides=[
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "trainer.total_training_steps=1",
+            "trainer.val_before_train=False",
+            "trainer.logger=[]",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            "reward_model.reward_manager=remote",
+            "+reward_model.reward_kwargs.endpoint=judge",
+            "+reward_model.reward_kwargs.on_error=fail",
+        ],
+    )
+    with pytest.raises(ServiceError, match="^reward service 'judge' answered with a body that"):
+        PPOTrainer(config).fit()
