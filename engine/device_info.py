@@ -15,9 +15,12 @@ import importlib.metadata
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from engine.config import PPOConfig
 
 GIB = 1024**3
 
@@ -117,7 +120,7 @@ def summary_line(info: dict[str, Any]) -> str:
     )
 
 
-def run_device(config: Any, info: dict[str, Any]) -> str:
+def run_device(config: PPOConfig, info: dict[str, Any]) -> str:
     """Return ``cuda`` or ``cpu``: what ``trainer.device`` resolves to on this machine."""
     device = config.trainer.device
     if device == "auto":
@@ -126,7 +129,7 @@ def run_device(config: Any, info: dict[str, Any]) -> str:
 
 
 def check_topology(
-    config: Any, info: dict[str, Any] | None = None, *, cluster_gpus: int | None = None
+    config: PPOConfig, info: dict[str, Any] | None = None, *, cluster_gpus: int | None = None
 ) -> dict[str, Any]:
     """Raise TopologyError when ``config`` cannot run here; return the report it checked.
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
+from engine.config import DataConfig, ModelConfig
 from engine.data.dataset import (
     MAP_TARGETS,
     DatasetError,
@@ -144,7 +144,7 @@ def load_prompts(
 ) -> RLHFDataset:
     """Return the prompts to score: every row, or ``max_samples`` of them drawn as a run's
     ``data.val_max_samples`` draws them (``data.shuffle`` on, ``data.seed=seed``)."""
-    data_config = types.SimpleNamespace(
+    data_config = DataConfig(
         max_prompt_length=max_prompt_length,
         truncation="left",
         filter_overlong_prompts=False,
@@ -204,7 +204,7 @@ def evaluate(
     folder = model_folder(model)
     paths = check_data_files(list(data_files), data_key_map or {})
     torch_device = resolve_device(device)
-    tokenizer = load_tokenizer(types.SimpleNamespace(path=folder, tokenizer=None))
+    tokenizer = load_tokenizer(ModelConfig(path=folder))
     dataset = load_prompts(
         paths,
         tokenizer,
@@ -213,7 +213,10 @@ def evaluate(
         max_samples=max_samples,
         seed=seed,
     )
-    policy = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(torch_device)
+    policy = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    # transformers wraps PreTrainedModel.to with functools.wraps, whose typeshed stub does not
+    # bind self, so mypy reads the device as the model.
+    policy.to(torch_device)  # type: ignore[arg-type]
     policy.eval()
     reward_fn = RewardManager(tokenizer)
     eos = eos_token_ids(tokenizer, policy)
@@ -240,7 +243,9 @@ def evaluate(
             )
             prompts.batch["responses"] = out.responses.cpu()
             prompts.batch["response_mask"] = out.response_mask.cpu()
-            reward = reward_fn(prompts, return_dict=True)["reward_tensor"].sum(-1)
+            scored = reward_fn(prompts, return_dict=True)
+            assert isinstance(scored, dict)  # return_dict=True
+            reward = scored["reward_tensor"].sum(-1)
             sources += [str(s) for s in prompts.non_tensor_batch["data_source"]]
             uids += [str(i) for i in prompts.non_tensor_batch["index"]]
             scores += reward.tolist()

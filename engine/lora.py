@@ -20,9 +20,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from engine.config import ModelConfig
 
 PEFT_MISSING = "LoRA needs peft: pip install peft (actor_rollout_ref.model.lora_rank > 0)"
 
@@ -32,7 +35,7 @@ def is_lora(model: torch.nn.Module) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
 
 
-def apply_lora(model: torch.nn.Module, model_config: Any) -> torch.nn.Module:
+def apply_lora(model: torch.nn.Module, model_config: ModelConfig) -> torch.nn.Module:
     """Return ``model`` wrapped with a LoRA adapter from ``lora_rank`` / ``lora_alpha`` /
     ``target_modules`` / ``exclude_modules``; only the adapter's parameters require grad.
 

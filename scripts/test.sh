@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what the tests need (venv, packages, Debian chromium), make sure PostgreSQL and Redis
-# answer, lint, and run the whole test suite. Extra arguments go to pytest.
+# answer, lint, type-check, and run the whole test suite. Extra arguments go to pytest.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
@@ -20,6 +20,11 @@ export POSTTRAIN_REQUIRE_VLLM=1
 say "ruff"
 "$VENV/bin/ruff" check . || die "ruff found lint errors (listed above); fix them or run '.venv/bin/ruff check --fix .'."
 "$VENV/bin/ruff" format --check . >/dev/null || die "some files are not formatted; run '.venv/bin/ruff format .'."
+
+say "mypy"
+# The files and settings are pyproject.toml's [tool.mypy]: engine/ and workers/, every function
+# body checked.
+"$VENV/bin/mypy" || die "mypy found type errors (listed above); run '.venv/bin/mypy' to see them again, fix them, and run it until it reports no issues."
 
 say "pytest"
 exec "$VENV/bin/pytest" -p no:cacheprovider "$@"

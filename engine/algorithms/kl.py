@@ -17,13 +17,16 @@ KL to a target without the adaptive controller's bounded 20% proportional steps.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
 
 from engine.algorithms.names import KL_CONTROLLER_TYPES, KL_ESTIMATORS
 from engine.algorithms.torch_functional import check_same_shape, masked_mean
+
+if TYPE_CHECKING:
+    from engine.config.algorithm import KLControlConfig
 
 KL_PENALTY_NAMES = KL_ESTIMATORS  # the names kl_penalty computes, listed in names.py
 
@@ -209,14 +212,16 @@ class PIDKLController:
         self.value = max(0.0, self._output(error, integral, derivative))
 
 
-def _config_value(config: Any, key: str, default: Any) -> Any:
+def _config_value(config: KLControlConfig | Mapping[str, Any], key: str, default: Any) -> Any:
     """Return ``config[key]`` for a mapping (dict, DictConfig) or ``config.key`` otherwise."""
     if isinstance(config, Mapping):
         return config.get(key, default)
     return getattr(config, key, default)
 
 
-def get_kl_controller(kl_ctrl: Any) -> FixedKLController | AdaptiveKLController | PIDKLController:
+def get_kl_controller(
+    kl_ctrl: KLControlConfig | Mapping[str, Any],
+) -> FixedKLController | AdaptiveKLController | PIDKLController:
     """Return the controller described by an ``algorithm.kl_ctrl`` section (mapping or object).
 
     Keys, with verl's defaults: ``type`` (fixed), ``kl_coef`` (0.001), ``target_kl`` (0.1),

@@ -24,12 +24,16 @@ Efficient RL Framework Secretly Brings You Off-Policy RL Training" (truncated IS
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from engine.algorithms.names import ROLLOUT_IS_LEVELS, ROLLOUT_RS_LEVELS
 from engine.algorithms.torch_functional import check_same_shape, masked_mean, masked_sum
+
+if TYPE_CHECKING:
+    from engine.config.algorithm import RolloutCorrectionConfig
 
 # exp(20) ~ 4.9e8 and exp(-20) ~ 2e-9: the bounds of every exponentiated log ratio (verl's).
 SAFETY_BOUND = 20.0
@@ -293,7 +297,7 @@ def compute_rollout_correction_and_rejection_mask(
     return weights, mask, {METRIC_PREFIX + key: value for key, value in metrics.items()}
 
 
-def correction_settings(config: Any) -> dict[str, Any]:
+def correction_settings(config: RolloutCorrectionConfig | Mapping[str, Any]) -> dict[str, Any]:
     """Return the keyword arguments of :func:`compute_rollout_correction_and_rejection_mask`
     from ``algorithm.rollout_correction`` (a config section or a dict)."""
     get = config.get if isinstance(config, dict) else lambda key: getattr(config, key)
@@ -309,7 +313,7 @@ def correction_settings(config: Any) -> dict[str, Any]:
     return {name: get(name) for name in names}
 
 
-def rollout_correction_active(config: Any) -> bool:
+def rollout_correction_active(config: RolloutCorrectionConfig) -> bool:
     """Return True when ``algorithm.rollout_correction`` changes the update: IS weights,
     rejection sampling, the token veto or bypass mode."""
     return bool(

@@ -226,7 +226,7 @@ def _module_file(module_path: Any) -> dict[str, Any]:
     return {"custom_reward_function.path": origin, "custom_reward_function.name": function}
 
 
-def _reward_model(name: Any, config: Any) -> dict[str, Any]:
+def _reward_model(name: object, config: object) -> dict[str, Any]:
     config = config if isinstance(config, dict) else {}
     if name == "rule_based":
         task = config.get("task")

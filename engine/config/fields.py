@@ -15,7 +15,9 @@ no effect or refused, with ``why``), ``follows`` (the key a derived key copies) 
 import copy
 import difflib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class Limit(int):
@@ -76,6 +78,23 @@ class ConfigValidationError(ConfigError):
         self.config: Any = None  # the config without the bad values, where a loader built one
         lines = "\n".join(f"  {error}" for error in self.errors)
         super().__init__(f"{len(self.errors)} configuration error(s):\n{lines}")
+
+
+def resolved(value: T | None, key: str) -> T:
+    """Return the value of ``key``, one that ``resolve_config`` fills in (verl interpolates it) or
+    ``validate_config`` requires; raise ConfigFieldError naming the key where it is still null.
+
+    The engine reads such keys from a resolved, validated config, so this only fails for a config
+    used without ``resolve_config`` and ``validate_config`` (as ``PPOTrainer`` calls them).
+    """
+    if value is None:
+        raise ConfigFieldError(
+            key,
+            None,
+            "is null where a value is needed; set it, or pass the config through resolve_config "
+            "and validate_config (PPOTrainer does) to fill it in from the key it follows",
+        )
+    return value
 
 
 @dataclass

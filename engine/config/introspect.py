@@ -130,7 +130,7 @@ def iter_field_specs(cls: type = PPOConfig) -> list[FieldSpec]:
     return specs
 
 
-def get_value(cfg: Any, key: str) -> Any:
+def get_value(cfg: PPOConfig, key: str) -> Any:
     """Return the value at a dotted key (``actor_rollout_ref.actor.optim.lr``)."""
     path = resolve_key(key, type(cfg))
     obj = cfg
@@ -143,7 +143,7 @@ def get_value(cfg: Any, key: str) -> Any:
     return obj
 
 
-def set_value(cfg: Any, key: str, value: Any) -> None:
+def set_value(cfg: PPOConfig, key: str, value: Any) -> None:
     """Set the value at a dotted key, converting form text (``"8"``, ``"1e-6"``) to its type."""
     path = resolve_key(key, type(cfg))
     if isinstance(value, str) and not _is_runtime(path.field):

@@ -27,6 +27,7 @@ from engine.config.keys import (
     _fields,
     _is_section,
     _leaves,
+    coerce,
     config_to_dict,
     matches_type,
 )
@@ -99,8 +100,9 @@ def _resolve_typed_references(data: dict) -> dict:
             if name not in _fields(cls):
                 continue
             tp, key = _fields(cls)[name][1], prefix + str(name)
-            if _is_section(tp) and isinstance(value, str) and _REFERENCE.fullmatch(value):
-                value = lookup(_REFERENCE.fullmatch(value).group(1), key)  # a whole section
+            whole = _REFERENCE.fullmatch(value) if isinstance(value, str) else None
+            if _is_section(tp) and whole:
+                value = lookup(whole.group(1), key)  # a whole section
                 if value is None:
                     del out[name]
                     continue
@@ -162,9 +164,10 @@ def resolve_config(cfg: PPOConfig) -> PPOConfig:
     Calling it again changes nothing. Call it on the final config: a derived value does not
     follow later edits of its source.
     """
-    for owner, f, key, _, value in list(_leaves(cfg)):
+    for owner, f, key, tp, value in list(_leaves(cfg)):
         if isinstance(value, str) and "${" in value:
-            setattr(owner, f.name, _interpolate(cfg, key, value))
+            # As the key's own value would be: ${trainer.seed} in a path key is the path "42".
+            setattr(owner, f.name, coerce(_interpolate(cfg, key, value), tp, key))
     arr, critic = cfg.actor_rollout_ref, cfg.critic
     actor, model = arr.actor, arr.model
 

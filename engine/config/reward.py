@@ -11,7 +11,7 @@ as they start, so the form, the CLI and the trainer give the same error.
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from engine.config.fields import (
     MAX_BATCH,
@@ -582,12 +582,19 @@ def _classifier_problems(v: Validation, value: str) -> list[ConfigFieldError]:
     return []
 
 
-def own_reward_pool(cfg: Any) -> bool:
+class WithRewardModel(Protocol):
+    """A config holding a ``reward_model`` section: the root ``PPOConfig``, which this module
+    sits below (``engine.config.schema`` imports it)."""
+
+    reward_model: RewardModelConfig
+
+
+def own_reward_pool(cfg: WithRewardModel) -> bool:
     """Return True when the reward model runs on a Ray pool of its own (verl's ``reward_pool``)."""
     return bool(cfg.reward_model.enable and cfg.reward_model.enable_resource_pool)
 
 
-def reward_pool_problems(cfg: Any) -> list[ConfigFieldError]:
+def reward_pool_problems(cfg: WithRewardModel) -> list[ConfigFieldError]:
     """Return an error for each of ``reward_model.nnodes`` and ``n_gpus_per_node`` below 1 when
     the reward model has a pool of its own, as verl's ``main_ppo`` refuses them.
 
@@ -610,7 +617,7 @@ def reward_pool_problems(cfg: Any) -> list[ConfigFieldError]:
     ]
 
 
-def in_process_reward_model_problems(cfg: Any) -> list[ConfigFieldError]:
+def in_process_reward_model_problems(cfg: WithRewardModel) -> list[ConfigFieldError]:
     """Return an error for each reward-model key that only its Ray role reads, set True: the
     single-process trainer loads the reward model whole in its own process.
 

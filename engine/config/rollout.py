@@ -23,6 +23,7 @@ from engine.config.fields import (
     _Section,
     _section,
     _target,
+    resolved,
 )
 from engine.config.files import file_problems
 from engine.config.unsupported import AgentLoopConfig, ProfilerConfig, PrometheusConfig, TraceConfig
@@ -371,7 +372,9 @@ def _vllm_problems(rollout: RolloutConfig, device: str) -> list[ConfigFieldError
     its extra engine arguments and, on a CPU, ``gpu_memory_utilization`` (the adapter raises the
     same at start where ``trainer.device=auto`` resolves to a CPU)."""
     errors = vllm_engine_kwargs_problems(rollout.engine_kwargs.vllm)
-    longest = rollout.prompt_length + rollout.response_length
+    longest = resolved(rollout.prompt_length, "actor_rollout_ref.rollout.prompt_length") + resolved(
+        rollout.response_length, "actor_rollout_ref.rollout.response_length"
+    )
     if rollout.max_model_len is not None and rollout.max_model_len < longest:
         errors.append(
             ConfigFieldError(

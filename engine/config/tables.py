@@ -45,7 +45,8 @@ def _inline(value: Any) -> str:
 
 def _yaml_lines(obj: Any, indent: str) -> list[str]:
     lines: list[str] = []
-    for name, (f, tp) in _fields(type(obj)).items():
+    cls: type = type(obj)
+    for name, (f, tp) in _fields(cls).items():
         if _is_runtime(f) or f.metadata.get("extras"):
             continue
         value = getattr(obj, name)

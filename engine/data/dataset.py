@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -34,6 +34,9 @@ from engine.data.rows import (
     truncate_ids,
 )
 
+if TYPE_CHECKING:
+    from engine.config import DataConfig
+
 __all__ = [
     "FORMATS",
     "MAP_TARGETS",
@@ -50,7 +53,7 @@ __all__ = [
 ]
 
 
-def _setting(config: Any, name: str, default: Any) -> Any:
+def _setting(config: DataConfig, name: str, default: Any) -> Any:
     """Return ``config.<name>``, or verl's default when it is missing or null."""
     value = getattr(config, name, None)
     return default if value is None else value
@@ -59,9 +62,10 @@ def _setting(config: Any, name: str, default: Any) -> Any:
 class RLHFDataset:
     """Prompts from one or more files, read by verl's ``data.*`` settings.
 
-    ``config`` is any object with verl's data attributes (``prompt_key``, ``max_prompt_length``,
-    ``truncation``, ``filter_overlong_prompts``, ``data_key_map``, ``reward_fn_key``); missing
-    ones take verl's defaults. ``item["index"]`` is the row's position in the concatenated files
+    ``config`` is the ``data`` section (``DataConfig``); of its keys the dataset reads
+    ``prompt_key``, ``max_prompt_length``, ``truncation``, ``filter_overlong_prompts``,
+    ``data_key_map``, ``reward_fn_key``, ``return_raw_chat``, ``apply_chat_template_kwargs``,
+    ``shuffle`` and ``seed``, and a null one takes verl's default. ``item["index"]`` is the row's position in the concatenated files
     before selection and filtering, so it names the same prompt whatever is dropped. Every item carries
     the prompt's chat messages as ``raw_prompt`` (as verl 0.7's dataset does); with
     ``return_raw_chat`` its ``extra_info`` also holds them under ``raw_prompt``, so the reward
@@ -73,7 +77,7 @@ class RLHFDataset:
         self,
         data_files: str | Path | Sequence[str | Path],
         tokenizer: Any,
-        config: Any,
+        config: DataConfig,
         max_samples: int = -1,
     ):
         files = [data_files] if isinstance(data_files, str | Path) else list(data_files)
@@ -140,7 +144,7 @@ class RLHFDataset:
             self.rows.append(record)
             self.locations.append(location)
 
-    def _select(self, max_samples: int, shuffle: bool, config: Any) -> None:
+    def _select(self, max_samples: int, shuffle: bool, config: DataConfig) -> None:
         """Keep ``max_samples`` rows as verl's dataset does: the first ones, or a seeded draw."""
         total = len(self.rows)
         if not 0 < max_samples < total:

@@ -258,18 +258,19 @@ def preview_dataset(
         preview.file_error = display_text(preview.file_error)
         preview.errors.append(preview.file_error)
     preview.columns = [clip_for_display(column) for column in preview.columns]
-    for location, raw in head if key_map is not None else []:
-        try:
-            record = normalise_row(
-                raw, location=location, key_map=key_map, default_source=path.stem
-            )
-        except DatasetError as exc:
-            preview.errors.append(display_text(str(exc)))
-            continue
-        except RecursionError:
-            preview.errors.append(f"{location}: values nested too deeply to read")
-            continue
-        preview.mapped.append(json_safe(clip_for_display(_mapped(record))))
+    if key_map is not None:
+        for location, raw in head:
+            try:
+                record = normalise_row(
+                    raw, location=location, key_map=key_map, default_source=path.stem
+                )
+            except DatasetError as exc:
+                preview.errors.append(display_text(str(exc)))
+                continue
+            except RecursionError:
+                preview.errors.append(f"{location}: values nested too deeply to read")
+                continue
+            preview.mapped.append(json_safe(clip_for_display(_mapped(record))))
     preview.rows = [json_safe(clip_for_display(row)) for _, row in head]
     return preview
 

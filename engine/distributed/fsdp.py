@@ -19,7 +19,7 @@ rank's own shards (``sharded_state_dict``), so saving never materialises the who
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -27,6 +27,10 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
+
+if TYPE_CHECKING:
+    from engine.config.actor import FSDPConfig
+    from engine.config.reward import RewardModelFSDPConfig
 
 PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -61,7 +65,9 @@ def mixed_precision_policy(setting: str, device_type: str) -> MixedPrecisionPoli
     return MixedPrecisionPolicy(param_dtype=PRECISIONS[setting], reduce_dtype=torch.float32)
 
 
-def check_offload(fsdp_config: Any, device_type: str, section: str) -> None:
+def check_offload(
+    fsdp_config: FSDPConfig | RewardModelFSDPConfig, device_type: str, section: str
+) -> None:
     """Raise ValueError when offload is asked for where torch cannot offload (a CPU device)."""
     if device_type == "cuda":
         return
@@ -76,7 +82,9 @@ def check_offload(fsdp_config: Any, device_type: str, section: str) -> None:
         )
 
 
-def shards_anything(fsdp_config: Any, device_type: str, world_size: int) -> bool:
+def shards_anything(
+    fsdp_config: FSDPConfig | RewardModelFSDPConfig, device_type: str, world_size: int
+) -> bool:
     """Return False when FSDP2 would change nothing: one rank, full precision, no offload.
 
     A one-rank mesh holds every parameter whole, so wrapping would only add an all-gather copy
@@ -90,7 +98,11 @@ def shards_anything(fsdp_config: Any, device_type: str, world_size: int) -> bool
 
 
 def apply_fsdp2(
-    model: nn.Module, mesh: DeviceMesh, fsdp_config: Any, device_type: str, section: str
+    model: nn.Module,
+    mesh: DeviceMesh,
+    fsdp_config: FSDPConfig | RewardModelFSDPConfig,
+    device_type: str,
+    section: str,
 ) -> nn.Module:
     """Shard ``model`` in place with ``fully_shard`` on each decoder layer, then the root."""
     check_offload(fsdp_config, device_type, section)

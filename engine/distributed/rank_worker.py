@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -63,6 +63,11 @@ from engine.roles.actor_rollout_ref import ActorRolloutRefWorker
 from engine.roles.critic import CriticWorker
 from engine.roles.model_loading import frozen_copy, load_reward_model
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from engine.config import PPOConfig
+
 ROLLOUT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
@@ -71,7 +76,7 @@ class ShardedActorRolloutRef:
 
     def __init__(
         self,
-        config: Any,
+        config: PPOConfig,
         *,
         device: torch.device,
         rank: int,
@@ -242,7 +247,7 @@ class ShardedActorRolloutRef:
             from transformers import AutoModelForCausalLM
 
             skeleton = AutoModelForCausalLM.from_config(self.worker.model.config)
-        skeleton.save_pretrained(directory, state_dict=full)
+        cast("PreTrainedModel", skeleton).save_pretrained(directory, state_dict=full)
         self.worker.tokenizer.save_pretrained(directory)
         return directory
 
@@ -252,7 +257,7 @@ class ShardedCritic:
 
     def __init__(
         self,
-        config: Any,
+        config: PPOConfig,
         *,
         device: torch.device,
         rank: int,
@@ -312,7 +317,9 @@ class ShardedRewardModel:
     share (``RewardModelGroup``) and each cuts it into ``micro_batch_size_per_gpu`` batches.
     """
 
-    def __init__(self, config: Any, *, device: torch.device, rank: int, world_size: int) -> None:
+    def __init__(
+        self, config: PPOConfig, *, device: torch.device, rank: int, world_size: int
+    ) -> None:
         fsdp_config = config.reward_model.model.fsdp_config
         check_offload(fsdp_config, device.type, "reward_model.model")
         self.scorer = load_reward_model(config, device)
@@ -366,7 +373,7 @@ class RankWorker:
         )
         return os.getpid()
 
-    def build_role(self, role: str, config: Any, **kwargs: Any) -> None:
+    def build_role(self, role: str, config: PPOConfig, **kwargs: Any) -> None:
         """Build ``actor_rollout_ref``, ``critic`` or ``reward_model`` on this rank from the
         run's config."""
         from engine.env import seed_everything

@@ -43,7 +43,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -51,6 +51,9 @@ from engine.data import DataProto
 from engine.distributed import channel
 from engine.distributed.channel import RankChannelError, RankChannels, pack, result_of
 from engine.env import CPU_PROCESS_ENV
+
+if TYPE_CHECKING:
+    from engine.config import PPOConfig
 
 PLACEMENT_TIMEOUT_S = 120
 # Ray's default node health check gives up on a node after 5 missed checks 3 s apart.
@@ -492,7 +495,7 @@ class ActorRolloutRefGroup(_RoleOnGroup):
     role = "actor_rollout_ref"
 
     def __init__(
-        self, group: WorkerGroup, config: Any, *, total_steps: int, need_ref: bool
+        self, group: WorkerGroup, config: PPOConfig, *, total_steps: int, need_ref: bool
     ) -> None:
         self.group = group
         self.config = config
@@ -569,7 +572,7 @@ class CriticGroup(_RoleOnGroup):
 
     role = "critic"
 
-    def __init__(self, group: WorkerGroup, config: Any, *, total_steps: int) -> None:
+    def __init__(self, group: WorkerGroup, config: PPOConfig, *, total_steps: int) -> None:
         self.group = group
         group.execute_all("build_role", self.role, config, total_steps=total_steps)
 
@@ -604,7 +607,7 @@ class RewardModelGroup:
 
     role = "reward_model"
 
-    def __init__(self, group: WorkerGroup, config: Any) -> None:
+    def __init__(self, group: WorkerGroup, config: PPOConfig) -> None:
         self.group = group
         self.failure: BaseException | None = None
         group.execute_all("build_role", self.role, config)

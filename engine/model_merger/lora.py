@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from engine.model_merger.errors import MergeError
+
+if TYPE_CHECKING:
+    from peft import LoraConfig
 
 PEFT_PREFIX = "base_model.model."
 # What engine.lora.apply_lora passes to LoraConfig besides the recorded settings.
@@ -108,7 +111,7 @@ def adapted_modules(adapter: dict[str, torch.Tensor]) -> set[str]:
     return {k.split(".lora_A.")[0].removeprefix(PEFT_PREFIX) for k in adapter if ".lora_A." in k}
 
 
-def selected_modules(config: Any, skeleton: torch.nn.Module) -> set[str]:
+def selected_modules(config: LoraConfig, skeleton: torch.nn.Module) -> set[str]:
     """Return the modules PEFT adapts when it applies ``config`` to ``skeleton`` (unchanged)."""
     from peft import inject_adapter_in_model
     from peft.tuners.lora import LoraLayer
@@ -119,7 +122,7 @@ def selected_modules(config: Any, skeleton: torch.nn.Module) -> set[str]:
 
 def adapter_config(
     settings: dict[str, Any], adapter: dict[str, torch.Tensor], skeleton: torch.nn.Module
-) -> Any:
+) -> LoraConfig:
     """Return the ``LoraConfig`` training used, checked to adapt exactly ``adapter``'s modules.
 
     ``skeleton`` is the plain model (on the meta device is enough). See the module docstring
@@ -160,7 +163,7 @@ def adapter_config(
 
 
 def write_adapter(
-    folder: Path, config: Any, adapter: dict[str, torch.Tensor], base_model: str | None
+    folder: Path, config: LoraConfig, adapter: dict[str, torch.Tensor], base_model: str | None
 ) -> Path:
     """Write ``adapter`` with its ``LoraConfig`` (:func:`adapter_config`) as PEFT saves an
     adapter, so ``PeftModel.from_pretrained(base, folder)`` loads it; return ``folder``.

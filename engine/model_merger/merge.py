@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -41,6 +41,9 @@ from engine.model_merger.lora import (
 )
 from engine.trainer.checkpoint import load_state
 
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
 SHARDED_FORMAT = "fsdp2_sharded"
 
 
@@ -50,7 +53,7 @@ class MergedModel:
 
     model: Any  # the plain transformers model holding the full weights (non-persistent buffers
     # such as rotary frequencies stay on the meta device: from_pretrained rebuilds them)
-    config: Any  # transformers PretrainedConfig
+    config: PretrainedConfig
     is_value_model: bool  # the critic: a one-label token-classification model
     source: str  # the folder the config and tokenizer come from
     lora: dict[str, Any] | None  # the adapter's settings, when one was folded in
@@ -197,7 +200,7 @@ def config_source(local_dir: Path, hf_model_path: str | None) -> str:
     )
 
 
-def load_config(source: str, *, trust_remote_code: bool, is_value_model: bool) -> Any:
+def load_config(source: str, *, trust_remote_code: bool, is_value_model: bool) -> PretrainedConfig:
     """Return the model config, made a one-label token classifier for a value model."""
     from transformers import AutoConfig
 
@@ -207,7 +210,9 @@ def load_config(source: str, *, trust_remote_code: bool, is_value_model: bool) -
     return config
 
 
-def build_skeleton(config: Any, *, is_value_model: bool, trust_remote_code: bool) -> Any:
+def build_skeleton(
+    config: PretrainedConfig, *, is_value_model: bool, trust_remote_code: bool
+) -> Any:
     """Return the model for ``config`` on the meta device (shapes only, no memory)."""
     from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
@@ -267,7 +272,7 @@ def load_merged_model(
 
 def load_checked(
     weights: dict[str, torch.Tensor],
-    config: Any,
+    config: PretrainedConfig,
     is_value_model: bool,
     trust_remote_code: bool,
     state_file: Path,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -49,6 +49,9 @@ from engine.roles.optim import finish_update, optimizer_step
 from engine.roles.packing import packed_response_logits
 from engine.roles.seqlen_balancing import length_buckets, restore_order, split_micro_batches
 from engine.rollout.sampling import new_kv_cache, shared_prompts, trim_left_padding, with_cache
+
+if TYPE_CHECKING:
+    from engine.config import ActorConfig, PPOConfig
 
 PPO_MAX_TOKEN_LEN_KEY = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
 
@@ -228,12 +231,12 @@ def set_training(model: torch.nn.Module, training: bool) -> None:
         model.train(training)
 
 
-def is_on_policy(actor_config: Any, batch_size: int, mini_batch_size: int) -> bool:
+def is_on_policy(actor_config: ActorConfig, batch_size: int, mini_batch_size: int) -> bool:
     """Return True when one update step sees the whole batch once (old policy == current)."""
     return actor_config.ppo_epochs == 1 and mini_batch_size >= batch_size
 
 
-def needs_sum_pi_squared(config: Any) -> bool:
+def needs_sum_pi_squared(config: PPOConfig) -> bool:
     """Return True when ``algorithm.adv_estimator`` weighs by each token's ``sum_v pi_v^2``: the
     old-log-prob pass then computes it (verl's ``actor.calculate_sum_pi_squared``) and runs even
     where an on-policy update could skip it."""
@@ -250,7 +253,7 @@ class PolicyActor:
     def __init__(
         self,
         model: torch.nn.Module,
-        actor_config: Any,
+        actor_config: ActorConfig,
         optimizer: torch.optim.Optimizer | None = None,
         lr_scheduler: Any = None,
         *,

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -27,12 +27,17 @@ from engine.roles.protocols import RolloutEngine
 from engine.rollout import get_rollout_builder
 from engine.rollout.multi_turn import MultiTurnRollout
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from engine.config import PPOConfig, RolloutConfig
+
 
 def get_rollout(
     name: str,
     model: torch.nn.Module,
     tokenizer: Any,
-    rollout_config: Any,
+    rollout_config: RolloutConfig,
     *,
     model_path: str | None = None,
     chat_template_kwargs: dict[str, Any] | None = None,
@@ -79,7 +84,7 @@ class ActorRolloutRefWorker:
 
     def __init__(
         self,
-        config: Any,
+        config: PPOConfig,
         *,
         device: torch.device,
         total_steps: int,
@@ -260,6 +265,6 @@ class ActorRolloutRefWorker:
         directory = Path(directory)
         if is_lora(self.model):  # the adapter merged in: a plain Hugging Face folder
             return export_lora(self.model, directory, tokenizer=self.tokenizer)
-        self.model.save_pretrained(directory)
+        cast("PreTrainedModel", self.model).save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
         return directory

@@ -11,12 +11,15 @@ The loss of a micro-batch is normalised by counts over its whole mini-batch on e
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from engine.algorithms.loss_aggregation import GlobalBatch
+
+if TYPE_CHECKING:
+    from engine.config import ActorConfig, CriticConfig
 
 
 def per_rank_size(global_size: int, world_size: int, key: str) -> int:
@@ -63,13 +66,18 @@ def global_batch(response_mask: torch.Tensor, loss_scale_factor: float | None) -
     return GlobalBatch(tokens, sequences, dp_size, loss_scale_factor)
 
 
-def epoch_batches(data: Any, config: Any) -> Iterator[Any]:
+def epoch_batches(data: Any, config: ActorConfig | CriticConfig) -> Iterator[Any]:
     """Yield the batch once per PPO epoch (``config.ppo_epochs``), as each epoch visits it.
 
     With ``config.shuffle`` and more than one epoch the rows are permuted each epoch by one
     generator seeded from ``config.data_loader_seed``, as verl's actor and critic shuffle their
     mini-batches; otherwise every epoch sees the batch in order.
     """
+    if config.ppo_epochs is None:  # only the critic's may be: null follows the actor's
+        raise ValueError(
+            "critic.ppo_epochs is null; set it, or resolve the config (resolve_config) so it takes "
+            "actor_rollout_ref.actor.ppo_epochs"
+        )
     epochs = int(config.ppo_epochs)
     if not (getattr(config, "shuffle", False) and epochs > 1):
         for _ in range(epochs):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -25,6 +25,9 @@ from engine.roles.optim import (
 )
 from engine.roles.packing import packed_response_values
 from engine.roles.seqlen_balancing import restore_order, split_micro_batches
+
+if TYPE_CHECKING:
+    from engine.config import CriticConfig, PPOConfig
 
 CRITIC_MAX_TOKEN_LEN_KEY = "critic.ppo_max_token_len_per_gpu"
 CRITIC_FORWARD_TOKEN_LEN_KEY = "critic.forward_max_token_len_per_gpu"  # the values pass
@@ -53,7 +56,7 @@ class ValueCritic:
     def __init__(
         self,
         model: torch.nn.Module,
-        critic_config: Any,
+        critic_config: CriticConfig,
         optimizer: torch.optim.Optimizer,
         lr_scheduler: Any = None,
         *,
@@ -139,7 +142,7 @@ class CriticWorker:
 
     def __init__(
         self,
-        config: Any,
+        config: PPOConfig,
         *,
         device: Any,
         total_steps: int,
@@ -164,6 +167,11 @@ class CriticWorker:
             remove_padding=critic_config.model.use_remove_padding,
         )
         n = config.actor_rollout_ref.rollout.n
+        if critic_config.ppo_mini_batch_size is None:
+            raise ValueError(
+                "critic.ppo_mini_batch_size is null; set it, or resolve the config "
+                "(resolve_config) so it takes actor_rollout_ref.actor.ppo_mini_batch_size"
+            )
         self.mini_batch_size = per_rank_size(
             critic_config.ppo_mini_batch_size * n, world_size, "critic.ppo_mini_batch_size"
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import importlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
@@ -15,7 +15,16 @@ from engine.lora import apply_lora, is_lora
 from engine.rewards.reward_model import RewardModelScorer
 from engine.tools.tiny_uris import TINY_PREFIX, resolve_tiny_uri
 
+if TYPE_CHECKING:
+    from engine.config import CriticConfig, ModelConfig, PPOConfig
 
+
+@overload
+def resolve_path(path: str) -> str: ...
+@overload
+def resolve_path(path: None) -> None: ...
+@overload
+def resolve_path(path: str | None) -> str | None: ...
 def resolve_path(path: str | None) -> str | None:
     """Return a local path: ``tiny://`` assets (``engine.tools.tiny_uris``) are built on demand,
     ``~`` is expanded."""
@@ -64,7 +73,7 @@ def import_external_lib(name: str | None, key: str) -> None:
         ) from exc
 
 
-def load_tokenizer(model_config: Any, *, path: str | None = None) -> Any:
+def load_tokenizer(model_config: ModelConfig, *, path: str | None = None) -> Any:
     """Return the live tokenizer from the config, or load it from ``path`` (default:
     tokenizer_path, else the model path).
 
@@ -88,7 +97,7 @@ def load_tokenizer(model_config: Any, *, path: str | None = None) -> Any:
     return tokenizer
 
 
-def load_policy(model_config: Any, device: torch.device) -> torch.nn.Module:
+def load_policy(model_config: ModelConfig, device: torch.device) -> torch.nn.Module:
     """Return the policy model: the live ``hf_model`` if given, else loaded from ``path``.
 
     With ``lora_rank > 0`` it comes wrapped with a PEFT LoRA adapter (see ``engine.lora``).
@@ -97,6 +106,11 @@ def load_policy(model_config: Any, device: torch.device) -> torch.nn.Module:
     if model is None:
         key = "actor_rollout_ref.model.external_lib"
         import_external_lib(getattr(model_config, "external_lib", None), key)
+        if model_config.path is None:
+            raise ValueError(
+                "actor_rollout_ref.model.path is not set; point it at a Hugging Face model folder "
+                "(tiny://model: the embedded one), or pass a loaded model as model.hf_model"
+            )
         path = resolve_path(model_config.path)
         _check_model_dir(path, "actor_rollout_ref.model.path")
         model = AutoModelForCausalLM.from_pretrained(
@@ -105,7 +119,9 @@ def load_policy(model_config: Any, device: torch.device) -> torch.nn.Module:
             trust_remote_code=getattr(model_config, "trust_remote_code", False),
             **dict(getattr(model_config, "override_config", None) or {}),
         )
-    model.to(device)
+    # transformers wraps PreTrainedModel.to with functools.wraps, whose typeshed stub does not
+    # bind self, so mypy reads the device as the model.
+    model.to(device)  # type: ignore[arg-type]
     if getattr(model_config, "enable_gradient_checkpointing", False):
         model.gradient_checkpointing_enable()
     model.config.use_cache = True
@@ -123,7 +139,9 @@ def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     return ref
 
 
-def load_critic(critic_config: Any, actor_model_config: Any, device: torch.device) -> Any:
+def load_critic(
+    critic_config: CriticConfig, actor_model_config: ModelConfig, device: torch.device
+) -> Any:
     """Return a one-label token-classification model on the critic's (or actor's) backbone."""
     path = getattr(critic_config.model, "path", None) or actor_model_config.path
     if path is None:
@@ -145,7 +163,7 @@ def load_critic(critic_config: Any, actor_model_config: Any, device: torch.devic
     return model.to(device)
 
 
-def load_reward_model(config: Any, device: str | torch.device = "cpu") -> RewardModelScorer:
+def load_reward_model(config: PPOConfig, device: str | torch.device = "cpu") -> RewardModelScorer:
     """Return the scorer ``config.reward_model`` describes, on ``device``.
 
     ``micro_batch_size_per_gpu`` samples go through each forward (``resolve_config`` has
@@ -160,6 +178,11 @@ def load_reward_model(config: Any, device: str | torch.device = "cpu") -> Reward
         raise ValueError(
             "reward_model.model.path is not set; point it at a one-label sequence classifier "
             "folder (tiny://reward_model: the embedded one)"
+        )
+    if rm.micro_batch_size_per_gpu is None:
+        raise ValueError(
+            "reward_model.micro_batch_size_per_gpu is not set; set the samples each forward "
+            "scores (or verl's deprecated reward_model.micro_batch_size)"
         )
     return RewardModelScorer(
         path,

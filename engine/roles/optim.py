@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
+if TYPE_CHECKING:
+    from engine.config.actor import OptimConfig
 
-def build_optimizer(params: Any, optim_config: Any) -> torch.optim.AdamW:
+
+def build_optimizer(params: Any, optim_config: OptimConfig) -> torch.optim.AdamW:
     """Return AdamW over ``params`` with the lr, betas and weight decay of ``optim_config``.
 
     Plain floating-point parameters get the fused kernel (one pass over all tensors; on the CPU
@@ -34,7 +37,7 @@ def build_optimizer(params: Any, optim_config: Any) -> torch.optim.AdamW:
     )
 
 
-def num_warmup_steps(optim_config: Any, total_steps: int) -> int:
+def num_warmup_steps(optim_config: OptimConfig, total_steps: int) -> int:
     """Return the warm-up length: ``lr_warmup_steps`` if >= 0, else ratio x total steps."""
     steps = getattr(optim_config, "lr_warmup_steps", -1)
     if steps is not None and steps >= 0:
@@ -43,7 +46,7 @@ def num_warmup_steps(optim_config: Any, total_steps: int) -> int:
 
 
 def build_lr_scheduler(
-    optimizer: torch.optim.Optimizer, optim_config: Any, total_steps: int
+    optimizer: torch.optim.Optimizer, optim_config: OptimConfig, total_steps: int
 ) -> LambdaLR:
     """Return a linear warm-up followed by a constant or cosine (to ``min_lr_ratio``) schedule."""
     warmup = num_warmup_steps(optim_config, total_steps)

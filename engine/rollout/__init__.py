@@ -13,9 +13,12 @@ called.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.rollout.names import ROLLOUT_NAMES
+
+if TYPE_CHECKING:
+    from engine.config import RolloutConfig
 
 RolloutBuilder = Callable[..., Any]
 _BUILDERS: dict[str, RolloutBuilder] = {}
@@ -50,7 +53,12 @@ def get_rollout_builder(name: str) -> RolloutBuilder:
 
 @register_rollout("hf")
 def _hf(
-    model: Any, tokenizer: Any, rollout_config: Any, model_path: str | None, *, seed: int = 0
+    model: Any,
+    tokenizer: Any,
+    rollout_config: RolloutConfig,
+    model_path: str | None,
+    *,
+    seed: int = 0,
 ) -> Any:
     from engine.rollout.hf import HFRollout
 
@@ -68,7 +76,12 @@ def _require_model_path(name: str, engine: str, model_path: str | None) -> str:
 
 @register_rollout("vllm")
 def _vllm(
-    model: Any, tokenizer: Any, rollout_config: Any, model_path: str | None, *, seed: int = 0
+    model: Any,
+    tokenizer: Any,
+    rollout_config: RolloutConfig,
+    model_path: str | None,
+    *,
+    seed: int = 0,
 ) -> Any:
     from engine.rollout.vllm_rollout import VLLMRollout
 
@@ -78,7 +91,12 @@ def _vllm(
 
 @register_rollout("sglang")
 def _sglang(
-    model: Any, tokenizer: Any, rollout_config: Any, model_path: str | None, *, seed: int = 0
+    model: Any,
+    tokenizer: Any,
+    rollout_config: RolloutConfig,
+    model_path: str | None,
+    *,
+    seed: int = 0,
 ) -> Any:
     from engine.rollout.sglang_rollout import SGLangRollout
 

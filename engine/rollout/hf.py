@@ -6,12 +6,15 @@ a single process; the distributed workers load gathered weights into it instead.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from engine.data import DataProto
 from engine.rollout.sampling import sample_sequences
+
+if TYPE_CHECKING:
+    from engine.config import RolloutConfig
 
 
 def eos_token_ids(tokenizer: Any, model: torch.nn.Module) -> list[int]:
@@ -33,7 +36,9 @@ def eos_token_ids(tokenizer: Any, model: torch.nn.Module) -> list[int]:
 class HFRollout:
     """Generate ``responses`` for a batch of left-padded prompts."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, rollout_config: Any) -> None:
+    def __init__(
+        self, model: torch.nn.Module, tokenizer: Any, rollout_config: RolloutConfig
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.config = rollout_config

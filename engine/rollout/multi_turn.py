@@ -56,7 +56,7 @@ from __future__ import annotations
 import difflib
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -75,6 +75,9 @@ from engine.rollout.tool_calls import (
 )
 from engine.tools.base import Tool
 from engine.tools.loader import load_tools
+
+if TYPE_CHECKING:
+    from engine.config.rollout import MultiTurnConfig
 
 __all__ = ["MultiTurnRollout", "load_interaction", "message_delta_ids", "messages_delta_ids"]
 
@@ -195,7 +198,7 @@ def text_differences(full: str, incremental: str) -> list[tuple[str, str]]:
 
 
 def _build_interactions(
-    config: Any, interaction: Interaction | None, has_tools: bool
+    config: MultiTurnConfig, interaction: Interaction | None, has_tools: bool
 ) -> Interactions | None:
     """Return the interactions ``config`` names (or ``interaction``), None for none."""
     if interaction is not None:
@@ -227,7 +230,7 @@ class MultiTurnRollout:
         self,
         rollout: Any,
         tokenizer: Any,
-        multi_turn_config: Any,
+        multi_turn_config: MultiTurnConfig,
         *,
         interaction: Interaction | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from engine.data import DataProto
 from engine.rollout.hf import eos_token_ids
+
+if TYPE_CHECKING:
+    from engine.config import RolloutConfig
 
 DEFAULT_BUCKET_BYTES = 512 * 1024**2
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -204,7 +207,7 @@ class ServedEngineRollout:
         self,
         model_path: str,
         tokenizer: Any,
-        rollout_config: Any,
+        rollout_config: RolloutConfig,
         *,
         bucket_bytes: int,
         sleep_mode: bool,

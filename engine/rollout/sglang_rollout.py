@@ -30,7 +30,7 @@ Choices, and why:
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -46,6 +46,9 @@ from engine.rollout.served import (
     response_batch,
     unpad_prompts,
 )
+
+if TYPE_CHECKING:
+    from engine.config import RolloutConfig
 
 
 def sampling_params(sampling: dict[str, Any], max_new_tokens: int, eos_ids: list[int]) -> dict:
@@ -86,7 +89,7 @@ class SGLangRollout(ServedEngineRollout):
         self,
         model_path: str,
         tokenizer: Any,
-        rollout_config: Any,
+        rollout_config: RolloutConfig,
         *,
         max_model_len: int | None = None,
         seed: int = 0,

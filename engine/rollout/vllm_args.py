@@ -21,10 +21,13 @@ import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from engine.config.rollout import vllm_engine_kwargs_problems
 from engine.rollout.names import DEFAULT_GPU_MEMORY_UTILIZATION, VLLM_MISSING
+
+if TYPE_CHECKING:
+    from engine.config import RolloutConfig
 
 # The KV cache of a CPU engine unless engine_kwargs.vllm.kv_cache_memory_bytes says otherwise.
 CPU_KV_CACHE_BYTES = 1024**3
@@ -50,7 +53,7 @@ def supported_architectures_problem(model_path: str, supported: Iterable[str]) -
 
 def engine_arguments(
     model_path: str,
-    cfg: Any,
+    cfg: RolloutConfig,
     *,
     on_cpu: bool,
     sleep_mode: bool,

@@ -46,8 +46,8 @@ Choices, and why:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -62,6 +62,11 @@ from engine.rollout.served import (
     unpad_prompts,
 )
 from engine.rollout.vllm_args import engine_arguments, import_vllm
+
+if TYPE_CHECKING:
+    from vllm.config import ModelConfig as VllmModelConfig
+
+    from engine.config import RolloutConfig
 
 
 def sampling_kwargs(sampling: dict[str, Any], max_tokens: int, eos_ids: list[int]) -> dict:
@@ -79,7 +84,7 @@ def sampling_kwargs(sampling: dict[str, Any], max_tokens: int, eos_ids: list[int
     }
 
 
-def sampled_log_probs(token_ids: list[int], logprobs: list[Any] | None) -> list[float]:
+def sampled_log_probs(token_ids: list[int], logprobs: Sequence[Any] | None) -> list[float]:
     """Return the sampled tokens' log-probs from vLLM's per-position ``{token_id: Logprob}``."""
     if logprobs is None:
         raise RuntimeError(
@@ -122,7 +127,7 @@ class _BeginReload:
 class _EndReload:
     """Run in each worker after the last bucket: process layers that are still pending."""
 
-    def __init__(self, model_config: Any) -> None:
+    def __init__(self, model_config: VllmModelConfig) -> None:
         self.model_config = model_config
 
     def __call__(self, model: Any) -> None:
@@ -143,7 +148,7 @@ def reload_in_buckets(
     dtype: torch.dtype,
     bucket_bytes: int,
     apply_model: Callable[[Callable[[Any], Any]], Any],
-    model_config: Any,
+    model_config: VllmModelConfig,
 ) -> dict[str, float]:
     """Load ``weights`` into a vLLM engine through its ``apply_model``, in buckets, as one reload.
 
@@ -165,7 +170,7 @@ class VLLMRollout(ServedEngineRollout):
         self,
         model_path: str,
         tokenizer: Any,
-        rollout_config: Any,
+        rollout_config: RolloutConfig,
         *,
         max_model_len: int | None = None,
         seed: int = 0,

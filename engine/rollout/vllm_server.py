@@ -30,13 +30,18 @@ import asyncio
 import itertools
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from engine.rollout.served import DEFAULT_BUCKET_BYTES, DTYPES, NamedTensors
 from engine.rollout.vllm_args import engine_arguments, import_vllm
 from engine.rollout.vllm_rollout import reload_in_buckets, sampled_log_probs, sampling_kwargs
+
+if TYPE_CHECKING:
+    from vllm.inputs import TokensPrompt
+
+    from engine.config import RolloutConfig
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,9 @@ class VLLMServer:
     """An ``AsyncLLM`` engine for one policy; start it with ``await VLLMServer.launch(...)``."""
 
     @classmethod
-    async def launch(cls, model_path: str, rollout_config: Any, **kwargs: Any) -> VLLMServer:
+    async def launch(
+        cls, model_path: str, rollout_config: RolloutConfig, **kwargs: Any
+    ) -> VLLMServer:
         """Start a server (arguments as the constructor's) and label its weights version 0."""
         server = cls(model_path, rollout_config, **kwargs)
         await server.engine.update_weight_version(str(server.version))
@@ -63,7 +70,7 @@ class VLLMServer:
     def __init__(
         self,
         model_path: str,
-        rollout_config: Any,
+        rollout_config: RolloutConfig,
         *,
         eos_ids: list[int],
         seed: int = 0,
@@ -112,7 +119,7 @@ class VLLMServer:
         """
         params = self.sampling_params_cls(**sampling_kwargs(sampling, max_new_tokens, self.eos_ids))
         final = None
-        request = {"prompt_token_ids": list(prompt_ids)}
+        request: TokensPrompt = {"prompt_token_ids": list(prompt_ids)}
         async for output in self.engine.generate(request, params, f"req-{next(self._ids)}"):
             final = output
         assert final is not None and final.finished

@@ -217,7 +217,9 @@ def greedy_responses(
         padding=True,
         return_tensors="pt",
     )  # input_ids, attention_mask: (n, prompt_len)
-    output = model.generate(
+    # transformers' generate is typed with an explicit self under torch.no_grad, which mypy
+    # binds twice.
+    output = model.generate(  # type: ignore[misc]
         **batch, do_sample=False, max_new_tokens=max_new_tokens, use_cache=True
     )  # (n, prompt_len + new_len)
     model.train(was_training)

@@ -133,12 +133,12 @@ def build_classifier(
         intermediate_size=shape.intermediate_size,
         max_position_embeddings=shape.max_positions,
         tie_word_embeddings=True,
-        num_labels=1,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         dtype="float32",
     )
+    config.num_labels = 1  # a property: Qwen2Config's signature does not name it
     torch.manual_seed(seed)
     return Qwen2ForSequenceClassification(config)
 

@@ -192,7 +192,9 @@ def tool_use_rates(
 
     def first_turns(texts: list[str], sample: bool) -> list[str]:
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-        out = model.generate(
+        # transformers' generate is typed with an explicit self under torch.no_grad, which mypy
+        # binds twice.
+        out = model.generate(  # type: ignore[misc]
             **enc,
             do_sample=sample,
             temperature=1.0 if sample else None,

@@ -9,14 +9,14 @@ fails fast. ``RayPPOTrainer`` builds the same data and reward managers and its o
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from types import SimpleNamespace
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from engine.algorithms.kl import KLController, get_kl_controller
-from engine.config import ConfigValidationError
+from engine.config import ConfigValidationError, ModelConfig, PPOConfig
+from engine.config.fields import resolved
 from engine.config.reward import in_process_reward_model_problems
 from engine.data.dataset import RLHFDataset
 from engine.data.loader import PromptDataLoader
@@ -33,25 +33,25 @@ from engine.roles.model_loading import load_reward_model, load_tokenizer, resolv
 from engine.roles.protocols import ActorRolloutRef, Critic
 
 
-def uses_critic(config: Any) -> bool:
+def uses_critic(config: PPOConfig) -> bool:
     """Return True when a value model trains: ``critic.enable``, or unset with GAE."""
     enable = config.critic.enable
     return config.algorithm.adv_estimator == "gae" if enable is None else bool(enable)
 
 
-def uses_reference(config: Any) -> bool:
+def uses_reference(config: PPOConfig) -> bool:
     """Return True when a reference policy scores: a KL loss or a KL penalty in the reward."""
     return bool(config.actor_rollout_ref.actor.use_kl_loss or config.algorithm.use_kl_in_reward)
 
 
 # -- data -------------------------------------------------------------------------------------
-def resolve_files(files: str | list[str]) -> list[str]:
+def resolve_files(files: str | Sequence[str]) -> list[str]:
     """Return local paths for ``data.train_files`` / ``data.val_files`` (str or list)."""
     items = [files] if isinstance(files, str) else list(files)
-    return [resolve_path(f) for f in items]  # type: ignore[misc]
+    return [resolve_path(f) for f in items]
 
 
-def load_data_tokenizer(config: Any, policy_tokenizer: Any) -> Any:
+def load_data_tokenizer(config: PPOConfig, policy_tokenizer: Any) -> Any:
     """Return the tokenizer that reads the data: ``data.tokenizer`` when set, else the policy's.
 
     The prompt ids it produces are fed to the policy, so its vocabulary must be the policy's
@@ -61,7 +61,7 @@ def load_data_tokenizer(config: Any, policy_tokenizer: Any) -> Any:
     path = config.data.tokenizer
     if not path:
         return policy_tokenizer
-    settings = SimpleNamespace(
+    settings = ModelConfig(
         path=path,
         trust_remote_code=config.data.trust_remote_code,
         custom_chat_template=config.actor_rollout_ref.model.custom_chat_template,
@@ -83,11 +83,14 @@ def load_data_tokenizer(config: Any, policy_tokenizer: Any) -> Any:
     return tokenizer
 
 
-def build_datasets(config: Any, tokenizer: Any) -> tuple[RLHFDataset, RLHFDataset | None]:
+def build_datasets(config: PPOConfig, tokenizer: Any) -> tuple[RLHFDataset, RLHFDataset | None]:
     """Return the training dataset and the validation one (None without ``data.val_files``)."""
     data = config.data
     train = RLHFDataset(
-        resolve_files(data.train_files), tokenizer, data, max_samples=data.train_max_samples
+        resolve_files(resolved(data.train_files, "data.train_files")),
+        tokenizer,
+        data,
+        max_samples=data.train_max_samples,
     )
     val = (
         RLHFDataset(
@@ -104,7 +107,7 @@ def build_datasets(config: Any, tokenizer: Any) -> tuple[RLHFDataset, RLHFDatase
     return train, val
 
 
-def build_train_loader(config: Any, dataset: RLHFDataset, collate: Any) -> PromptDataLoader:
+def build_train_loader(config: PPOConfig, dataset: RLHFDataset, collate: Any) -> PromptDataLoader:
     """Return the training loader: ``data.gen_batch_size`` (else ``train_batch_size``) prompts a
     batch, full batches only, shuffled with ``data.seed``."""
     data = config.data
@@ -112,19 +115,19 @@ def build_train_loader(config: Any, dataset: RLHFDataset, collate: Any) -> Promp
         dataset,
         data.gen_batch_size or data.train_batch_size,
         shuffle=data.shuffle,
-        seed=data.seed,
+        seed=resolved(data.seed, "data.seed"),
         drop_last=True,
         collate_fn=collate,
     )
 
 
-def total_training_steps(config: Any, batches_per_epoch: int) -> int:
+def total_training_steps(config: PPOConfig, batches_per_epoch: int) -> int:
     """Return ``trainer.total_training_steps``, else ``total_epochs`` times the epoch's batches."""
     steps = config.trainer.total_training_steps
     return int(steps) if steps else config.trainer.total_epochs * batches_per_epoch
 
 
-def build_kl_controller(config: Any) -> KLController | None:
+def build_kl_controller(config: PPOConfig) -> KLController | None:
     """Return the KL-in-reward coefficient's controller (``algorithm.kl_ctrl``), or None
     without ``algorithm.use_kl_in_reward``."""
     algorithm = config.algorithm
@@ -132,7 +135,7 @@ def build_kl_controller(config: Any) -> KLController | None:
 
 
 # -- workers ----------------------------------------------------------------------------------
-def check_critic_checkpoint(config: Any, device: torch.device) -> None:
+def check_critic_checkpoint(config: PPOConfig, device: torch.device) -> None:
     """Raise ValueError when a sharded critic is asked to save a Hugging Face folder."""
     sharded = config.trainer.controller == "ray" or device.type == "cuda"
     if uses_critic(config) and sharded and "hf_model" in config.critic.checkpoint.save_contents:
@@ -144,7 +147,7 @@ def check_critic_checkpoint(config: Any, device: torch.device) -> None:
 
 
 def build_local_workers(
-    config: Any, device: torch.device, tokenizer: Any, total_steps: int
+    config: PPOConfig, device: torch.device, tokenizer: Any, total_steps: int
 ) -> tuple[ActorRolloutRef, Critic | None]:
     """Return the actor-rollout-reference worker and, when one trains, the critic worker, as
     plain objects in this process (a CPU run)."""
@@ -161,7 +164,7 @@ def build_local_workers(
 
 
 def build_local_rank(
-    config: Any, device: torch.device, total_steps: int
+    config: PPOConfig, device: torch.device, total_steps: int
 ) -> tuple[LocalWorkerGroup, ActorRolloutRef, Critic | None]:
     """Return a one-rank group in this process and the role proxies on it (a one-GPU run).
 
@@ -178,7 +181,7 @@ def build_local_rank(
 
 
 # -- rewards ----------------------------------------------------------------------------------
-def build_reward_scorer(config: Any, device: str | torch.device = "cpu") -> Any:
+def build_reward_scorer(config: PPOConfig, device: str | torch.device = "cpu") -> Any:
     """Return the reward model's scorer in this process when ``reward_model.enable=True``, else
     None (``engine.roles.model_loading.load_reward_model``: sizes and defaults as verl's reward model
     worker).
@@ -197,7 +200,7 @@ def build_reward_scorer(config: Any, device: str | torch.device = "cpu") -> Any:
 
 
 def build_reward_manager(
-    config: Any,
+    config: PPOConfig,
     tokenizer: Any,
     *,
     device: str | torch.device = "cpu",
@@ -250,7 +253,7 @@ def build_reward_manager(
         components = [c for c in components if c[0] != "reward_model"]
     elif config.reward_model.enable:
         model = scorer if scorer is not None else build_reward_scorer(config, device)
-    settings = {
+    settings: dict[str, Any] = {
         "compute_score": compute_score,
         "reward_fn_key": config.data.reward_fn_key,
         "num_workers": config.reward.num_workers,
@@ -270,7 +273,7 @@ def build_reward_manager(
 
 
 def build_reward_managers(
-    config: Any, tokenizer: Any, *, device: str | torch.device = "cpu", scorer: Any = None
+    config: PPOConfig, tokenizer: Any, *, device: str | torch.device = "cpu", scorer: Any = None
 ) -> tuple[Any, Any]:
     """Return the training and validation reward managers (verl's ``reward_fn``,
     ``val_reward_fn``).

@@ -33,9 +33,14 @@ import warnings
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from engine.algorithms.kl import KLController
+    from engine.config import PPOConfig, TrainerConfig
+    from engine.config.actor import CheckpointConfig
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 STATE_FILE = "trainer_state.pt"
@@ -174,7 +179,9 @@ def rng_states() -> dict[str, Any]:
     """
     import torch  # deferred: the web app imports this module without torch
 
-    name, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    state = np.random.get_state(legacy=True)
+    assert isinstance(state, tuple)  # the global generator is MT19937: legacy form
+    name, keys, pos, has_gauss, cached_gaussian = state
     return {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),
@@ -248,9 +255,11 @@ def merge_contents(
 
 
 # -- the trainer's policy: what a checkpoint holds, which one a run resumes from ---------------
-def checkpointed_roles(config: Any, actor: Any, critic: Any) -> list[tuple[str, Any, Any]]:
+def checkpointed_roles(
+    config: PPOConfig, actor: Any, critic: Any
+) -> list[tuple[str, Any, CheckpointConfig]]:
     """Return ``(folder, worker, checkpoint settings)`` for each role a checkpoint holds."""
-    roles: list[tuple[str, Any, Any]] = [
+    roles: list[tuple[str, Any, CheckpointConfig]] = [
         ("actor", actor, config.actor_rollout_ref.actor.checkpoint)
     ]
     if critic is not None:
@@ -258,7 +267,7 @@ def checkpointed_roles(config: Any, actor: Any, critic: Any) -> list[tuple[str, 
     return roles
 
 
-def trainer_state(step: int, train_loader: Any, kl_ctrl: Any) -> dict[str, Any]:
+def trainer_state(step: int, train_loader: Any, kl_ctrl: KLController | None) -> dict[str, Any]:
     """Return the controller's state: step, data position, KL coefficient and RNG."""
     return {
         "global_step": step,
@@ -272,9 +281,9 @@ def trainer_state(step: int, train_loader: Any, kl_ctrl: Any) -> dict[str, Any]:
 def save_checkpoint(
     folder: Path,
     step: int,
-    roles: list[tuple[str, Any, Any]],
+    roles: list[tuple[str, Any, CheckpointConfig]],
     state: dict[str, Any],
-    trainer_config: Any,
+    trainer_config: TrainerConfig,
 ) -> Path:
     """Write ``global_step_<step>/`` (each role, the trainer ``state``), mark it the latest and
     prune older ones to ``trainer.max_actor_ckpt_to_keep`` / ``max_critic_ckpt_to_keep``.
@@ -313,7 +322,10 @@ def resume_dir(mode: str, resume_from_path: str | None, folder: Path) -> Path | 
 
 
 def load_checkpoint(
-    path: Path, roles: list[tuple[str, Any, Any]], train_loader: Any, kl_ctrl: Any
+    path: Path,
+    roles: list[tuple[str, Any, CheckpointConfig]],
+    train_loader: Any,
+    kl_ctrl: KLController | None,
 ) -> int:
     """Restore each role's worker and the controller's state from ``path``; return its step."""
     for role, worker, settings in roles:
@@ -326,7 +338,7 @@ def load_checkpoint(
     return state["global_step"]
 
 
-def load_worker(folder: Path, worker: Any, settings: Any, role: str) -> None:
+def load_worker(folder: Path, worker: Any, settings: CheckpointConfig, role: str) -> None:
     """Restore one worker from ``folder`` with only its ``checkpoint.load_contents``.
 
     A content the checkpoint lacks is refused; one left out keeps the worker's live value

@@ -29,7 +29,14 @@ from engine.algorithms.rollout_correction import (
     correction_settings,
     rollout_correction_active,
 )
-from engine.config import config_to_dict, resolve_config, validate_config
+from engine.config import (
+    AlgorithmConfig,
+    PPOConfig,
+    config_to_dict,
+    resolve_config,
+    validate_config,
+)
+from engine.config.fields import resolved
 from engine.data import DataProto
 from engine.data.dataset import collate_prompts
 from engine.device_info import get_device_info, summary_line
@@ -65,7 +72,9 @@ from engine.trainer.samples import sample_records
 from engine.trainer.trackers import default_recorders
 
 
-def compute_advantage(batch: DataProto, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_advantage(
+    batch: DataProto, algorithm: AlgorithmConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Return ``(advantages, returns)`` (bs, R) from the estimator named in the config.
 
     Each estimator takes the subset of the batch's tensors and hyper-parameters its signature
@@ -111,7 +120,7 @@ class PPOTrainer:
     arr: ActorRolloutRef
     critic: Critic | None
 
-    def __init__(self, config: Any, recorder: Recorder | None = None) -> None:
+    def __init__(self, config: PPOConfig, recorder: Recorder | None = None) -> None:
         self.config = config
         resolve_config(config)
         for warning in validate_config(config, check_files=True):
@@ -201,7 +210,7 @@ class PPOTrainer:
                 prompts,
                 more_prompts if more_prompts is not None else iter(self.train_loader),
                 partial(self.generate_and_score, timing=timing),
-                metric=filter_groups.metric,
+                metric=resolved(filter_groups.metric, "algorithm.filter_groups.metric"),
                 train_batch_size=config.data.train_batch_size,
                 n=n,
                 max_num_gen_batches=filter_groups.max_num_gen_batches,
@@ -252,6 +261,7 @@ class PPOTrainer:
                 batch = batch.union(self.critic.compute_values(batch))
         with timer("adv", timing):
             if config.algorithm.use_kl_in_reward:
+                assert self.kl_ctrl is not None  # built with use_kl_in_reward
                 old_lp = batch.batch.get("old_log_probs", batch.batch["rollout_log_probs"])
                 rewards, kl_metrics = apply_kl_penalty(
                     batch.batch["token_level_scores"],

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.config import ConfigValidationError
+from engine.config import ConfigValidationError, PPOConfig
+from engine.config.fields import resolved
 from engine.config.reward import own_reward_pool, reward_pool_problems
 from engine.data import DataProto
 from engine.distributed.fsdp import check_offload
@@ -38,7 +39,7 @@ REWARD_POOL = "reward_pool"
 ROLES = ("actor_rollout_ref", "critic", "reward_model")
 
 
-def default_resource_pool_spec(config: Any) -> dict[str, list[int]]:
+def default_resource_pool_spec(config: PPOConfig) -> dict[str, list[int]]:
     """Return ``{"global_pool": [n_gpus_per_node] * nnodes}``, and verl's ``reward_pool`` of
     ``[reward_model.n_gpus_per_node] * reward_model.nnodes`` with ``enable_resource_pool``."""
     trainer = config.trainer
@@ -56,7 +57,7 @@ def default_resource_pool_spec(config: Any) -> dict[str, list[int]]:
     return spec
 
 
-def default_mapping(config: Any) -> dict[str, str]:
+def default_mapping(config: PPOConfig) -> dict[str, str]:
     """Return each role's pool: the global pool, or ``reward_pool`` for an own reward pool."""
     mapping = dict.fromkeys(ROLES, GLOBAL_POOL)
     if own_reward_pool(config):
@@ -64,7 +65,7 @@ def default_mapping(config: Any) -> dict[str, str]:
     return mapping
 
 
-def check_batch_split(config: Any, world_size: int, *, use_critic: bool) -> None:
+def check_batch_split(config: PPOConfig, world_size: int, *, use_critic: bool) -> None:
     """Raise ValueError unless every update batch splits evenly over ``world_size`` ranks."""
     n = config.actor_rollout_ref.rollout.n
     sizes = {
@@ -74,7 +75,8 @@ def check_batch_split(config: Any, world_size: int, *, use_critic: bool) -> None
         ),
     }
     if use_critic:
-        sizes["critic.ppo_mini_batch_size"] = config.critic.ppo_mini_batch_size
+        key = "critic.ppo_mini_batch_size"
+        sizes[key] = resolved(config.critic.ppo_mini_batch_size, key)
     for key, size in sizes.items():
         per_rank_size(size * n, world_size, key)
 
@@ -84,7 +86,7 @@ class RayPPOTrainer(PPOTrainer):
 
     def __init__(
         self,
-        config: Any,
+        config: PPOConfig,
         recorder: Recorder | None = None,
         *,
         resource_pool_spec: dict[str, list[int]] | None = None,

@@ -8,14 +8,17 @@ workers are FSDP2 ranks of a one-rank group), ``ray`` over Ray worker groups of 
 from __future__ import annotations
 
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING
 
 from engine.trainer.ppo_trainer import PPOTrainer
 from engine.trainer.ray_trainer import RayPPOTrainer
 from engine.trainer.reporting import Recorder, RunOutcome
 
+if TYPE_CHECKING:
+    from engine.config import PPOConfig
 
-def run_training(config: Any, recorder: Recorder | None = None) -> RunOutcome:
+
+def run_training(config: PPOConfig, recorder: Recorder | None = None) -> RunOutcome:
     """Train with ``config``; report to ``recorder``; return the final status.
 
     ``trainer.controller=ray`` runs the same loop over Ray worker groups of FSDP2 ranks

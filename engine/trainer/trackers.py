@@ -39,7 +39,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.config.trackers import (  # noqa: F401 - re-exported for the trainer's callers
     TRACKER_MODULES,
@@ -47,6 +47,9 @@ from engine.config.trackers import (  # noqa: F401 - re-exported for the trainer
     tracker_install_problems,
 )
 from engine.trainer.reporting import ConsoleRecorder, JsonlRecorder, Recorder
+
+if TYPE_CHECKING:
+    from engine.config import PPOConfig
 
 # Variables a tracker reads (keys, hosts, modes): the studio's driver keeps them.
 TRACKER_ENV_PREFIXES = ("WANDB_", "MLFLOW_", "SWANLAB_", "CLEARML_", "TENSORBOARD_")
@@ -416,7 +419,7 @@ RECORDERS: dict[str, type[_TrackerRecorder]] = {
 }
 
 
-def tracker_recorders(config: Any) -> list[Recorder]:
+def tracker_recorders(config: PPOConfig) -> list[Recorder]:
     """Return a recorder for each tracker ``trainer.logger`` names (console and jsonl excepted)."""
     loggers = config.trainer.logger
     names = [loggers] if isinstance(loggers, str) else list(loggers or [])
@@ -428,7 +431,7 @@ def tracker_recorders(config: Any) -> list[Recorder]:
     ]
 
 
-def default_recorders(config: Any) -> list[Recorder]:
+def default_recorders(config: PPOConfig) -> list[Recorder]:
     """Return the recorders that ``trainer.logger`` names: console, jsonl and the trackers."""
     loggers = config.trainer.logger
     loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])

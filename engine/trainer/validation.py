@@ -10,7 +10,7 @@ the samples on: all of them to the caller's recorder, the few ``pick_val_generat
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from engine.trainer.metrics import compute_validation_metrics
 from engine.trainer.reporting import Recorder, SampleRecord
 from engine.trainer.samples import sample_records
 
+if TYPE_CHECKING:
+    from engine.config import PPOConfig
+
 
 def validate(
     arr: ActorRolloutRef,
@@ -29,7 +32,7 @@ def validate(
     *,
     collate: Callable[[list[dict[str, Any]]], DataProto],
     tokenizer: Any,
-    config: Any,
+    config: PPOConfig,
     step: int,
 ) -> tuple[dict[str, float], list[SampleRecord]]:
     """Score ``dataset`` with ``val_kwargs`` sampling; return metrics and samples of ``step``.

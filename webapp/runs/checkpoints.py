@@ -191,9 +191,10 @@ def checkpoint_export(*, run: Run, step: int) -> CheckpointJob:
 
 
 def _nested(config: dict[str, Any], *keys: str) -> Any:
+    node: Any = config
     for key in keys:
-        config = config.get(key) if isinstance(config, dict) else None
-    return config
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
 
 
 def eval_data_choices(*, run: Run) -> list[tuple[str, str]]:

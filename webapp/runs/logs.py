@@ -98,7 +98,7 @@ def log_read(path: Path | None, offset: int | None) -> LogChunk | None:
         size = f.seek(0, 2)
         reset = offset is not None and size < offset
         tail = offset is None or reset or size - offset > CHUNK_BYTES
-        start = max(0, size - TAIL_BYTES) if tail else offset
+        start = offset if offset is not None and not tail else max(0, size - TAIL_BYTES)
         if tail and start > 0:  # a tail starts at its first whole line
             f.seek(start - 1)
             data = f.read(size - start + 1)

@@ -17,7 +17,8 @@ def encode(value, handle, loose=False, depth=0):
 
     kind = type(value)
     if loose and kind not in (bool, int, float, str):
-        for base in (bool, int, float, str, list, tuple, dict, frozenset, set, bytes):
+        bases: tuple[type, ...] = (bool, int, float, str, list, tuple, dict, frozenset, set, bytes)
+        for base in bases:
             if isinstance(value, base):
                 kind, value = base, base(value)
                 break

@@ -6,6 +6,7 @@ import pytest
 
 from engine.algorithms.names import GROUP_ESTIMATORS
 from engine.config import (
+    ConfigFieldError,
     ConfigValidationError,
     PPOConfig,
     config_to_dict,
@@ -369,6 +370,18 @@ def test_bad_reference_is_a_validation_error():
     cfg = load_config("grpo_tiny", ["trainer.default_local_dir=ckpt/${trainer.nope}"])
     with pytest.raises(ConfigValidationError, match=r"\$\{trainer.nope\} names no config key"):
         validate_config(cfg)
+
+
+def test_a_reference_takes_the_type_of_the_key_it_fills():
+    # A path key that names an int key holds that number as a path, checked as one.
+    cfg = load_config("grpo_tiny", ["data.train_files=${trainer.seed}"])
+    with pytest.raises(ConfigValidationError) as caught:
+        validate_config(cfg, check_files=True)
+    assert "data.train_files" in str(caught.value)
+    assert "1 does not exist" in str(caught.value)  # grpo_tiny.yaml has trainer.seed: 1
+    # A number key that names a text key is a type error naming the key, when it is loaded.
+    with pytest.raises(ConfigFieldError, match=r"data\.train_batch_size.*expected int"):
+        load_config("grpo_tiny", ["data.train_batch_size=${trainer.project_name}"])
 
 
 def test_reward_component_choices_are_the_reward_registry():
