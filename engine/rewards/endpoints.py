@@ -56,8 +56,13 @@ def endpoint_problem(value: object) -> str | None:
     """Return why ``value`` does not name an allowed service (what to do), or None if it does."""
     try:
         resolve_endpoint(value)
-    except (EndpointRefused, ValueError) as exc:
+    except EndpointRefused as exc:
         return str(exc)
+    except ValueError:  # the entry itself is the administrator's to read, not the member's
+        return (
+            f"cannot be checked: the server's {ENDPOINTS_ENV} has a malformed entry; ask an "
+            "administrator to fix it"
+        )
     return None
 
 

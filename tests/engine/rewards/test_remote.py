@@ -323,7 +323,12 @@ def test_with_no_list_every_endpoint_is_refused_and_the_fix_is_named(monkeypatch
 def test_a_malformed_list_entry_is_an_error_naming_the_setting(monkeypatch):
     monkeypatch.setenv(ENDPOINTS_ENV, "judge=file:///etc/passwd")
     with pytest.raises(ValueError, match=f"{ENDPOINTS_ENV} entry 'judge=file:///etc/passwd'"):
-        resolve_endpoint("judge")
+        resolve_endpoint("judge")  # the administrator's error, where the run starts
+    ((key, message),) = reward_kwargs_problems("remote", {"endpoint": "judge"})
+    assert message == (  # the member's: the entry is not shown
+        f"cannot be checked: the server's {ENDPOINTS_ENV} has a malformed entry; ask an "
+        "administrator to fix it"
+    )
     monkeypatch.setenv(ENDPOINTS_ENV, "http://10.0.0.5:8000/score?x=1")
     assert (
         resolve_endpoint("http://10.0.0.5:8000/score?x=1").name == "http://10.0.0.5:8000/score?x=1"
