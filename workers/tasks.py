@@ -88,9 +88,11 @@ def driver_settings_env() -> dict[str, str]:
     # A thread count the operator set for the worker carries over to the driver.
     for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env[key] = os.environ.get(key) or env[key]
-    # Its events go where the web processes listen, on a Ray node too.
-    if os.environ.get("POSTTRAIN_CHANNEL_PREFIX"):
-        env["POSTTRAIN_CHANNEL_PREFIX"] = os.environ["POSTTRAIN_CHANNEL_PREFIX"]
+    # Its events go where the web processes listen, and its reward services are the ones the
+    # studio checked the config against, on a Ray node too.
+    for key in ("POSTTRAIN_CHANNEL_PREFIX", "POSTTRAIN_REWARD_ENDPOINTS"):
+        if os.environ.get(key):
+            env[key] = os.environ[key]
     return env
 
 

@@ -45,7 +45,9 @@ MAX_WORKERS = Limit(1024, "the most processes of one kind a run starts")
 #   code    a Python file whose code the run executes
 #   module  a Python module the run imports by name
 #   server  a setting of the machine the run uses (a folder it writes, a cluster address)
-RESOURCES = ("path", "code", "module", "server")
+#   endpoint  a reward service the run posts to: only an entry of the administrator's
+#             POSTTRAIN_REWARD_ENDPOINTS (engine.rewards.endpoints), checked by the validator
+RESOURCES = ("path", "code", "module", "server", "endpoint")
 # What a key does here, each key exactly one (docs/config.md lists them in three tables):
 #   honoured   it changes what the engine does
 #   no effect  a speed or infrastructure knob of an engine this one does not run; setting it
@@ -165,7 +167,7 @@ def _f(
 
     ``gt``, ``ge``, ``lt`` and ``le`` bound a number (``> gt``, ``>= ge``, ...; None passes):
     the validator checks them and the form gives its input ``min`` and ``max``. ``resource``
-    says what a string names (one of ``RESOURCES``: path, code, module, server). ``effect`` is
+    says what a string names (one of ``RESOURCES``: path, code, module, server, endpoint). ``effect`` is
     one of ``EFFECTS``; a refused key says ``why`` (what is missing, what to do instead).
     ``follows`` names the key a derived key copies in verl (``actor.rollout_n`` follows
     ``rollout.n``): null takes that value, and any other value must equal it.

@@ -34,9 +34,9 @@ from engine.config.unsupported import (
     ModuleConfig,
     ProfilerConfig,
     RewardModelRolloutConfig,
-    SandboxFusionConfig,
     WrapPolicyConfig,
 )
+from engine.rewards.endpoints import endpoint_problem
 from engine.rewards.names import REWARD_COMPONENTS, REWARD_MANAGERS
 
 _RM_ONLY = "read only with reward_model.enable=True"
@@ -111,6 +111,27 @@ class OverlongBufferConfig(_Section):
 
 
 @dataclass
+class SandboxFusionConfig(_Section):
+    url: str | None = _f(
+        None,
+        "Run the code reward's stdin/stdout tests on this SandboxFusion service (verl's "
+        "run_code API) instead of the local bubblewrap sandbox: the name or URL of an entry of "
+        "the administrator's POSTTRAIN_REWARD_ENDPOINTS; null: the local sandbox.",
+        resource="endpoint",
+    )
+    max_concurrent: int = _f(
+        64, "Tests of one response posted to SandboxFusion at once.", gt=0, le=MAX_WORKERS
+    )
+    memory_limit_mb: int = _f(
+        1024,
+        "Memory of each program on SandboxFusion, in MiB (at most the local sandbox's "
+        "POSTTRAIN_SANDBOX_MEMORY_MB ceiling).",
+        gt=0,
+        le=1 << 20,
+    )
+
+
+@dataclass
 class RewardModelConfig(_Section):
     enable: bool = _f(
         False,
@@ -142,7 +163,9 @@ class RewardModelConfig(_Section):
         "each response scoring 0 past reward_kwargs.timeout seconds, default 300, or if its "
         "worker dies) or batch (one call of custom_reward_function for the whole batch: "
         "compute_score(data_sources, solution_strs, ground_truths, extra_infos, "
-        "**reward_kwargs) returning a score per response).",
+        "**reward_kwargs) returning a score per response) or remote (the batch posted as "
+        "JSON to reward_kwargs.endpoint, a reward service the administrator lists in "
+        "POSTTRAIN_REWARD_ENDPOINTS).",
         choices=REWARD_MANAGERS,
     )
     reward_kwargs: dict[str, Any] = _f(
@@ -150,7 +173,10 @@ class RewardModelConfig(_Section):
         "Keyword arguments of the reward manager, set as verl's +reward_model.reward_kwargs.*: "
         "dapo reads max_resp_len and overlong_buffer_cfg {enable, len, penalty_factor, log}; "
         "prime reads timeout (seconds per response, default 300); batch passes them all to "
-        "custom_reward_function; naive takes none.",
+        "custom_reward_function; remote reads endpoint (an entry of "
+        "POSTTRAIN_REWARD_ENDPOINTS, by name or URL), timeout (s per request, 30), "
+        "max_retries (2), backoff_s (0.5), max_concurrent (4), max_rpm (null), batch_size (64) "
+        "and on_error (reward_error or fail); naive takes none.",
     )
     overlong_buffer: OverlongBufferConfig = _section(
         OverlongBufferConfig, "verl's DAPO recipe spelling of reward_kwargs.overlong_buffer_cfg."
@@ -204,7 +230,9 @@ class RewardModelConfig(_Section):
         "Class of the custom reward loop.",
         "custom reward loops are not loaded; write a custom_reward_function",
     )
-    sandbox_fusion: SandboxFusionConfig = _section(SandboxFusionConfig, "SandboxFusion server.")
+    sandbox_fusion: SandboxFusionConfig = _section(
+        SandboxFusionConfig, "verl's SandboxFusion code runner, for the code reward."
+    )
     ulysses_sequence_parallel_size: int = _ulysses()
     use_reward_loop: bool = _inert(True, "verl's asynchronous reward loop.")
     num_workers: int = _inert(1, "Reward loop workers (the engine's: reward.num_workers).")
@@ -294,6 +322,7 @@ def reward_problems(v: Validation) -> list[ConfigFieldError]:
         errors += in_process_reward_model_problems(cfg)
     errors += _manager_problems(v)
     errors += _reward_kwargs_problems(v)
+    errors += _sandbox_fusion_problems(v)
     if v.check_files and rm.enable and rm.model.path:
         errors += model_dir_problems(v, "reward_model.model.path", rm.model.path)
         errors += _classifier_problems(v, rm.model.path)
@@ -367,17 +396,21 @@ def _manager_problems(v: Validation) -> list[ConfigFieldError]:
     batch's one call."""
     cfg = v.cfg
     manager = cfg.reward_model.reward_manager
-    if manager not in ("prime", "batch"):
+    if manager not in ("prime", "batch", "remote"):
         return []
     which, errors = f"reward_model.reward_manager={manager}", []
+    scores_with = {
+        "prime": "one reward function (custom_reward_function or the data_source dispatch)",
+        "batch": "one reward function (custom_reward_function)",
+        "remote": "its reward service (reward_kwargs.endpoint)",
+    }[manager]
     if cfg.reward.components:
         errors.append(
             ConfigFieldError(
                 "reward.components",
                 cfg.reward.components,
-                f"are not read by {which}, which scores one reward function (custom_reward_"
-                f"function{'' if manager == 'batch' else ' or the data_source dispatch'}); "
-                "weighted components need reward_model.reward_manager=naive or dapo",
+                f"are not read by {which}, which scores with {scores_with}; weighted "
+                "components need reward_model.reward_manager=naive or dapo",
             )
         )
     if cfg.reward_model.enable:
@@ -389,6 +422,8 @@ def _manager_problems(v: Validation) -> list[ConfigFieldError]:
                 "reward_model.reward_manager=naive (the model's score is the reward) or dapo",
             )
         )
+    if manager == "remote":
+        return errors + _remote_manager_problems(v)
     if manager != "batch":
         return errors
     custom = cfg.custom_reward_function
@@ -419,6 +454,54 @@ def _manager_problems(v: Validation) -> list[ConfigFieldError]:
                 cfg.reward_model.reward_kwargs[key],
                 "is also set in custom_reward_function.reward_kwargs, and batch passes both to "
                 "the function; keep one",
+            )
+        )
+    return errors
+
+
+def _sandbox_fusion_problems(v: Validation) -> list[ConfigFieldError]:
+    """Return the errors of ``reward_model.sandbox_fusion.url``: an allowed service, read by a
+    manager whose code reward runs tests."""
+    cfg, key = v.cfg, "reward_model.sandbox_fusion.url"
+    url = cfg.reward_model.sandbox_fusion.url
+    if url is None:
+        return []
+    why = endpoint_problem(url)
+    if why is not None:
+        return [ConfigFieldError(key, url, why)]
+    manager = cfg.reward_model.reward_manager
+    if manager in ("batch", "remote"):
+        return [
+            ConfigFieldError(
+                key,
+                url,
+                f"is read by the code reward, which reward_model.reward_manager={manager} does "
+                "not call; use naive, dapo or prime, or unset the url",
+            )
+        ]
+    return []
+
+
+def _remote_manager_problems(v: Validation) -> list[ConfigFieldError]:
+    """Return the errors of what the remote manager does not read: a custom function and
+    reward.num_workers (its requests are threads, bounded by reward_kwargs.max_concurrent)."""
+    cfg, errors = v.cfg, []
+    if cfg.custom_reward_function.path:
+        errors.append(
+            ConfigFieldError(
+                "custom_reward_function.path",
+                cfg.custom_reward_function.path,
+                "is not called by reward_model.reward_manager=remote, which scores with its "
+                "reward service; unset it, or use reward_manager=batch to call the function",
+            )
+        )
+    if cfg.reward.num_workers != 1:
+        errors.append(
+            ConfigFieldError(
+                "reward.num_workers",
+                cfg.reward.num_workers,
+                "has no effect with reward_model.reward_manager=remote, whose requests in "
+                "flight are +reward_model.reward_kwargs.max_concurrent; set it to 1",
             )
         )
     return errors

@@ -4,7 +4,9 @@ managers as they start, so both give the same error.
 
 naive takes nothing; dapo takes ``max_resp_len`` and ``overlong_buffer_cfg`` (DAPO's overlong
 penalty, ``engine.rewards.overlong``); prime takes ``timeout``; batch passes every other key on to
-its batch function, as verl's BatchRewardManager does.
+its batch function, as verl's BatchRewardManager does; remote takes its service (``endpoint``, an
+entry of the administrator's ``POSTTRAIN_REWARD_ENDPOINTS``) and how it is called
+(``engine.rewards.remote``).
 """
 
 from __future__ import annotations
@@ -12,10 +14,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from engine.rewards.endpoints import endpoint_problem
 from engine.rewards.names import BATCH_ARGUMENTS, BUFFER_KEYS, MANAGER_KWARGS
 
 # What each manager's own keys are for, in the fix of a key given to another manager.
-_KWARGS_USE = {"dapo": "for the overlong buffer", "prime": "for its per-sample timeout"}
+_KWARGS_USE = {
+    "dapo": "for the overlong buffer",
+    "prime": "for its per-sample timeout",
+    "remote": "to score with a reward service",
+}
 _KWARGS = "reward_model.reward_kwargs"
 
 
@@ -56,6 +63,8 @@ def reward_kwargs_problems(manager: str, kwargs: dict[str, Any]) -> list[tuple[s
                 "(verl's PRIME manager waits 300)",
             )
         )
+    if manager == "remote":
+        return problems + _remote_problems(kwargs)
     if problems or manager != "dapo":
         return problems
     cfg = kwargs.get("overlong_buffer_cfg")
@@ -95,6 +104,55 @@ def reward_kwargs_problems(manager: str, kwargs: dict[str, Any]) -> list[tuple[s
             (
                 f"{_KWARGS}.max_resp_len",
                 f"must be a whole number >= overlong_buffer_cfg.len={length}",
+            )
+        )
+    return problems
+
+
+# The remote manager's bounds: (lowest, highest, what the number is).
+_REMOTE_NUMBERS = {
+    "max_retries": (0, 20, "tries after the first, a whole number"),
+    "max_concurrent": (1, 256, "requests in flight, a whole number"),
+    "batch_size": (1, 1 << 20, "responses per request, a whole number"),
+}
+
+
+def _remote_problems(kwargs: dict[str, Any]) -> list[tuple[str, str]]:
+    """Return the problems of the remote manager's keys: an allowed service and sane numbers."""
+    problems = []
+    if kwargs.get("endpoint") is None:
+        problems.append(
+            (
+                f"{_KWARGS}.endpoint",
+                "reward_model.reward_manager=remote needs the reward service to post to; set "
+                "+reward_model.reward_kwargs.endpoint to the name of an entry of "
+                "POSTTRAIN_REWARD_ENDPOINTS",
+            )
+        )
+    elif (why := endpoint_problem(kwargs["endpoint"])) is not None:
+        problems.append((f"{_KWARGS}.endpoint", why))
+    for key, (low, high, what) in _REMOTE_NUMBERS.items():
+        value = kwargs.get(key, low)
+        if not _is_int(value) or not low <= value <= high:
+            problems.append((f"{_KWARGS}.{key}", f"must be {what} from {low} to {high}"))
+    if not is_timeout(kwargs.get("timeout", 30.0)):
+        problems.append(
+            (f"{_KWARGS}.timeout", "must be a finite number of seconds > 0 each request may take")
+        )
+    backoff = kwargs.get("backoff_s", 0.5)
+    if not (_is_number(backoff) and math.isfinite(backoff) and backoff >= 0):
+        problems.append((f"{_KWARGS}.backoff_s", "must be a finite number of seconds >= 0"))
+    rpm = kwargs.get("max_rpm")
+    if rpm is not None and not is_timeout(rpm):
+        problems.append(
+            (f"{_KWARGS}.max_rpm", "must be a finite number > 0 of requests a minute, or null")
+        )
+    if kwargs.get("on_error", "reward_error") not in ("reward_error", "fail"):
+        problems.append(
+            (
+                f"{_KWARGS}.on_error",
+                "must be reward_error (a bad answer fails its responses, which score 0 and "
+                "count in reward/failed) or fail (a bad answer stops the run)",
             )
         )
     return problems

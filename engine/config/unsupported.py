@@ -247,18 +247,6 @@ class RewardModelRolloutConfig(_Section):
 
 
 @dataclass
-class SandboxFusionConfig(_Section):
-    url: str | None = _refused(
-        None,
-        "A SandboxFusion server that runs code rewards.",
-        "code rewards run in the engine's own sandbox (docs/security.md); leave the url unset",
-        resource="server",
-    )
-    max_concurrent: int = _inert(64, "SandboxFusion: concurrent requests.")
-    memory_limit_mb: int = _inert(1024, "SandboxFusion: memory per program.")
-
-
-@dataclass
 class ModuleConfig(_Section):
     _target_: str = _target("verl.trainer.config.config.ModuleConfig")
     path: str | None = _refused(

@@ -62,6 +62,10 @@ boundary (audit hooks are not one, by their own documentation, a candidate can r
 evaluator's tests and nonce, and a stdio candidate shares an interpreter with the harness that
 reports its outputs).
 
+``reward_model.sandbox_fusion.url`` (an entry of the administrator's
+``POSTTRAIN_REWARD_ENDPOINTS``) runs stdio tests on verl's SandboxFusion service instead
+(``engine.rewards.sandbox_fusion``); assertion suites are judged only locally.
+
 Where the code is: this module (the reward: pick the code, check its syntax, choose the path),
 ``code_tests`` (parse the ground truth, compare outputs, score the reports), ``code_sandboxed``
 (the bubblewrap path: stdio runs and the two-sandbox assertion protocol), ``code_local`` (the
@@ -71,19 +75,22 @@ local guard) and ``harness/`` (the programs that run inside a sandbox, kept as f
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 from engine import env
 from engine.rewards import sandbox
-from engine.rewards.code_local import run_tests_local
-from engine.rewards.code_sandboxed import run_tests_bwrap
+from engine.rewards.code_local import run_program_local, run_tests_local
+from engine.rewards.code_sandboxed import run_program_bwrap, run_tests_bwrap
 from engine.rewards.code_tests import TestSuite, parse_tests, same_output
+from engine.rewards.sandbox_fusion import run_tests_fusion
 
 __all__ = [
     "TestSuite",
     "compute_score",
     "extract_code",
     "parse_tests",
+    "run_program",
     "run_tests",
     "run_tests_bwrap",
     "run_tests_local",
@@ -113,17 +120,34 @@ def run_tests(code: str, suite: TestSuite, limits: sandbox.Limits) -> dict[str, 
     return run_tests_bwrap(code, suite, limits)
 
 
+def run_program(code: str, limits: sandbox.Limits, stdin: str = "") -> tuple[str, str | None, bool]:
+    """Run one Python program as ``POSTTRAIN_SANDBOX`` says, under the code reward's limits;
+    return (its stdout, its error or None, whether it ran out of time)."""
+    if env.sandbox_mode() == "local":
+        return run_program_local(
+            code, stdin, timeout_s=limits.timeout_s, memory_mb=limits.memory_mb
+        )
+    bwrap = sandbox.check_available()
+    return run_program_bwrap(
+        bwrap, code.encode(), stdin, limits, time.monotonic() + limits.timeout_s
+    )
+
+
 def compute_score(
     solution_str: str,
     ground_truth: str | dict[str, Any],
     extra_info: dict[str, Any] | None = None,
     timeout_s: float | None = None,
+    sandbox_fusion: dict[str, Any] | None = None,
     **limits: float,
 ) -> dict[str, Any]:
     """Return ``{"score", "syntax_ok", "passed", "total", "timed_out", "error"}`` for a program.
 
     ``timeout_s`` and ``limits`` (``memory_mb``, ``max_processes``, ``max_file_mb``,
     ``max_output_bytes``), and the same keys of ``extra_info``, may lower the server's ceilings.
+    ``sandbox_fusion`` (``reward_model.sandbox_fusion``: ``url``, ``max_concurrent``,
+    ``memory_limit_mb``) with a url runs the tests on that allowed SandboxFusion service
+    (``engine.rewards.sandbox_fusion``) instead of the local sandbox.
     """
     unknown = set(limits) - set(env.SANDBOX_CEILINGS)
     if unknown:
@@ -149,4 +173,6 @@ def compute_score(
             "timed_out": 0,
             "error": f"{type(exc).__name__}: {exc.msg if isinstance(exc, SyntaxError) else exc}{line}",
         }
+    if sandbox_fusion and sandbox_fusion.get("url"):
+        return run_tests_fusion(code, suite, resolved, sandbox_fusion)
     return run_tests(code, suite, resolved)

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.rewards import harness
-from engine.rewards.code_tests import MAX_ERROR_CHARS, TestSuite, read_reports, score
+from engine.rewards.code_tests import MAX_ERROR_CHARS, Reports, TestSuite, read_reports, score
 
 
 def _apply_limits(cpu_s: int, memory_bytes: int, file_bytes: int) -> None:
@@ -113,6 +113,34 @@ def run_tests_local(
     max_output_bytes: float = 1 << 20,
 ) -> dict[str, Any]:
     """Run a candidate against its tests under the local guard; return the result parts."""
+    reported, timed_out, stderr_tail = _guarded_reports(
+        code, suite, timeout_s=timeout_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes
+    )
+    return score(suite, reported, timed_out, stderr_tail)
+
+
+def run_program_local(
+    code: str, stdin: str, *, timeout_s: float, memory_mb: float
+) -> tuple[str, str | None, bool]:
+    """Run one program on ``stdin`` under the local guard; return (stdout, error, timed out)."""
+    reported, timed_out, stderr_tail = _guarded_reports(
+        code, TestSuite("stdio", [stdin], [""]), timeout_s=timeout_s, memory_mb=memory_mb
+    )
+    if 0 not in reported:
+        return "", "timed out" if timed_out else stderr_tail or "no result", timed_out
+    stdout, error = reported[0]
+    return str(stdout), error, timed_out
+
+
+def _guarded_reports(
+    code: str,
+    suite: TestSuite,
+    *,
+    timeout_s: float,
+    memory_mb: float,
+    max_output_bytes: float = 1 << 20,
+) -> tuple[Reports, bool, str]:
+    """Run a candidate's tests under the local guard; return (reports, timed out, stderr tail)."""
     nonce = secrets.token_hex(16)
     limits = functools.partial(
         _apply_limits, math.ceil(timeout_s) + 1, int(memory_mb * 2**20), 16 * 2**20
@@ -139,7 +167,7 @@ def run_tests_local(
                 )
         reported = read_reports(out_path.read_bytes(), nonce)
         stderr_tail = err_path.read_bytes()[-MAX_ERROR_CHARS:].decode("utf-8", "replace")
-    return score(suite, reported, timed_out, stderr_tail.strip())
+    return reported, timed_out, stderr_tail.strip()
 
 
 def _run_asserts(

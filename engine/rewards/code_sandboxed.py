@@ -66,20 +66,27 @@ def _run_stdio(
         if time.monotonic() >= deadline:
             timed_out = True
             break
-        box = sandbox.Sandbox(bwrap, {"/box/main.py": code}, limits, _python_argv("/box/main.py"))
-        result = box.run(text.encode(), deadline)
-        error = None
-        if result.output_overflow:
-            error = f"output over {int(limits.max_output_bytes)} bytes"
-        elif result.timed_out:
-            timed_out = True
-            error = "timed out"
-        elif result.returncode != 0:
-            error = _last_line(result.stderr) or f"exit status {result.returncode}"
-        reported[index] = (result.stdout.decode("utf-8", "replace"), error)
+        stdout, error, timed_out = run_program_bwrap(bwrap, code, text, limits, deadline)
+        reported[index] = (stdout, error)
         if timed_out:
             break
     return score(suite, reported, timed_out, "")
+
+
+def run_program_bwrap(
+    bwrap: str, code: bytes, stdin: str, limits: sandbox.Limits, deadline: float
+) -> tuple[str, str | None, bool]:
+    """Run one program on ``stdin`` in a sandbox of its own; return (stdout, error, timed out)."""
+    box = sandbox.Sandbox(bwrap, {"/box/main.py": code}, limits, _python_argv("/box/main.py"))
+    result = box.run(stdin.encode(), deadline)
+    error = None
+    if result.output_overflow:
+        error = f"output over {int(limits.max_output_bytes)} bytes"
+    elif result.timed_out:
+        error = "timed out"
+    elif result.returncode != 0:
+        error = _last_line(result.stderr) or f"exit status {result.returncode}"
+    return result.stdout.decode("utf-8", "replace"), error, result.timed_out
 
 
 def _run_asserts(

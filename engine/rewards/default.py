@@ -28,9 +28,14 @@ def default_compute_score(
     solution_str: str,
     ground_truth: Any,
     extra_info: dict[str, Any] | None = None,
+    sandbox_fusion: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> float | dict[str, Any]:
-    """Score one response with the reward function for its ``data_source``."""
+    """Score one response with the reward function for its ``data_source``.
+
+    ``sandbox_fusion`` (``reward_model.sandbox_fusion``) reaches the code sources only, as verl's
+    ``default_compute_score`` hands its ``sandbox_fusion_url`` to them alone.
+    """
     if data_source in GSM8K_SOURCES:
         res: Any = gsm8k.compute_score(solution_str, ground_truth, **kwargs)
     elif data_source in MATH_SOURCES:
@@ -46,7 +51,9 @@ def default_compute_score(
     elif data_source == "sql_safety":
         res = sql_safety.compute_score(solution_str, ground_truth, extra_info, **kwargs)
     elif data_source in CODE_SOURCES:
-        res = code_exec.compute_score(solution_str, ground_truth, extra_info, **kwargs)
+        res = code_exec.compute_score(
+            solution_str, ground_truth, extra_info, sandbox_fusion=sandbox_fusion, **kwargs
+        )
     else:
         raise NotImplementedError(
             f"Reward function is not implemented for data_source={data_source!r}. Known data "

@@ -7,7 +7,8 @@ torch); this maps each to its class, which the trainer builds with the shared se
 - ``naive``: one call per response, ``reward.num_workers`` processes in parallel;
 - ``dapo``: naive plus DAPO's overlong penalty, each float score recorded as ``acc``;
 - ``prime``: naive in worker processes with a per-sample timeout (``timeout``);
-- ``batch``: one call of a batch function for the whole batch.
+- ``batch``: one call of a batch function for the whole batch;
+- ``remote``: the batch posted to a reward service the administrator allows.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from engine.rewards.batch_manager import BatchRewardManager
 from engine.rewards.dapo import DAPORewardManager
 from engine.rewards.manager import RewardManager
 from engine.rewards.prime import PrimeRewardManager
+from engine.rewards.remote import RemoteRewardManager
 
 REWARD_MANAGER_CLASSES: dict[str, type[RewardManager]] = {
     "naive": RewardManager,
     "dapo": DAPORewardManager,
     "prime": PrimeRewardManager,
     "batch": BatchRewardManager,
+    "remote": RemoteRewardManager,
 }

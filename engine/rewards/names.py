@@ -21,13 +21,23 @@ REWARD_FN_NAMES = (
 REWARD_COMPONENTS = (*REWARD_FN_NAMES, "reward_model", "custom")
 # reward_model.reward_manager: verl's reward-manager names, each a class in
 # engine.rewards.managers.REWARD_MANAGER_CLASSES.
-REWARD_MANAGERS = ("naive", "dapo", "prime", "batch")
+REWARD_MANAGERS = ("naive", "dapo", "prime", "batch", "remote")
 # reward_model.reward_kwargs: the keyword arguments each reward manager takes; batch takes any
 # other key and passes it on to its batch function, as verl's BatchRewardManager does.
 MANAGER_KWARGS = {
     "naive": (),
     "dapo": ("max_resp_len", "overlong_buffer_cfg"),
     "prime": ("timeout",),
+    "remote": (
+        "endpoint",
+        "timeout",
+        "max_retries",
+        "backoff_s",
+        "max_concurrent",
+        "max_rpm",
+        "batch_size",
+        "on_error",
+    ),
 }
 # The arguments the batch manager passes its function itself.
 BATCH_ARGUMENTS = ("data_sources", "solution_strs", "ground_truths", "extra_infos")

@@ -144,7 +144,8 @@ def run_tool_calls(
         seconds = time.monotonic() - started
         outcome = outcomes[i]
         if thread.is_alive() or outcome is None:
-            results[i] = _error(call, f"tool {call.name!r} timed out after {tool.timeout_s:g} s")
+            message = f"tool {call.name!r} timed out after {tool.timeout_s:g} s"
+            results[i] = _error(call, message, seconds)
         elif outcome[0] == "raised":
             results[i] = _error(call, outcome[1], seconds)
         elif not isinstance(outcome[1], str):

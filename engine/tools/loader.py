@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 import engine.tools.calculator  # noqa: F401  (registers the built-in tools)
+import engine.tools.code_interpreter  # noqa: F401
 from engine.tools.base import TOOL_CLASSES, TOOL_CONFIG_KEY, Tool
 from engine.tools.tiny_uris import resolve_tiny_uri
 

@@ -8,7 +8,8 @@ fails fast. ``RayPPOTrainer`` builds the same data and reward managers and its o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -24,6 +25,7 @@ from engine.distributed.local_group import LocalWorkerGroup
 from engine.distributed.worker_group import ActorRolloutRefGroup, CriticGroup
 from engine.rewards.custom import load_custom_reward_fn
 from engine.rewards.dapo import DAPORewardManager
+from engine.rewards.default import default_compute_score
 from engine.rewards.managers import REWARD_MANAGER_CLASSES
 from engine.rewards.overlong import OverlongBuffer, overlong_buffer
 from engine.roles.actor_rollout_ref import ActorRolloutRefWorker
@@ -223,7 +225,7 @@ def build_reward_manager(
     other components score, or the data-source dispatch when none is left.
     """
     custom = config.custom_reward_function
-    compute_score = None
+    compute_score: Callable[..., Any] | None = None
     if custom.path:
         compute_score = load_custom_reward_fn(
             resolve_path(custom.path), custom.name, dict(custom.reward_kwargs or {})
@@ -237,6 +239,21 @@ def build_reward_manager(
     if any(name == "custom" for name, _, _ in components):
         components = [(compute_score if c[0] == "custom" else c[0], *c[1:]) for c in components]
         compute_score = None
+    fusion = config.reward_model.sandbox_fusion
+    if fusion.url:  # the code reward's tests go to SandboxFusion (engine.rewards.sandbox_fusion)
+        sandbox_fusion = {
+            "url": fusion.url,
+            "max_concurrent": fusion.max_concurrent,
+            "memory_limit_mb": fusion.memory_limit_mb,
+        }
+        if compute_score is None and not components:
+            compute_score = functools.partial(default_compute_score, sandbox_fusion=sandbox_fusion)
+        components = [
+            (name, weight, {**kwargs, "sandbox_fusion": sandbox_fusion})
+            if name in ("default", "code_exec")
+            else (name, weight, kwargs)
+            for name, weight, kwargs in components
+        ]
     model = None
     if validation:
         components = [c for c in components if c[0] != "reward_model"]

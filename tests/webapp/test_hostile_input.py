@@ -166,3 +166,38 @@ def test_hostile_text_an_external_run_sends_is_escaped_on_every_page(client_in, 
     detail = client_in.get(f"/runs/{run_id}/").content.decode()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in detail  # shown, as text
     assert "host &quot;&gt;&lt;img src=x onerror=alert(2)&gt;" in detail
+
+
+def test_a_reward_service_address_of_the_members_choosing_is_refused_by_the_api(owner, monkeypatch):
+    """Only the services an administrator lists in POSTTRAIN_REWARD_ENDPOINTS take a run's
+    responses; an address typed into a config (a cloud metadata service, the database, a
+    bare address) is a field error under its key, over the API as in the builder."""
+    from engine.config import config_to_dict
+    from engine.rewards.endpoints import ENDPOINTS_ENV
+    from tests.webapp.api.helpers import ApiClient, errors_of, token_of
+    from tests.webapp.fixtures import tiny_config
+    from webapp.experiments.models import Experiment
+
+    monkeypatch.setenv(ENDPOINTS_ENV, "judge=http://10.0.0.5:8000/score")
+    api = ApiClient(token_of(owner))
+    hostile = {
+        "reward_model.reward_kwargs.endpoint": "http://169.254.169.254/latest/meta-data",
+        "reward_model.sandbox_fusion.url": "http://127.0.0.1:5432/run_code",
+    }
+    for key, address in hostile.items():
+        config = config_to_dict(tiny_config())
+        config["reward_model"]["reward_manager"] = "remote"
+        config["reward_model"]["reward_kwargs"] = {"endpoint": "judge"}
+        section, name = key.split(".")[1], key.split(".")[2]
+        config["reward_model"][section][name] = address
+        response = api.post("/experiments", {"name": "x", "config": config})
+        assert response.status_code == 400, response.content
+        message = errors_of(response)[key]
+        assert "is not a reward service the administrator allows" in message
+        assert "name one of judge" in message and "10.0.0.5" not in message
+    assert not Experiment.objects.exists()
+
+    config["reward_model"]["sandbox_fusion"]["url"] = None
+    config["reward_model"]["reward_kwargs"]["endpoint"] = "judge"
+    response = api.post("/experiments", {"name": "allowed", "config": config})
+    assert response.status_code == 201, response.content

@@ -67,6 +67,10 @@ def test_the_driver_gets_only_the_allowed_variables_and_its_own_secret_key(monke
     settings_names = {"DJANGO_SETTINGS_MODULE", "DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL"}
     posttrain_names = {"POSTTRAIN_DATA_DIR", "POSTTRAIN_HEARTBEAT_TIMEOUT_S"}
     assert set(driver_settings_env()) == {*CPU_PROCESS_ENV, *settings_names, *posttrain_names}
+    # ... and the reward services the studio checked its config against, where listed.
+    monkeypatch.setenv("POSTTRAIN_REWARD_ENDPOINTS", "judge=http://10.0.0.5:8000/score")
+    listed = driver_settings_env()["POSTTRAIN_REWARD_ENDPOINTS"]
+    assert listed == "judge=http://10.0.0.5:8000/score"
 
 
 @pytest.mark.django_db

@@ -47,7 +47,8 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 
 
 def test_every_reward_manager_name_has_its_class():
-    assert tuple(REWARD_MANAGER_CLASSES) == REWARD_MANAGERS == ("naive", "dapo", "prime", "batch")
+    assert tuple(REWARD_MANAGER_CLASSES) == REWARD_MANAGERS
+    assert REWARD_MANAGERS == ("naive", "dapo", "prime", "batch", "remote")
 
 
 # -- batch ---------------------------------------------------------------------------------------

@@ -78,7 +78,9 @@ def test_every_schema_key_that_names_a_file_folder_code_or_host_is_classified():
     named_like_a_path = {key for key in keys if re.search(r"(path|files|dir|tokenizer)$", key)}
     assert named_like_a_path - classified == set(), "give these keys a resource= in the schema"
     named_like_a_host = {k for k in keys if re.search(r"(address|host|port|url|uri)$", k)}
-    assert named_like_a_host <= set(resource_keys("server"))
+    assert named_like_a_host <= set(resource_keys("server")) | set(resource_keys("endpoint"))
+    # A reward service: only an entry of POSTTRAIN_REWARD_ENDPOINTS (the engine's validator).
+    assert resource_keys("endpoint") == ("reward_model.sandbox_fusion.url",)
     assert set(resource_keys("path")) == {
         "data.tokenizer",
         "data.train_files",
@@ -119,7 +121,6 @@ def test_every_schema_key_that_names_a_file_folder_code_or_host_is_classified():
         "actor_rollout_ref.rollout.prometheus.file",
         "actor_rollout_ref.rollout.prometheus.port",
         "actor_rollout_ref.rollout.skip_dump_dir",
-        "reward_model.sandbox_fusion.url",
         "trainer.default_hdfs_dir",
         "trainer.rollout_data_dir",
         "trainer.validation_data_dir",

@@ -1,4 +1,5 @@
-"""The inspector shows a multi-turn sample turn by turn: assistant, tool call, tool answer."""
+"""The inspector shows a multi-turn sample turn by turn: assistant, tool call, tool answer (with
+the call's seconds and its error)."""
 
 from __future__ import annotations
 
@@ -61,8 +62,10 @@ def test_the_group_view_renders_each_turn_and_marks_tool_errors(client_in, owner
         in multi
     )
     assert (
-        'tool answer · <code>calc</code></div>\n    \n    <pre class="turn-text">579</pre>' in multi
-    )
+        'tool answer · <code>calc</code> · <span class="tool-seconds">0.001 s</span></div>\n'
+        '    \n    <pre class="turn-text">579</pre>' in multi
+    )  # the call's time; a call that never ran (0 s) shows none
+    assert multi.count('class="tool-seconds"') == 1
     assert multi.count('<span class="badge tool-error">tool error</span>') == 1
     assert "tool call <code>(malformed)</code>" in multi
     assert "579 &lt;b&gt;done&lt;/b&gt;" in multi  # a model's text is escaped
