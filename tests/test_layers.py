@@ -44,11 +44,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("configuration: verl's keys as typed dataclasses and their rules", ("engine.config",)),
     (
-        "names: the torch-free name lists, the registry reader they use, the process environment",
+        "names: the torch-free name lists, the registry reader they use, the process environment "
+        "(the reward services an administrator allows among it)",
         (
             "engine.algorithms.names",
             "engine.algorithms.registry",
             "engine.rewards.names",
+            "engine.rewards.endpoints",
             "engine.rollout.names",
             "engine.tools.names",
             "engine.env",
