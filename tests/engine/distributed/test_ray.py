@@ -74,6 +74,10 @@ def test_two_ranks_update_like_one_rank(two_ranks):
     assert ray_metrics["actor/grad_norm"] == pytest.approx(
         local_metrics["actor/grad_norm"], rel=1e-4
     )
+    # Each rank's process reports its own memory and CPU; the largest rank's are kept.
+    assert 0.05 < ray_metrics["perf/max_rss_gb"] < 64
+    assert ray_metrics["perf/max_cpu_percent"] > 0
+    assert 0 < ray_metrics["perf/mfu/actor"] < 1
 
 
 def test_an_odd_batch_comes_back_in_order_without_padding(two_ranks):
