@@ -378,6 +378,7 @@ POSTTRAIN_HEALTH_LENGTH_CLIP_MAX = _env_positive("POSTTRAIN_HEALTH_LENGTH_CLIP_M
 POSTTRAIN_HEALTH_GRAD_NORM_FACTOR = _env_positive("POSTTRAIN_HEALTH_GRAD_NORM_FACTOR", 10.0)
 POSTTRAIN_HEALTH_GRAD_NORM_WINDOW = _env_count("POSTTRAIN_HEALTH_GRAD_NORM_WINDOW", 20)
 POSTTRAIN_HEALTH_REWARD_ERROR_RATE = _env_positive("POSTTRAIN_HEALTH_REWARD_ERROR_RATE", 0.1)
+POSTTRAIN_HEALTH_MEMORY_WINDOW = _env_count("POSTTRAIN_HEALTH_MEMORY_WINDOW", 10)
 # A run stops, and ends failed with the reason, when more than this share of a step's rewards
 # failed (the reward function raised) in each of this many steps in a row; a share of 1 turns
 # the rule off (webapp.runs.reward_failures; docs/health.md).

@@ -46,8 +46,8 @@ def _state_for_update(run_id: int) -> RunHealthState:
     row = RunHealthState.objects.select_for_update().filter(run_id=run_id).first()
     if row is not None:
         return row
-    config = Run.objects.values_list("config", flat=True).get(pk=run_id)
-    context = dataclasses.asdict(RunContext.from_config(config or {}))
+    config, total_steps = Run.objects.values_list("config", "total_steps").get(pk=run_id)
+    context = dataclasses.asdict(RunContext.from_config(config or {}, total_steps))
     row, _ = RunHealthState.objects.get_or_create(
         run_id=run_id, defaults={"context": context, "state": HealthState().to_dict()}
     )
