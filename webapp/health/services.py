@@ -19,6 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from webapp.alerts.services import alerts_on_health
 from webapp.health.checks import HealthState, RunContext, Thresholds, evaluate_step
 from webapp.health.models import HealthAlert, RunHealthState
 from webapp.runs.events import publish_run_event, run_event
@@ -79,6 +80,13 @@ def health_evaluate_step(
         if created:
             alerts.append(alert)
             transaction.on_commit(lambda alert=alert: publish_run_event(health_event(alert)))
+            alerts_on_health(
+                run_id=run_id,
+                check=alert.check_name,
+                label=alert.label,
+                step=alert.step,
+                message=alert.message,
+            )
     return alerts
 
 
