@@ -64,13 +64,13 @@ def alert_settings_for(*, owner: Any) -> AlertSettings:
 def alert_settings_update(*, owner: Any, webhook_url: str) -> AlertSettings:
     """Save the member's webhook URL after checking it; AlertRefused says why it is refused."""
     webhook_url = webhook_url.strip()
-    if webhook_url:
-        try:
-            resolve_webhook(
-                webhook_url, allow_private=settings.POSTTRAIN_ALERTS_ALLOW_PRIVATE_WEBHOOKS
-            )
-        except WebhookRefused as exc:
-            raise AlertRefused(str(exc)) from None
+    if not webhook_url:  # removed: the member has no webhook, and no row is kept
+        AlertSettings.objects.filter(owner=owner).delete()
+        return AlertSettings(owner=owner)
+    try:
+        resolve_webhook(webhook_url, allow_private=settings.POSTTRAIN_ALERTS_ALLOW_PRIVATE_WEBHOOKS)
+    except WebhookRefused as exc:
+        raise AlertRefused(str(exc)) from None
     row, _ = AlertSettings.objects.update_or_create(
         owner=owner, defaults={"webhook_url": webhook_url}
     )
