@@ -283,6 +283,11 @@ def test_the_page_subscribes_to_ones_own_run_and_404s_anothers(client_in, owner,
     owner.save()
     mine = running_run(owner)
     theirs = running_run(other_user)
+    # The run page links to the form, filled in for the run.
+    run_page = client_in.get(reverse("runs:detail", kwargs={"run_id": mine.pk})).content.decode()
+    assert f"/alerts/?scope=run&amp;run_id={mine.pk}" in run_page
+    form_page = client_in.get(f"/alerts/?scope=run&run_id={mine.pk}").content.decode()
+    assert f'name="run_id" value="{mine.pk}"' in form_page
     url = reverse("alerts:subscribe")
     form = {"scope": "run", "channel": "email", "on_finish": "on", "direction": "above"}
     assert client_in.post(url, {**form, "run_id": theirs.pk}).status_code == 404
