@@ -30,6 +30,7 @@ from tests.engine.distributed.helpers import (
     tiny_config,
     tiny_policy,
     update_batch,
+    without_perf,
 )
 from tests.engine.distributed.helpers import plain_worker as one_rank
 
@@ -206,7 +207,8 @@ def test_one_rank_does_the_single_process_work_exactly(ray_session, monkeypatch,
         )
         vocab = len(config.actor_rollout_ref.model.tokenizer)
         batch = update_batch(4, 5, [3, 5, 5, 3], vocab)
-        assert arr.update_actor(batch) == local.update_actor(batch)
+        # The update's own metrics match; the perf/ figures measure the processes (engine.perf).
+        assert without_perf(arr.update_actor(batch)) == without_perf(local.update_actor(batch))
         after = arr.full_state_dict()
         assert max_diff(after, local.model.state_dict()) == 0.0
         state = arr.state_dict()
