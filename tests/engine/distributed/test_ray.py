@@ -433,6 +433,10 @@ def test_grpo_runs_end_to_end_on_two_ranks_and_resumes_from_its_shards(
     assert perf["timing_s/ref"] > 0 and perf["timing_s/gen"] > 0
     per_rank = perf["perf/total_num_tokens"] / perf["perf/time_per_step"] / 2
     assert perf["perf/throughput"] == pytest.approx(per_rank)  # tokens/s per rank, as verl's
+    # The driver's own process and the largest of the two rank processes (engine.perf).
+    assert 0.05 < perf["perf/driver/rss_gb"] < 64 and 0.05 < perf["perf/max_rss_gb"] < 64
+    assert perf["perf/max_rss_gb"] != perf["perf/driver/rss_gb"]  # other processes
+    assert 0 < perf["perf/mfu/actor"] < 1 and perf["perf/min_memory_available_gb"] > 0
     assert first.samples == 2 * 4 * 4 + 2 * 6  # two steps of 4 prompts x 4, two validations
     shard = torch.load(
         tmp_path / "ckpt" / "global_step_2" / "actor" / "state.pt", weights_only=False
