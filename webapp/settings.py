@@ -281,6 +281,7 @@ CELERY_INCLUDE = ["workers.tasks"]
 CELERY_BEAT_SCHEDULE = {
     "mark-lost-runs": {"task": "workers.tasks.mark_lost_runs", "schedule": 15.0},
     "dispatch-queued-runs": {"task": "workers.tasks.dispatch_queued_runs", "schedule": 5.0},
+    "resend-overdue-alerts": {"task": "workers.tasks.resend_overdue_alerts", "schedule": 60.0},
     "dispatch-checkpoint-jobs": {
         "task": "workers.tasks.dispatch_checkpoint_jobs",
         "schedule": 5.0,

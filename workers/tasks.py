@@ -24,8 +24,8 @@ from django.db import connections
 
 from engine.env import CPU_PROCESS_ENV
 from engine.trainer.trackers import TRACKER_ENV_PREFIXES
-from webapp.alerts.services import delivery_attempt
-from webapp.celery import DELIVER_ALERT, START_RUN
+from webapp.alerts.services import deliveries_overdue, delivery_attempt
+from webapp.celery import DELIVER_ALERT, START_RUN, send_deliver_alert
 from webapp.runs.driver_writes import (
     driver_slots_taken,
     queued_run_ids,
@@ -183,6 +183,15 @@ def deliver_alert(self: Any, delivery_id: int) -> str:
     if attempt.outcome == "retry":
         raise self.retry(countdown=attempt.wait_s)
     return attempt.outcome
+
+
+@app.task(name="workers.tasks.resend_overdue_alerts", ignore_result=True)
+def resend_overdue_alerts() -> list[int]:
+    """Queue again the pending alert messages whose task was lost; return their ids."""
+    ids = deliveries_overdue()
+    for delivery_id in ids:
+        send_deliver_alert(delivery_id)
+    return ids
 
 
 @app.task(name="workers.tasks.dispatch_queued_runs", ignore_result=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 
 class AlertSettings(models.Model):
@@ -110,10 +111,16 @@ class AlertDelivery(models.Model):
     last_error = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     sent_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(
+        default=timezone.now, help_text="When the pending message is due to be tried."
+    )
 
     class Meta:
         ordering = ["-created_at", "-pk"]
-        indexes = [models.Index(fields=["owner", "status", "sent_at"], name="alertdel_owner_sent")]
+        indexes = [
+            models.Index(fields=["owner", "status", "sent_at"], name="alertdel_owner_sent"),
+            models.Index(fields=["status", "next_attempt_at"], name="alertdel_due"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.event} of run {self.run_id} by {self.channel}: {self.status}"

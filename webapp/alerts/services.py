@@ -12,7 +12,8 @@ Delivery (:func:`delivery_attempt`, run by the ``deliver_alert`` Celery task): a
 ``POSTTRAIN_ALERTS_PER_MINUTE`` messages a minute per member (a message over the rate waits, and
 that wait is no attempt), ``POSTTRAIN_ALERTS_MAX_ATTEMPTS`` attempts with a doubling wait from
 ``POSTTRAIN_ALERTS_RETRY_SECONDS``; a webhook refused by the address check (``webhooks``) fails
-at once. The webhook is the member's setting at send time; e-mail goes to the account's address
+at once. A pending message whose task was lost (the broker was down when it was queued) is
+queued again by the ``resend_overdue_alerts`` sweep once it is :data:`OVERDUE`. The webhook is the member's setting at send time; e-mail goes to the account's address
 through Django's mail backend (``EMAIL_BACKEND`` and ``EMAIL_*`` settings).
 """
 
@@ -294,7 +295,8 @@ def delivery_attempt(*, delivery_id: int) -> Attempt:
                 f"rate limited: {settings.POSTTRAIN_ALERTS_PER_MINUTE} messages in the last "
                 f"minute (POSTTRAIN_ALERTS_PER_MINUTE); next try in {wait:.0f} s"
             )
-            delivery.save(update_fields=["last_error"])
+            delivery.next_attempt_at = now + timedelta(seconds=wait)
+            delivery.save(update_fields=["last_error", "next_attempt_at"])
             return Attempt("retry", wait)
         delivery.attempts += 1
         try:
@@ -318,5 +320,27 @@ def delivery_attempt(*, delivery_id: int) -> Attempt:
             )
             outcome = Attempt("sent")
         delivery.last_error = delivery.last_error[:500]
-        delivery.save(update_fields=["status", "attempts", "last_error", "sent_at"])
+        delivery.next_attempt_at = timezone.now() + timedelta(seconds=outcome.wait_s)
+        delivery.save(
+            update_fields=["status", "attempts", "last_error", "sent_at", "next_attempt_at"]
+        )
         return outcome
+
+
+# A pending message this long past its due time lost its task (a broker down when it was
+# queued, a worker killed mid-retry); the sweep queues it again.
+OVERDUE = timedelta(minutes=5)
+
+
+def deliveries_overdue(*, now: Any = None) -> list[int]:
+    """Return the ids of pending messages whose task was lost; mark them due again later, so
+    one sweep's new task has the time to run before the next sweep looks."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        ids = list(
+            AlertDelivery.objects.select_for_update(skip_locked=True)
+            .filter(status=DeliveryStatus.PENDING, next_attempt_at__lt=now - OVERDUE)
+            .values_list("pk", flat=True)[:500]
+        )
+        AlertDelivery.objects.filter(pk__in=ids).update(next_attempt_at=now)
+    return ids

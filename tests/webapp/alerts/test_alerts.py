@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -17,6 +18,7 @@ from webapp.alerts.models import AlertDelivery, AlertSettings, Subscription
 from webapp.alerts.services import (
     AlertRefused,
     alert_settings_update,
+    deliveries_overdue,
     delivery_attempt,
     subscription_create,
 )
@@ -307,3 +309,17 @@ def test_the_page_subscribes_to_ones_own_run_and_404s_anothers(client_in, owner,
     unsubscribe = reverse("alerts:unsubscribe", kwargs={"subscription_id": subscription.pk})
     assert client_in.post(unsubscribe).status_code == 404
     assert Subscription.objects.exists()
+
+
+def test_a_message_whose_task_was_lost_is_queued_again_once_overdue(owner, receiver):
+    webhook_subscription(owner, receiver.url)
+    run = running_run(owner)
+    run_finish(run_id=run.pk, status="succeeded")  # its task never ran: no broker in this test
+    delivery = AlertDelivery.objects.get()
+    now = delivery.next_attempt_at
+    assert deliveries_overdue(now=now + timedelta(minutes=4)) == []  # its task may still come
+    assert deliveries_overdue(now=now + timedelta(minutes=6)) == [delivery.pk]
+    # Marked due again: the next sweep leaves it to the task it just queued.
+    assert deliveries_overdue(now=now + timedelta(minutes=7)) == []
+    assert deliver_alert.apply(args=(delivery.pk,)).get() == "sent"
+    assert deliveries_overdue(now=now + timedelta(hours=1)) == []  # sent: never again
