@@ -54,9 +54,6 @@ DEVICE_PEAK_FLOPS: dict[str, float] = {
     "RTX 3070 Ti": 21.75e12,
 }
 
-# The model types whose FLOPs verl counts with the dense-decoder formula.
-DENSE_DECODERS = frozenset({"qwen2", "qwen3", "llama", "mistral", "qwen2_vl", "qwen2_5_vl"})
-
 
 def table_peak_flops(device_name: str) -> float | None:
     """Return the table's peak FLOP/s for a device name, or None when no entry matches."""
@@ -93,8 +90,9 @@ def device_peak_flops(device: torch.device) -> float | None:
 def estimate_decoder_flops(model_config: Any, seqlens: Sequence[int]) -> float:
     """Return the FLOPs of one forward and backward pass over sequences of ``seqlens`` tokens.
 
-    verl's ``_estimate_qwen2_flops`` for a dense decoder; any other model type is counted as
-    ``6 x parameters x tokens`` of its linear layers with the same fields, or 0 without them.
+    verl's ``_estimate_qwen2_flops``, which verl uses for Qwen2/3, Llama and Mistral; another
+    model type with the same config fields is counted the same way (a mixture of experts is
+    over-counted), one without them as 0.
     """
     c = model_config
     if not all(

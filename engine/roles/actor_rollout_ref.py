@@ -237,6 +237,7 @@ class ActorRolloutRefWorker:
         return metrics
 
     def _update_policy(self, data: DataProto) -> dict[str, float]:
+        """Run the policy update (``PolicyActor.update_policy``) and return its metrics."""
         # verl's actor applies the rollout correction, and records its metrics, whenever the
         # correction is on or the rollout's log-probs are checked (calculate_log_probs).
         correction = self.config.algorithm.rollout_correction
