@@ -92,6 +92,9 @@ def driver_settings_env() -> dict[str, str]:
     # Its events go where the web processes listen, on a Ray node too.
     if os.environ.get("POSTTRAIN_CHANNEL_PREFIX"):
         env["POSTTRAIN_CHANNEL_PREFIX"] = os.environ["POSTTRAIN_CHANNEL_PREFIX"]
+    # The alerts it queues (a metric threshold, a health check) link to the studio's address.
+    if settings.POSTTRAIN_PUBLIC_URL:
+        env["POSTTRAIN_PUBLIC_URL"] = settings.POSTTRAIN_PUBLIC_URL
     return env
 
 

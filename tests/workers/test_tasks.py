@@ -69,6 +69,11 @@ def test_the_driver_gets_only_the_allowed_variables_and_its_own_secret_key(monke
     assert set(driver_settings_env()) == {*CPU_PROCESS_ENV, *settings_names, *posttrain_names}
 
 
+def test_a_ray_driver_links_its_alerts_to_the_studios_public_address(settings):
+    settings.POSTTRAIN_PUBLIC_URL = "https://studio.example.org"
+    assert driver_settings_env()["POSTTRAIN_PUBLIC_URL"] == "https://studio.example.org"
+
+
 @pytest.mark.django_db
 def test_start_run_does_nothing_for_a_run_that_is_not_queued(owner):
     run = run_cancel(run=run_create(experiment=make_experiment(owner)))
