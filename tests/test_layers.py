@@ -39,8 +39,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("rewards: scorers by data source, composites, reward managers", ("engine.rewards",)),
     ("algorithms: advantages, policy losses, KL, pure tensor functions", ("engine.algorithms",)),
     (
-        "tensors and models: DataProto and datasets, the lean forward, LoRA, the device",
-        ("engine.data", "engine.llama_forward", "engine.lora", "engine.device_info"),
+        "tensors and models: DataProto and datasets, the lean forward, LoRA, the device, its "
+        "system metrics",
+        ("engine.data", "engine.llama_forward", "engine.lora", "engine.device_info", "engine.perf"),
     ),
     ("configuration: verl's keys as typed dataclasses and their rules", ("engine.config",)),
     (

@@ -28,3 +28,12 @@ def send_start_run(run_id: int) -> None:
     ``task_always_eager`` (``bench/web/soak.py``) starts the run in place, as ``delay`` did.
     """
     app.signature(START_RUN, args=(run_id,), options={"ignore_result": True}).apply_async()
+
+
+# The name ``workers.tasks.deliver_alert`` is registered under.
+DELIVER_ALERT = "workers.tasks.deliver_alert"
+
+
+def send_deliver_alert(delivery_id: int) -> None:
+    """Queue the delivery of one alert message (``webapp.alerts.services.delivery_attempt``)."""
+    app.signature(DELIVER_ALERT, args=(delivery_id,), options={"ignore_result": True}).apply_async()

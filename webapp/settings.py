@@ -183,6 +183,7 @@ INSTALLED_APPS = [
     "webapp.health",
     "webapp.sweeps",
     "webapp.external",
+    "webapp.alerts",
 ]
 
 MIDDLEWARE = [
@@ -280,6 +281,7 @@ CELERY_INCLUDE = ["workers.tasks"]
 CELERY_BEAT_SCHEDULE = {
     "mark-lost-runs": {"task": "workers.tasks.mark_lost_runs", "schedule": 15.0},
     "dispatch-queued-runs": {"task": "workers.tasks.dispatch_queued_runs", "schedule": 5.0},
+    "resend-overdue-alerts": {"task": "workers.tasks.resend_overdue_alerts", "schedule": 60.0},
     "dispatch-checkpoint-jobs": {
         "task": "workers.tasks.dispatch_checkpoint_jobs",
         "schedule": 5.0,
@@ -378,6 +380,27 @@ POSTTRAIN_HEALTH_LENGTH_CLIP_MAX = _env_positive("POSTTRAIN_HEALTH_LENGTH_CLIP_M
 POSTTRAIN_HEALTH_GRAD_NORM_FACTOR = _env_positive("POSTTRAIN_HEALTH_GRAD_NORM_FACTOR", 10.0)
 POSTTRAIN_HEALTH_GRAD_NORM_WINDOW = _env_count("POSTTRAIN_HEALTH_GRAD_NORM_WINDOW", 20)
 POSTTRAIN_HEALTH_REWARD_ERROR_RATE = _env_positive("POSTTRAIN_HEALTH_REWARD_ERROR_RATE", 0.1)
+POSTTRAIN_HEALTH_MEMORY_WINDOW = _env_count("POSTTRAIN_HEALTH_MEMORY_WINDOW", 10)
+
+# Alerts (webapp/alerts): webhooks to private addresses only where the administrator allows it
+# (an intranet Mattermost); a member's messages per minute; attempts of one message and the
+# first wait between them (doubling); the studio's public address for links in the messages.
+POSTTRAIN_ALERTS_ALLOW_PRIVATE_WEBHOOKS = _env_bool(
+    "POSTTRAIN_ALERTS_ALLOW_PRIVATE_WEBHOOKS", False
+)
+POSTTRAIN_ALERTS_PER_MINUTE = _env_count("POSTTRAIN_ALERTS_PER_MINUTE", 10)
+POSTTRAIN_ALERTS_MAX_ATTEMPTS = _env_count("POSTTRAIN_ALERTS_MAX_ATTEMPTS", 5)
+POSTTRAIN_ALERTS_RETRY_SECONDS = _env_positive("POSTTRAIN_ALERTS_RETRY_SECONDS", 30.0)
+POSTTRAIN_PUBLIC_URL = os.environ.get("POSTTRAIN_PUBLIC_URL", "")
+# E-mail alerts go through Django's mail backend: SMTP by default, configured from the
+# environment (EMAIL_BACKEND=django.core.mail.backends.console.EmailBackend prints them).
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = _env_count("EMAIL_PORT", 25)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = _env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "posttrain@localhost")
 # A run stops, and ends failed with the reason, when more than this share of a step's rewards
 # failed (the reward function raised) in each of this many steps in a row; a share of 1 turns
 # the rule off (webapp.runs.reward_failures; docs/health.md).

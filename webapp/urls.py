@@ -23,5 +23,6 @@ urlpatterns = [
     path("runs/", include("webapp.runs.urls")),
     path("runs/<int:run_id>/samples/", include("webapp.samples.urls")),
     path("sweeps/", include("webapp.sweeps.urls")),
+    path("alerts/", include("webapp.alerts.urls")),
     path("", include("webapp.experiments.urls")),
 ]

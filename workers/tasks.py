@@ -24,7 +24,8 @@ from django.db import connections
 
 from engine.env import CPU_PROCESS_ENV
 from engine.trainer.trackers import TRACKER_ENV_PREFIXES
-from webapp.celery import START_RUN
+from webapp.alerts.services import deliveries_overdue, delivery_attempt
+from webapp.celery import DELIVER_ALERT, START_RUN, send_deliver_alert
 from webapp.runs.driver_writes import (
     driver_slots_taken,
     queued_run_ids,
@@ -93,6 +94,9 @@ def driver_settings_env() -> dict[str, str]:
     for key in ("POSTTRAIN_CHANNEL_PREFIX", "POSTTRAIN_REWARD_ENDPOINTS"):
         if os.environ.get(key):
             env[key] = os.environ[key]
+    # The alerts it queues (a metric threshold, a health check) link to the studio's address.
+    if settings.POSTTRAIN_PUBLIC_URL:
+        env["POSTTRAIN_PUBLIC_URL"] = settings.POSTTRAIN_PUBLIC_URL
     return env
 
 
@@ -171,6 +175,28 @@ def start_run(run_id: int) -> str:
     run_set_driver(run_id=run_id, driver=driver)
     logger.info("run %s started: %s", run_id, driver)
     return driver
+
+
+@app.task(name=DELIVER_ALERT, bind=True, ignore_result=True, max_retries=None)
+def deliver_alert(self: Any, delivery_id: int) -> str:
+    """Send one alert message; retry after the wait the delivery's record asks for.
+
+    The attempts and their limit are counted on the record (``delivery_attempt``), so a
+    redelivered message neither sends twice nor retries past ``POSTTRAIN_ALERTS_MAX_ATTEMPTS``.
+    """
+    attempt = delivery_attempt(delivery_id=delivery_id)
+    if attempt.outcome == "retry":
+        raise self.retry(countdown=attempt.wait_s)
+    return attempt.outcome
+
+
+@app.task(name="workers.tasks.resend_overdue_alerts", ignore_result=True)
+def resend_overdue_alerts() -> list[int]:
+    """Queue again the pending alert messages whose task was lost; return their ids."""
+    ids = deliveries_overdue()
+    for delivery_id in ids:
+        send_deliver_alert(delivery_id)
+    return ids
 
 
 @app.task(name="workers.tasks.dispatch_queued_runs", ignore_result=True)

@@ -51,6 +51,7 @@ from engine.data import DataProto
 from engine.distributed import channel
 from engine.distributed.channel import RankChannelError, RankChannels, pack, result_of
 from engine.env import CPU_PROCESS_ENV
+from engine.perf import reduce_rank_metrics
 
 if TYPE_CHECKING:
     from engine.config import PPOConfig
@@ -258,14 +259,6 @@ def tensors_only(data: DataProto) -> DataProto:
     to the ranks and back cost more than the tensors themselves.
     """
     return data.select(non_tensor_batch_keys=[])
-
-
-def mean_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
-    """Return each metric averaged over the ranks that report it."""
-    keys = dict.fromkeys(k for metrics in per_rank for k in metrics)
-    return {
-        k: sum(m[k] for m in per_rank if k in m) / sum(1 for m in per_rank if k in m) for k in keys
-    }
 
 
 class WorkerGroup(Protocol):
@@ -554,9 +547,10 @@ class ActorRolloutRefGroup(_RoleOnGroup):
         return gather_batches(*outputs)
 
     def update_actor(self, data: DataProto) -> dict[str, float]:
-        """Update the sharded policy on the whole batch; return metrics averaged over ranks."""
+        """Update the sharded policy on the whole batch; return metrics reduced over ranks as
+        verl does (``engine.perf.reduce_rank_metrics``)."""
         outputs, _ = self.group.call_split(self.role, "update_actor", tensors_only(data), pad=False)
-        return mean_metrics(outputs)
+        return reduce_rank_metrics(outputs)
 
     def full_state_dict(self) -> dict[str, Any]:
         """Return the gathered policy weights (CPU tensors)."""
@@ -582,11 +576,11 @@ class CriticGroup(_RoleOnGroup):
         return gather_batches(*outputs)
 
     def update_critic(self, data: DataProto) -> dict[str, float]:
-        """Update the sharded value model; return metrics averaged over ranks."""
+        """Update the sharded value model; return metrics reduced over ranks as verl does."""
         outputs, _ = self.group.call_split(
             self.role, "update_critic", tensors_only(data), pad=False
         )
-        return mean_metrics(outputs)
+        return reduce_rank_metrics(outputs)
 
 
 class RewardModelGroup:

@@ -19,6 +19,7 @@ import torch
 from engine.algorithms.rollout_correction import rollout_correction_active
 from engine.data import DataProto
 from engine.lora import adapter_disabled, adapter_settings, export_lora, is_lora
+from engine.perf import ProcessMeter, rank_system_metrics, update_mfu
 from engine.roles.actor import PolicyActor, is_on_policy, needs_sum_pi_squared
 from engine.roles.batch_sizes import micro_size, per_rank_size
 from engine.roles.model_loading import frozen_copy, load_policy, load_tokenizer, resolve_path
@@ -139,6 +140,7 @@ class ActorRolloutRefWorker:
         )
         # Each rank samples its own prompts: give each its own random stream.
         self.generator = torch.Generator(device="cpu").manual_seed(config.trainer.seed + rank)
+        self.meter = ProcessMeter()
         n = arr.rollout.n
         self.mini_batch_size = per_rank_size(
             arr.actor.ppo_mini_batch_size * n,
@@ -227,7 +229,25 @@ class ActorRolloutRefWorker:
         return DataProto.from_dict({"ref_log_prob": log_probs})
 
     def update_actor(self, data: DataProto) -> dict[str, float]:
-        """Run the policy update and return its metrics."""
+        """Run the policy update and return its metrics, with this rank's ``perf/`` metrics
+        (MFU, memory, CPU; ``engine.perf``) as verl's FSDP worker records them."""
+        start = time.perf_counter()
+        metrics = self._update_policy(data)
+        seconds = time.perf_counter() - start
+        mfu = update_mfu(
+            self.model.config,
+            data.batch["attention_mask"],
+            seconds,
+            epochs=self.config.actor_rollout_ref.actor.ppo_epochs,
+            device=self.device,
+        )
+        if mfu is not None:
+            metrics["perf/mfu/actor"] = mfu
+        metrics.update(rank_system_metrics(self.meter, self.device))
+        return metrics
+
+    def _update_policy(self, data: DataProto) -> dict[str, float]:
+        """Run the policy update (``PolicyActor.update_policy``) and return its metrics."""
         # verl's actor applies the rollout correction, and records its metrics, whenever the
         # correction is on or the rollout's log-probs are checked (calculate_log_probs).
         correction = self.config.algorithm.rollout_correction

@@ -41,6 +41,7 @@ from engine.data import DataProto
 from engine.data.dataset import collate_prompts
 from engine.device_info import get_device_info, summary_line
 from engine.env import apply_cpu_process_env, seed_everything
+from engine.perf import ProcessMeter, driver_system_metrics, reduce_rank_metrics
 from engine.roles.actor import needs_sum_pi_squared
 from engine.roles.model_loading import load_tokenizer, resolve_device, resolve_path
 from engine.roles.protocols import ActorRolloutRef, Critic
@@ -136,6 +137,7 @@ class PPOTrainer:
             apply_cpu_process_env()
         seed_everything(trainer_cfg.seed)
         self.global_step = 0
+        self.meter = ProcessMeter()
         self.local_dir = Path(resolve_path(trainer_cfg.default_local_dir) or "checkpoints")
         self._build()
 
@@ -321,6 +323,11 @@ class PPOTrainer:
         )
         metrics.update(compute_timing_metrics(timing, num_tokens))
         metrics.update(compute_throughput_metrics(num_tokens, step_seconds, self.n_devices))
+        # The driver counts as one more process in the ranks' reduction of the machine's memory.
+        driver = driver_system_metrics(self.meter)
+        metrics.update(
+            reduce_rank_metrics([{k: metrics[k] for k in driver if k in metrics}, driver])
+        )
         metrics["training/global_step"] = float(self.global_step)
         failed = sum(1 for e in reward_info.get("reward_error", []) if e)
         if failed:

@@ -22,6 +22,8 @@ from engine.trainer.reporting import SampleRecord
 from tests.webapp.fixtures import make_experiment
 from tests.webapp.live import private_redis_layer, short_lived_connections  # noqa: F401
 from tests.webapp.runs.test_consumers import open_socket
+from webapp.alerts.models import AlertSettings, Subscription
+from webapp.alerts.services import subscription_create
 from webapp.api.models import ApiToken
 from webapp.api.tokens import token_create
 from webapp.datasets.models import Dataset
@@ -38,7 +40,15 @@ pytestmark = pytest.mark.django_db
 
 SECRET = "alice-secret"
 # URL arguments that name one of the owner's objects: the other user must get a 404.
-OBJECT_KWARGS = ("experiment_id", "run_id", "other_run_id", "dataset_id", "sweep_id", "token_id")
+OBJECT_KWARGS = (
+    "experiment_id",
+    "run_id",
+    "other_run_id",
+    "dataset_id",
+    "sweep_id",
+    "token_id",
+    "subscription_id",
+)
 
 
 def walk(patterns, namespace="", chain=()):
@@ -104,7 +114,13 @@ def world(owner, studio_dirs):
         spec={"mode": "grid", "params": {"actor_rollout_ref.actor.optim.lr": [1e-6]}},
         concurrency=1,
     )
+    owner.email = "alice@example.org"
+    owner.save()
+    subscription = subscription_create(
+        owner=owner, scope="run", run=running, channel="email", metric="x", threshold=1.0
+    )
     return {
+        "subscription_id": subscription.pk,
         "experiment_id": experiment.pk,
         "run_id": running.pk,
         "other_run_id": stopped.pk,
@@ -132,6 +148,8 @@ def snapshot():
         "datasets": list(Dataset.objects.values_list("pk", "name", "key_map")),
         "sweeps": list(Sweep.objects.values_list("pk", "name", "cancelled_at")),
         "tokens": list(ApiToken.objects.values_list("pk", "name")),
+        "subscriptions": list(Subscription.objects.values_list("pk", "owner_id", "run_id")),
+        "alert_settings": list(AlertSettings.objects.values_list("owner_id", "webhook_url")),
     }
 
 

@@ -73,6 +73,11 @@ def test_the_driver_gets_only_the_allowed_variables_and_its_own_secret_key(monke
     assert listed == "judge=http://10.0.0.5:8000/score"
 
 
+def test_a_ray_driver_links_its_alerts_to_the_studios_public_address(settings):
+    settings.POSTTRAIN_PUBLIC_URL = "https://studio.example.org"
+    assert driver_settings_env()["POSTTRAIN_PUBLIC_URL"] == "https://studio.example.org"
+
+
 @pytest.mark.django_db
 def test_start_run_does_nothing_for_a_run_that_is_not_queued(owner):
     run = run_cancel(run=run_create(experiment=make_experiment(owner)))

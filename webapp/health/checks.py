@@ -27,6 +27,11 @@ set by the ``POSTTRAIN_HEALTH_*`` settings, see docs/health.md):
   ``grad_norm_window`` finite values (once ``baseline_steps`` are known).
 - ``reward_errors``: ``reward/failed`` (samples whose reward function raised, recorded by the
   trainer) over ``reward_error_rate`` of the step's samples (train_batch_size x rollout.n).
+- ``memory_growth``: a process's resident memory (``perf/driver/rss_gb`` or the largest rank's
+  ``perf/max_rss_gb``, ``engine.perf``) grows so that, extrapolated over the steps left (its
+  least-squares slope over the last ``memory_window`` steps after the first ``baseline_steps``,
+  times the run's remaining steps), it would add more than the memory still available on the
+  machine (``perf/min_memory_available_gb``): the run would die of memory before it ends.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ CHECKS: dict[str, str] = {
     "non_finite_loss": "NaN/inf loss",
     "grad_norm_spike": "grad-norm spike",
     "reward_errors": "reward errors",
+    "memory_growth": "memory runs out",
 }
 
 ENTROPY = "actor/entropy"
@@ -60,6 +66,8 @@ LENGTH = "response_length/mean"
 LENGTH_CLIP = "response_length/clip_ratio"
 GRAD_NORM = "actor/grad_norm"
 REWARD_FAILED = "reward/failed"
+RSS_METRICS = ("perf/driver/rss_gb", "perf/max_rss_gb")
+MEMORY_AVAILABLE = "perf/min_memory_available_gb"
 # A metric whose non-finite value means the update itself broke.
 NON_FINITE = re.compile(r"^(actor|critic)/(.*loss|grad_norm)$")
 
@@ -83,6 +91,7 @@ class Thresholds:
     grad_norm_factor: float
     grad_norm_window: int
     reward_error_rate: float
+    memory_window: int  # the last steps whose resident memory gives its growth per step
 
 
 @dataclass(frozen=True)
@@ -91,10 +100,12 @@ class RunContext:
 
     target_kl: float | None  # the KL controller's target, when it has one
     samples_per_step: int | None  # train_batch_size x rollout.n
+    total_steps: int | None = None  # the run's last step, as the trainer reported it
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> RunContext:
-        """Return the context of a run's resolved engine config."""
+    def from_config(cls, config: Mapping[str, Any], total_steps: int | None = None) -> RunContext:
+        """Return the context of a run's resolved engine config (and its step count, known
+        once the trainer started)."""
         kl_ctrl = config.get("algorithm", {}).get("kl_ctrl", {})
         target = kl_ctrl.get("target_kl") if kl_ctrl.get("type") in ("adaptive", "pid") else None
         batch = config.get("data", {}).get("train_batch_size")
@@ -102,6 +113,7 @@ class RunContext:
         return cls(
             target_kl=float(target) if target else None,
             samples_per_step=int(batch) * int(n) if batch else None,
+            total_steps=total_steps,
         )
 
 
@@ -118,6 +130,8 @@ class HealthState:
     reward_count: int = 0
     # validation metric -> [[step, value, mean train reward since the validation before]]
     validations: dict[str, list[list[float]]] = field(default_factory=dict)
+    # resident-memory metric -> [[step, GiB]] of its last memory_window steps after warm-up
+    memory: dict[str, list[list[float]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -338,6 +352,39 @@ def check_reward_errors(
     return None
 
 
+def check_memory_growth(
+    state: HealthState, step: int, metrics: Metrics, context: RunContext, t: Thresholds
+) -> Finding | None:
+    if step <= t.baseline_steps:  # the first steps fill caches and allocator pools
+        return None
+    for name in RSS_METRICS:
+        value = _finite(metrics, name)
+        if value is not None:
+            points = state.memory.setdefault(name, [])
+            points.append([step, value])
+            del points[: -t.memory_window]
+    available = _finite(metrics, MEMORY_AVAILABLE)
+    remaining = (context.total_steps or 0) - step
+    if available is None or remaining <= 0:
+        return None
+    for name, points in sorted(state.memory.items()):
+        if len(points) < max(t.memory_window, 2) or points[-1][0] != step:
+            continue
+        steps = [p[0] for p in points]
+        per_step = _slope(steps, [p[1] for p in points])  # GiB per step
+        growth = per_step * remaining
+        if per_step > 0 and growth > available:
+            return Finding(
+                "memory_growth",
+                step,
+                f"{name} grows {_g(per_step)} GiB per step (steps {steps[0]}-{steps[-1]}): the "
+                f"{remaining} steps left would add {_g(growth)} GiB, more than the "
+                f"{_g(available)} GiB available, so memory runs out near step "
+                f"{step + int(available / per_step)} of {context.total_steps}",
+            )
+    return None
+
+
 # In the order of CHECKS; each updates the state it keeps and returns a finding or None.
 CHECK_FUNCTIONS: tuple[Callable[..., Finding | None], ...] = (
     check_entropy,
@@ -349,6 +396,7 @@ CHECK_FUNCTIONS: tuple[Callable[..., Finding | None], ...] = (
     check_non_finite,
     check_grad_norm,
     check_reward_errors,
+    check_memory_growth,
 )
 
 

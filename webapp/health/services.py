@@ -19,6 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from webapp.alerts.services import alerts_on_health
 from webapp.health.checks import HealthState, RunContext, Thresholds, evaluate_step
 from webapp.health.models import HealthAlert, RunHealthState
 from webapp.runs.events import publish_run_event, run_event
@@ -46,8 +47,8 @@ def _state_for_update(run_id: int) -> RunHealthState:
     row = RunHealthState.objects.select_for_update().filter(run_id=run_id).first()
     if row is not None:
         return row
-    config = Run.objects.values_list("config", flat=True).get(pk=run_id)
-    context = dataclasses.asdict(RunContext.from_config(config or {}))
+    config, total_steps = Run.objects.values_list("config", "total_steps").get(pk=run_id)
+    context = dataclasses.asdict(RunContext.from_config(config or {}, total_steps))
     row, _ = RunHealthState.objects.get_or_create(
         run_id=run_id, defaults={"context": context, "state": HealthState().to_dict()}
     )
@@ -79,6 +80,13 @@ def health_evaluate_step(
         if created:
             alerts.append(alert)
             transaction.on_commit(lambda alert=alert: publish_run_event(health_event(alert)))
+            alerts_on_health(
+                run_id=run_id,
+                check=alert.check_name,
+                label=alert.label,
+                step=alert.step,
+                message=alert.message,
+            )
     return alerts
 
 

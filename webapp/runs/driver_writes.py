@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from engine.data.preview import json_safe
 from engine.trainer.reporting import SampleRecord
+from webapp.alerts.services import alerts_on_status, alerts_on_step
 from webapp.health.services import health_record_step
 from webapp.runs.events import publish_run_event, status_event
 from webapp.runs.models import (
@@ -103,6 +104,7 @@ def transition(
     moved = bool(rows.update(status=target, **fields))
     if moved:
         publish_status_on_commit(run_id)
+        alerts_on_status(run_id=run_id, status=target)  # an end state's messages; never raises
     return moved
 
 
@@ -542,6 +544,7 @@ def run_record_step(
             return None
         point = metric_point_upsert(run_id=run_id, step=step, metrics=metrics, wall_time=wall_time)
         health_record_step(run_id=run_id, step=step, metrics=metrics)  # never raises
+        alerts_on_step(run_id=run_id, step=step, metrics=metrics)  # never raises
         _stop_if_rewards_keep_failing(run_id=run_id, metrics=metrics)
         run_heartbeat(run_id=run_id, step=step)
         return point

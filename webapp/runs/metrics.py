@@ -63,6 +63,14 @@ PANEL_RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
         ("response_length", "Response length", r"^response_length/"),
         ("validation", "Validation reward", r"^val-(core|aux)/"),
         ("throughput", "Throughput (tokens/s per device)", r"^perf/throughput$"),
+        ("mfu", "MFU (model FLOPs / device peak)", r"^perf/mfu/"),
+        (
+            "memory",
+            "Memory (GiB)",
+            r"^perf/(driver/rss_gb|max_rss_gb|max_memory_\w+_gb|cpu_memory_used_gb"
+            r"|min_memory_available_gb)$",
+        ),
+        ("cpu", "CPU (% of one core)", r"^perf/(driver/cpu_percent|max_cpu_percent)$"),
         ("timing", "Timing breakdown (s)", r"^timing_s/"),
         ("timing_per_token", "Timing per token (ms)", r"^timing_per_token_ms/"),
     )

@@ -108,3 +108,9 @@ def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     """Return the largest absolute difference between two state dicts with the same keys."""
     assert a.keys() == b.keys()
     return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+
+
+def without_perf(metrics: dict[str, float]) -> dict[str, float]:
+    """Return the update's metrics without the ``perf/`` figures, which measure the process
+    (memory, CPU, MFU from wall time) and differ between any two updates."""
+    return {k: v for k, v in metrics.items() if not k.startswith("perf/")}

@@ -11,10 +11,10 @@ from engine.distributed.worker_group import (
     ResourcePool,
     check_sharded,
     gather_batches,
-    mean_metrics,
     pad_rollouts,
     split_batch,
 )
+from engine.perf import reduce_rank_metrics
 from engine.roles.batch_sizes import per_rank_size
 
 
@@ -62,9 +62,23 @@ def test_gather_keeps_the_slowest_rank_timing():
     assert gather_batches([a, b], 0).meta_info == {"timing_s/update_weights": 2.0, "other": 1}
 
 
-def test_metrics_are_averaged_over_the_ranks_that_report_them():
-    merged = mean_metrics([{"loss": 1.0, "lr": 0.1}, {"loss": 3.0, "lr": 0.1, "kl": 4.0}])
-    assert merged == pytest.approx({"loss": 2.0, "lr": 0.1, "kl": 4.0})
+def test_metrics_are_reduced_over_the_ranks_that_report_them_as_verl_does():
+    merged = reduce_rank_metrics(
+        [
+            {"loss": 1.0, "lr": 0.1, "perf/max_rss_gb": 1.5, "perf/min_memory_available_gb": 9},
+            {"loss": 3.0, "lr": 0.1, "kl": 4.0, "perf/max_rss_gb": 2.5},
+            {"perf/max_rss_gb": 0.5, "perf/min_memory_available_gb": 7},
+        ]
+    )
+    assert merged == pytest.approx(
+        {
+            "loss": 2.0,
+            "lr": 0.1,
+            "kl": 4.0,
+            "perf/max_rss_gb": 2.5,  # a name with "max": the largest rank
+            "perf/min_memory_available_gb": 7,  # with "min": the smallest
+        }
+    )
 
 
 def test_per_rank_mini_batch_must_divide():

@@ -30,6 +30,7 @@ from tests.engine.distributed.helpers import (
     tiny_config,
     tiny_policy,
     update_batch,
+    without_perf,
 )
 from tests.engine.distributed.helpers import plain_worker as one_rank
 
@@ -74,6 +75,10 @@ def test_two_ranks_update_like_one_rank(two_ranks):
     assert ray_metrics["actor/grad_norm"] == pytest.approx(
         local_metrics["actor/grad_norm"], rel=1e-4
     )
+    # Each rank's process reports its own memory and CPU; the largest rank's are kept.
+    assert 0.05 < ray_metrics["perf/max_rss_gb"] < 64
+    assert ray_metrics["perf/max_cpu_percent"] > 0
+    assert 0 < ray_metrics["perf/mfu/actor"] < 1
 
 
 def test_an_odd_batch_comes_back_in_order_without_padding(two_ranks):
@@ -202,7 +207,8 @@ def test_one_rank_does_the_single_process_work_exactly(ray_session, monkeypatch,
         )
         vocab = len(config.actor_rollout_ref.model.tokenizer)
         batch = update_batch(4, 5, [3, 5, 5, 3], vocab)
-        assert arr.update_actor(batch) == local.update_actor(batch)
+        # The update's own metrics match; the perf/ figures measure the processes (engine.perf).
+        assert without_perf(arr.update_actor(batch)) == without_perf(local.update_actor(batch))
         after = arr.full_state_dict()
         assert max_diff(after, local.model.state_dict()) == 0.0
         state = arr.state_dict()
@@ -427,6 +433,10 @@ def test_grpo_runs_end_to_end_on_two_ranks_and_resumes_from_its_shards(
     assert perf["timing_s/ref"] > 0 and perf["timing_s/gen"] > 0
     per_rank = perf["perf/total_num_tokens"] / perf["perf/time_per_step"] / 2
     assert perf["perf/throughput"] == pytest.approx(per_rank)  # tokens/s per rank, as verl's
+    # The driver's own process and the largest of the two rank processes (engine.perf).
+    assert 0.05 < perf["perf/driver/rss_gb"] < 64 and 0.05 < perf["perf/max_rss_gb"] < 64
+    assert perf["perf/max_rss_gb"] != perf["perf/driver/rss_gb"]  # other processes
+    assert 0 < perf["perf/mfu/actor"] < 1 and perf["perf/min_memory_available_gb"] > 0
     assert first.samples == 2 * 4 * 4 + 2 * 6  # two steps of 4 prompts x 4, two validations
     shard = torch.load(
         tmp_path / "ckpt" / "global_step_2" / "actor" / "state.pt", weights_only=False

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -225,3 +226,64 @@ def test_the_state_stays_small_over_a_long_run(thresholds):
     assert len(state.grad_norms) == thresholds.grad_norm_window
     assert len(state.validations[VAL]) == thresholds.hacking_window
     assert len(state.entropy_early) == len(state.length_early) == thresholds.baseline_steps
+    assert state.memory == {}  # no perf/ metrics in this stream
+
+
+def test_the_memory_window_stays_small_over_a_long_run(thresholds):
+    state = HealthState()
+    context = RunContext(target_kl=None, samples_per_step=64, total_steps=5000)
+    for step, metrics in memory_stream(0.0, steps=500):
+        evaluate_step(state, step, metrics, context=context, thresholds=thresholds)
+    assert {k: len(v) for k, v in state.memory.items()} == {
+        "perf/driver/rss_gb": thresholds.memory_window,
+        "perf/max_rss_gb": thresholds.memory_window,
+    }
+
+
+def memory_stream(per_step_gib: float, steps: int = 40, available: float = 8.0):
+    """Yield steps whose driver RSS starts at 1.2 GiB and grows ``per_step_gib`` a step (with a
+    little noise), and whose machine has ``available`` GiB left."""
+    rng = random.Random(1)
+    for step, metrics in healthy(steps):
+        if step:
+            rss = 1.2 + per_step_gib * step + rng.uniform(-0.005, 0.005)
+            metrics = {
+                **metrics,
+                "perf/driver/rss_gb": rss,
+                "perf/max_rss_gb": 0.6 + rng.uniform(-0.005, 0.005),
+                "perf/min_memory_available_gb": available - per_step_gib * step,
+            }
+        yield step, metrics
+
+
+def test_memory_growth_fires_when_the_steps_left_would_exhaust_the_memory(thresholds):
+    # 0.1 GiB a step with 1000 steps to go is ~100 GiB against 8 available.
+    context = RunContext(target_kl=None, samples_per_step=64, total_steps=1000)
+    (finding,) = run_stream(memory_stream(0.1), thresholds, context)
+    first = thresholds.baseline_steps + 1
+    assert finding.check == "memory_growth"
+    assert finding.step == first + thresholds.memory_window - 1  # once the window is full
+    match = re.match(
+        r"perf/driver/rss_gb grows ([\d.]+) GiB per step \(steps 4-13\): the 987 steps left "
+        r"would add ([\d.]+) GiB, more than the 6.7 GiB available, so memory runs out near "
+        r"step (\d+) of 1000$",
+        finding.message,
+    )
+    assert match, finding.message
+    per_step, growth, out_at = float(match[1]), float(match[2]), int(match[3])
+    assert per_step == pytest.approx(0.1, abs=0.002) and growth == pytest.approx(
+        987 * per_step, rel=1e-3
+    )
+    assert out_at == 13 + int(6.7 / per_step)
+
+
+def test_flat_or_affordable_memory_does_not_fire(thresholds):
+    context = RunContext(target_kl=None, samples_per_step=64, total_steps=1000)
+    assert run_stream(memory_stream(0.0), thresholds, context) == []
+    # 1 MiB a step: under 1 GiB over the steps left, with 8 GiB available.
+    assert run_stream(memory_stream(0.001), thresholds, context) == []
+    # Growing fast, but the run ends first (45 steps, 0.1 GiB a step, 8 GiB available).
+    short = RunContext(target_kl=None, samples_per_step=64, total_steps=45)
+    assert run_stream(memory_stream(0.1), thresholds, short) == []
+    # Without the run's length there is nothing to extrapolate to.
+    assert run_stream(memory_stream(0.1), thresholds) == []

@@ -88,7 +88,7 @@ def test_reward_errors_are_a_share_of_the_samples_the_runs_config_makes(running_
     assert not HealthAlert.objects.exists()
     run_record_step(run_id=running_run.pk, step=2, metrics={"reward/failed": at_limit + 1})
     state = RunHealthState.objects.get(run=running_run)
-    assert state.context == {"target_kl": None, "samples_per_step": samples}
+    assert state.context == {"target_kl": None, "samples_per_step": samples, "total_steps": None}
     alert = HealthAlert.objects.get()
     assert (alert.check_name, alert.step) == ("reward_errors", 2)
     assert f"raised on {at_limit + 1} of {samples} samples" in alert.message

@@ -63,6 +63,19 @@ def test_panels_follow_verl_names_and_group_unknown_families():
     assert metric_panel("critic/grad_norm")["key"] == "grad_norm"
     assert metric_panel("val-core/gsm8k/reward/mean@1")["key"] == "validation"
     assert metric_panel("timing_s/gen")["key"] == "timing"
+    # engine.perf's system metrics: one panel each for MFU, memory and CPU.
+    assert metric_panel("perf/mfu/actor")["key"] == "mfu"
+    for name in (
+        "perf/driver/rss_gb",
+        "perf/max_rss_gb",
+        "perf/max_memory_allocated_gb",
+        "perf/max_memory_reserved_gb",
+        "perf/cpu_memory_used_gb",
+        "perf/min_memory_available_gb",
+    ):
+        assert metric_panel(name)["key"] == "memory", name
+    assert metric_panel("perf/driver/cpu_percent")["key"] == "cpu"
+    assert metric_panel("perf/max_cpu_percent")["key"] == "cpu"
     assert metric_panel("critic/values/max")["key"] == "metric:critic/values"
     assert metric_panel("actor/lr")["key"] == "metric:actor/lr"
     panels = metric_panels(
