@@ -20,11 +20,14 @@ import multiprocessing as mp
 import queue
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from engine.data import DataProto
+
+if TYPE_CHECKING:
+    from engine.config import RolloutConfig
 
 # Seconds to wait for a batch before checking that the worker is still alive.
 _POLL_S = 1.0
@@ -54,7 +57,7 @@ class RolloutWorkerProcess:
         self,
         model: torch.nn.Module,
         tokenizer: Any,
-        rollout_config: Any,
+        rollout_config: RolloutConfig,
         *,
         max_new_tokens: int,
         seed: int,

@@ -27,11 +27,11 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import torch
 
+from engine.config import PPOConfig
 from engine.config.async_training import CPU_ONLY
 from engine.config.fields import ConfigFieldError
 from engine.data import DataProto
@@ -47,7 +47,9 @@ VERSION_KEY = "rollout_policy_version"
 class OneStepOffPPOTrainer(PPOTrainer):
     """Train with a rollout worker process generating one batch ahead (see the module doc)."""
 
-    def __init__(self, config: Any, recorder: Recorder | None = None, *, overlap: bool = True):
+    def __init__(
+        self, config: PPOConfig, recorder: Recorder | None = None, *, overlap: bool = True
+    ):
         self.overlap = overlap
         self.rollout_worker: RolloutWorkerProcess | None = None
         # Batches submitted to the worker and not yet trained on: (prompts, rollout input).
