@@ -34,6 +34,7 @@ from engine.config.files import file_problems, model_dir_problems
 from engine.config.rollout import RolloutConfig
 from engine.config.unsupported import (
     FusedKernelOptions,
+    MtpConfig,
     ProfilerConfig,
     RouterReplayConfig,
     TiledMLPConfig,
@@ -98,6 +99,7 @@ class ModelConfig(_Section):
     use_fused_kernels: bool = _inert(False, "Use verl's fused log-prob kernels.")
     fused_kernel_options: FusedKernelOptions = _section(FusedKernelOptions, "Fused kernels.")
     tiled_mlp: TiledMLPConfig = _section(TiledMLPConfig, "Tiled MLP.")
+    mtp: MtpConfig = _section(MtpConfig, "Multi-token prediction (verl main).")
     hf_model: Any = _runtime("An already loaded model (or PEFT model) to train instead of path.")
     tokenizer: Any = _runtime("An already loaded tokenizer to use instead of tokenizer_path.")
 
@@ -291,6 +293,25 @@ class ActorConfig(_Section):
         follows="actor_rollout_ref.model.use_remove_padding",
     )
     profiler: ProfilerConfig = _section(ProfilerConfig, "Profiling of the actor.")
+    use_prefix_grouper: bool = _inert(
+        False,
+        "verl's PrefixGrouper: a group's shared prompt computed once in the policy's forward. "
+        "Always on here where it applies, whatever this says: the padded and the padding-free "
+        "(use_remove_padding) forwards run each distinct prompt of a micro-batch once and attend "
+        "its responses to the prompt's keys and values (engine.roles.packing). Unlike verl's, it "
+        "works with use_remove_padding and use_dynamic_bsz and needs no package; it shares only "
+        "inside a micro-batch (verl keeps a group on one rank when balancing), and steps aside "
+        "under gradient checkpointing and, padding-free, for models the lean runner does not run.",
+    )
+    calculate_sum_pi_squared: bool = _inert(
+        False,
+        "Compute each token's sum of squared probabilities in the old-log-prob pass. Done here "
+        "whenever algorithm.adv_estimator reads it (optimal_token_baseline, "
+        "tir_optimal_token_baseline), whatever this says; verl needs it set for them.",
+    )
+    sum_pi_squared_checkpointing: bool = _inert(
+        False, "Recompute the sum of squared probabilities in backward to save memory."
+    )
 
 
 @dataclass

@@ -56,7 +56,18 @@ from engine.data import DataProto
 from engine.rollout.hf import eos_token_ids
 from engine.rollout.vllm_args import engine_arguments, import_vllm
 
-DEFAULT_BUCKET_BYTES = 512 * 1024**2
+DEFAULT_BUCKET_BYTES = 2048 * 1024**2  # verl main's checkpoint_engine default
+
+
+def bucket_megabytes(rollout_config: Any) -> int | None:
+    """Return the weight sync's bucket size in MiB: verl 0.7's
+    ``rollout.update_weights_bucket_megabytes`` where set, else verl main's
+    ``rollout.checkpoint_engine.update_weights_bucket_megabytes`` (None: neither is there)."""
+    legacy = getattr(rollout_config, "update_weights_bucket_megabytes", None)
+    engine = getattr(rollout_config, "checkpoint_engine", None)
+    return legacy or getattr(engine, "update_weights_bucket_megabytes", None)
+
+
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
@@ -325,7 +336,7 @@ class VLLMRollout:
         ``engine_kwargs.vllm`` are checked (:func:`engine_kwargs_problems`) and added, then
         ``engine_kwargs`` (the caller's own, unchecked). ``max_model_len`` defaults to the
         config's, else ``prompt_length + response_length``. ``bucket_bytes`` defaults to
-        ``update_weights_bucket_megabytes``.
+        :func:`bucket_megabytes`.
         """
         self.config = rollout_config
         self.tokenizer = tokenizer
@@ -333,7 +344,7 @@ class VLLMRollout:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.eos_ids = _generation_eos_ids(tokenizer, model_path)
         self.dtype = DTYPES[rollout_config.dtype]
-        megabytes = getattr(rollout_config, "update_weights_bucket_megabytes", None)
+        megabytes = bucket_megabytes(rollout_config)
         self.bucket_bytes = bucket_bytes or (
             megabytes * 1024**2 if megabytes else DEFAULT_BUCKET_BYTES
         )

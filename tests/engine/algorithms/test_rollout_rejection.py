@@ -88,7 +88,10 @@ def test_seq_max_k2_rejects_a_whole_row_by_its_worst_token():
     assert m["rollout_rs_masked_fraction"] == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize(("level", "main"), [("token", "token_k1"), ("geometric", "seq_mean_k1")])
+@pytest.mark.parametrize(
+    ("level", "main"),
+    [("token", "token_k1"), ("sequence", "seq_sum_k1"), ("geometric", "seq_mean_k1")],
+)
 def test_verl_0_7s_levels_are_main_k1_options_with_inverted_bounds(level, main):
     log_ratio, mask = _hidden_inputs(5)
     upper, lower = 1.2, 0.9
