@@ -15,6 +15,7 @@ from typing import Any
 from engine.algorithms.names import KL_TYPES, LOSS_AGG_MODES, POLICY_LOSS_MODES
 from engine.config.fields import (
     _MULTIMODAL,
+    _TIMES_DP_HELP,
     MAX_BATCH,
     MAX_STEPS,
     MAX_TOKEN_BUDGET,
@@ -110,6 +111,15 @@ class PolicyLossConfig(_Section):
     clip_cov_ratio: float = _f(0.0002, "clip_cov: fraction of tokens clipped.")
     clip_cov_lb: float = _f(1.0, "clip_cov: lower covariance bound.")
     clip_cov_ub: float = _f(5.0, "clip_cov: upper covariance bound.")
+    geo_mean_global_batch: bool = _f(
+        False,
+        "The engine's own, for loss_mode=geo_mean: average the sequences' losses over the "
+        "mini-batch's sequences that hold a valid token, on every rank, as the other losses "
+        "normalise, so the update is the same however the mini-batch is split into micro-batches "
+        "and ranks. verl's geo_mean (False) takes each micro-batch's mean over all its rows, "
+        "empty ones included, and the micro-batches' shares add up: k micro-batches give k times "
+        "the gradient.",
+    )
     kl_cov_ratio: float = _f(0.0002, "kl_cov: fraction of tokens given a KL penalty.")
     ppo_kl_coef: float = _f(0.1, "kl_cov: coefficient of that KL penalty.")
     _target_: str = _target("verl.workers.config.PolicyLossConfig")
@@ -245,6 +255,7 @@ class ActorConfig(_Section):
     tau_pos: float = _f(1.0, "sapo: gate temperature of tokens with A > 0.", gt=0)
     tau_neg: float = _f(1.05, "sapo: gate temperature of tokens with A <= 0.", gt=0)
     loss_agg_mode: str = _f("token-mean", "How token losses are averaged.", choices=LOSS_AGG_MODES)
+    seq_mean_token_sum_norm_times_dp: bool = _f(False, _TIMES_DP_HELP)
     entropy_coeff: float = _f(0.0, "Entropy bonus coefficient.", basic=True)
     use_kl_loss: bool = _f(False, "Add a KL-to-reference loss (GRPO).", basic=True)
     kl_loss_coef: float = _f(0.001, "Coefficient of the KL loss.", basic=True, ge=0)

@@ -21,7 +21,7 @@ from engine.config.loader import config_from_dict, load_config, load_raw
 from engine.config.resolve import resolve_config
 from engine.config.tables import stale_files
 from engine.config.validate import validate_config
-from engine.config.versions import verl_releases
+from engine.config.versions import ADDED_IN_MAIN, NOT_IN_VERL, REMOVED_IN_MAIN, verl_releases
 
 VERL_FILE = Path(__file__).parent / "data" / "verl_0_7_ppo_trainer.yaml"
 # verl's main branch, 0.8.0.dev (commit b178a3cd5, January 2026).
@@ -89,6 +89,8 @@ def test_the_verl_column_says_which_release_has_each_key():
     assert wrong == {}
     doc = (REPO / "docs" / "config.md").read_text()
     assert "| `actor_rollout_ref.actor.use_prefix_grouper` | `false` | added in main" in doc
+    for entry in (*ADDED_IN_MAIN, *REMOVED_IN_MAIN, *NOT_IN_VERL):  # no stale entry
+        assert any(key == entry or key.startswith(entry + ".") for key in SPECS), entry
 
 
 @pytest.mark.parametrize("release", VERL_FILES)
