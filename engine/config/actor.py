@@ -31,7 +31,7 @@ from engine.config.fields import (
     _target,
     _ulysses,
 )
-from engine.config.files import file_problems, model_dir_problems
+from engine.config.files import file_problems, local_path, model_dir_problems
 from engine.config.rollout import RolloutConfig
 from engine.config.unsupported import (
     FusedKernelOptions,
@@ -80,11 +80,11 @@ class ModelConfig(_Section):
         None,
         "Modules LoRA leaves alone: a regex over full module names, or a list of names.",
     )
-    lora_adapter_path: str | None = _refused(
+    lora_adapter_path: str | None = _f(
         None,
-        "A trained LoRA adapter to start from.",
-        "starting from a saved adapter is not supported; merge it into the model first "
-        "(python -m engine.model_merger) and point model.path at the result",
+        "A saved LoRA adapter folder (adapter_config.json + weights, as PeftModel.save_pretrained "
+        "writes) to start from and train on; its rank, alpha and target modules replace lora_rank, "
+        "lora_alpha and target_modules. The reference is the base model (the adapter switched off).",
         resource="path",
     )
     _target_: str = _target("verl.workers.config.HFModelConfig")
@@ -424,6 +424,22 @@ def actor_problems(v: Validation) -> list[ConfigFieldError]:
             given.tokenizer_path,
             "point it at a tokenizer folder",
         )
+    adapter = given.lora_adapter_path
+    key = "actor_rollout_ref.model.lora_adapter_path"
+    if adapter and not file_problems(v, key, adapter, ""):
+        path = local_path(v, key, adapter)
+        if path is not None and not (path / "adapter_config.json").is_file():
+            errors.append(
+                ConfigFieldError(
+                    key,
+                    adapter,
+                    f"{path} holds no adapter_config.json; point it at a folder saved by "
+                    "PeftModel.save_pretrained (or python -m engine.model_merger "
+                    "--save-lora-adapter)",
+                )
+            )
+    elif adapter:
+        errors += file_problems(v, key, adapter, "point it at a saved LoRA adapter folder")
     return errors
 
 

@@ -242,8 +242,13 @@ class RolloutConfig(_Section):
         le=MAX_BATCH,
     )
     disable_log_stats: bool = _inert(True, "vLLM: statistics logging.")
-    over_sample_rate: float = _refused(
-        0, "Start more prompts than needed and drop the slowest.", "not implemented; keep 0"
+    over_sample_rate: float = _inert(
+        0,
+        "End a rollout once (1 - rate) of its requests finished, the rest padded out of the "
+        "loss. Only verl's SGLang SPMD rollout read it, retired before 0.7 (verl PR #4422): "
+        "verl 0.7 and main accept it and change nothing, as here.",
+        ge=0,
+        lt=1,
     )
     multi_stage_wake_up: bool = _inert(False, "Wake weights and KV cache in stages.")
     engine_kwargs: EngineKwargsConfig = _section(EngineKwargsConfig, "Engine arguments.")

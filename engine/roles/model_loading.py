@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
-from engine.lora import apply_lora, is_lora
+from engine.lora import apply_lora, is_lora, load_lora_adapter
 from engine.rewards.reward_model import RewardModelScorer
 from engine.tools.tiny_uris import TINY_PREFIX, resolve_tiny_uri
 
@@ -91,7 +91,8 @@ def load_tokenizer(model_config: Any, *, path: str | None = None) -> Any:
 def load_policy(model_config: Any, device: torch.device) -> torch.nn.Module:
     """Return the policy model: the live ``hf_model`` if given, else loaded from ``path``.
 
-    With ``lora_rank > 0`` it comes wrapped with a PEFT LoRA adapter (see ``engine.lora``).
+    With ``lora_adapter_path`` it comes wrapped with that saved adapter, trainable; else with
+    ``lora_rank > 0`` with a new PEFT LoRA adapter (see ``engine.lora``), as verl builds it.
     """
     model = getattr(model_config, "hf_model", None)
     if model is None:
@@ -109,7 +110,10 @@ def load_policy(model_config: Any, device: torch.device) -> torch.nn.Module:
     if getattr(model_config, "enable_gradient_checkpointing", False):
         model.gradient_checkpointing_enable()
     model.config.use_cache = True
-    if getattr(model_config, "lora_rank", 0) > 0 and not is_lora(model):
+    adapter_path = getattr(model_config, "lora_adapter_path", None)
+    if adapter_path and not is_lora(model):
+        model = load_lora_adapter(model, resolve_path(adapter_path))
+    elif getattr(model_config, "lora_rank", 0) > 0 and not is_lora(model):
         model = apply_lora(model, model_config)
     return model
 
