@@ -56,7 +56,7 @@ class RolloutCorrectionConfig(_Section):
         "verl 0.7's levels: token, sequence (product of ratios) or geometric (their geometric "
         "mean) outside [rollout_rs_threshold_lower, rollout_rs_threshold].",
     )
-    rollout_rs_threshold: float | str | None = _f(
+    rollout_rs_threshold: str | float | None = _f(
         None,
         "Bound(s) of rejection sampling; required when rollout_rs is set. Main's options: one "
         "entry for all or one per option, comma-separated; a k1 option takes 'lower_upper' "
@@ -210,24 +210,33 @@ def algorithm_problems(v: Validation) -> list[ConfigFieldError]:
     return errors + _rollout_correction_problems(v) + _filter_groups_problems(v)
 
 
+def ratio_bound(threshold: str | float | None) -> float | None:
+    """Return ``rollout_rs_threshold`` as one number (verl 0.7's upper ratio), or None when it is
+    unset or main's string of bounds (``'0.5_2.0'``, a comma list)."""
+    try:
+        return float(threshold) if threshold is not None else None
+    except ValueError:
+        return None
+
+
 def _rejection_option_problems(rc: RolloutCorrectionConfig, key: str) -> list[ConfigFieldError]:
     """Return the error of a ``rollout_rs`` that is neither one of verl 0.7's levels nor a list
     of main's options, or whose threshold those options cannot read."""
     if rc.rollout_rs is None:
         return []
     if rc.rollout_rs in ROLLOUT_RS_LEVELS:
-        if isinstance(rc.rollout_rs_threshold, str):
-            try:
-                float(rc.rollout_rs_threshold)
-            except ValueError:
-                return [
-                    ConfigFieldError(
-                        f"{key}.rollout_rs_threshold",
-                        rc.rollout_rs_threshold,
-                        f"rollout_rs={rc.rollout_rs} (verl 0.7) takes one upper ratio; bounds "
-                        "as 'lower_upper' belong to main's k1 options (token_k1, ...)",
-                    )
-                ]
+        if rc.rollout_rs_threshold is not None and ratio_bound(rc.rollout_rs_threshold) is None:
+            return [
+                ConfigFieldError(
+                    f"{key}.rollout_rs_threshold",
+                    rc.rollout_rs_threshold,
+                    f"rollout_rs={rc.rollout_rs} (verl 0.7) takes one upper ratio; bounds "
+                    "as 'lower_upper' belong to main's k1 options (token_k1, ...)",
+                )
+            ]
+        upper = ratio_bound(rc.rollout_rs_threshold)
+        if upper is not None and upper <= 0:
+            return [ConfigFieldError(f"{key}.rollout_rs_threshold", upper, "must be > 0")]
         return []
     unknown = [
         part.strip()
@@ -287,8 +296,8 @@ def _rollout_correction_problems(v: Validation) -> list[ConfigFieldError]:
                     "applies only with rollout_rs; set rollout_rs or unset it",
                 )
             )
-    upper, lower = rc.rollout_rs_threshold, rc.rollout_rs_threshold_lower
-    if isinstance(upper, float | int) and lower is not None and lower >= upper:
+    upper, lower = ratio_bound(rc.rollout_rs_threshold), rc.rollout_rs_threshold_lower
+    if upper is not None and lower is not None and lower >= upper:
         errors.append(
             ConfigFieldError(
                 f"{key}.rollout_rs_threshold_lower",

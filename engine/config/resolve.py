@@ -20,6 +20,7 @@ import dataclasses
 import re
 from typing import Any
 
+from engine.config.algorithm import ratio_bound
 from engine.config.fields import ConfigFieldError, Validation
 from engine.config.introspect import get_value
 from engine.config.keys import (
@@ -370,9 +371,9 @@ def _moved_key_problems(v: Validation) -> list[ConfigFieldError]:
             )
     rc = given.algorithm.rollout_correction
     option = _K1_OF_0_7.get(rc.rollout_rs or "")
-    if option is not None and isinstance(rc.rollout_rs_threshold, float | int):
-        upper = float(rc.rollout_rs_threshold)
-        lower = rc.rollout_rs_threshold_lower or 1.0 / upper
+    upper = ratio_bound(rc.rollout_rs_threshold)
+    lower = rc.rollout_rs_threshold_lower or (1.0 / upper if upper else None)
+    if option is not None and upper and lower and upper > 0 and lower > 0:  # bounds: their rules
         v.warnings.append(
             f"[DEPRECATED] {_CORRECTION}.rollout_rs={rc.rollout_rs} with ratio bounds "
             f"[{lower:g}, {upper:g}] is verl 0.7's spelling (verl main removed "

@@ -73,6 +73,11 @@ def test_verls_recipes_validate():
         ([f"{KEY}.rollout_is_threshold=0"], "rollout_is_threshold", "> 0"),
         ([f"{KEY}.rollout_token_veto_threshold=-1"], "rollout_token_veto_threshold", "> 0"),
         ([f"{KEY}.rollout_rs=token"], "rollout_rs_threshold", "must be set when rollout_rs"),
+        (
+            [f"{KEY}.rollout_rs=sequence", f"{KEY}.rollout_rs_threshold=0"],
+            "rollout_rs_threshold",
+            "must be > 0",
+        ),
         ([f"{KEY}.rollout_rs_threshold=2.0"], "rollout_rs_threshold", "applies only with"),
         (
             [
