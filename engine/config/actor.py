@@ -10,6 +10,7 @@ critic's too).
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from engine.algorithms.names import KL_TYPES, LOSS_AGG_MODES, POLICY_LOSS_MODES
@@ -31,7 +32,7 @@ from engine.config.fields import (
     _target,
     _ulysses,
 )
-from engine.config.files import file_problems, local_path, model_dir_problems
+from engine.config.files import file_problems, model_dir_problems
 from engine.config.rollout import RolloutConfig
 from engine.config.unsupported import (
     FusedKernelOptions,
@@ -425,21 +426,21 @@ def actor_problems(v: Validation) -> list[ConfigFieldError]:
             "point it at a tokenizer folder",
         )
     adapter = given.lora_adapter_path
-    key = "actor_rollout_ref.model.lora_adapter_path"
-    if adapter and not file_problems(v, key, adapter, ""):
-        path = local_path(v, key, adapter)
-        if path is not None and not (path / "adapter_config.json").is_file():
-            errors.append(
+    if adapter:
+        key = "actor_rollout_ref.model.lora_adapter_path"
+        found = file_problems(v, key, adapter, "point it at a saved LoRA adapter folder")
+        folder = Path(adapter).expanduser()
+        if not found and folder.is_dir() and not (folder / "adapter_config.json").is_file():
+            found = [
                 ConfigFieldError(
                     key,
                     adapter,
-                    f"{path} holds no adapter_config.json; point it at a folder saved by "
+                    f"{folder} holds no adapter_config.json; point it at a folder saved by "
                     "PeftModel.save_pretrained (or python -m engine.model_merger "
                     "--save-lora-adapter)",
                 )
-            )
-    elif adapter:
-        errors += file_problems(v, key, adapter, "point it at a saved LoRA adapter folder")
+            ]
+        errors += found
     return errors
 
 
