@@ -10,7 +10,7 @@ sections that hold them import them from here.
 from dataclasses import dataclass
 from typing import Any
 
-from engine.config.fields import _inert, _refused, _Section, _section, _target
+from engine.config.fields import MAX_BATCH, _f, _inert, _refused, _Section, _section, _target
 
 
 @dataclass
@@ -265,7 +265,13 @@ class RewardModelRolloutConfig(_Section):
     tensor_model_parallel_size: int = _inert(2, "Reward model server tensor parallel size.")
     max_num_batched_tokens: int = _inert(8192, "Reward model server tokens per step.")
     max_model_len: int | None = _inert(None, "Reward model server context length.")
-    max_num_seqs: int = _inert(1024, "Reward model server sequences per step.")
+    max_num_seqs: int = _f(
+        1024,
+        "Reward model server sequences per step; with use_reward_loop and no "
+        "micro_batch_size_per_gpu, the samples per reward-model forward here.",
+        gt=0,
+        le=MAX_BATCH,
+    )
     load_format: str = _inert("auto", "Reward model server weight loading.")
     engine_kwargs: dict[str, Any] = _inert({}, "Reward model server engine arguments.")
     limit_images: int | None = _inert(None, "Reward model server images per prompt.")

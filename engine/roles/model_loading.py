@@ -152,7 +152,9 @@ def load_critic(critic_config: Any, actor_model_config: Any, device: torch.devic
 def load_reward_model(config: Any, device: str | torch.device = "cpu") -> RewardModelScorer:
     """Return the scorer ``config.reward_model`` describes, on ``device``.
 
-    ``micro_batch_size_per_gpu`` samples go through each forward (``resolve_config`` has
+    ``micro_batch_size_per_gpu`` samples go through each forward (null with verl's reward loop,
+    ``use_reward_loop``: ``reward_model.rollout.max_num_seqs``, its server's sequences per step;
+    ``resolve_config`` has
     divided verl's deprecated global ``micro_batch_size`` by the ranks that score: the
     reward model's own pool with ``enable_resource_pool``, else the trainer's);
     ``max_length`` defaults to the prompt and response budget, as verl's reward model worker
@@ -167,7 +169,7 @@ def load_reward_model(config: Any, device: str | torch.device = "cpu") -> Reward
         )
     return RewardModelScorer(
         path,
-        micro_batch_size=rm.micro_batch_size_per_gpu,
+        micro_batch_size=rm.micro_batch_size_per_gpu or rm.rollout.max_num_seqs,
         device=str(device),
         max_length=rm.max_length or data.max_prompt_length + data.max_response_length,
         trust_remote_code=rm.model.trust_remote_code,
