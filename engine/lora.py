@@ -5,6 +5,11 @@
 ``target_modules`` (``"all-linear"``: every linear layer but the output head), ``B`` starting at
 zero so the adapted policy starts as the base model. Only ``A`` and ``B`` train.
 
+``actor_rollout_ref.model.lora_adapter_path`` starts from a saved adapter instead
+(:func:`load_lora_adapter`, a folder written by ``PeftModel.save_pretrained`` or by
+:func:`export_lora` with ``merge=False``): its own rank, alpha and target modules apply, and it
+trains on, as verl's ``PeftModel.from_pretrained(..., is_trainable=True)``.
+
 The reference policy is then the same module with the adapter switched off
 (:func:`adapter_disabled`), as in verl: no second copy of the base weights.
 
@@ -85,6 +90,38 @@ def apply_lora(model: torch.nn.Module, model_config: ModelConfig) -> torch.nn.Mo
         checkpointing = getattr(model, "is_gradient_checkpointing", False)
     if checkpointing:
         # The embeddings are frozen, so checkpointed blocks would see inputs without grad.
+        peft_model.enable_input_require_grads()
+    return peft_model
+
+
+def load_lora_adapter(model: torch.nn.Module, adapter_path: str) -> torch.nn.Module:
+    """Return ``model`` wrapped with the saved LoRA adapter at ``adapter_path``, trainable (only
+    its parameters require grad); its ``adapter_config.json`` decides rank, alpha and targets.
+
+    Raises ValueError naming ``actor_rollout_ref.model.lora_adapter_path`` when the folder holds
+    no adapter or one that does not fit the model.
+    """
+    try:
+        from peft import PeftModel
+    except ImportError as exc:
+        raise ImportError(PEFT_MISSING.replace("lora_rank > 0", "lora_adapter_path")) from exc
+    key = "actor_rollout_ref.model.lora_adapter_path"
+    if not (Path(adapter_path) / "adapter_config.json").is_file():
+        raise ValueError(
+            f"{key}={adapter_path!r} holds no adapter_config.json; point it at a folder saved by "
+            "PeftModel.save_pretrained (or python -m engine.model_merger --save-lora-adapter)"
+        )
+    try:
+        peft_model = PeftModel.from_pretrained(model, adapter_path, is_trainable=True)
+    except (ValueError, RuntimeError, KeyError) as exc:
+        raise ValueError(
+            f"{key}={adapter_path!r} does not fit actor_rollout_ref.model.path ({exc}); use an "
+            "adapter trained on that base model"
+        ) from exc
+    checkpointing = getattr(model, "is_activation_checkpointing", None)
+    if checkpointing is None:  # transformers before the rename
+        checkpointing = getattr(model, "is_gradient_checkpointing", False)
+    if checkpointing:
         peft_model.enable_input_require_grads()
     return peft_model
 

@@ -25,13 +25,16 @@ class GlobalBatch:
     over every micro-batch of the mini-batch and every data-parallel rank. ``dp_size``: the ranks
     whose gradients FSDP averages (the loss is multiplied by it, so the average is a sum).
     ``loss_scale_factor``: the constant divisor of ``seq-mean-token-sum-norm`` (verl 0.7's
-    ``actor.loss_scale_factor``); None divides by the response length.
+    ``actor.loss_scale_factor``); None divides by the response length. ``norm_times_dp``:
+    multiply ``seq-mean-token-sum-norm`` by ``dp_size`` too (``seq_mean_token_sum_norm_times_dp``
+    of the actor and the critic; verl does not).
     """
 
     tokens: float
     sequences: float
     dp_size: int = 1
     loss_scale_factor: float | None = None
+    norm_times_dp: bool = False
 
 
 def agg_loss(
@@ -54,8 +57,10 @@ def agg_loss(
     / ``dp_size``): ``tokens`` and ``sequences`` count the whole mini-batch over micro-batches and
     ranks, and the result is multiplied by ``dp_size``, so summing the micro-batches' gradients
     and averaging over ranks gives the gradient of the mini-batch's loss however it was split.
-    ``seq-mean-token-sum-norm`` is multiplied by ``dp_size`` too (verl's FSDP engine leaves it
-    out, so its gradient there shrinks with the rank count). Counts of zero divide by one.
+    ``seq-mean-token-sum-norm`` is not multiplied by ``dp_size``, as verl's ``agg_loss``: its
+    gradient, averaged over ranks, is the mean of the ranks' sums, so it halves from one rank to
+    two. ``global_batch.norm_times_dp`` multiplies it as the other modes are, so the gradient is
+    the mini-batch's sum whatever the rank count. Counts of zero divide by one.
     Without a global batch the counts are this micro-batch's own (``+ 1e-8``, as before).
     """
     check_same_shape(loss_mat=loss_mat, loss_mask=loss_mask)
@@ -71,7 +76,8 @@ def agg_loss(
     seq_losses = masked_sum(loss_mat, loss_mask, axis=-1)  # (bs,) token sums
     if loss_agg_mode == "seq-mean-token-sum-norm":
         scale = global_batch.loss_scale_factor if global_batch is not None else None
-        return seq_losses.sum() / (scale or loss_mask.shape[-1]) * dp_size
+        times = dp_size if global_batch is not None and global_batch.norm_times_dp else 1
+        return seq_losses.sum() / (scale or loss_mask.shape[-1]) * times
     seq_tokens = loss_mask.sum(dim=-1)  # (bs,)
     seq_valid = (seq_tokens > 0).to(loss_mat.dtype)  # (bs,) sequences with any valid token
     if loss_agg_mode == "seq-mean-token-mean":

@@ -66,8 +66,18 @@ def compute_pf_ppo_reweight_data(
     """Return a new batch of ``len(data)`` rows of ``data`` resampled by PF-PPO's weights.
 
     The weights come from ``token_level_scores`` ``(bs, L)`` summed over the response; every
-    tensor and non-tensor column is resampled alike; ``data`` is left unchanged.
+    tensor and non-tensor column is resampled alike, and so is every ``meta_info`` list of batch
+    length (per-row values kept beside the batch), as verl does; other ``meta_info`` values are
+    kept. ``data`` is left unchanged.
     """
     scores = data.batch["token_level_scores"].sum(dim=-1)  # (bs,)
     indices = pf_ppo_sample_indices(scores, reweight_method, weight_pow, generator)  # (bs,)
-    return data[indices.cpu()]  # type: ignore[return-value]
+    resampled: DataProto = data[indices.cpu()]  # type: ignore[assignment]
+    rows = indices.tolist()
+    resampled.meta_info = {
+        key: [value[i] for i in rows]
+        if isinstance(value, list) and len(value) == len(rows)
+        else value
+        for key, value in data.meta_info.items()
+    }
+    return resampled

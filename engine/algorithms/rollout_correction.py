@@ -9,7 +9,9 @@ the trainer recomputes ``pi_old``; ``rho = pi_old / pi_rollout`` per token, in l
   weights ``prod_t rho_t``, truncated at ``rollout_is_threshold`` and detached; the policy loss
   multiplies its token losses by them. ``rollout_is_batch_normalize`` rescales them to mean 1.
 - Rejection sampling (``rollout_rs``): ``token``, ``sequence`` (product) or ``geometric``
-  (``exp(mean log rho)``) ratios outside ``[lower, upper]`` are masked out of the response mask.
+  (``exp(mean log rho)``) ratios outside ``[lower, upper]`` are masked out of the response mask
+  (verl 0.7); or verl main's divergence options (``token_k1`` ... ``seq_max_k3``, several
+  comma-separated), ``engine.algorithms.rollout_rejection``.
 - Token veto (``rollout_token_veto_threshold``): a sequence with any ``rho_t`` under it is masked.
 - Off-policy diagnostics: KL, k3 KL, perplexities and chi-square divergences.
 
@@ -29,7 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from engine.algorithms.names import ROLLOUT_IS_LEVELS, ROLLOUT_RS_LEVELS
+from engine.algorithms.names import (
+    ROLLOUT_IS_LEVELS,
+    ROLLOUT_RS_LEVELS,
+    ROLLOUT_RS_OPTIONS,
+    is_divergence_rs,
+)
+from engine.algorithms.rollout_rejection import divergence_rejection_mask
 from engine.algorithms.torch_functional import check_same_shape, masked_mean, masked_sum
 
 if TYPE_CHECKING:
@@ -163,22 +171,35 @@ def compute_rollout_rejection_mask(
     log_ratio: torch.Tensor,
     response_mask: torch.Tensor,
     rollout_rs: str = "token",
-    rollout_rs_threshold: float | None = None,
+    rollout_rs_threshold: float | str | None = None,
     rollout_rs_threshold_lower: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Return the response mask ``(bs, L)`` with outliers rejected, and the ``rollout_rs_*`` metrics.
 
-    A token (``token``) or a whole row (``sequence``: ``prod rho_t``; ``geometric``:
-    ``exp(mean log rho_t)``) is kept when its ratio lies in ``[lower, upper]``; ``lower``
-    defaults to ``1 / upper``. ``rollout_rs_masked_fraction``: share of valid tokens rejected;
+    verl 0.7's levels: a token (``token``) or a whole row (``sequence``: ``prod rho_t``;
+    ``geometric``: ``exp(mean log rho_t)``) is kept when its ratio lies in ``[lower, upper]``;
+    ``lower`` defaults to ``1 / upper``. verl main's divergence options (``token_k1``, ...,
+    comma-separated) go to :func:`~engine.algorithms.rollout_rejection.divergence_rejection_mask`
+    (``rollout_rs_threshold_lower`` must then be None: their threshold string holds the bounds).
+    ``rollout_rs_masked_fraction``: share of valid tokens rejected;
     ``rollout_rs_seq_masked_fraction``: share of rows with a rejection.
     """
+    check_same_shape(log_ratio=log_ratio, response_mask=response_mask)
+    if is_divergence_rs(rollout_rs):
+        if rollout_rs_threshold_lower is not None:
+            raise ValueError(
+                f"rollout_rs_threshold_lower applies to verl 0.7's levels only; for {rollout_rs} "
+                "write the bounds into rollout_rs_threshold as 'lower_upper'"
+            )
+        return divergence_rejection_mask(log_ratio, response_mask, rollout_rs, rollout_rs_threshold)
     if rollout_rs not in ROLLOUT_RS_LEVELS:
-        raise ValueError(f"Invalid rollout_rs: {rollout_rs!r}; use one of {ROLLOUT_RS_LEVELS}.")
+        raise ValueError(
+            f"Invalid rollout_rs: {rollout_rs!r}; use one of {ROLLOUT_RS_LEVELS} (verl 0.7) or "
+            f"of {ROLLOUT_RS_OPTIONS}, comma-separated (verl main)."
+        )
     if rollout_rs_threshold is None:
         raise ValueError("rollout_rs_threshold must be provided for rejection sampling.")
-    check_same_shape(log_ratio=log_ratio, response_mask=response_mask)
-    upper = rollout_rs_threshold
+    upper = float(rollout_rs_threshold)
     lower = rollout_rs_threshold_lower if rollout_rs_threshold_lower is not None else 1.0 / upper
     weights, log_agg = _aggregate_ratio(log_ratio, response_mask, rollout_rs)
     keep = ((weights >= lower) & (weights <= upper)).float()  # (bs, L)
@@ -241,7 +262,7 @@ def compute_rollout_correction_and_rejection_mask(
     rollout_is: str | None = None,
     rollout_is_threshold: float | None = 2.0,
     rollout_rs: str | None = None,
-    rollout_rs_threshold: float | None = 2.0,
+    rollout_rs_threshold: float | str | None = 2.0,
     rollout_rs_threshold_lower: float | None = None,
     rollout_token_veto_threshold: float | None = None,
     rollout_is_batch_normalize: bool = False,

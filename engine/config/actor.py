@@ -10,11 +10,13 @@ critic's too).
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from engine.algorithms.names import KL_TYPES, LOSS_AGG_MODES, POLICY_LOSS_MODES
 from engine.config.fields import (
     _MULTIMODAL,
+    _TIMES_DP_HELP,
     MAX_BATCH,
     MAX_STEPS,
     MAX_TOKEN_BUDGET,
@@ -34,6 +36,7 @@ from engine.config.files import file_problems, model_dir_problems
 from engine.config.rollout import RolloutConfig
 from engine.config.unsupported import (
     FusedKernelOptions,
+    MtpConfig,
     ProfilerConfig,
     RouterReplayConfig,
     TiledMLPConfig,
@@ -78,11 +81,11 @@ class ModelConfig(_Section):
         None,
         "Modules LoRA leaves alone: a regex over full module names, or a list of names.",
     )
-    lora_adapter_path: str | None = _refused(
+    lora_adapter_path: str | None = _f(
         None,
-        "A trained LoRA adapter to start from.",
-        "starting from a saved adapter is not supported; merge it into the model first "
-        "(python -m engine.model_merger) and point model.path at the result",
+        "A saved LoRA adapter folder (adapter_config.json + weights, as PeftModel.save_pretrained "
+        "writes) to start from and train on; its rank, alpha and target modules replace lora_rank, "
+        "lora_alpha and target_modules. The reference is the base model (the adapter switched off).",
         resource="path",
     )
     _target_: str = _target("verl.workers.config.HFModelConfig")
@@ -98,6 +101,7 @@ class ModelConfig(_Section):
     use_fused_kernels: bool = _inert(False, "Use verl's fused log-prob kernels.")
     fused_kernel_options: FusedKernelOptions = _section(FusedKernelOptions, "Fused kernels.")
     tiled_mlp: TiledMLPConfig = _section(TiledMLPConfig, "Tiled MLP.")
+    mtp: MtpConfig = _section(MtpConfig, "Multi-token prediction (verl main).")
     hf_model: Any = _runtime("An already loaded model (or PEFT model) to train instead of path.")
     tokenizer: Any = _runtime("An already loaded tokenizer to use instead of tokenizer_path.")
 
@@ -108,6 +112,15 @@ class PolicyLossConfig(_Section):
     clip_cov_ratio: float = _f(0.0002, "clip_cov: fraction of tokens clipped.")
     clip_cov_lb: float = _f(1.0, "clip_cov: lower covariance bound.")
     clip_cov_ub: float = _f(5.0, "clip_cov: upper covariance bound.")
+    geo_mean_global_batch: bool = _f(
+        False,
+        "The engine's own, for loss_mode=geo_mean: average the sequences' losses over the "
+        "mini-batch's sequences that hold a valid token, on every rank, as the other losses "
+        "normalise, so the update is the same however the mini-batch is split into micro-batches "
+        "and ranks. verl's geo_mean (False) takes each micro-batch's mean over all its rows, "
+        "empty ones included, and the micro-batches' shares add up: k micro-batches give k times "
+        "the gradient.",
+    )
     kl_cov_ratio: float = _f(0.0002, "kl_cov: fraction of tokens given a KL penalty.")
     ppo_kl_coef: float = _f(0.1, "kl_cov: coefficient of that KL penalty.")
     _target_: str = _target("verl.workers.config.PolicyLossConfig")
@@ -243,6 +256,7 @@ class ActorConfig(_Section):
     tau_pos: float = _f(1.0, "sapo: gate temperature of tokens with A > 0.", gt=0)
     tau_neg: float = _f(1.05, "sapo: gate temperature of tokens with A <= 0.", gt=0)
     loss_agg_mode: str = _f("token-mean", "How token losses are averaged.", choices=LOSS_AGG_MODES)
+    seq_mean_token_sum_norm_times_dp: bool = _f(False, _TIMES_DP_HELP)
     entropy_coeff: float = _f(0.0, "Entropy bonus coefficient.", basic=True)
     use_kl_loss: bool = _f(False, "Add a KL-to-reference loss (GRPO).", basic=True)
     kl_loss_coef: float = _f(0.001, "Coefficient of the KL loss.", basic=True, ge=0)
@@ -296,6 +310,25 @@ class ActorConfig(_Section):
         follows="actor_rollout_ref.model.use_remove_padding",
     )
     profiler: ProfilerConfig = _section(ProfilerConfig, "Profiling of the actor.")
+    use_prefix_grouper: bool = _inert(
+        False,
+        "verl's PrefixGrouper: a group's shared prompt computed once in the policy's forward. "
+        "Always on here where it applies, whatever this says: the padded and the padding-free "
+        "(use_remove_padding) forwards run each distinct prompt of a micro-batch once and attend "
+        "its responses to the prompt's keys and values (engine.roles.packing). Unlike verl's, it "
+        "works with use_remove_padding and use_dynamic_bsz and needs no package; it shares only "
+        "inside a micro-batch (verl keeps a group on one rank when balancing), and steps aside "
+        "under gradient checkpointing and, padding-free, for models the lean runner does not run.",
+    )
+    calculate_sum_pi_squared: bool = _inert(
+        False,
+        "Compute each token's sum of squared probabilities in the old-log-prob pass. Done here "
+        "whenever algorithm.adv_estimator reads it (optimal_token_baseline, "
+        "tir_optimal_token_baseline), whatever this says; verl needs it set for them.",
+    )
+    sum_pi_squared_checkpointing: bool = _inert(
+        False, "Recompute the sum of squared probabilities in backward to save memory."
+    )
 
 
 @dataclass
@@ -397,6 +430,22 @@ def actor_problems(v: Validation) -> list[ConfigFieldError]:
             given.tokenizer_path,
             "point it at a tokenizer folder",
         )
+    adapter = given.lora_adapter_path
+    if adapter:
+        key = "actor_rollout_ref.model.lora_adapter_path"
+        found = file_problems(v, key, adapter, "point it at a saved LoRA adapter folder")
+        folder = Path(adapter).expanduser()
+        if not found and folder.is_dir() and not (folder / "adapter_config.json").is_file():
+            found = [
+                ConfigFieldError(
+                    key,
+                    adapter,
+                    f"{folder} holds no adapter_config.json; point it at a folder saved by "
+                    "PeftModel.save_pretrained (or python -m engine.model_merger "
+                    "--save-lora-adapter)",
+                )
+            ]
+        errors += found
     return errors
 
 

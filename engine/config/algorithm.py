@@ -16,7 +16,9 @@ from engine.algorithms.names import (
     PF_PPO_REWEIGHT_METHODS,
     ROLLOUT_IS_LEVELS,
     ROLLOUT_RS_LEVELS,
+    ROLLOUT_RS_OPTIONS,
     TOKEN_BASELINE_ESTIMATORS,
+    parse_rejection_options,
 )
 from engine.config.fields import (
     MAX_STEPS,
@@ -48,21 +50,29 @@ class RolloutCorrectionConfig(_Section):
     )
     rollout_rs: str | None = _f(
         None,
-        "Rejection sampling: mask out tokens (token), responses (sequence: product of ratios) or "
-        "responses by the geometric mean of their ratios (geometric) outside "
-        "[rollout_rs_threshold_lower, rollout_rs_threshold]; null: none.",
-        choices=ROLLOUT_RS_LEVELS,
+        "Rejection sampling; null: none. verl main's divergence options, comma-separated, all "
+        f"of which must pass: {', '.join(ROLLOUT_RS_OPTIONS)} (token, or per response the sum, "
+        "mean or max of k1 = -log ratio, k2 = log^2 ratio / 2, k3 = ratio - 1 - log ratio). "
+        "verl 0.7's levels: token, sequence (product of ratios) or geometric (their geometric "
+        "mean) outside [rollout_rs_threshold_lower, rollout_rs_threshold].",
     )
-    rollout_rs_threshold: float | None = _f(
-        None, "Upper ratio of rejection sampling; required when rollout_rs is set.", gt=0
+    rollout_rs_threshold: str | float | None = _f(
+        None,
+        "Bound(s) of rejection sampling; required when rollout_rs is set. Main's options: one "
+        "entry for all or one per option, comma-separated; a k1 option takes 'lower_upper' "
+        "(one number u: 1/u_u), k2 and k3 an upper bound. 0.7's levels: the upper ratio.",
     )
     rollout_rs_threshold_lower: float | None = _f(
-        None, "Lower ratio of rejection sampling; null: 1 / rollout_rs_threshold.", gt=0
+        None,
+        "Lower ratio of verl 0.7's rejection levels; null: 1 / rollout_rs_threshold. Removed in "
+        "verl main: write rollout_rs=token_k1 (or seq_sum_k1, seq_mean_k1) with "
+        "rollout_rs_threshold='1/upper_1/lower' (k1 is -log ratio).",
+        gt=0,
     )
     rollout_token_veto_threshold: float | None = _f(
         None,
         "Mask out a whole response holding a token whose ratio is under this (e.g. 1e-4); "
-        "null: off.",
+        "null: off. verl 0.7's; removed in verl main.",
         gt=0,
     )
     bypass_mode: bool = _f(
@@ -200,6 +210,68 @@ def algorithm_problems(v: Validation) -> list[ConfigFieldError]:
     return errors + _rollout_correction_problems(v) + _filter_groups_problems(v)
 
 
+def ratio_bound(threshold: str | float | None) -> float | None:
+    """Return ``rollout_rs_threshold`` as one number (verl 0.7's upper ratio), or None when it is
+    unset or main's string of bounds (``'0.5_2.0'``, a comma list)."""
+    try:
+        return float(threshold) if threshold is not None else None
+    except ValueError:
+        return None
+
+
+def _rejection_option_problems(rc: RolloutCorrectionConfig, key: str) -> list[ConfigFieldError]:
+    """Return the error of a ``rollout_rs`` that is neither one of verl 0.7's levels nor a list
+    of main's options, or whose threshold those options cannot read."""
+    if rc.rollout_rs is None:
+        return []
+    if rc.rollout_rs in ROLLOUT_RS_LEVELS:
+        if rc.rollout_rs_threshold is not None and ratio_bound(rc.rollout_rs_threshold) is None:
+            return [
+                ConfigFieldError(
+                    f"{key}.rollout_rs_threshold",
+                    rc.rollout_rs_threshold,
+                    f"rollout_rs={rc.rollout_rs} (verl 0.7) takes one upper ratio; bounds "
+                    "as 'lower_upper' belong to main's k1 options (token_k1, ...)",
+                )
+            ]
+        upper = ratio_bound(rc.rollout_rs_threshold)
+        if upper is not None and upper <= 0:
+            return [ConfigFieldError(f"{key}.rollout_rs_threshold", upper, "must be > 0")]
+        return []
+    unknown = [
+        part.strip()
+        for part in rc.rollout_rs.split(",")
+        if part.strip() and part.strip() not in ROLLOUT_RS_OPTIONS
+    ]
+    if unknown or not rc.rollout_rs.strip(" ,"):
+        return [
+            ConfigFieldError(
+                f"{key}.rollout_rs",
+                rc.rollout_rs,
+                f"must be one of verl 0.7's levels {', '.join(ROLLOUT_RS_LEVELS)}, or verl "
+                f"main's options, comma-separated: {', '.join(ROLLOUT_RS_OPTIONS)}",
+            )
+        ]
+    if rc.rollout_rs_threshold is None:
+        return []
+    try:
+        parse_rejection_options(rc.rollout_rs, rc.rollout_rs_threshold)
+    except ValueError as error:
+        return [
+            ConfigFieldError(f"{key}.rollout_rs_threshold", rc.rollout_rs_threshold, str(error))
+        ]
+    if rc.rollout_rs_threshold_lower is not None:
+        return [
+            ConfigFieldError(
+                f"{key}.rollout_rs_threshold_lower",
+                rc.rollout_rs_threshold_lower,
+                f"applies to verl 0.7's levels only; for rollout_rs={rc.rollout_rs} write the "
+                "bounds into rollout_rs_threshold as 'lower_upper' and unset it",
+            )
+        ]
+    return []
+
+
 def _rollout_correction_problems(v: Validation) -> list[ConfigFieldError]:
     """Return the errors of ``algorithm.rollout_correction``'s keys together (each one's range is a
     bound) and against the policy loss."""
@@ -210,10 +282,11 @@ def _rollout_correction_problems(v: Validation) -> list[ConfigFieldError]:
             ConfigFieldError(
                 f"{key}.rollout_rs_threshold",
                 None,
-                f"must be set when rollout_rs={rc.rollout_rs} (verl requires it), e.g. 2.0 for "
-                "token or sequence, 1.001 for geometric",
+                f"must be set when rollout_rs={rc.rollout_rs} (verl requires it), e.g. "
+                "'0.999_1.001' for seq_mean_k1, 0.01 for seq_mean_k3, 2.0 for token or sequence",
             )
         )
+    errors += _rejection_option_problems(rc, key)
     for name in ("rollout_rs_threshold", "rollout_rs_threshold_lower"):
         if rc.rollout_rs is None and getattr(rc, name) is not None:
             errors.append(
@@ -223,7 +296,7 @@ def _rollout_correction_problems(v: Validation) -> list[ConfigFieldError]:
                     "applies only with rollout_rs; set rollout_rs or unset it",
                 )
             )
-    upper, lower = rc.rollout_rs_threshold, rc.rollout_rs_threshold_lower
+    upper, lower = ratio_bound(rc.rollout_rs_threshold), rc.rollout_rs_threshold_lower
     if upper is not None and lower is not None and lower >= upper:
         errors.append(
             ConfigFieldError(

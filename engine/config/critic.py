@@ -18,6 +18,7 @@ from engine.config.actor import (
     optim_problems,
 )
 from engine.config.fields import (
+    _TIMES_DP_HELP,
     MAX_BATCH,
     MAX_TOKEN_BUDGET,
     ConfigFieldError,
@@ -92,6 +93,7 @@ class CriticConfig(_Section):
     grad_clip: float = _f(1.0, "Gradient norm clip.", gt=0)
     cliprange_value: float = _f(0.5, "Value clip range.", gt=0)
     loss_agg_mode: str = _f("token-mean", "How token losses are averaged.", choices=LOSS_AGG_MODES)
+    seq_mean_token_sum_norm_times_dp: bool = _f(False, _TIMES_DP_HELP)
     checkpoint: CheckpointConfig = _section(CheckpointConfig, "Critic checkpoint contents.")
     _target_: str = _target("verl.workers.config.FSDPCriticConfig")
     rollout_n: int | None = _rollout_n()

@@ -148,6 +148,14 @@ _NO_ULYSSES = (
 )
 
 
+_TIMES_DP_HELP = (
+    "The engine's own: multiply seq-mean-token-sum-norm by the data-parallel size, as the other "
+    "loss_agg_modes are. FSDP averages gradients over ranks, so without it (verl's agg_loss) the "
+    "gradient is the mean of the ranks' token sums and halves from one rank to two; with it the "
+    "gradient is the mini-batch's sum, the same at any rank count (Dr. GRPO's intent)."
+)
+
+
 def _f(
     default: Any,
     help: str,

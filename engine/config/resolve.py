@@ -20,6 +20,7 @@ import dataclasses
 import re
 from typing import Any
 
+from engine.config.algorithm import ratio_bound
 from engine.config.fields import ConfigFieldError, Validation
 from engine.config.introspect import get_value
 from engine.config.keys import (
@@ -205,6 +206,11 @@ def resolve_config(cfg: PPOConfig) -> PPOConfig:
             role.grad_clip = role.optim.clip_grad
         if role.optim.warmup_style in (None, "constant"):
             role.optim.warmup_style = role.optim.lr_scheduler_type
+    rollout = arr.rollout  # verl 0.7's bucket key fills main's (legacy_key_problems warns)
+    if rollout.update_weights_bucket_megabytes is not None:
+        rollout.checkpoint_engine.update_weights_bucket_megabytes = (
+            rollout.update_weights_bucket_megabytes
+        )
     inherit(cfg.ray_init, "num_cpus", cfg.ray_kwargs.ray_init.num_cpus)
     inherit(cfg.data, "seed", cfg.trainer.seed)
     return cfg
@@ -324,6 +330,7 @@ def legacy_key_problems(v: Validation) -> list[ConfigFieldError]:
                         "set one of them",
                     )
                 )
+    errors += _moved_key_problems(v)
     ray_cpus, verl_cpus = original.ray_init.num_cpus, original.ray_kwargs.ray_init.num_cpus
     if None not in (ray_cpus, verl_cpus) and ray_cpus != verl_cpus:
         errors.append(
@@ -332,5 +339,53 @@ def legacy_key_problems(v: Validation) -> list[ConfigFieldError]:
                 verl_cpus,
                 f"disagrees with ray_init.num_cpus={ray_cpus}; set one of them",
             )
+        )
+    return errors
+
+
+_BUCKET = "actor_rollout_ref.rollout.update_weights_bucket_megabytes"
+_MAIN_BUCKET = "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"
+_CORRECTION = "algorithm.rollout_correction"
+# verl 0.7's rejection levels as main's k1 options (engine.algorithms.rollout_rejection).
+_K1_OF_0_7 = {"token": "token_k1", "sequence": "seq_sum_k1", "geometric": "seq_mean_k1"}
+
+
+def _moved_key_problems(v: Validation) -> list[ConfigFieldError]:
+    """Return the error of verl 0.7's and main's bucket keys set apart, and warn once about each
+    key verl's main branch moved or removed that a config sets (it still works here)."""
+    given, errors = v.given, []
+    rollout = given.actor_rollout_ref.rollout
+    legacy, main = rollout.update_weights_bucket_megabytes, rollout.checkpoint_engine
+    default = type(main)().update_weights_bucket_megabytes
+    if legacy is not None:
+        if main.update_weights_bucket_megabytes not in (legacy, default):
+            errors.append(
+                ConfigFieldError(
+                    _BUCKET,
+                    legacy,
+                    f"disagrees with {_MAIN_BUCKET}={main.update_weights_bucket_megabytes}; the "
+                    "two name one setting, set one of them",
+                )
+            )
+        else:
+            v.warnings.append(
+                f"[DEPRECATED] {_BUCKET}={legacy} is verl 0.7's spelling: verl main reads "
+                f"{_MAIN_BUCKET}; set that instead"
+            )
+    rc = given.algorithm.rollout_correction
+    option = _K1_OF_0_7.get(rc.rollout_rs or "")
+    upper = ratio_bound(rc.rollout_rs_threshold)
+    lower = rc.rollout_rs_threshold_lower or (1.0 / upper if upper else None)
+    if option is not None and upper and lower and upper > 0 and lower > 0:  # bounds: their rules
+        v.warnings.append(
+            f"[DEPRECATED] {_CORRECTION}.rollout_rs={rc.rollout_rs} with ratio bounds "
+            f"[{lower:g}, {upper:g}] is verl 0.7's spelling (verl main removed "
+            f"rollout_rs_threshold_lower): verl main writes rollout_rs={option} "
+            f"rollout_rs_threshold='{1 / upper:g}_{1 / lower:g}' (k1 is -log ratio)"
+        )
+    if rc.rollout_token_veto_threshold is not None:
+        v.warnings.append(
+            f"[DEPRECATED] {_CORRECTION}.rollout_token_veto_threshold is verl 0.7's; verl main "
+            "removed it (it still applies here); main's nearest is rollout_rs=seq_max_k3"
         )
     return errors

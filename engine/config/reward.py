@@ -143,8 +143,9 @@ class RewardModelConfig(_Section):
     model: RewardModelModelConfig = _section(RewardModelModelConfig, "The reward model.")
     micro_batch_size_per_gpu: int | None = _f(
         None,
-        "Samples per reward-model forward (per rank with trainer.controller=ray); needed with "
-        "enable=True (or micro_batch_size).",
+        "Samples per reward-model forward (per rank with trainer.controller=ray); null with "
+        "use_reward_loop: reward_model.rollout.max_num_seqs. Needed with use_reward_loop=False "
+        "(or micro_batch_size), as verl's reward model worker needs it.",
         gt=0,
         le=MAX_BATCH,
     )
@@ -234,7 +235,15 @@ class RewardModelConfig(_Section):
         SandboxFusionConfig, "verl's SandboxFusion code runner, for the code reward."
     )
     ulysses_sequence_parallel_size: int = _ulysses()
-    use_reward_loop: bool = _inert(True, "verl's asynchronous reward loop.")
+    use_reward_loop: bool = _f(
+        True,
+        "verl's reward loop (its default): the reward model needs no micro_batch_size_per_gpu "
+        "and scores reward_model.rollout.max_num_seqs samples per forward, the sequences its "
+        "server takes per step. verl serves it through the rollout backend (reward_model."
+        "rollout.*); here the same one-label classifier scores in the trainer (or on its Ray "
+        "ranks) with transformers, so the server's keys have no effect. False: verl's legacy "
+        "reward model worker, which needs micro_batch_size_per_gpu.",
+    )
     num_workers: int = _inert(1, "Reward loop workers (the engine's: reward.num_workers).")
     rollout: RewardModelRolloutConfig = _section(
         RewardModelRolloutConfig, "A generative reward model's server."
@@ -297,13 +306,14 @@ def reward_problems(v: Validation) -> list[ConfigFieldError]:
                 "embedded one)",
             )
         )
-    if rm.enable and rm.micro_batch_size_per_gpu is None:
+    if rm.enable and rm.micro_batch_size_per_gpu is None and not rm.use_reward_loop:
         errors.append(
             ConfigFieldError(
                 "reward_model.micro_batch_size_per_gpu",
                 None,
-                "reward_model.enable=True needs the samples per reward-model forward; set "
-                "reward_model.micro_batch_size_per_gpu (or verl's deprecated micro_batch_size)",
+                "verl's legacy reward model worker (use_reward_loop=False) needs the samples "
+                "per reward-model forward; set reward_model.micro_batch_size_per_gpu (or verl's "
+                "deprecated micro_batch_size), or use the reward loop (use_reward_loop=True)",
             )
         )
     if rm.enable and custom.path and not cfg.reward.components:

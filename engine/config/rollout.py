@@ -26,7 +26,13 @@ from engine.config.fields import (
     resolved,
 )
 from engine.config.files import file_problems
-from engine.config.unsupported import AgentLoopConfig, ProfilerConfig, PrometheusConfig, TraceConfig
+from engine.config.unsupported import (
+    AgentLoopConfig,
+    MtpConfig,
+    ProfilerConfig,
+    PrometheusConfig,
+    TraceConfig,
+)
 from engine.rollout.names import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
     ROLLOUT_NAMES,
@@ -53,6 +59,30 @@ class EngineKwargsConfig(_Section):
         "Extra keyword arguments of sglang.Engine (rollout.name=sglang).",
         "extra SGLang engine arguments are not passed through; set the mapped rollout keys",
     )
+    trtllm: dict[str, Any] = _refused(
+        {},
+        "Extra keyword arguments of TensorRT-LLM (verl main's rollout.name=trtllm).",
+        "TensorRT-LLM is not a rollout backend here; use rollout.name=vllm or hf",
+    )
+
+
+@dataclass
+class CheckpointEngineConfig(_Section):
+    """verl main's weight transfer from the trainer to the rollout engine."""
+
+    _target_: str = _target("verl.workers.config.CheckpointEngineConfig")
+    backend: str = _inert(
+        "naive",
+        "How verl moves the weights (naive, nccl, nixl, hccl); the sync here is the engine's own "
+        "(in process, or buckets to a vLLM server).",
+    )
+    update_weights_bucket_megabytes: int = _f(
+        2048,
+        "vLLM: the weight sync sends the policy in buckets of this many MiB (verl main's key "
+        "and default; 0.7 wrote rollout.update_weights_bucket_megabytes, default 512).",
+        gt=0,
+    )
+    engine_kwargs: dict[str, Any] = _inert({}, "Further arguments of verl's checkpoint engine.")
 
 
 @dataclass
@@ -166,7 +196,12 @@ class RolloutConfig(_Section):
     max_model_len: int | None = _f(
         None, "vLLM context length; null: prompt + response.", gt=0, le=MAX_TOKEN_BUDGET
     )
-    max_num_seqs: int = _f(1024, "vLLM: sequences per scheduler step.", gt=0, le=MAX_BATCH)
+    max_num_seqs: int = _f(
+        256,
+        "vLLM: sequences per scheduler step (verl main's default and vLLM's; verl 0.7: 1024).",
+        gt=0,
+        le=MAX_BATCH,
+    )
     log_prob_micro_batch_size_per_gpu: int | None = _f(
         None,
         "Samples per old-log-prob forward per GPU; null: the whole per-GPU batch.",
@@ -208,13 +243,30 @@ class RolloutConfig(_Section):
         le=MAX_BATCH,
     )
     disable_log_stats: bool = _inert(True, "vLLM: statistics logging.")
-    over_sample_rate: float = _refused(
-        0, "Start more prompts than needed and drop the slowest.", "not implemented; keep 0"
+    over_sample_rate: float = _inert(
+        0,
+        "End a rollout once (1 - rate) of its requests finished, the rest padded out of the "
+        "loss. Only verl's SGLang SPMD rollout read it, retired before 0.7 (verl PR #4422): "
+        "verl 0.7 and main accept it and change nothing, as here.",
+        ge=0,
+        lt=1,
     )
     multi_stage_wake_up: bool = _inert(False, "Wake weights and KV cache in stages.")
     engine_kwargs: EngineKwargsConfig = _section(EngineKwargsConfig, "Engine arguments.")
-    update_weights_bucket_megabytes: int = _f(
-        512, "vLLM: the weight sync sends the policy in buckets of this many MiB.", gt=0
+    update_weights_bucket_megabytes: int | None = _f(
+        None,
+        "verl 0.7's spelling of checkpoint_engine.update_weights_bucket_megabytes (deprecated, "
+        "removed in verl main); null: that key.",
+        gt=0,
+    )
+    checkpoint_engine: CheckpointEngineConfig = _section(
+        CheckpointEngineConfig, "Weight sync from the trainer (verl main)."
+    )
+    scheduling_policy: str = _inert(
+        "fcfs", "vLLM server: request scheduling (fcfs or priority); requests carry no priority."
+    )
+    mtp: MtpConfig = _section(
+        MtpConfig, "Multi-token prediction in the rollout; verl main points it at model.mtp."
     )
     trace: TraceConfig = _section(TraceConfig, "Rollout tracing.")
     skip_rollout: bool = _refused(

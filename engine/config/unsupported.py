@@ -10,7 +10,7 @@ sections that hold them import them from here.
 from dataclasses import dataclass
 from typing import Any
 
-from engine.config.fields import _inert, _refused, _Section, _section, _target
+from engine.config.fields import MAX_BATCH, _f, _inert, _refused, _Section, _section, _target
 
 
 @dataclass
@@ -35,8 +35,10 @@ class NPUToolConfig(_Section):
 @dataclass
 class TorchToolConfig(_Section):
     _target_: str = _target("verl.utils.profiler.config.TorchProfilerToolConfig")
-    step_start: int = _inert(0, "torch profiler: first profiled step.")
-    step_end: int | None = _inert(None, "torch profiler: last profiled step.")
+    step_start: int = _inert(0, "torch profiler: first profiled step (verl 0.7).")
+    step_end: int | None = _inert(None, "torch profiler: last profiled step (verl 0.7).")
+    contents: list[str] = _inert([], "torch profiler: what to record (cpu, cuda, memory, ...).")
+    discrete: bool = _inert(False, "torch profiler: one trace per task.")
 
 
 @dataclass
@@ -78,6 +80,35 @@ class ProfilerConfig(_Section):
         follows="global_profiler.save_path",
     )
     tool_config: ProfilerToolConfig = _section(ProfilerToolConfig, "Per-tool settings.")
+
+
+_NO_MTP = (
+    "multi-token prediction (MTP) heads are neither loaded, trained nor used for speculative "
+    "decoding here; keep False"
+)
+
+
+@dataclass
+class MtpConfig(_Section):
+    """verl main's multi-token prediction: extra heads trained beside the LM head and used as the
+    rollout's speculative-decoding draft. Nothing here runs them."""
+
+    _target_: str = _target("verl.workers.config.MtpConfig")
+    enable: bool = _refused(False, "Load and save the model's MTP parameters.", _NO_MTP)
+    enable_train: bool = _refused(False, "Train the MTP heads with the policy.", _NO_MTP)
+    enable_rollout: bool = _refused(
+        False, "Draft tokens with the MTP heads in the rollout.", _NO_MTP
+    )
+    detach_encoder: bool = _inert(False, "MTP training: detach the trunk from the MTP loss.")
+    mtp_loss_scaling_factor: float = _refused(
+        0.1, "MTP training: weight of the MTP loss.", "MTP training is not implemented"
+    )
+    speculative_algorithm: str = _inert("EAGLE", "SGLang speculative decoding algorithm.")
+    speculative_num_steps: int = _inert(2, "SGLang speculative decoding: draft steps.")
+    speculative_eagle_topk: int = _inert(2, "SGLang speculative decoding: EAGLE top-k.")
+    speculative_num_draft_tokens: int = _inert(4, "SGLang speculative decoding: draft tokens.")
+    method: str = _inert("mtp", "vLLM speculative decoding method.")
+    num_speculative_tokens: int = _inert(1, "vLLM speculative decoding: draft tokens.")
 
 
 @dataclass
@@ -234,7 +265,13 @@ class RewardModelRolloutConfig(_Section):
     tensor_model_parallel_size: int = _inert(2, "Reward model server tensor parallel size.")
     max_num_batched_tokens: int = _inert(8192, "Reward model server tokens per step.")
     max_model_len: int | None = _inert(None, "Reward model server context length.")
-    max_num_seqs: int = _inert(1024, "Reward model server sequences per step.")
+    max_num_seqs: int = _f(
+        1024,
+        "Reward model server sequences per step; with use_reward_loop and no "
+        "micro_batch_size_per_gpu, the samples per reward-model forward here.",
+        gt=0,
+        le=MAX_BATCH,
+    )
     load_format: str = _inert("auto", "Reward model server weight loading.")
     engine_kwargs: dict[str, Any] = _inert({}, "Reward model server engine arguments.")
     limit_images: int | None = _inert(None, "Reward model server images per prompt.")

@@ -375,7 +375,11 @@ class PolicyActor:
                 micros, _ = split_micro_batches(
                     mini, micro_batch_size, max_token_len, PPO_MAX_TOKEN_LEN_KEY
                 )
-                counts = global_batch(mini.batch["response_mask"], loss_scale_factor=None)
+                counts = global_batch(
+                    mini.batch["response_mask"],
+                    loss_scale_factor=None,
+                    norm_times_dp=cfg.seq_mean_token_sum_norm_times_dp,
+                )
                 totals: dict[str, float] = defaultdict(float)
                 for micro in micros:
                     batch = micro.batch

@@ -49,12 +49,15 @@ def data_parallel_size() -> int:
     return 1
 
 
-def global_batch(response_mask: torch.Tensor, loss_scale_factor: float | None) -> GlobalBatch:
+def global_batch(
+    response_mask: torch.Tensor, loss_scale_factor: float | None, norm_times_dp: bool = False
+) -> GlobalBatch:
     """Return the mini-batch's counts for :func:`~engine.algorithms.loss_aggregation.agg_loss`.
 
     ``response_mask`` (bs, R) is this rank's whole mini-batch; its valid tokens and the rows with
     one are summed over the data-parallel ranks with one all-reduce when there are several (as
     verl's FSDP engine sums ``batch_num_tokens``); one rank's counts are its own.
+    ``norm_times_dp``: the role's ``seq_mean_token_sum_norm_times_dp``.
     """
     counts = torch.stack(
         [response_mask.sum(), (response_mask.sum(-1) > 0).sum()]
@@ -63,7 +66,7 @@ def global_batch(response_mask: torch.Tensor, loss_scale_factor: float | None) -
     if dp_size > 1:
         dist.all_reduce(counts, op=dist.ReduceOp.SUM)
     tokens, sequences = counts.tolist()
-    return GlobalBatch(tokens, sequences, dp_size, loss_scale_factor)
+    return GlobalBatch(tokens, sequences, dp_size, loss_scale_factor, norm_times_dp)
 
 
 def epoch_batches(data: Any, config: ActorConfig | CriticConfig) -> Iterator[Any]:

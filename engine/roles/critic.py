@@ -108,7 +108,11 @@ class ValueCritic:
                 micros, _ = split_micro_batches(
                     mini, micro_batch_size, max_token_len, CRITIC_MAX_TOKEN_LEN_KEY
                 )
-                counts = global_batch(mini.batch["response_mask"], loss_scale_factor=None)
+                counts = global_batch(
+                    mini.batch["response_mask"],
+                    loss_scale_factor=None,
+                    norm_times_dp=cfg.seq_mean_token_sum_norm_times_dp,
+                )
                 vf_loss_total = 0.0
                 for micro in micros:
                     batch = micro.batch

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, overload
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
-from engine.lora import apply_lora, is_lora
+from engine.lora import apply_lora, is_lora, load_lora_adapter
 from engine.rewards.reward_model import RewardModelScorer
 from engine.tools.tiny_uris import TINY_PREFIX, resolve_tiny_uri
 
@@ -100,7 +100,8 @@ def load_tokenizer(model_config: ModelConfig, *, path: str | None = None) -> Any
 def load_policy(model_config: ModelConfig, device: torch.device) -> torch.nn.Module:
     """Return the policy model: the live ``hf_model`` if given, else loaded from ``path``.
 
-    With ``lora_rank > 0`` it comes wrapped with a PEFT LoRA adapter (see ``engine.lora``).
+    With ``lora_adapter_path`` it comes wrapped with that saved adapter, trainable; else with
+    ``lora_rank > 0`` with a new PEFT LoRA adapter (see ``engine.lora``), as verl builds it.
     """
     model = getattr(model_config, "hf_model", None)
     if model is None:
@@ -125,7 +126,10 @@ def load_policy(model_config: ModelConfig, device: torch.device) -> torch.nn.Mod
     if getattr(model_config, "enable_gradient_checkpointing", False):
         model.gradient_checkpointing_enable()
     model.config.use_cache = True
-    if getattr(model_config, "lora_rank", 0) > 0 and not is_lora(model):
+    adapter_path = getattr(model_config, "lora_adapter_path", None)
+    if adapter_path and not is_lora(model):
+        model = load_lora_adapter(model, resolve_path(adapter_path))
+    elif getattr(model_config, "lora_rank", 0) > 0 and not is_lora(model):
         model = apply_lora(model, model_config)
     return model
 
@@ -166,7 +170,9 @@ def load_critic(
 def load_reward_model(config: PPOConfig, device: str | torch.device = "cpu") -> RewardModelScorer:
     """Return the scorer ``config.reward_model`` describes, on ``device``.
 
-    ``micro_batch_size_per_gpu`` samples go through each forward (``resolve_config`` has
+    ``micro_batch_size_per_gpu`` samples go through each forward (null with verl's reward loop,
+    ``use_reward_loop``: ``reward_model.rollout.max_num_seqs``, its server's sequences per step;
+    ``resolve_config`` has
     divided verl's deprecated global ``micro_batch_size`` by the ranks that score: the
     reward model's own pool with ``enable_resource_pool``, else the trainer's);
     ``max_length`` defaults to the prompt and response budget, as verl's reward model worker
@@ -186,7 +192,7 @@ def load_reward_model(config: PPOConfig, device: str | torch.device = "cpu") -> 
         )
     return RewardModelScorer(
         path,
-        micro_batch_size=rm.micro_batch_size_per_gpu,
+        micro_batch_size=rm.micro_batch_size_per_gpu or rm.rollout.max_num_seqs,
         device=str(device),
         max_length=rm.max_length or data.max_prompt_length + data.max_response_length,
         trust_remote_code=rm.model.trust_remote_code,

@@ -26,11 +26,20 @@ from engine.rollout.hf import eos_token_ids
 if TYPE_CHECKING:
     from engine.config import RolloutConfig
 
-DEFAULT_BUCKET_BYTES = 512 * 1024**2
+DEFAULT_BUCKET_BYTES = 2048 * 1024**2  # verl main's checkpoint_engine default
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
 MEMORY_TAGS = ("weights", "kv_cache")  # the parts of an engine that sleep, in wake order
+
+
+def bucket_megabytes(rollout_config: RolloutConfig) -> int | None:
+    """Return the weight sync's bucket size in MiB: verl 0.7's
+    ``rollout.update_weights_bucket_megabytes`` where set, else verl main's
+    ``rollout.checkpoint_engine.update_weights_bucket_megabytes`` (None: neither is there)."""
+    legacy = getattr(rollout_config, "update_weights_bucket_megabytes", None)
+    engine = getattr(rollout_config, "checkpoint_engine", None)
+    return legacy or getattr(engine, "update_weights_bucket_megabytes", None)
 
 
 def engine_sampling(sampling: dict[str, Any], eos_ids: list[int]) -> dict[str, Any]:

@@ -56,6 +56,7 @@ from engine.rollout.served import (
     DEFAULT_BUCKET_BYTES,
     NamedTensors,
     ServedEngineRollout,
+    bucket_megabytes,
     engine_sampling,
     push_in_buckets,
     response_batch,
@@ -186,9 +187,9 @@ class VLLMRollout(ServedEngineRollout):
         ``engine_kwargs.vllm`` are checked (:func:`engine_kwargs_problems`) and added, then
         ``engine_kwargs`` (the caller's own, unchecked). ``max_model_len`` defaults to the
         config's, else ``prompt_length + response_length``. ``bucket_bytes`` defaults to
-        ``update_weights_bucket_megabytes``.
+        :func:`bucket_megabytes`.
         """
-        megabytes = getattr(rollout_config, "update_weights_bucket_megabytes", None)
+        megabytes = bucket_megabytes(rollout_config)
         self.on_cpu = engine is None and not torch.cuda.is_available()
         super().__init__(
             model_path,

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from engine.rollout.served import DEFAULT_BUCKET_BYTES, DTYPES, NamedTensors
+from engine.rollout.served import DEFAULT_BUCKET_BYTES, DTYPES, NamedTensors, bucket_megabytes
 from engine.rollout.vllm_args import engine_arguments, import_vllm
 from engine.rollout.vllm_rollout import reload_in_buckets, sampled_log_probs, sampling_kwargs
 
@@ -102,7 +102,7 @@ class VLLMServer:
         self.sampling_params_cls = vllm.SamplingParams
         self.eos_ids = list(eos_ids)
         self.dtype = DTYPES[rollout_config.dtype]
-        megabytes = getattr(rollout_config, "update_weights_bucket_megabytes", None)
+        megabytes = bucket_megabytes(rollout_config)
         self.bucket_bytes = megabytes * 1024**2 if megabytes else DEFAULT_BUCKET_BYTES
         self.version = 0
         self._update = asyncio.Lock()

@@ -13,6 +13,7 @@ from engine.config import PPOConfig
 from engine.data import DataProto
 from engine.lora import (
     adapter_disabled,
+    adapter_settings,
     apply_lora,
     export_lora,
     is_lora,
@@ -149,6 +150,54 @@ def test_load_policy_wraps_the_model_when_lora_rank_is_positive():
     assert all(g is not None and g.abs().sum() > 0 for g in grads)
     plain = load_policy(SimpleNamespace(hf_model=base_model(), lora_rank=0), torch.device("cpu"))
     assert not is_lora(plain)
+
+
+def test_load_policy_starts_from_a_saved_adapter_and_trains_it_on(tmp_path):
+    trained = apply_lora(base_model(), lora_config(lora_rank=2, lora_alpha=4))
+    train_step(trained, IDS)
+    export_lora(trained, tmp_path / "adapter", merge=False)
+    # lora_rank 0 and another alpha: the adapter's own settings apply, as in verl.
+    config = SimpleNamespace(
+        hf_model=base_model(),
+        lora_rank=0,
+        lora_alpha=16,
+        lora_adapter_path=str(tmp_path / "adapter"),
+    )
+    model = load_policy(config, torch.device("cpu"))
+    assert is_lora(model) and adapter_settings(model)["r"] == 2
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=IDS).logits, trained(input_ids=IDS).logits)
+        with adapter_disabled(model):  # the reference: the base model
+            torch.testing.assert_close(
+                model(input_ids=IDS).logits, base_model()(input_ids=IDS).logits
+            )
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    train_step(model, IDS)
+    assert any(not torch.equal(p, before[n]) for n, p in model.named_parameters() if n in before)
+
+
+def test_a_folder_without_an_adapter_is_refused_naming_the_key(tmp_path):
+    from engine.config.fields import ConfigValidationError
+    from engine.config.loader import load_config
+    from engine.config.validate import validate_config
+
+    key = "actor_rollout_ref.model.lora_adapter_path"
+    with pytest.raises(ValueError, match=f"{key}=.*holds no adapter_config.json"):
+        load_policy(
+            SimpleNamespace(hf_model=base_model(), lora_adapter_path=str(tmp_path)),
+            torch.device("cpu"),
+        )
+    cfg = load_config("grpo_tiny", [f"{key}={tmp_path}"])
+    with pytest.raises(ConfigValidationError) as caught:
+        validate_config(cfg, check_files=True)
+    assert any(
+        e.key == key and "holds no adapter_config.json" in e.message for e in caught.value.errors
+    )
+    missing = load_config("grpo_tiny", [f"{key}={tmp_path / 'nowhere'}"])
+    with pytest.raises(ConfigValidationError, match="does not exist; point it at a saved LoRA"):
+        validate_config(missing, check_files=True)
 
 
 def test_the_worker_reference_is_the_adapter_disabled_policy_with_no_copy():

@@ -22,7 +22,8 @@ def compute_policy_loss_cispo(inputs: PolicyLossInputs, config: ActorConfig) -> 
     is clipped and detached instead of the update, so every token keeps a gradient.
     ``r = exp(clamp(logp - old_logp, -20, 20))``. Reads ``clip_ratio``, ``clip_ratio_low`` and
     ``clip_ratio_high`` (None takes ``clip_ratio``). Metrics: ``actor/pg_clipfrac`` (share of
-    tokens whose weight was clipped), ``actor/ppo_kl``. Shapes: all ``(bs, L)``.
+    tokens whose weight was clipped), ``actor/ppo_kl``, ``actor/pg_clipfrac_lower`` (always 0: no
+    dual clip; verl reports it). Shapes: all ``(bs, L)``.
     """
     old_log_prob, log_prob = inputs.old_log_prob, inputs.log_prob  # (bs, L) each
     advantages, response_mask = inputs.advantages, inputs.response_mask  # (bs, L) each
@@ -35,4 +36,8 @@ def compute_policy_loss_cispo(inputs: PolicyLossInputs, config: ActorConfig) -> 
     clipped = ((ratio < 1 - low) | (ratio > 1 + high)).float()
     pg_clipfrac = masked_mean(clipped, response_mask)
     ppo_kl = masked_mean(-negative_approx_kl, response_mask)
-    return pg_loss, {"actor/pg_clipfrac": pg_clipfrac.item(), "actor/ppo_kl": ppo_kl.item()}
+    return pg_loss, {
+        "actor/pg_clipfrac": pg_clipfrac.item(),
+        "actor/ppo_kl": ppo_kl.item(),
+        "actor/pg_clipfrac_lower": 0.0,
+    }

@@ -23,9 +23,12 @@ def compute_policy_loss_geo_mean(inputs: PolicyLossInputs, config: ActorConfig) 
     ``d = logp - old_logp`` is clipped in log space, on the side the advantage's sign pushes:
     ``d' = sign(A) min(sign(A) d, sign(A) clamp(d, -low, high))``. Per sequence,
     ``R_i = exp(mean_t d')`` and ``A_i = mean_t A`` over its valid tokens (sequence-level
-    advantages, as the paper assumes); ``L_i = -A_i R_i``, averaged over the sequences that
-    hold a valid token (through :func:`agg_loss`, so over the mini-batch's sequences in the
-    trainer); ``loss_agg_mode`` does not apply. Reads ``clip_ratio``, ``clip_ratio_low`` and
+    advantages, as the paper assumes); ``L_i = -A_i R_i``, averaged as verl averages it: over
+    every row of the micro-batch, empty ones included, whatever the global batch says (the
+    micro-batches' shares then add up). ``policy_loss.geo_mean_global_batch`` averages over the
+    sequences that hold a valid token instead, over the whole mini-batch in the trainer (through
+    :func:`agg_loss`), so the update does not depend on the split. ``loss_agg_mode`` does not
+    apply. Reads ``clip_ratio``, ``clip_ratio_low`` and
     ``clip_ratio_high`` (None takes ``clip_ratio``). Metrics: ``actor/pg_clipfrac`` (share of
     tokens clipped with ``A > 0``), ``actor/pg_clipfrac_lower`` (with ``A < 0``),
     ``actor/ppo_kl``. Shapes: inputs ``(bs, L)``.
@@ -48,7 +51,10 @@ def compute_policy_loss_geo_mean(inputs: PolicyLossInputs, config: ActorConfig) 
     if rollout_is_weights is not None:  # (bs, L) -> (bs, 1): their geometric mean per sequence
         log_weights = masked_sum(torch.log(rollout_is_weights + 1e-10), response_mask, axis=-1)
         seq_losses = seq_losses * torch.exp(log_weights / seq_tokens).unsqueeze(-1)
-    pg_loss = agg_loss(seq_losses, seq_valid, "seq-mean-token-sum", inputs.global_batch)
+    if config.policy_loss.geo_mean_global_batch:
+        pg_loss = agg_loss(seq_losses, seq_valid, "seq-mean-token-sum", inputs.global_batch)
+    else:  # verl's: the mean over all rows of this micro-batch
+        pg_loss = seq_losses.mean()
 
     clipped = torch.ne(negative_approx_kl, clamped)  # (bs, L)
     pg_clipfrac = masked_mean((clipped & (advantages > 0)).float(), response_mask)

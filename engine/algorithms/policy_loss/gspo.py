@@ -24,7 +24,8 @@ def compute_policy_loss_gspo(inputs: PolicyLossInputs, config: ActorConfig) -> L
     whose gradient is the token's. ``L = max(-A s_it, -A clamp(s_it, 1-low, 1+high))``. Reads
     ``clip_ratio``, ``clip_ratio_low`` and ``clip_ratio_high`` (None takes ``clip_ratio``); the
     paper's ranges are 3e-4 and 4e-4, and its loss_agg_mode ``seq-mean-token-mean``. Metrics:
-    ``actor/pg_clipfrac``, ``actor/ppo_kl``. Shapes: all ``(bs, L)``.
+    ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower`` (always 0: GSPO has no
+    dual clip; verl reports it). Shapes: all ``(bs, L)``.
     """
     old_log_prob, log_prob = inputs.old_log_prob, inputs.log_prob  # (bs, L) each
     advantages, response_mask = inputs.advantages, inputs.response_mask  # (bs, L) each
@@ -42,4 +43,8 @@ def compute_policy_loss_gspo(inputs: PolicyLossInputs, config: ActorConfig) -> L
     pg_loss = inputs.aggregate(pg_losses)
     pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).float(), response_mask)
     ppo_kl = masked_mean(-negative_approx_kl, response_mask)
-    return pg_loss, {"actor/pg_clipfrac": pg_clipfrac.item(), "actor/ppo_kl": ppo_kl.item()}
+    return pg_loss, {
+        "actor/pg_clipfrac": pg_clipfrac.item(),
+        "actor/ppo_kl": ppo_kl.item(),
+        "actor/pg_clipfrac_lower": 0.0,
+    }

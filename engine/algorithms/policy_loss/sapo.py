@@ -25,7 +25,9 @@ def compute_policy_loss_sapo(inputs: PolicyLossInputs, config: ActorConfig) -> L
     paper's defaults ``tau_pos = 1.0``, ``tau_neg = 1.05`` damp negative updates harder.
     The objective is a mean over sequences of token means, so the loss always aggregates with
     ``seq-mean-token-mean`` whatever ``loss_agg_mode`` says, as verl does. Reads ``tau_pos`` and
-    ``tau_neg``. Metric: ``actor/ppo_kl``. Shapes: all ``(bs, L)``.
+    ``tau_neg``. Metrics: ``actor/ppo_kl``, and ``actor/pg_clipfrac`` and
+    ``actor/pg_clipfrac_lower`` always 0 (nothing is clipped; verl reports them so that every
+    policy loss fills the same charts). Shapes: all ``(bs, L)``.
     """
     old_log_prob, log_prob = inputs.old_log_prob, inputs.log_prob  # (bs, L) each
     advantages, response_mask = inputs.advantages, inputs.response_mask  # (bs, L) each
@@ -42,4 +44,8 @@ def compute_policy_loss_sapo(inputs: PolicyLossInputs, config: ActorConfig) -> L
     pg_losses = -gates * advantages  # (bs, L)
     pg_loss = inputs.aggregate(pg_losses, "seq-mean-token-mean")
     ppo_kl = masked_mean(-negative_approx_kl, response_mask)
-    return pg_loss, {"actor/ppo_kl": ppo_kl.item()}
+    return pg_loss, {
+        "actor/pg_clipfrac": 0.0,
+        "actor/ppo_kl": ppo_kl.item(),
+        "actor/pg_clipfrac_lower": 0.0,
+    }

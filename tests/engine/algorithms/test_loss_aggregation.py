@@ -44,12 +44,66 @@ def test_micro_batch_shares_add_up_to_the_mini_batch_loss(mode):
         assert shares[0] == pytest.approx(first[mode])
 
 
-@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+@pytest.mark.parametrize("mode", [m for m in LOSS_AGG_MODES if m != "seq-mean-token-sum-norm"])
 def test_dp_size_turns_the_ranks_average_into_a_sum(mode):
     # Two ranks hold rows {0} and {1, 2}; FSDP averages their gradients over 2 ranks.
     two = GlobalBatch(tokens=6, sequences=3, dp_size=2)
     per_rank = [agg_loss(LOSS[rows], MASK[rows], mode, two).item() for rows in SPLITS]
     assert sum(per_rank) / 2 == pytest.approx(EXPECTED[mode])
+
+
+def test_seq_mean_token_sum_norm_leaves_dp_size_out_as_verl_unless_asked():
+    mode = "seq-mean-token-sum-norm"
+    verls = GlobalBatch(tokens=6, sequences=3, dp_size=2)
+    per_rank = [agg_loss(LOSS[rows], MASK[rows], mode, verls).item() for rows in SPLITS]
+    # verl's agg_loss: each rank's token sum over L; FSDP's average over 2 ranks halves it.
+    assert per_rank == pytest.approx([_verl_agg_loss(LOSS[r], MASK[r], mode, 2) for r in SPLITS])
+    assert sum(per_rank) / 2 == pytest.approx(EXPECTED[mode] / 2)
+    ours = GlobalBatch(tokens=6, sequences=3, dp_size=2, norm_times_dp=True)
+    per_rank = [agg_loss(LOSS[rows], MASK[rows], mode, ours).item() for rows in SPLITS]
+    assert sum(per_rank) / 2 == pytest.approx(EXPECTED[mode])  # the same as on one rank
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_every_mode_equals_verls_agg_loss_with_the_global_batch(mode):
+    two = GlobalBatch(tokens=6, sequences=3, dp_size=2)
+    for rows in SPLITS:
+        ours = agg_loss(LOSS[rows], MASK[rows], mode, two).item()
+        assert ours == pytest.approx(_verl_agg_loss(LOSS[rows], MASK[rows], mode, 2, 6, 3))
+
+
+# verl's agg_loss, volcengine/verl verl/trainer/ppo/core_algos.py (commit b178a3cd, January
+# 2026; Apache-2.0, Bytedance Ltd.), with verl_F.masked_sum inlined. Used for parity only.
+def _verl_agg_loss(
+    loss_mat, loss_mask, loss_agg_mode, dp_size=1, batch_num_tokens=None,
+    global_batch_size=None, loss_scale_factor=None,
+):  # fmt: skip
+    masked_sum = lambda v, m: (torch.where(m.bool(), v, 0.0) * m).sum()  # noqa: E731
+    if loss_agg_mode == "token-mean":
+        if batch_num_tokens is None:
+            batch_num_tokens = loss_mask.sum()
+        loss = masked_sum(loss_mat, loss_mask) / batch_num_tokens * dp_size
+    elif loss_agg_mode == "seq-mean-token-sum":
+        seq_losses = torch.sum(loss_mat * loss_mask, dim=-1)  # token-sum
+        seq_mask = (torch.sum(loss_mask, dim=-1) > 0).float()  # exclude fully masked sequences
+        if global_batch_size is None:
+            global_batch_size = seq_mask.sum()
+        loss = masked_sum(seq_losses, seq_mask) / global_batch_size * dp_size  # seq-mean
+    elif loss_agg_mode == "seq-mean-token-mean":
+        seq_mask = torch.sum(loss_mask, dim=-1)  # per-sequence token count
+        seq_losses = torch.sum(loss_mat * loss_mask, dim=-1) / (seq_mask + 1e-8)  # token-mean
+        seq_mask = (seq_mask > 0).float()  # exclude fully masked sequences
+        if global_batch_size is None:
+            global_batch_size = seq_mask.sum()
+        loss = masked_sum(seq_losses, seq_mask) / global_batch_size * dp_size  # seq-mean
+    elif loss_agg_mode == "seq-mean-token-sum-norm":
+        seq_losses = torch.sum(loss_mat * loss_mask, dim=-1)
+        if loss_scale_factor is None:
+            loss_scale_factor = loss_mask.shape[-1]
+        loss = torch.sum(seq_losses) / loss_scale_factor
+    else:
+        raise ValueError(f"Invalid loss_agg_mode: {loss_agg_mode}")
+    return loss.item()
 
 
 def test_loss_scale_factor_is_the_constant_divisor_of_seq_mean_token_sum_norm():

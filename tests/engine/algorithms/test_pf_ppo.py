@@ -90,6 +90,20 @@ def test_reweight_data_resamples_every_column_alike_and_leaves_the_batch():
     assert list(batch.non_tensor_batch["uid"]) == ["a", "b", "c", "d"]
 
 
+def test_reweight_data_resamples_the_meta_info_lists_of_batch_length_as_verl():
+    scores = torch.tensor([[1.0], [0.0], [3.0], [0.0]])  # (4, 1)
+    meta = {"row_names": ["a", "b", "c", "d"], "pair": [1, 2], "global_steps": 7}
+    batch = DataProto.from_dict(
+        {"token_level_scores": scores, "rows": torch.arange(4.0)}, meta_info=meta
+    )
+    resampled = compute_pf_ppo_reweight_data(batch, generator=torch.Generator().manual_seed(1))
+    rows = [int(r) for r in resampled.batch["rows"]]
+    assert resampled.meta_info["row_names"] == ["abcd"[r] for r in rows]
+    assert resampled.meta_info["pair"] == [1, 2]  # not of batch length: kept
+    assert resampled.meta_info["global_steps"] == 7
+    assert batch.meta_info["row_names"] == ["a", "b", "c", "d"]  # the input is left alone
+
+
 def test_the_config_keys_default_to_verl_and_take_the_registry_choices():
     algorithm = AlgorithmConfig()
     assert algorithm.use_pf_ppo is False

@@ -113,7 +113,9 @@ def test_gspo_clips_a_sequence_level_ratio():
     loss, metrics = compute_policy_loss_gspo(inputs, paper)
     # s = exp(0.2) clipped to 1 + 4e-4 (A=+1); s = exp(-0.2) clipped to 1 - 3e-4 (A=-1).
     assert loss.item() == pytest.approx((-(1 + 4e-4) + (1 - 3e-4)) / 2, abs=1e-7)
-    assert metrics == pytest.approx({"actor/pg_clipfrac": 1.0, "actor/ppo_kl": -0.2 / 5})
+    assert metrics == pytest.approx(
+        {"actor/pg_clipfrac": 1.0, "actor/ppo_kl": -0.2 / 5, "actor/pg_clipfrac_lower": 0.0}
+    )
     wide, _ = compute_policy_loss_gspo(inputs, ActorConfig(clip_ratio_low=10, clip_ratio_high=10))
     wide.backward()
     # Each token's gradient is -A * s_i / (|y_i| * 2 sequences): the stop-gradient trick.
@@ -264,7 +266,14 @@ def test_sapo_hand_values_and_gate_gradient():
     # f(r) = sigmoid(tau (r - 1)) * 4 / tau: row 0 (tau 1) f(1) = 2, 2, L = -2, -2, mean -2;
     # row 1 (tau 2) f(1) = 1, f(2) = 2 s, L = +1, +2 s, mean (1 + 2 s) / 2; then mean of rows.
     assert loss.item() == pytest.approx((-2 + (1 + 2 * s) / 2) / 2)
-    assert metrics == pytest.approx({"actor/ppo_kl": -math.log(2.0) / 4})
+    # Nothing is clipped; the two clip fractions are there, 0, as verl reports them.
+    assert metrics == pytest.approx(
+        {
+            "actor/pg_clipfrac": 0.0,
+            "actor/ppo_kl": -math.log(2.0) / 4,
+            "actor/pg_clipfrac_lower": 0.0,
+        }
+    )
     loss.backward()
     # dL/dlogp = -A f'(r) r / (tokens of the row * 2 rows); f'(1) = 1, f'(r) = 4 s' = 4 s (1 - s).
     expected = torch.tensor([[-0.25, -0.25, 0.0], [0.25, 4 * s * (1 - s) * 2 / 4, 0.0]])
@@ -315,21 +324,27 @@ def test_geo_mean_averages_sequence_advantages():
     assert loss.item() == pytest.approx(-2.0)
 
 
-@pytest.mark.parametrize("fn", [compute_policy_loss_sapo, compute_policy_loss_geo_mean])
-def test_new_losses_sum_over_micro_batches_to_the_mini_batch_loss(fn):
+GEO_GLOBAL = ActorConfig(policy_loss=PolicyLossConfig(geo_mean_global_batch=True))
+
+
+@pytest.mark.parametrize(
+    ("fn", "config"),
+    [(compute_policy_loss_sapo, ACTOR), (compute_policy_loss_geo_mean, GEO_GLOBAL)],
+)
+def test_new_losses_sum_over_micro_batches_to_the_mini_batch_loss(fn, config):
     """A ``(6, 5)`` mini-batch split in micro-batches of 2 rows, normalised over all 6."""
     gen = torch.Generator().manual_seed(3)
     old, new, adv = torch.randn(3, 6, 5, generator=gen, dtype=torch.float64) * 0.3  # (6, 5)
     mask = (torch.rand(6, 5, generator=gen) > 0.3).double()  # (6, 5)
     mask[:, 0] = 1
-    whole, _ = fn(PolicyLossInputs(old, new, adv, mask), ACTOR)
+    whole, _ = fn(PolicyLossInputs(old, new, adv, mask), config)
     counts = GlobalBatch(tokens=mask.sum().item(), sequences=6.0)
     parts = [
         fn(
             PolicyLossInputs(
                 old[i : i + 2], new[i : i + 2], adv[i : i + 2], mask[i : i + 2], global_batch=counts
             ),
-            ACTOR,
+            config,
         )[0]
         for i in (0, 2, 4)
     ]
@@ -370,8 +385,14 @@ def _verl_sapo(old_log_prob, log_prob, advantages, response_mask, config):
     gates = gate_function(ratio, taus)
     pg_losses = -gates * advantages
     pg_loss = _verl_agg_seq_mean_token_mean(pg_losses, response_mask)
+    pg_clipfrac = torch.tensor(0.0, device=pg_loss.device)
+    pg_clipfrac_lower = torch.tensor(0.0, device=pg_loss.device)
     ppo_kl = _verl_masked_mean(-negative_approx_kl, response_mask)
-    return pg_loss, {"actor/ppo_kl": ppo_kl.detach().item()}
+    return pg_loss, {
+        "actor/pg_clipfrac": pg_clipfrac.detach().item(),
+        "actor/ppo_kl": ppo_kl.detach().item(),
+        "actor/pg_clipfrac_lower": pg_clipfrac_lower.detach().item(),
+    }
 
 
 def _verl_geo_mean(old_log_prob, log_prob, advantages, response_mask, config):
@@ -437,6 +458,32 @@ def test_new_losses_match_verl_on_random_batches(ours, reference, keys, seed):
     (ref_grad,) = torch.autograd.grad(ref_loss, new)
     assert abs(loss.item() - ref_loss.item()) < 1e-6
     torch.testing.assert_close(grad, ref_grad, atol=1e-6, rtol=0)
-    assert metrics.keys() <= ref_metrics.keys()
+    assert metrics.keys() == ref_metrics.keys()  # the same charts: no name missing
     for key, value in metrics.items():
         assert abs(value - ref_metrics[key]) < 1e-6, key
+
+
+def test_geo_mean_averages_over_every_row_as_verl_unless_asked_for_the_global_batch():
+    """``(4, 3)`` inputs, row 2 empty; micro-batches of rows {0, 1} and {2, 3}."""
+    gen = torch.Generator().manual_seed(7)
+    old, new = torch.randn(2, 4, 3, generator=gen, dtype=torch.float64) * 0.2  # (4, 3) each
+    adv = torch.tensor([[1.0] * 3, [-1.0] * 3, [1.0] * 3, [0.5] * 3], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [0, 0, 0], [1, 0, 0]], dtype=torch.float64)
+    counts = GlobalBatch(tokens=mask.sum().item(), sequences=3.0)
+    config = SimpleNamespace(clip_ratio=0.2, clip_ratio_low=None, clip_ratio_high=None)
+
+    def share(rows, actor):
+        inputs = PolicyLossInputs(old[rows], new[rows], adv[rows], mask[rows], global_batch=counts)
+        return compute_policy_loss_geo_mean(inputs, actor)[0].item()
+
+    for rows in (slice(0, 2), slice(2, 4)):  # verl's: the micro-batch's mean over all its rows
+        reference, _ = _verl_geo_mean(old[rows], new[rows], adv[rows], mask[rows], config)
+        assert share(rows, ACTOR) == pytest.approx(reference.item(), abs=1e-12)
+    whole, _ = _verl_geo_mean(old, new, adv, mask, config)  # the mean over all 4 rows
+    valid_mean = whole.item() * 4 / 3  # over the 3 rows with a token
+    # verl's micro-batch means add up to twice the whole batch's mean (2 micro-batches, rows
+    # 2 and 3 averaged with the empty one); the opt-in key gives the mean over valid rows.
+    verls = share(slice(0, 2), ACTOR) + share(slice(2, 4), ACTOR)
+    ours = share(slice(0, 2), GEO_GLOBAL) + share(slice(2, 4), GEO_GLOBAL)
+    assert ours == pytest.approx(valid_mean)
+    assert verls != pytest.approx(ours)

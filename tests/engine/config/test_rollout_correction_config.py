@@ -25,13 +25,46 @@ def test_verls_recipes_validate():
         == {}
     )
     assert problems([f"{KEY}.bypass_mode=True", f"{KEY}.loss_type=reinforce"]) == {}
+    main_options = [
+        f"{KEY}.rollout_rs='token_k1,seq_max_k3'",
+        f"{KEY}.rollout_rs_threshold='0.999_1.001,0.01'",
+    ]
+    assert problems(main_options) == {}
 
 
 @pytest.mark.parametrize(
     ("overrides", "key", "message"),
     [
         ([f"{KEY}.rollout_is=geometric"], "rollout_is", "must be one of token, sequence"),
-        ([f"{KEY}.rollout_rs=row"], "rollout_rs", "must be one of token, sequence, geometric"),
+        (
+            [f"{KEY}.rollout_rs=row"],
+            "rollout_rs",
+            "must be one of verl 0.7's levels token, sequence, geometric, or verl main's",
+        ),
+        (
+            [f"{KEY}.rollout_rs=token_k2,seq_max_k4", f"{KEY}.rollout_rs_threshold=0.1"],
+            "rollout_rs",
+            "seq_max_k2, seq_max_k3",
+        ),
+        (
+            [f"{KEY}.rollout_rs=seq_mean_k3", f"{KEY}.rollout_rs_threshold='0.9_1.1'"],
+            "rollout_rs_threshold",
+            "k2 and k3 take an upper bound only",
+        ),
+        (
+            [f"{KEY}.rollout_rs=token", f"{KEY}.rollout_rs_threshold='0.9_1.1'"],
+            "rollout_rs_threshold",
+            "takes one upper ratio",
+        ),
+        (
+            [
+                f"{KEY}.rollout_rs=token_k1",
+                f"{KEY}.rollout_rs_threshold=2.0",
+                f"{KEY}.rollout_rs_threshold_lower=0.4",
+            ],
+            "rollout_rs_threshold_lower",
+            "as 'lower_upper'",
+        ),
         (
             [f"{KEY}.bypass_mode=True", f"{KEY}.loss_type=a2c"],
             "loss_type",
@@ -40,6 +73,11 @@ def test_verls_recipes_validate():
         ([f"{KEY}.rollout_is_threshold=0"], "rollout_is_threshold", "> 0"),
         ([f"{KEY}.rollout_token_veto_threshold=-1"], "rollout_token_veto_threshold", "> 0"),
         ([f"{KEY}.rollout_rs=token"], "rollout_rs_threshold", "must be set when rollout_rs"),
+        (
+            [f"{KEY}.rollout_rs=sequence", f"{KEY}.rollout_rs_threshold=0"],
+            "rollout_rs_threshold",
+            "must be > 0",
+        ),
         ([f"{KEY}.rollout_rs_threshold=2.0"], "rollout_rs_threshold", "applies only with"),
         (
             [

@@ -1,5 +1,6 @@
-"""Every key of verl 0.7's config is in the schema, in exactly one of three tables, and does what
-its table says: honoured keys are read, no-effect keys warn in one line, refused keys fail."""
+"""Every key of verl 0.7's config and of verl main's is in the schema, in exactly one of three
+tables, and does what its table says: honoured keys are read, no-effect keys warn in one line,
+refused keys fail; the keys main moved are read under both spellings."""
 
 from __future__ import annotations
 
@@ -20,8 +21,12 @@ from engine.config.loader import config_from_dict, load_config, load_raw
 from engine.config.resolve import resolve_config
 from engine.config.tables import stale_files
 from engine.config.validate import validate_config
+from engine.config.versions import ADDED_IN_MAIN, NOT_IN_VERL, REMOVED_IN_MAIN, verl_releases
 
 VERL_FILE = Path(__file__).parent / "data" / "verl_0_7_ppo_trainer.yaml"
+# verl's main branch, 0.8.0.dev (commit b178a3cd5, January 2026).
+VERL_MAIN_FILE = Path(__file__).parent / "data" / "verl_main_ppo_trainer.yaml"
+VERL_FILES = {"0.7": (VERL_FILE, 537), "main": (VERL_MAIN_FILE, 556)}
 REPO = Path(__file__).resolve().parents[3]
 SPECS = {spec.key: spec for spec in iter_field_specs()}
 # What verl leaves to be given (???).
@@ -30,7 +35,7 @@ VERL_FILE_OVERRIDES = [
 ]
 
 
-def verl_leaves() -> list[str]:
+def verl_leaves(path: Path = VERL_FILE) -> list[str]:
     def walk(tree: Any, prefix: str):
         for key, value in tree.items():
             if isinstance(value, dict) and value:
@@ -38,7 +43,7 @@ def verl_leaves() -> list[str]:
             else:
                 yield prefix + key
 
-    return list(walk(yaml.safe_load(VERL_FILE.read_text()), ""))
+    return list(walk(yaml.safe_load(path.read_text()), ""))
 
 
 def covered(key: str) -> bool:
@@ -53,19 +58,55 @@ def covered(key: str) -> bool:
     )
 
 
-def test_every_key_of_verls_generated_config_is_in_the_schema():
-    leaves = verl_leaves()
-    assert len(leaves) == 537
+@pytest.mark.parametrize("release", VERL_FILES)
+def test_every_key_of_verls_generated_config_is_in_the_schema(release):
+    path, count = VERL_FILES[release]
+    leaves = verl_leaves(path)
+    assert len(leaves) == count
     assert [key for key in leaves if not covered(key)] == []
     assert sum(key.endswith("._target_") or key == "_target_" for key in leaves) > 30
 
 
-def test_verls_own_file_loads_unchanged_and_validates():
-    cfg = load_config(str(VERL_FILE), VERL_FILE_OVERRIDES)
+def _in(key: str, leaves: list[str]) -> bool:
+    return key in leaves or any(
+        leaf.startswith(key + ".") or key.startswith(leaf + ".") for leaf in leaves
+    )
+
+
+def test_the_verl_column_says_which_release_has_each_key():
+    old, main = verl_leaves(VERL_FILE), verl_leaves(VERL_MAIN_FILE)
+    expected = {
+        (True, True): "0.7, main",
+        (False, True): "added in main (0.8.0.dev)",
+        (True, False): "0.7; removed in main (0.8.0.dev)",
+        (False, False): "-",
+    }
+    wrong = {
+        key: verl_releases(key)
+        for key in SPECS
+        if verl_releases(key) != expected[_in(key, old), _in(key, main)]
+    }
+    assert wrong == {}
+    doc = (REPO / "docs" / "config.md").read_text()
+    assert "| `actor_rollout_ref.actor.use_prefix_grouper` | `false` | added in main" in doc
+    for entry in (*ADDED_IN_MAIN, *REMOVED_IN_MAIN, *NOT_IN_VERL):  # no stale entry
+        assert any(key == entry or key.startswith(entry + ".") for key in SPECS), entry
+
+
+@pytest.mark.parametrize("release", VERL_FILES)
+def test_verls_own_file_loads_unchanged_and_validates(release):
+    cfg = load_config(str(VERL_FILES[release][0]), VERL_FILE_OVERRIDES)
     # verl's example file points the (off) reward model at a folder, which reward_model.enable
     # would read: no longer a key without effect.
     warnings = validate_config(cfg, check_files=False)
     assert not any("reward_model" in w for w in warnings), warnings
+    deprecated = [w for w in warnings if w.startswith("[DEPRECATED]")]
+    # 0.7's file writes the bucket size under the key main moved: one note, the value kept.
+    assert len(deprecated) == (1 if release == "0.7" else 0), deprecated
+    resolved_bucket = resolve_config(cfg).actor_rollout_ref.rollout.checkpoint_engine
+    assert resolved_bucket.update_weights_bucket_megabytes == (512 if release == "0.7" else 2048)
+    max_num_seqs = cfg.actor_rollout_ref.rollout.max_num_seqs
+    assert max_num_seqs == (1024 if release == "0.7" else 256)
     assert cfg.reward_model.model.path == "~/models/FsfairX-LLaMA3-RM-v0.1"
     resolved = resolve_config(cfg)
     arr = resolved.actor_rollout_ref
@@ -311,3 +352,83 @@ def test_every_honoured_key_is_named_by_a_test():
         if not any(re.search(pattern, tests) for pattern in patterns):
             unnamed.append(key)
     assert unnamed == []
+
+
+BUCKET = "actor_rollout_ref.rollout.update_weights_bucket_megabytes"
+MAIN_BUCKET = "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "megabytes", "notes"),
+    [
+        ([], 2048, 0),  # verl main's default
+        ([f"{MAIN_BUCKET}=256"], 256, 0),
+        ([f"{BUCKET}=128"], 128, 1),  # verl 0.7's spelling: read, with one note
+        ([f"{BUCKET}=128", f"{MAIN_BUCKET}=128"], 128, 1),
+    ],
+)
+def test_the_bucket_size_is_read_under_both_spellings(overrides, megabytes, notes):
+    cfg = load_config("grpo_tiny", overrides)
+    warnings = validate_config(cfg, check_files=False)
+    assert len([w for w in warnings if w.startswith(f"[DEPRECATED] {BUCKET}")]) == notes
+    rollout = resolve_config(cfg).actor_rollout_ref.rollout
+    assert rollout.checkpoint_engine.update_weights_bucket_megabytes == megabytes
+    from engine.rollout.served import bucket_megabytes
+
+    assert bucket_megabytes(rollout) == megabytes
+
+
+def test_the_two_bucket_spellings_set_apart_are_an_error():
+    cfg = load_config("grpo_tiny", [f"{BUCKET}=128", f"{MAIN_BUCKET}=256"])
+    with pytest.raises(ConfigValidationError, match="the two name one setting"):
+        validate_config(cfg, check_files=False)
+
+
+RC = "algorithm.rollout_correction"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "spelling"),
+    [
+        (
+            [f"{RC}.rollout_rs=token", f"{RC}.rollout_rs_threshold=2.0"],
+            "rollout_rs=token_k1 rollout_rs_threshold='0.5_2'",
+        ),
+        (
+            [
+                f"{RC}.rollout_rs=geometric",
+                f"{RC}.rollout_rs_threshold=1.25",
+                f"{RC}.rollout_rs_threshold_lower=0.5",
+            ],
+            "rollout_rs=seq_mean_k1 rollout_rs_threshold='0.8_2'",
+        ),
+        ([f"{RC}.rollout_token_veto_threshold=0.0001"], "verl main removed it"),
+    ],
+)
+def test_verl_0_7s_rejection_keys_still_work_with_one_note_naming_mains_spelling(
+    overrides, spelling
+):
+    warnings = validate_config(load_config("grpo_tiny", overrides), check_files=False)
+    deprecated = [w for w in warnings if w.startswith("[DEPRECATED]")]
+    assert len(deprecated) == 1 and spelling in deprecated[0], deprecated
+
+
+def test_the_rollouts_mtp_section_follows_the_models_as_verl_main_writes_it():
+    cfg = load_config(
+        str(VERL_MAIN_FILE),
+        [*VERL_FILE_OVERRIDES, "actor_rollout_ref.model.mtp.num_speculative_tokens=3"],
+    )
+    assert cfg.actor_rollout_ref.rollout.mtp.num_speculative_tokens == 3
+    with pytest.raises(ConfigValidationError, match="model.mtp.enable"):
+        validate_config(
+            load_config("grpo_tiny", ["actor_rollout_ref.model.mtp.enable=True"]),
+            check_files=False,
+        )
+
+
+def test_prefix_grouper_is_the_prompt_sharing_the_forwards_always_do():
+    spec = SPECS["actor_rollout_ref.actor.use_prefix_grouper"]
+    assert spec.effect == NO_EFFECT and "engine.roles.packing" in spec.help
+    cfg = load_config("grpo_tiny", ["actor_rollout_ref.actor.use_prefix_grouper=True"])
+    warnings = validate_config(cfg, check_files=False)
+    assert any("use_prefix_grouper=True" in w for w in warnings if w.startswith("no effect"))

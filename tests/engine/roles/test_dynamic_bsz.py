@@ -41,9 +41,10 @@ def policy_batch(lengths: list[int] = LENGTHS):
     return batch
 
 
-def actor_config(mode: str):
+def actor_config(mode: str, times_dp: bool = False):
     cfg = copy.deepcopy(PPOConfig().actor_rollout_ref.actor)
     cfg.loss_agg_mode = mode
+    cfg.seq_mean_token_sum_norm_times_dp = times_dp
     cfg.entropy_coeff = 0.01
     cfg.use_kl_loss = True
     cfg.kl_loss_coef = 0.1
@@ -173,7 +174,9 @@ def test_a_sequence_over_the_budget_is_refused_naming_the_key_and_the_fix():
 TWO_RANK_LENGTHS = [*LENGTHS, 2]
 
 
-def _rank_update(rank: int, port: int, mode: str, rows: int, budget: int | None, out: str):
+def _rank_update(
+    rank: int, port: int, mode: str, rows: int, budget: int | None, times_dp: bool, out: str
+):
     """One of two gloo ranks: FSDP2-shard the policy, update on this rank's half, save the
     gradient of the full weights (rank 0)."""
     from types import SimpleNamespace
@@ -189,7 +192,8 @@ def _rank_update(rank: int, port: int, mode: str, rows: int, budget: int | None,
     before = weights(model)
     fsdp = SimpleNamespace(param_offload=False, mixed_precision="fp32", reshard_after_forward=True)
     apply_fsdp2(model, build_device_mesh("cpu", 2), fsdp, "cpu", "actor")
-    actor = PolicyActor(model, actor_config(mode), torch.optim.SGD(model.parameters(), lr=1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1)
+    actor = PolicyActor(model, actor_config(mode, times_dp), optimizer)
     half = policy_batch(TWO_RANK_LENGTHS)[rank * 4 : (rank + 1) * 4]
     metrics = actor.update_policy(
         half, mini_batch_size=4, micro_batch_size=rows, temperature=1.0, max_token_len=budget
@@ -208,16 +212,27 @@ def _rank_update(rank: int, port: int, mode: str, rows: int, budget: int | None,
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("mode", "rows", "budget"), [("token-mean", 1, None), ("seq-mean-token-mean", 4, 12)]
+    ("mode", "rows", "budget", "times_dp", "share"),
+    [
+        ("token-mean", 1, None, False, 1.0),
+        ("seq-mean-token-mean", 4, 12, False, 1.0),
+        # verl's seq-mean-token-sum-norm leaves the rank count out: half the gradient at 2 ranks;
+        # seq_mean_token_sum_norm_times_dp gives the one-rank gradient.
+        ("seq-mean-token-sum-norm", 2, None, False, 0.5),
+        ("seq-mean-token-sum-norm", 2, None, True, 1.0),
+    ],
 )
-def test_two_fsdp2_ranks_give_the_one_rank_gradient(tmp_path, mode, rows, budget):
+def test_two_fsdp2_ranks_give_the_one_rank_gradient(tmp_path, mode, rows, budget, times_dp, share):
     import torch.multiprocessing as mp
 
     from engine.distributed.process_group import free_port
 
     out = str(tmp_path / "rank0.pt")
     mp.start_processes(
-        _rank_update, args=(free_port(), mode, rows, budget, out), nprocs=2, start_method="spawn"
+        _rank_update,
+        args=(free_port(), mode, rows, budget, times_dp, out),
+        nprocs=2,
+        start_method="spawn",
     )
     two = torch.load(out)
     model = tiny_policy(VOCAB, seed=1).double()
@@ -226,4 +241,5 @@ def test_two_fsdp2_ranks_give_the_one_rank_gradient(tmp_path, mode, rows, budget
     actor.update_policy(
         policy_batch(TWO_RANK_LENGTHS), mini_batch_size=8, micro_batch_size=8, temperature=1.0
     )
-    assert max_diff(two["grad"], minus(before, model.state_dict())) < 1e-6
+    one = {key: share * value for key, value in minus(before, model.state_dict()).items()}
+    assert max_diff(two["grad"], one) < 1e-6

@@ -31,6 +31,7 @@ from engine.data import DataProto
 from engine.roles.actor import response_logits
 from engine.rollout.hf import HFRollout
 from engine.rollout.sampling import filter_logits
+from engine.rollout.served import bucket_megabytes
 from engine.rollout.vllm_rollout import VLLMRollout
 from tests.engine.rollout.contract import GREEDY
 
@@ -276,7 +277,7 @@ def test_after_an_optimizer_step_the_synced_engine_decodes_as_the_new_policy(
     try:
         stats = rollout.load_weights(model)
     finally:
-        rollout.bucket_bytes = rollout_config().update_weights_bucket_megabytes * 1024**2
+        rollout.bucket_bytes = bucket_megabytes(rollout_config()) * 1024**2
     assert stats["buckets"] > 4 and stats["tensors"] == len(model.state_dict())
     after = rollout.generate_sequences(batch, max_new_tokens=16, sampling=GREEDY)
     expected = greedy_of(model, tokenizer, batch)

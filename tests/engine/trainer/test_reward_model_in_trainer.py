@@ -122,6 +122,30 @@ def test_the_scorer_reads_the_batch_size_and_length_keys(make_config, classifier
     assert default.max_length == config.data.max_prompt_length + config.data.max_response_length
 
 
+def test_verls_reward_loop_needs_no_micro_batch_size_and_takes_the_servers_sequences(
+    make_config, classifier_dir
+):
+    # As verl's examples write it: the reward loop (the default) with its server's keys.
+    loop = (
+        "reward_model.enable=True",
+        f"reward_model.model.path={classifier_dir}",
+        "reward_model.use_reward_loop=True",
+        "reward_model.rollout.name=vllm",
+        "reward_model.rollout.max_num_seqs=3",
+    )
+    cfg = make_config("grpo_tiny", *loop)
+    warnings = validate_config(cfg, check_files=True)  # no error: nothing is missing
+    assert any("reward_model.rollout.name='vllm'" in w for w in warnings)  # no server here
+    scorer = build_reward_scorer(resolve_config(cfg))
+    assert scorer.micro_batch_size == 3
+    # The same classifier scores as with an explicit micro-batch size.
+    explicit = build_reward_scorer(
+        resolve_config(make_config("grpo_tiny", *loop, "reward_model.micro_batch_size_per_gpu=1"))
+    )
+    prompts, replies = ["1+2=", "9+9=", "2+2=", "5+1="], ["3", "18", "5", "6"]
+    assert scorer.score(prompts, replies) == pytest.approx(explicit.score(prompts, replies))
+
+
 def test_verls_global_micro_batch_size_is_divided_by_the_data_parallel_size(
     make_config, classifier_dir
 ):
@@ -173,10 +197,13 @@ def test_a_folder_that_is_not_a_one_label_classifier_is_refused(make_config, tin
 def test_a_reward_model_needs_its_batch_size_and_no_second_whole_reward(
     make_config, classifier_dir, tmp_path
 ):
-    cfg = make_config(
-        "grpo_tiny", "reward_model.enable=True", f"reward_model.model.path={classifier_dir}"
+    legacy = (
+        "reward_model.enable=True",
+        f"reward_model.model.path={classifier_dir}",
+        "reward_model.use_reward_loop=False",
     )
-    assert "micro_batch_size_per_gpu" in errors_of(cfg)["reward_model.micro_batch_size_per_gpu"]
+    cfg = make_config("grpo_tiny", *legacy)
+    assert "use_reward_loop=False" in errors_of(cfg)["reward_model.micro_batch_size_per_gpu"]
     reward = tmp_path / "reward.py"
     reward.write_text("def compute_score(*args, **kwargs):\n    return 1.0\n")
     cfg = make_config(
