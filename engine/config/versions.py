@@ -50,6 +50,11 @@ REMOVED_IN_MAIN = (
 NOT_IN_VERL = (
     "data.gen_batch_size",
     "data.data_key_map",
+    "data.file_key_maps",
+    "data.file_data_sources",
+    "actor_rollout_ref.actor.use_rollout_log_probs",
+    "rollout",  # verl's one-step-off and fully-async trainers' own configs
+    "async_training",
     "actor_rollout_ref.actor.fsdp_config.mixed_precision",
     "actor_rollout_ref.actor.policy_loss.geo_mean_global_batch",
     "actor_rollout_ref.actor.seq_mean_token_sum_norm_times_dp",
