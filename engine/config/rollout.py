@@ -25,6 +25,7 @@ from engine.config.fields import (
     _target,
 )
 from engine.config.files import file_problems
+from engine.config.mappings import reference_problem
 from engine.config.unsupported import AgentLoopConfig, ProfilerConfig, PrometheusConfig, TraceConfig
 from engine.rollout.names import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -343,7 +344,8 @@ def rollout_problems(v: Validation) -> list[ConfigFieldError]:
 
 
 def vllm_engine_kwargs_problems(kwargs: dict[str, Any]) -> list[ConfigFieldError]:
-    """Return an error for each ``engine_kwargs.vllm`` key the vLLM rollout does not pass on.
+    """Return an error for each ``engine_kwargs.vllm`` key the vLLM rollout does not pass on,
+    and for each value that is not a number, string or boolean or names a file or code.
 
     The validator and the adapters (``engine.rollout.vllm_args``) both ask here, so the CLI, the
     studio and a direct ``VLLMRollout`` agree on what a config may hand vLLM.
@@ -351,6 +353,15 @@ def vllm_engine_kwargs_problems(kwargs: dict[str, Any]) -> list[ConfigFieldError
     problems = []
     for key, value in kwargs.items():
         if key in VLLM_ENGINE_KWARGS:
+            if isinstance(value, str) and reference_problem(value, strict=True):
+                why = f"{reference_problem(value, strict=True)}; vLLM's sizes and switches never do"
+            elif value is not None and not isinstance(value, bool | int | float | str):
+                why = "must be a number, a string or a boolean"
+            else:
+                continue
+            problems.append(
+                ConfigFieldError(f"actor_rollout_ref.rollout.engine_kwargs.vllm.{key}", value, why)
+            )
             continue
         if key in VLLM_MAPPED_ENGINE_KWARGS:
             why = f"is set from {VLLM_MAPPED_ENGINE_KWARGS[key]}; set that key instead"
@@ -367,10 +378,10 @@ def vllm_engine_kwargs_problems(kwargs: dict[str, Any]) -> list[ConfigFieldError
 
 
 def _vllm_problems(rollout: RolloutConfig, device: str) -> list[ConfigFieldError]:
-    """Check the keys only the ``vllm`` rollout reads: its context length, tensor parallelism,
-    its extra engine arguments and, on a CPU, ``gpu_memory_utilization`` (the adapter raises the
+    """Check the keys only the ``vllm`` rollout reads: its context length, tensor parallelism
+    and, on a CPU, ``gpu_memory_utilization`` (the adapter raises the
     same at start where ``trainer.device=auto`` resolves to a CPU)."""
-    errors = vllm_engine_kwargs_problems(rollout.engine_kwargs.vllm)
+    errors = []  # engine_kwargs.vllm: engine.config.mappings checks it whatever the backend
     longest = rollout.prompt_length + rollout.response_length
     if rollout.max_model_len is not None and rollout.max_model_len < longest:
         errors.append(
