@@ -15,6 +15,10 @@ form shows every problem next to its field. The schema says what each string nam
 - ``server`` (``ray_init.*``, the checkpoint folder): the server sets them; any other value than
   the schema's default is refused (the folder ``run_create`` gave one of the owner's runs passes).
 
+What a dict-valued key holds (``override_config``, engine and reward kwargs) is the engine's
+rule (``engine.config.mappings``): data only, never a loader argument, a path or code, so the
+rules above cannot be stepped around from inside one.
+
 An error names the key, the value as typed and the places allowed, never where a refused value
 leads on the server. Empty values are always allowed.
 """
@@ -221,10 +225,18 @@ def config_check(*, owner: Any, config: PPOConfig) -> list[str]:
     """
     studio = studio_config_errors(owner=owner, config=config)
     refused = {error.key for error in studio}
+    # A refused model folder's config.json decided which override_config keys passed: leave
+    # those findings out too.
+    hidden = tuple(
+        f"{key.removesuffix('.path')}.override_config."
+        for key in refused
+        if key.endswith("model.path")
+    )
     try:
         warnings, engine = validate_config(config, check_files=True), []
     except ConfigValidationError as exc:
-        warnings, engine = exc.warnings, [e for e in exc.errors if e.key not in refused]
+        warnings = exc.warnings
+        engine = [e for e in exc.errors if e.key not in refused and not e.key.startswith(hidden)]
     if engine or studio:
         raise ConfigValidationError([*engine, *studio], warnings)
     return warnings
