@@ -100,6 +100,19 @@ REFUSED_ATTRIBUTES = {
     "torch_dtype": "the engine loads weights in float32 and casts them with "
     "fsdp_config.mixed_precision",
     "transformers_version": "is written by transformers; leave it out",
+    **{
+        name: "sizes the weights, which come from the folder (another size would start layers "
+        "from random weights or fail to load); keep the folder's"
+        for name in (
+            "head_dim",
+            "hidden_size",
+            "intermediate_size",
+            "num_attention_heads",
+            "num_hidden_layers",
+            "num_key_value_heads",
+            "vocab_size",
+        )
+    },
 }
 # transformers' attention implementations an override may choose (a Hub kernel repository,
 # which transformers would download and run, is not one).
@@ -127,7 +140,6 @@ MODEL_CONFIG_ATTRIBUTES = frozenset(
         "eos_token_id",
         "final_logit_softcapping",
         "attn_logit_softcapping",
-        "head_dim",
         "hidden_act",
         "hidden_dropout",
         "hidden_dropout_prob",
@@ -137,7 +149,6 @@ MODEL_CONFIG_ATTRIBUTES = frozenset(
         "max_position_embeddings",
         "max_window_layers",
         "mlp_bias",
-        "num_hidden_layers",
         "output_router_logits",
         "pad_token_id",
         "partial_rotary_factor",
@@ -155,6 +166,10 @@ MODEL_CONFIG_ATTRIBUTES = frozenset(
     }
 )
 CONFIG_JSON_LIMIT = 1 << 20  # bytes of a config.json read for its keys
+_DATA_ONLY = (
+    "this mapping holds data only (files and code have keys of their own, such as model.path "
+    "or custom_reward_function.path)"
+)
 _PLAIN = "plain data (numbers, strings, booleans, null, lists and mappings of them)"
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+(:[A-Za-z_]\w*)?")
 _MODULE_ATTR = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
@@ -199,7 +214,7 @@ def _walk(key: str, value: Any, strict: bool, depth: int = 0) -> Iterator[tuple[
     elif isinstance(value, str):
         problem = reference_problem(value, strict=strict)
         if problem:
-            yield key, value, f"{problem}; a mapping here holds data, never files or code"
+            yield key, value, f"{problem}; {_DATA_ONLY}"
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
             yield from _walk(f"{key}[{i}]", item, strict, depth + 1)
@@ -442,11 +457,17 @@ def _values_at(cfg: Any, key: str) -> Iterator[tuple[str, Any]]:
         yield f"{head}[{i}].{tail}", value
 
 
-def mapping_problems(v: Validation) -> list[ConfigFieldError]:
-    """Return the errors of every dict-valued key, each by its rule in ``MAPPING_RULES``."""
+def mapping_problems(
+    v: Validation, skip: set[str] | frozenset[str] = frozenset()
+) -> list[ConfigFieldError]:
+    """Return the errors of every dict-valued key, each by its rule in ``MAPPING_RULES``.
+
+    Keys in ``skip`` are left out: the validator has refused them already (a value over the size
+    limits, which may share its parts, is never walked whole).
+    """
     errors = []
     for key, rule in MAPPING_RULES.items():
         for where, value in _values_at(v.cfg, key):
-            if value:
+            if value and where not in skip:
                 errors += rule.check(v, where, value)
     return errors

@@ -82,7 +82,8 @@ def validate_config(cfg: PPOConfig, *, check_files: bool = True) -> list[str]:
         raise ConfigValidationError([exc]) from None
     v = Validation(resolved, cfg, check_files, mini_batch_warnings(cfg, resolved))
     errors = _choice_problems(v) + _bound_problems(v) + _tiny_uri_problems(v)
-    errors += _effect_problems(v) + legacy_key_problems(v) + mapping_problems(v)
+    errors += _effect_problems(v) + legacy_key_problems(v)
+    errors += mapping_problems(v, skip={error.key for error in errors})  # too large: walked once
     for rules in SECTION_RULES:
         errors += rules(v)
     if errors:

@@ -174,6 +174,8 @@ def test_override_config_takes_config_attributes_and_names_each_refused_key_with
         "not a config attribute to change: names remote code"
     )
     assert "quantise the model folder beforehand" in found[f"{key}.quantization_config"]
+    for name in ("hidden_size", "num_hidden_layers", "vocab_size"):
+        assert "sizes the weights" in refusals(**{name: 10**6})[f"{key}.{name}"]
     assert "such as attention_dropout" in refusals(dropout_ratee=0.1)[f"{key}.dropout_ratee"]
     assert refusals(attn_implementation="kernels-community/flash-attn") == {
         f"{key}.attn_implementation": "must be one of eager, sdpa, flash_attention_2, "
