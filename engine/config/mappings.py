@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config.fields import ConfigFieldError, Validation
+from engine.rollout.names import VLLM_ENGINE_KWARGS, VLLM_MAPPED_ENGINE_KWARGS
 
 # Arguments of transformers' and vLLM's loaders: they name files, code, servers or devices, or
 # decide how weights are read, so no mapping passes them on.
@@ -310,6 +311,43 @@ def model_override_problems(
     return errors
 
 
+# ------------------------------------------------------------------------ engine arguments
+
+
+def vllm_engine_kwargs_problems(kwargs: dict[str, Any]) -> list[ConfigFieldError]:
+    """Return an error for each ``engine_kwargs.vllm`` key the vLLM rollout does not pass on,
+    and for each value that is not a number, string or boolean or names a file or code.
+
+    The validator and the adapters (``engine.rollout.vllm_args``) both ask here, so the CLI, the
+    studio and a direct ``VLLMRollout`` agree on what a config may hand vLLM.
+    """
+    problems = []
+    for key, value in kwargs.items():
+        if key in VLLM_ENGINE_KWARGS:
+            if isinstance(value, str) and reference_problem(value, strict=True):
+                why = f"{reference_problem(value, strict=True)}; vLLM's sizes and switches never do"
+            elif value is not None and not isinstance(value, bool | int | float | str):
+                why = "must be a number, a string or a boolean"
+            else:
+                continue
+            problems.append(
+                ConfigFieldError(f"actor_rollout_ref.rollout.engine_kwargs.vllm.{key}", value, why)
+            )
+            continue
+        if key in VLLM_MAPPED_ENGINE_KWARGS:
+            why = f"is set from {VLLM_MAPPED_ENGINE_KWARGS[key]}; set that key instead"
+        else:
+            why = (
+                "is not passed to vLLM: engine_kwargs.vllm takes only "
+                f"{', '.join(VLLM_ENGINE_KWARGS)} (vLLM's other arguments name files, code "
+                "or servers, or are set from the rollout keys)"
+            )
+        problems.append(
+            ConfigFieldError(f"actor_rollout_ref.rollout.engine_kwargs.vllm.{key}", value, why)
+        )
+    return problems
+
+
 # ----------------------------------------------------------------------------- the rules
 
 
@@ -336,8 +374,6 @@ def _model_override(v: Validation, key: str, value: Any) -> list[ConfigFieldErro
 
 
 def _engine_kwargs(v: Validation, key: str, value: Any) -> list[ConfigFieldError]:
-    from engine.config.rollout import vllm_engine_kwargs_problems
-
     if key.endswith(".vllm"):
         return vllm_engine_kwargs_problems(value)
     return plain_data_problems(key, value, strict=True)

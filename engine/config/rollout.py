@@ -25,7 +25,6 @@ from engine.config.fields import (
     _target,
 )
 from engine.config.files import file_problems
-from engine.config.mappings import reference_problem
 from engine.config.unsupported import AgentLoopConfig, ProfilerConfig, PrometheusConfig, TraceConfig
 from engine.rollout.names import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -34,8 +33,6 @@ from engine.rollout.names import (
     SGLANG_MISSING,
     TOOL_CALL_FORMATS,
     TRUNCATE_SIDES,
-    VLLM_ENGINE_KWARGS,
-    VLLM_MAPPED_ENGINE_KWARGS,
     VLLM_MISSING,
 )
 
@@ -341,40 +338,6 @@ def rollout_problems(v: Validation) -> list[ConfigFieldError]:
                 key = f"actor_rollout_ref.rollout.multi_turn.{name}"
                 errors += file_problems(v, key, value, fix)
     return errors
-
-
-def vllm_engine_kwargs_problems(kwargs: dict[str, Any]) -> list[ConfigFieldError]:
-    """Return an error for each ``engine_kwargs.vllm`` key the vLLM rollout does not pass on,
-    and for each value that is not a number, string or boolean or names a file or code.
-
-    The validator and the adapters (``engine.rollout.vllm_args``) both ask here, so the CLI, the
-    studio and a direct ``VLLMRollout`` agree on what a config may hand vLLM.
-    """
-    problems = []
-    for key, value in kwargs.items():
-        if key in VLLM_ENGINE_KWARGS:
-            if isinstance(value, str) and reference_problem(value, strict=True):
-                why = f"{reference_problem(value, strict=True)}; vLLM's sizes and switches never do"
-            elif value is not None and not isinstance(value, bool | int | float | str):
-                why = "must be a number, a string or a boolean"
-            else:
-                continue
-            problems.append(
-                ConfigFieldError(f"actor_rollout_ref.rollout.engine_kwargs.vllm.{key}", value, why)
-            )
-            continue
-        if key in VLLM_MAPPED_ENGINE_KWARGS:
-            why = f"is set from {VLLM_MAPPED_ENGINE_KWARGS[key]}; set that key instead"
-        else:
-            why = (
-                "is not passed to vLLM: engine_kwargs.vllm takes only "
-                f"{', '.join(VLLM_ENGINE_KWARGS)} (vLLM's other arguments name files, code "
-                "or servers, or are set from the rollout keys)"
-            )
-        problems.append(
-            ConfigFieldError(f"actor_rollout_ref.rollout.engine_kwargs.vllm.{key}", value, why)
-        )
-    return problems
 
 
 def _vllm_problems(rollout: RolloutConfig, device: str) -> list[ConfigFieldError]:

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from engine.config import ConfigValidationError, RolloutConfig, load_config, validate_config
-from engine.config.rollout import EngineKwargsConfig, vllm_engine_kwargs_problems
+from engine.config.mappings import vllm_engine_kwargs_problems
+from engine.config.rollout import EngineKwargsConfig
 from engine.roles.actor_rollout_ref import get_rollout
 from engine.rollout.names import DEFAULT_GPU_MEMORY_UTILIZATION, VLLM_ENGINE_KWARGS, VLLM_MISSING
 from engine.rollout.vllm_args import supported_architectures_problem
