@@ -167,6 +167,7 @@ MODEL_CONFIG_ATTRIBUTES = frozenset(
     }
 )
 CONFIG_JSON_LIMIT = 1 << 20  # bytes of a config.json read for its keys
+_FILE = "names a file or folder"
 _DATA_ONLY = (
     "this mapping holds data only (files and code have keys of their own, such as model.path "
     "or custom_reward_function.path)"
@@ -190,7 +191,7 @@ def reference_problem(text: str, *, strict: bool = False) -> str | None:
         or _DRIVE.match(text)
         or text.lower().startswith("file:")
     ):
-        return "names a file or folder"
+        return _FILE
     if _DOTTED.fullmatch(text) or _MODULE_ATTR.fullmatch(text) or ("--" in text and "." in text):
         return "names a Python module, class or function"
     if strict and len(parts) > 1:
@@ -198,13 +199,24 @@ def reference_problem(text: str, *, strict: bool = False) -> str | None:
     return None
 
 
-def plain_data_problems(key: str, value: Any, *, strict: bool = False) -> list[ConfigFieldError]:
+def plain_data_problems(
+    key: str, value: Any, *, strict: bool = False, files: bool = False
+) -> list[ConfigFieldError]:
     """Return an error for each part of ``value`` (under ``key``) that is not plain data, is a
-    loader argument or names a file or code; ``strict`` as ``reference_problem``."""
-    errors: list[ConfigFieldError] = []
-    for where, part, problem in _walk(key, value, strict):
-        errors.append(ConfigFieldError(where, part, problem))
-    return errors
+    loader argument or names a file or code; ``strict`` as ``reference_problem``; ``files``
+    lets a file path through (the studio checks it as a path key: ``files_named``)."""
+    return [
+        ConfigFieldError(where, part, problem)
+        for where, part, problem in _walk(key, value, strict)
+        if not (files and problem.startswith(_FILE))
+    ]
+
+
+def files_named(key: str, value: Any) -> Iterator[tuple[str, str]]:
+    """Yield (key, text) for every string in ``value`` that names a file or folder."""
+    for where, part, problem in _walk(key, value, strict=False):
+        if problem.startswith(_FILE):
+            yield where, part
 
 
 def _walk(key: str, value: Any, strict: bool, depth: int = 0) -> Iterator[tuple[str, Any, str]]:
@@ -354,10 +366,13 @@ def vllm_engine_kwargs_problems(kwargs: dict[str, Any]) -> list[ConfigFieldError
 @dataclass(frozen=True)
 class MappingRule:
     """How one dict-valued key is checked: ``check(v, key, value)`` returns its errors;
-    ``holds`` says what it may hold, for docs/security.md."""
+    ``holds`` says what it may hold, for docs/security.md; ``files`` that a value may name a
+    file (a reward function's own ``log_path``), which the studio checks as it checks a path
+    key (``webapp.experiments.configs``)."""
 
     check: Callable[[Validation, str, Any], list[ConfigFieldError]]
     holds: str
+    files: bool = False  # a file path passes here; the studio checks it as a path key
 
 
 def _model_path(v: Validation, key: str) -> str | None:
@@ -385,6 +400,10 @@ def _strict(v: Validation, key: str, value: Any) -> list[ConfigFieldError]:
 
 def _data(v: Validation, key: str, value: Any) -> list[ConfigFieldError]:
     return plain_data_problems(key, value)
+
+
+def _function_kwargs(v: Validation, key: str, value: Any) -> list[ConfigFieldError]:
+    return plain_data_problems(key, value, files=True)
 
 
 def _chat_template_kwargs(v: Validation, key: str, value: Any) -> list[ConfigFieldError]:
@@ -438,7 +457,10 @@ _UNREAD_STRICT = MappingRule(
     _strict, "nothing read here; plain data naming no file, Hub repo or code"
 )
 _UNREAD = MappingRule(_data, "nothing read here; plain data naming no file or code")
-_KWARGS = "plain data handed to a function: no loader argument, no file path, no module reference"
+_KWARGS = (
+    "plain data handed to a function: no loader argument, no module reference; a file path only "
+    "where the member may read (the studio checks it as a path key)"
+)
 # Every dict-valued key of the schema and its rule; ``[]`` stands for each item of a list.
 MAPPING_RULES: dict[str, MappingRule] = {
     "actor_rollout_ref.model.override_config": _OVERRIDE,
@@ -464,10 +486,12 @@ MAPPING_RULES: dict[str, MappingRule] = {
         "no apply_chat_template argument, no file path, no module reference",
     ),
     "reward_model.reward_kwargs": MappingRule(
-        _data, f"the reward manager's keys (engine.config.reward_kwargs), {_KWARGS}"
+        _function_kwargs,
+        f"the reward manager's keys (engine.config.reward_kwargs), {_KWARGS}",
+        files=True,
     ),
-    "custom_reward_function.reward_kwargs": MappingRule(_data, _KWARGS),
-    "reward.components[].kwargs": MappingRule(_data, _KWARGS),
+    "custom_reward_function.reward_kwargs": MappingRule(_function_kwargs, _KWARGS, files=True),
+    "reward.components[].kwargs": MappingRule(_function_kwargs, _KWARGS, files=True),
     "global_profiler.global_tool_config.nsys.controller_nsight_options": _UNREAD,
     "global_profiler.global_tool_config.nsys.worker_nsight_options": _UNREAD,
     "global_profiler.global_tool_config.torch_memory.kw_args": _UNREAD,
@@ -477,7 +501,7 @@ MAPPING_RULES: dict[str, MappingRule] = {
 }
 
 
-def _values_at(cfg: Any, key: str) -> Iterator[tuple[str, Any]]:
+def mapping_values(cfg: Any, key: str) -> Iterator[tuple[str, Any]]:
     """Yield (concrete key, value) for a ``MAPPING_RULES`` key, one per list item for ``[]``."""
     head, sep, tail = key.partition("[].")
     obj = cfg
@@ -503,7 +527,7 @@ def mapping_problems(
     """
     errors = []
     for key, rule in MAPPING_RULES.items():
-        for where, value in _values_at(v.cfg, key):
+        for where, value in mapping_values(v.cfg, key):
             if value and where not in skip:
                 errors += rule.check(v, where, value)
     return errors

@@ -16,8 +16,9 @@ form shows every problem next to its field. The schema says what each string nam
   the schema's default is refused (the folder ``run_create`` gave one of the owner's runs passes).
 
 What a dict-valued key holds (``override_config``, engine and reward kwargs) is the engine's
-rule (``engine.config.mappings``): data only, never a loader argument, a path or code, so the
-rules above cannot be stepped around from inside one.
+rule (``engine.config.mappings``): data only, never a loader argument or code, so the rules above
+cannot be stepped around from inside one; a file a reward function's keyword names (the rules
+with ``files``) is checked here as a ``path`` is.
 
 An error names the key, the value as typed and the places allowed, never where a refused value
 leads on the server. Empty values are always allowed.
@@ -44,6 +45,7 @@ from engine.config import (
     validate_config,
 )
 from engine.config.keys import resolve_key, schema_keys
+from engine.config.mappings import MAPPING_RULES, files_named, mapping_values
 from webapp.experiments.rewards import reward_modules_dir
 
 _TINY = "tiny://"
@@ -213,6 +215,12 @@ def studio_config_errors(*, owner: Any, config: PPOConfig) -> list[ConfigFieldEr
             error = _path_error(owner, key, value)
             if error is not None:
                 errors.append(ConfigFieldError(key, shown, error.message))
+    for key in (key for key, rule in MAPPING_RULES.items() if rule.files):
+        for where, mapping in mapping_values(resolved, key):
+            for at, value in files_named(where, mapping):
+                error = _path_error(owner, at, value)
+                if error is not None:
+                    errors.append(error)
     return errors
 
 

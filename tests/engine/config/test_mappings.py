@@ -26,6 +26,7 @@ from engine.config.mappings import (
     MAPPING_RULES,
     MODEL_CONFIG_ATTRIBUTES,
     REFUSED_ATTRIBUTES,
+    files_named,
     reference_problem,
 )
 
@@ -43,6 +44,10 @@ HOSTILE = {
     "home path": {"cache": "~/.ssh/id_rsa"},
     "python object": {"hook": object()},
 }
+# The cases that are only a file path: a reward function may take one (its own log file), so the
+# engine lets it through where a rule says ``files`` and the studio checks it as a path key
+# (tests/webapp/experiments/test_config_paths.py).
+FILE_CASES = {"nested path", "home path"}
 # Keys nothing reads: their values are kept to show (``+key=value`` extras).
 UNREAD = {"extras"}
 
@@ -134,6 +139,9 @@ def error_keys(cfg: PPOConfig) -> list[str]:
 def test_every_mapping_refuses_loader_arguments_paths_and_code(key, case):
     stem = key.replace("[]", "[0]")
     found = error_keys(config_with(key, HOSTILE[case]))
+    if MAPPING_RULES[key].files and case in FILE_CASES:
+        assert found == [] and list(files_named(stem, HOSTILE[case])), "the studio's to check"
+        return
     assert any(k == stem or k.startswith(f"{stem}.") for k in found), (key, case, found)
 
 
@@ -230,6 +238,8 @@ def test_strict_mappings_also_refuse_a_relative_folder_or_a_hub_repo():
 def test_data_in_reward_kwargs_and_chat_template_variables_passes():
     cfg = load_config("grpo_tiny.yaml")
     cfg.custom_reward_function.reward_kwargs = {"method": "flexible", "tag": "</answer>", "k": [1]}
+    cfg.reward_model.reward_manager = "batch"
+    cfg.reward_model.reward_kwargs = {"log_path": "/tmp/calls.log"}  # the studio checks it
     cfg.data.apply_chat_template_kwargs = {"enable_thinking": False, "reasoning_effort": "low"}
     assert error_keys(cfg) == []
     cfg.data.apply_chat_template_kwargs = {"chat_template": "{{ evil }}", "tokenize": True}
