@@ -234,12 +234,14 @@ def config_check(*, owner: Any, config: PPOConfig) -> list[str]:
     studio = studio_config_errors(owner=owner, config=config)
     refused = {error.key for error in studio}
     # A refused model folder's config.json decided which override_config keys passed: leave
-    # those findings out too.
+    # those findings out too (the critic reads the policy's folder when it names none).
     hidden = tuple(
         f"{key.removesuffix('.path')}.override_config."
         for key in refused
         if key.endswith("model.path")
     )
+    if "actor_rollout_ref.model.path" in refused and not config.critic.model.path:
+        hidden += ("critic.model.override_config.",)
     try:
         warnings, engine = validate_config(config, check_files=True), []
     except ConfigValidationError as exc:

@@ -208,6 +208,7 @@ def test_a_refused_model_folder_says_nothing_of_its_config_json_through_override
     for overrides in ({"attention_dropout": 0.1}, {"model_type_guess": 1}, {"subfolder": "x"}):
         config = config_to_dict(tiny_config(actor_rollout_ref__model__path=theirs))
         config["actor_rollout_ref"]["model"]["override_config"] = overrides
+        config["critic"]["model"]["override_config"] = overrides  # the critic reads that folder
         response = api.post("/experiments", {"name": "probe", "config": config})
         assert response.status_code == 400
         assert list(errors_of(response)) == ["actor_rollout_ref.model.path"], overrides
