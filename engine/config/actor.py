@@ -64,7 +64,12 @@ class ModelConfig(_Section):
         "Python module imported before the policy loads, so a custom model registers.",
         resource="module",
     )
-    override_config: dict[str, Any] = _f({}, "Overrides of the model's config.json values.")
+    override_config: dict[str, Any] = _f(
+        {},
+        "Model config attributes to change before the weights load (attention_dropout, "
+        "rope_parameters, ...; a common transformers attribute or a key of the folder's "
+        "config.json); never loader arguments, files or code (docs/security.md).",
+    )
     trust_remote_code: bool = _f(False, "Allow custom model code from the model folder.")
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations to save memory.")
     use_remove_padding: bool = _f(

@@ -42,7 +42,11 @@ class CriticModelConfig(_Section):
         None, "Critic model folder; null: the actor's model path.", resource="path"
     )
     tokenizer_path: str | None = _f(None, "Null: the actor's tokenizer.", resource="path")
-    override_config: dict[str, Any] = _f({}, "Overrides of the critic's config.json values.")
+    override_config: dict[str, Any] = _f(
+        {},
+        "Critic model config attributes to change before the weights load, as "
+        "actor_rollout_ref.model.override_config.",
+    )
     external_lib: str | None = _f(
         None,
         "Python module imported before the critic loads, so a custom model registers.",

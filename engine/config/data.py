@@ -170,7 +170,6 @@ def data_problems(v: Validation) -> list[ConfigFieldError]:
                     "column (e.g. data.data_key_map.prompt=question)",
                 )
             )
-    named = set(paths_of(data.train_files)) | set(paths_of(data.val_files))
     for file, key_map in data.file_key_maps.items():
         for target, column in key_map.items():
             if target not in DATA_KEY_MAP_TARGETS or not column:
@@ -181,16 +180,6 @@ def data_problems(v: Validation) -> list[ConfigFieldError]:
                         f"{file}: targets are {', '.join(DATA_KEY_MAP_TARGETS)}, each mapped to a "
                         "source column (e.g. {prompt: question})",
                     )
-                )
-    for key, mapping in (
-        ("data.file_key_maps", data.file_key_maps),
-        ("data.file_data_sources", data.file_data_sources),
-    ):
-        for file in mapping:
-            if file not in named:
-                v.warnings.append(
-                    f"{key} names {file}, which is in neither data.train_files nor "
-                    "data.val_files; its entry is not used"
                 )
     if data.gen_batch_size is not None and not v.cfg.algorithm.filter_groups.enable:
         errors.append(

@@ -87,7 +87,9 @@ class RewardModelModelConfig(_Section):
         resource="module",
         follows="actor_rollout_ref.model.external_lib",
     )
-    override_config: dict[str, Any] = _inert({}, f"config.json overrides ({_RM_ONLY}).")
+    override_config: dict[str, Any] = _inert(
+        {}, f"Model config attribute overrides ({_RM_ONLY}); checked as the policy's."
+    )
     use_shm: bool = _inert(False, "Copy the weights through shared memory first.")
     use_remove_padding: bool = _inert(False, f"Padding-free forward ({_RM_ONLY}).")
     use_fused_kernels: bool | None = _inert(

@@ -40,8 +40,6 @@ from engine.rollout.names import (
     SGLANG_MISSING,
     TOOL_CALL_FORMATS,
     TRUNCATE_SIDES,
-    VLLM_ENGINE_KWARGS,
-    VLLM_MAPPED_ENGINE_KWARGS,
     VLLM_MISSING,
 )
 
@@ -395,35 +393,11 @@ def rollout_problems(v: Validation) -> list[ConfigFieldError]:
     return errors
 
 
-def vllm_engine_kwargs_problems(kwargs: dict[str, Any]) -> list[ConfigFieldError]:
-    """Return an error for each ``engine_kwargs.vllm`` key the vLLM rollout does not pass on.
-
-    The validator and the adapters (``engine.rollout.vllm_args``) both ask here, so the CLI, the
-    studio and a direct ``VLLMRollout`` agree on what a config may hand vLLM.
-    """
-    problems = []
-    for key, value in kwargs.items():
-        if key in VLLM_ENGINE_KWARGS:
-            continue
-        if key in VLLM_MAPPED_ENGINE_KWARGS:
-            why = f"is set from {VLLM_MAPPED_ENGINE_KWARGS[key]}; set that key instead"
-        else:
-            why = (
-                "is not passed to vLLM: engine_kwargs.vllm takes only "
-                f"{', '.join(VLLM_ENGINE_KWARGS)} (vLLM's other arguments name files, code "
-                "or servers, or are set from the rollout keys)"
-            )
-        problems.append(
-            ConfigFieldError(f"actor_rollout_ref.rollout.engine_kwargs.vllm.{key}", value, why)
-        )
-    return problems
-
-
 def _vllm_problems(rollout: RolloutConfig, device: str) -> list[ConfigFieldError]:
-    """Check the keys only the ``vllm`` rollout reads: its context length, tensor parallelism,
-    its extra engine arguments and, on a CPU, ``gpu_memory_utilization`` (the adapter raises the
+    """Check the keys only the ``vllm`` rollout reads: its context length, tensor parallelism
+    and, on a CPU, ``gpu_memory_utilization`` (the adapter raises the
     same at start where ``trainer.device=auto`` resolves to a CPU)."""
-    errors = vllm_engine_kwargs_problems(rollout.engine_kwargs.vllm)
+    errors: list[ConfigFieldError] = []  # engine_kwargs.vllm: engine.config.mappings checks it
     longest = resolved(rollout.prompt_length, "actor_rollout_ref.rollout.prompt_length") + resolved(
         rollout.response_length, "actor_rollout_ref.rollout.response_length"
     )

@@ -8,6 +8,8 @@ It checks a copy resolved by ``resolve_config`` (``engine.config.resolve``), and
   ``choices``, its bounds (and that every number is finite and fits in 64 bits, every value no
   larger than a YAML value may be), a ``tiny://`` path naming a known asset, and its effect (a
   refused key set is an error, no-effect keys set share one warning);
+- what every dict-valued key may hold (``engine.config.mappings``: model config attributes in
+  ``override_config``, never a loader argument, a file or code in any of them);
 - it gathers the rules of each section, which live beside the section's fields
   (``data_problems`` in ``engine.config.data``, ...), and verl's legacy keys (``resolve``).
 
@@ -39,6 +41,7 @@ from engine.config.fields import (
 from engine.config.files import paths_of
 from engine.config.introspect import get_value
 from engine.config.keys import _is_runtime, _leaves, matches_type, type_error
+from engine.config.mappings import mapping_problems
 from engine.config.resolve import legacy_key_problems, mini_batch_warnings, resolve_config
 from engine.config.reward import reward_problems
 from engine.config.rollout import rollout_problems
@@ -82,6 +85,7 @@ def validate_config(cfg: PPOConfig, *, check_files: bool = True) -> list[str]:
     v = Validation(resolved, cfg, check_files, mini_batch_warnings(cfg, resolved))
     errors = _choice_problems(v) + _bound_problems(v) + _tiny_uri_problems(v)
     errors += _effect_problems(v) + legacy_key_problems(v)
+    errors += mapping_problems(v, skip={error.key for error in errors})  # too large: walked once
     for rules in SECTION_RULES:
         errors += rules(v)
     if errors:

@@ -9,8 +9,16 @@ import os
 from typing import TYPE_CHECKING, Any, overload
 
 import torch
-from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+    PretrainedConfig,
+)
 
+from engine.config.fields import ConfigValidationError
+from engine.config.mappings import model_override_problems
 from engine.lora import apply_lora, is_lora, load_lora_adapter
 from engine.rewards.reward_model import RewardModelScorer
 from engine.tools.tiny_uris import TINY_PREFIX, resolve_tiny_uri
@@ -53,6 +61,39 @@ def _check_model_dir(path: str, key: str) -> None:
             f"{key}={path!r} is not a Hugging Face model folder (no config.json); point it at a "
             "local folder saved with save_pretrained, or use tiny://model"
         )
+
+
+def model_config_of(path: str, model_config: Any, key: str, **attributes: Any) -> PretrainedConfig:
+    """Return the config of the model folder ``path`` with ``override_config`` applied.
+
+    As verl's ``update_model_config``: the overrides set config attributes, then the weights load
+    with that config, so no override reaches ``from_pretrained`` as an argument (a ``subfolder``
+    or ``offload_folder`` there would name another folder). The overrides are checked first,
+    against the loaded config's attributes (``engine.config.mappings``), and a mapping value is
+    merged into the attribute's own (``rope_parameters``). ``rope_theta`` is written into
+    ``rope_parameters`` where the config keeps it there (transformers 5 reads it only there).
+    ``attributes`` are the engine's own (the critic's ``num_labels``).
+    """
+    trust = bool(getattr(model_config, "trust_remote_code", False))
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
+    values = config.to_dict()
+    overrides = dict(getattr(model_config, "override_config", None) or {})
+    problems = model_override_problems(key, overrides, frozenset(values))
+    if problems:
+        raise ConfigValidationError(problems)
+    for name, value in overrides.items():
+        own = values.get(name)
+        values[name] = (
+            {**own, **value} if isinstance(own, dict) and isinstance(value, dict) else value
+        )
+    if "rope_theta" in overrides and isinstance(values.get("rope_parameters"), dict):
+        values["rope_parameters"] = {
+            **values["rope_parameters"],
+            "rope_theta": overrides["rope_theta"],
+        }
+    if "num_labels" in attributes:
+        values.pop("id2label", None), values.pop("label2id", None)
+    return type(config).from_dict({**values, **attributes})
 
 
 def import_external_lib(name: str | None, key: str) -> None:
@@ -116,9 +157,9 @@ def load_policy(model_config: ModelConfig, device: torch.device) -> torch.nn.Mod
         _check_model_dir(path, "actor_rollout_ref.model.path")
         model = AutoModelForCausalLM.from_pretrained(
             path,
+            config=model_config_of(path, model_config, "actor_rollout_ref.model.override_config"),
             dtype=torch.float32,
             trust_remote_code=getattr(model_config, "trust_remote_code", False),
-            **dict(getattr(model_config, "override_config", None) or {}),
         )
     # transformers wraps PreTrainedModel.to with functools.wraps, whose typeshed stub does not
     # bind self, so mypy reads the device as the model.
@@ -158,9 +199,12 @@ def load_critic(
     )
     path = resolve_path(path)
     _check_model_dir(path, "critic.model.path")
+    config = model_config_of(
+        path, critic_config.model, "critic.model.override_config", num_labels=1
+    )
     model = AutoModelForTokenClassification.from_pretrained(
         path,
-        num_labels=1,
+        config=config,
         dtype=torch.float32,
         trust_remote_code=getattr(critic_config.model, "trust_remote_code", False),
     )

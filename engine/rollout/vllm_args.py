@@ -6,7 +6,7 @@ folder, a server or code: vLLM also accepts ``model``, ``download_dir``, ``worke
 ``logits_processors`` and the like, and a config typed into the studio must not reach any of them.
 The keys mapped from the rollout config are refused there too, naming the rollout key to set, so
 one value is never set in two places. The config validator and the adapters both call
-``engine.config.rollout.vllm_engine_kwargs_problems`` (over the lists in ``engine.rollout.names``),
+``engine.config.mappings.vllm_engine_kwargs_problems`` (over the lists in ``engine.rollout.names``),
 so the CLI, the studio and a direct ``VLLMRollout`` agree.
 
 :func:`engine_arguments` maps a rollout config to the engine's arguments, the same for the
@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from engine.config.rollout import vllm_engine_kwargs_problems
+from engine.config.mappings import vllm_engine_kwargs_problems
 from engine.rollout.names import DEFAULT_GPU_MEMORY_UTILIZATION, VLLM_MISSING
 
 if TYPE_CHECKING:

@@ -15,6 +15,11 @@ form shows every problem next to its field. The schema says what each string nam
 - ``server`` (``ray_init.*``, the checkpoint folder): the server sets them; any other value than
   the schema's default is refused (the folder ``run_create`` gave one of the owner's runs passes).
 
+What a dict-valued key holds (``override_config``, engine and reward kwargs) is the engine's
+rule (``engine.config.mappings``): data only, never a loader argument or code, so the rules above
+cannot be stepped around from inside one; a file a reward function's keyword names (the rules
+with ``files``) is checked here as a ``path`` is.
+
 An error names the key, the value as typed and the places allowed, never where a refused value
 leads on the server. Empty values are always allowed.
 """
@@ -41,6 +46,7 @@ from engine.config import (
     validate_config,
 )
 from engine.config.keys import resolve_key, schema_keys
+from engine.config.mappings import MAPPING_RULES, files_named, mapping_values
 from webapp.experiments.rewards import reward_modules_dir
 
 _TINY = "tiny://"
@@ -210,6 +216,12 @@ def studio_config_errors(*, owner: Any, config: PPOConfig) -> list[ConfigFieldEr
             error = _path_error(owner, key, value)
             if error is not None:
                 errors.append(ConfigFieldError(key, shown, error.message))
+    for key in (key for key, rule in MAPPING_RULES.items() if rule.files):
+        for where, mapping in mapping_values(resolved, key):
+            for at, value in files_named(where, mapping):
+                error = _path_error(owner, at, value)
+                if error is not None:
+                    errors.append(error)
     return errors
 
 
@@ -230,10 +242,20 @@ def config_check(*, owner: Any, config: PPOConfig) -> list[str]:
     attach_dataset_maps(owner=owner, config=config)
     studio = studio_config_errors(owner=owner, config=config)
     refused = {error.key for error in studio}
+    # A refused model folder's config.json decided which override_config keys passed: leave
+    # those findings out too (the critic reads the policy's folder when it names none).
+    hidden = tuple(
+        f"{key.removesuffix('.path')}.override_config."
+        for key in refused
+        if key.endswith("model.path")
+    )
+    if "actor_rollout_ref.model.path" in refused and not config.critic.model.path:
+        hidden += ("critic.model.override_config.",)
     try:
         warnings, engine = validate_config(config, check_files=True), []
     except ConfigValidationError as exc:
-        warnings, engine = exc.warnings, [e for e in exc.errors if e.key not in refused]
+        warnings = exc.warnings
+        engine = [e for e in exc.errors if e.key not in refused and not e.key.startswith(hidden)]
     contract, contract_warnings = data_contract_problems(
         config=config, skip=refused | {e.key for e in engine}
     )

@@ -175,8 +175,8 @@ def _other_value(spec, current: Any) -> Any:
     if spec.type is list:
         item = spec.choices[0] if spec.choices else (1 if spec.item_type is int else "x")
         return [*(current or []), item]
-    if spec.type is dict:
-        return {"some_option": 1}
+    if spec.type is dict:  # data that every mapping's rule accepts (a model config attribute)
+        return {"attention_dropout": 0.1}
     return "something-else"
 
 

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from engine.config import ConfigValidationError, RolloutConfig, load_config, validate_config
-from engine.config.rollout import EngineKwargsConfig, vllm_engine_kwargs_problems
+from engine.config.mappings import vllm_engine_kwargs_problems
+from engine.config.rollout import EngineKwargsConfig
 from engine.roles.actor_rollout_ref import get_rollout
 from engine.rollout.names import DEFAULT_GPU_MEMORY_UTILIZATION, VLLM_ENGINE_KWARGS, VLLM_MISSING
 from engine.rollout.served import assemble_responses, iter_buckets, push_in_buckets
@@ -242,6 +243,27 @@ def test_engine_kwargs_take_sizes_and_switches_only():
     for name in ("worker_extension_cls", "no_such_key"):
         assert found[key + name].startswith("is not passed to vLLM: engine_kwargs.vllm takes only ")
         assert ", ".join(VLLM_ENGINE_KWARGS) in found[key + name]
+
+
+def test_engine_kwargs_values_are_scalars_naming_no_file_hub_repo_or_code():
+    assert engine_kwargs_problems({"kv_cache_dtype": "fp8_e4m3", "scheduling_policy": "fcfs"}) == []
+    found = dict(
+        engine_kwargs_problems(
+            {
+                "kv_cache_dtype": "../other/run",
+                "scheduling_policy": "evil.module.Scheduler",
+                "block_size": [16],
+                "max_logprobs": {"subfolder": "x"},
+                "disable_log_stats": "org/repo",
+            }
+        )
+    )
+    key = "actor_rollout_ref.rollout.engine_kwargs.vllm."
+    assert found[key + "kv_cache_dtype"].startswith("names a file or folder")
+    assert found[key + "scheduling_policy"].startswith("names a Python module, class or function")
+    assert found[key + "disable_log_stats"].startswith("names a folder or a Hub repository")
+    for name in ("block_size", "max_logprobs"):
+        assert found[key + name] == "must be a number, a string or a boolean"
 
 
 def test_the_default_gpu_memory_utilization_is_the_schemas():

@@ -9,7 +9,7 @@ from tests.webapp.api.helpers import errors_of
 from tests.webapp.fixtures import builder_data, make_experiment, tiny_config
 from webapp.experiments.forms import ExperimentForm
 from webapp.experiments.models import Experiment
-from webapp.runs.models import Run, RunStatus
+from webapp.runs.models import Run, RunStatus, run_dir
 
 pytestmark = pytest.mark.django_db
 
@@ -142,3 +142,73 @@ def test_another_users_experiment_is_a_404_on_every_action(api, bob, owner):
         assert "errors" in response.json()
     assert bob.get("/experiments").json()["count"] == 0
     assert not Run.objects.exists() and Experiment.objects.count() == 1
+
+
+def model_run(user, experiment) -> tuple[Run, str]:
+    """Return a finished run of ``user`` and the folder of its exported model."""
+    run = Run.objects.create(
+        experiment=experiment, owner=user, number=1, status=RunStatus.SUCCEEDED, config={}
+    )
+    folder = run_dir(run.pk) / "checkpoints" / "global_step_1" / "actor" / "huggingface"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text('{"model_type": "qwen2", "attention_dropout": 0.0}')
+    return run, str(folder)
+
+
+def test_override_config_cannot_reach_another_members_model_or_write_a_folder(
+    api, owner, other_user, tmp_path
+):
+    _, own = model_run(owner, make_experiment(owner))
+    theirs_run, theirs = model_run(other_user, make_experiment(other_user))
+    up = "../" * 5 + f"{theirs_run.pk}/checkpoints/global_step_1/actor/huggingface"
+    hostile = {
+        "subfolder": {"subfolder": theirs},
+        "subfolder up": {"subfolder": up},
+        "offload_folder": {"offload_folder": str(tmp_path / "dropped"), "device_map": {"": "disk"}},
+        "trust_remote_code": {"trust_remote_code": True},
+        "auto_map": {"auto_map": {"AutoModelForCausalLM": "evil--modeling.Evil"}},
+        "_name_or_path": {"_name_or_path": theirs},
+    }
+    key = "actor_rollout_ref.model.override_config"
+    for case, overrides in hostile.items():
+        config = config_to_dict(tiny_config(actor_rollout_ref__model__path=own))
+        config["actor_rollout_ref"]["model"]["override_config"] = overrides
+        response = api.post("/experiments", {"name": case, "config": config})
+        assert response.status_code == 400, (case, response.content)
+        name = case.split()[0]
+        assert f"{key}.{name}" in errors_of(response), (case, errors_of(response))
+    for where in ("critic", "reward_model"):
+        config = config_to_dict(tiny_config(actor_rollout_ref__model__path=own))
+        config[where]["model"]["override_config"] = {"subfolder": theirs}
+        response = api.post("/experiments", {"name": where, "config": config})
+        assert response.status_code == 400
+        assert f"{where}.model.override_config.subfolder" in errors_of(response), where
+    config = config_to_dict(tiny_config(actor_rollout_ref__model__path=own))
+    config["actor_rollout_ref"]["rollout"]["engine_kwargs"]["vllm"] = {"kv_cache_dtype": theirs}
+    config["custom_reward_function"]["reward_kwargs"] = {"reward_cls": "os.system"}
+    errors = errors_of(api.post("/experiments", {"name": "kwargs", "config": config}))
+    assert "actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype" in errors
+    assert "custom_reward_function.reward_kwargs.reward_cls" in errors
+    assert not Experiment.objects.filter(owner=owner, name__in=[*hostile, "kwargs"]).exists()
+    assert not (tmp_path / "dropped").exists()
+
+    config = config_to_dict(tiny_config(actor_rollout_ref__model__path=own))
+    config["actor_rollout_ref"]["model"]["override_config"] = {"attention_dropout": 0.1}
+    response = api.post("/experiments", {"name": "dropout", "config": config})
+    assert response.status_code == 201, response.content
+    assert response.json()["config"]["actor_rollout_ref"]["model"]["override_config"] == {
+        "attention_dropout": 0.1
+    }
+
+
+def test_a_refused_model_folder_says_nothing_of_its_config_json_through_override_config(
+    api, owner, other_user
+):
+    _, theirs = model_run(other_user, make_experiment(other_user))
+    for overrides in ({"attention_dropout": 0.1}, {"model_type_guess": 1}, {"subfolder": "x"}):
+        config = config_to_dict(tiny_config(actor_rollout_ref__model__path=theirs))
+        config["actor_rollout_ref"]["model"]["override_config"] = overrides
+        config["critic"]["model"]["override_config"] = overrides  # the critic reads that folder
+        response = api.post("/experiments", {"name": "probe", "config": config})
+        assert response.status_code == 400
+        assert list(errors_of(response)) == ["actor_rollout_ref.model.path"], overrides

@@ -368,3 +368,39 @@ def test_vllm_engine_arguments_that_name_a_path_or_code_are_refused(owner):
             "is not passed to vLLM: engine_kwargs.vllm takes only"
         )
         assert ", ".join(VLLM_ENGINE_KWARGS) in found[prefix + name]
+
+
+def test_a_file_a_reward_functions_keyword_names_is_checked_as_a_path_key(owner, other_user):
+    from engine.config.mappings import MAPPING_RULES
+
+    own, theirs = finished_run(owner), finished_run(other_user)
+    places = {
+        "/etc/passwd": True,
+        "~/.ssh/id_rsa": True,
+        f"{run_dir(theirs.pk)}/checkpoints": True,
+        f"{run_dir(own.pk)}/../{theirs.pk}/checkpoints": True,
+        f"{run_dir(own.pk)}/rewards.log": False,
+    }
+    keys = [key for key, rule in MAPPING_RULES.items() if rule.files]
+    assert set(keys) == {
+        "reward_model.reward_kwargs",
+        "custom_reward_function.reward_kwargs",
+        "reward.components[].kwargs",
+    }
+    for place, refused in places.items():
+        kwargs = {"options": {"reference": place}}
+        found = studio_errors(
+            owner,
+            reward_model__reward_manager="batch",
+            custom_reward_function__path=None,
+            reward_model__reward_kwargs=kwargs,
+            custom_reward_function__reward_kwargs=kwargs,
+            reward__components=[{"name": "gsm8k", "kwargs": kwargs}],
+        )
+        expected = {
+            "reward_model.reward_kwargs.options.reference",
+            "custom_reward_function.reward_kwargs.options.reference",
+            "reward.components[0].kwargs.options.reference",
+        }
+        paths = {key for key, message in found.items() if "not a place a run may read" in message}
+        assert paths == (expected if refused else set()), (place, found)
