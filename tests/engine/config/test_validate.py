@@ -279,7 +279,7 @@ def test_other_input_checks():
     assert "checkpoint folder" in found["trainer.resume_from_path"]
 
 
-def test_per_file_key_maps_are_checked_and_an_unused_entry_is_said():
+def test_per_file_key_maps_are_checked_and_an_entry_for_a_file_not_read_is_refused():
     config = load_config("grpo_tiny")
     config.data.file_key_maps = {
         "tiny://train.parquet": {"question": "prompt"},
@@ -288,13 +288,12 @@ def test_per_file_key_maps_are_checked_and_an_unused_entry_is_said():
     config.data.file_data_sources = {"tiny://val.parquet": "tiny_arithmetic"}
     with pytest.raises(ConfigValidationError) as info:
         validate_config(config, check_files=False)
-    (error,) = info.value.errors
-    assert error.key == "data.file_key_maps"
-    assert "tiny://train.parquet: targets are prompt, ground_truth" in error.message
-    assert any(
-        "data.file_key_maps names /elsewhere.jsonl" in w and "not used" in w
-        for w in info.value.warnings
-    )
+    errors = {(e.key, str(e.value)): e.message for e in info.value.errors}
+    assert len(errors) == 2, errors
+    train = errors["data.file_key_maps", str({"tiny://train.parquet": {"question": "prompt"}})]
+    assert "tiny://train.parquet: targets are prompt, ground_truth" in train
+    elsewhere = errors["data.file_key_maps", "/elsewhere.jsonl"]
+    assert "neither data.train_files nor data.val_files lists" in elsewhere
 
 
 def test_all_errors_reported_at_once():
