@@ -85,13 +85,7 @@ def apply_lora(model: torch.nn.Module, model_config: ModelConfig) -> torch.nn.Mo
             + f" does not match the model's layers ({exc}); use 'all-linear' or names such as "
             "[q_proj, k_proj, v_proj, o_proj]"
         ) from exc
-    checkpointing = getattr(model, "is_activation_checkpointing", None)
-    if checkpointing is None:  # transformers before the rename
-        checkpointing = getattr(model, "is_gradient_checkpointing", False)
-    if checkpointing:
-        # The embeddings are frozen, so checkpointed blocks would see inputs without grad.
-        peft_model.enable_input_require_grads()
-    return peft_model
+    return _with_input_grads(model, peft_model)
 
 
 def load_lora_adapter(model: torch.nn.Module, adapter_path: str) -> torch.nn.Module:
@@ -118,6 +112,12 @@ def load_lora_adapter(model: torch.nn.Module, adapter_path: str) -> torch.nn.Mod
             f"{key}={adapter_path!r} does not fit actor_rollout_ref.model.path ({exc}); use an "
             "adapter trained on that base model"
         ) from exc
+    return _with_input_grads(model, peft_model)
+
+
+def _with_input_grads(model: torch.nn.Module, peft_model: Any) -> Any:
+    """Return ``peft_model``, its inputs made to require grad where ``model`` checkpoints its
+    blocks: the embeddings are frozen, so checkpointed blocks would see inputs without grad."""
     checkpointing = getattr(model, "is_activation_checkpointing", None)
     if checkpointing is None:  # transformers before the rename
         checkpointing = getattr(model, "is_gradient_checkpointing", False)

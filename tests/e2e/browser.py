@@ -179,3 +179,35 @@ class LiveBrowserTestCase(LiveLayerTestCase):
 
     def tearDown(self):
         self.context.close()
+
+
+class PrivateStudioBrowserTestCase(LiveBrowserTestCase):
+    """A live browser test whose server keeps its data and uploads in a temporary folder and
+    sends its runs' start messages on a queue of its own (set before the server forks), so a
+    worker of another test never takes them."""
+
+    @classmethod
+    def setUpClass(cls):
+        import tempfile
+        import uuid
+
+        from django.test import override_settings
+
+        from workers.celery_app import app
+
+        cls._data = tempfile.TemporaryDirectory()
+        data = Path(cls._data.name)
+        cls._dirs = override_settings(POSTTRAIN_DATA_DIR=data, MEDIA_ROOT=data / "uploads")
+        cls._dirs.enable()
+        cls._queue = app.conf.task_default_queue
+        app.conf.task_default_queue = f"posttrain-test-{uuid.uuid4().hex[:12]}"
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls):
+        from workers.celery_app import app
+
+        super().tearDownClass()
+        app.conf.task_default_queue = cls._queue
+        cls._dirs.disable()
+        cls._data.cleanup()

@@ -11,18 +11,13 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
-import uuid
-from pathlib import Path
 
 import pytest
-from django.test import override_settings
 
-from tests.e2e.browser import LiveBrowserTestCase
+from tests.e2e.browser import PrivateStudioBrowserTestCase
 from tests.e2e.browser import artifacts as artifacts_dir
 from webapp.datasets.models import Dataset
 from webapp.experiments.models import Experiment
-from workers.celery_app import app
 
 ROWS = "".join(
     json.dumps({"question": f"{a}+{a}=", "answer": str(2 * a)}) + "\n" for a in range(1, 9)
@@ -32,24 +27,7 @@ ROWS = "".join(
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-class FirstOwnDataTest(LiveBrowserTestCase):
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls._data = tempfile.TemporaryDirectory()
-        data = Path(cls._data.name)
-        cls._dirs = override_settings(POSTTRAIN_DATA_DIR=data, MEDIA_ROOT=data / "uploads")
-        cls._dirs.enable()
-        cls._queue = app.conf.task_default_queue
-        app.conf.task_default_queue = f"posttrain-test-{uuid.uuid4().hex[:12]}"
-        super().setUpClass()
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        super().tearDownClass()
-        app.conf.task_default_queue = cls._queue
-        cls._dirs.disable()
-        cls._data.cleanup()
-
+class FirstOwnDataTest(PrivateStudioBrowserTestCase):
     def upload(self, data_source: str) -> Dataset:
         page = self.page
         page.goto(self.live_server_url + "/datasets/upload/")

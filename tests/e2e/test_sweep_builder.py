@@ -11,22 +11,17 @@ members to their end.
 from __future__ import annotations
 
 import re
-import tempfile
-import uuid
-from pathlib import Path
 
 import pytest
-from django.test import override_settings
 from django.utils import timezone
 
-from tests.e2e.browser import LiveBrowserTestCase, in_driver_thread
+from tests.e2e.browser import PrivateStudioBrowserTestCase, in_driver_thread
 from tests.e2e.browser import artifacts as artifacts_dir
 from tests.webapp.live import step_metrics
 from webapp.runs.driver_writes import run_claim_for_start, run_mark_running
 from webapp.runs.models import Run, RunStatus
 from webapp.runs.numbers import metric_text
 from webapp.sweeps.models import Sweep
-from workers.celery_app import app
 
 LR = "actor_rollout_ref.actor.optim.lr"
 
@@ -34,26 +29,7 @@ LR = "actor_rollout_ref.actor.optim.lr"
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-class SweepBuilderTest(LiveBrowserTestCase):
-    @classmethod
-    def setUpClass(cls) -> None:
-        # Set before the server forks: its runs' folders in a temporary place, its start
-        # messages on a queue of their own.
-        cls._data = tempfile.TemporaryDirectory()
-        data = Path(cls._data.name)
-        cls._dirs = override_settings(POSTTRAIN_DATA_DIR=data, MEDIA_ROOT=data / "uploads")
-        cls._dirs.enable()
-        cls._queue = app.conf.task_default_queue
-        app.conf.task_default_queue = f"posttrain-test-{uuid.uuid4().hex[:12]}"
-        super().setUpClass()
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        super().tearDownClass()
-        app.conf.task_default_queue = cls._queue
-        cls._dirs.disable()
-        cls._data.cleanup()
-
+class SweepBuilderTest(PrivateStudioBrowserTestCase):
     def test_a_key_marked_in_the_builder_becomes_a_sweep_whose_page_follows_its_members(self):
         page = self.page
         page.goto(self.live_server_url + "/experiments/new/?preset=grpo_tiny")
