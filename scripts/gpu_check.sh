@@ -16,7 +16,7 @@ cd "$ROOT"
 
 # What the GPU image (Python 3.12, torch 2.11, transformers 5.17) lacks; pure Python, ~2.2 MB.
 WHEELS=(trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0
-  sqlparse==0.6.1)
+  sqlparse==0.6.1 psutil==7.2.2)
 WHEEL_DIR="${GPU_CHECK_WHEEL_DIR:-$ROOT/.whl}"
 
 prepare_wheels() {

@@ -12,8 +12,10 @@ from engine.perf import (
     DEVICE_PEAK_FLOPS,
     ProcessMeter,
     compute_mfu,
+    device_peak_flops,
     estimate_decoder_flops,
     measured_cpu_peak_flops,
+    rank_system_metrics,
     table_peak_flops,
     update_mfu,
 )
@@ -70,3 +72,18 @@ def test_the_process_meter_sees_memory_and_a_busy_core():
     rss, cpu = meter.read()
     assert 0.01 < rss < 64  # GiB: this test process holds torch
     assert 20 < cpu <= 110  # one core busy for most of the interval (a shared machine)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_cuda_rank_reports_its_allocator_peaks_and_its_devices_table_peak():
+    device = torch.device("cuda")
+    block = torch.empty(64 * 1024**2 // 4, device=device)  # 64 MiB held while the rank reads
+    metrics = rank_system_metrics(ProcessMeter(), device)
+    assert metrics["perf/max_memory_allocated_gb"] >= 64 / 1024
+    assert metrics["perf/max_memory_reserved_gb"] >= metrics["perf/max_memory_allocated_gb"]
+    del block
+    name = torch.cuda.get_device_name(device)
+    peak = device_peak_flops(device)
+    # The lent machines (H100, H200) are in the table: MFU is measured against it, never 0.
+    assert peak == table_peak_flops(name) and peak is not None, name
