@@ -134,7 +134,10 @@ def test_steps_of_an_epoch_count_when_the_data_is_a_dataset_of_known_length(owne
     settings.POSTTRAIN_MAX_TRAINING_STEPS = 10
     rows = b"".join(b'{"prompt": "%d+1=", "ground_truth": "x"}\n' % i for i in range(70))
     dataset = dataset_create(
-        owner=owner, name="sums", upload=SimpleUploadedFile("sums.jsonl", rows)
+        owner=owner,
+        name="sums",
+        upload=SimpleUploadedFile("sums.jsonl", rows),
+        data_source="exact_match",  # a scorer the server has: the config is checked whole
     )
     assert dataset.row_count == 70
     experiment = make_experiment(
