@@ -229,14 +229,15 @@ def load_reward_model(config: PPOConfig, device: str | torch.device = "cpu") -> 
             "reward_model.model.path is not set; point it at a one-label sequence classifier "
             "folder (tiny://reward_model: the embedded one)"
         )
-    if rm.micro_batch_size_per_gpu is None:
+    micro_batch = rm.micro_batch_size_per_gpu or rm.rollout.max_num_seqs
+    if not micro_batch:
         raise ValueError(
             "reward_model.micro_batch_size_per_gpu is not set; set the samples each forward "
             "scores (or verl's deprecated reward_model.micro_batch_size)"
         )
     return RewardModelScorer(
         path,
-        micro_batch_size=rm.micro_batch_size_per_gpu or rm.rollout.max_num_seqs,
+        micro_batch_size=micro_batch,
         device=str(device),
         max_length=rm.max_length or data.max_prompt_length + data.max_response_length,
         trust_remote_code=rm.model.trust_remote_code,
