@@ -68,7 +68,8 @@ class ModelConfig(_Section):
         {},
         "Model config attributes to change before the weights load (attention_dropout, "
         "rope_parameters, ...; a common transformers attribute or a key of the folder's "
-        "config.json); never loader arguments, files or code (docs/security.md).",
+        "config.json); never loader arguments, files or code (docs/security.md). A vllm or "
+        "sglang rollout builds its model with the same changes (vLLM's hf_overrides).",
     )
     trust_remote_code: bool = _f(False, "Allow custom model code from the model folder.")
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations to save memory.")

@@ -22,7 +22,13 @@ from engine.lora import adapter_disabled, adapter_settings, export_lora, is_lora
 from engine.perf import ProcessMeter, rank_system_metrics, update_mfu
 from engine.roles.actor import PolicyActor, is_on_policy, needs_sum_pi_squared
 from engine.roles.batch_sizes import micro_size, per_rank_size
-from engine.roles.model_loading import frozen_copy, load_policy, load_tokenizer, resolve_path
+from engine.roles.model_loading import (
+    changed_config_attributes,
+    frozen_copy,
+    load_policy,
+    load_tokenizer,
+    resolve_path,
+)
 from engine.roles.optim import build_lr_scheduler, build_optimizer
 from engine.roles.protocols import RolloutEngine
 from engine.rollout import get_rollout_builder
@@ -43,15 +49,20 @@ def get_rollout(
     model_path: str | None = None,
     chat_template_kwargs: dict[str, Any] | None = None,
     seed: int = 0,
+    model_overrides: dict[str, Any] | None = None,
 ) -> RolloutEngine:
     """Return the rollout engine registered under ``actor_rollout_ref.rollout.name``.
 
-    ``seed`` seeds an engine's own sampler (``vllm``, ``sglang``).
+    ``seed`` seeds an engine's own sampler (``vllm``, ``sglang``); ``model_overrides`` (the
+    config attributes the policy's ``model.override_config`` changed) build a served engine's
+    model as the policy's.
 
     With ``rollout.multi_turn.enable`` it is wrapped in a :class:`MultiTurnRollout`, which
     renders each turn with ``chat_template_kwargs`` (``data.apply_chat_template_kwargs``).
     """
-    rollout = get_rollout_builder(name)(model, tokenizer, rollout_config, model_path, seed=seed)
+    rollout = get_rollout_builder(name)(
+        model, tokenizer, rollout_config, model_path, seed=seed, model_overrides=model_overrides
+    )
     multi_turn = getattr(rollout_config, "multi_turn", None)
     if multi_turn is not None and multi_turn.enable:
         tools = getattr(multi_turn, "tool_config_path", None)
@@ -127,16 +138,23 @@ class ActorRolloutRefWorker:
             scheduler,
             remove_padding=arr.model.use_remove_padding,
         )
+        served = arr.rollout.name in ("vllm", "sglang")  # engines that load the model themselves
+        model_path = resolve_path(arr.model.path) if served else None
         self.rollout = get_rollout(
             arr.rollout.name,
             self.model,
             self.tokenizer,
             arr.rollout,
-            model_path=(
-                resolve_path(arr.model.path) if arr.rollout.name in ("vllm", "sglang") else None
-            ),
+            model_path=model_path,
             chat_template_kwargs=config.data.apply_chat_template_kwargs,
             seed=config.trainer.seed + rank,
+            model_overrides=(
+                changed_config_attributes(
+                    model_path, arr.model, "actor_rollout_ref.model.override_config"
+                )
+                if model_path
+                else None
+            ),
         )
         # Each rank samples its own prompts: give each its own random stream.
         self.generator = torch.Generator(device="cpu").manual_seed(config.trainer.seed + rank)

@@ -96,6 +96,18 @@ def model_config_of(path: str, model_config: Any, key: str, **attributes: Any) -
     return type(config).from_dict({**values, **attributes})
 
 
+def changed_config_attributes(path: str, model_config: Any, key: str) -> dict[str, Any]:
+    """Return the attributes of ``path``'s config that ``override_config`` changes, as
+    :func:`model_config_of` leaves them (a ``rope_theta`` inside ``rope_parameters``, a mapping
+    merged whole), for an engine that builds the model itself (vLLM's ``hf_overrides``)."""
+    if not getattr(model_config, "override_config", None):
+        return {}
+    trust = bool(getattr(model_config, "trust_remote_code", False))
+    folder = AutoConfig.from_pretrained(path, trust_remote_code=trust).to_dict()
+    changed = model_config_of(path, model_config, key).to_dict()
+    return {name: value for name, value in changed.items() if folder.get(name) != value}
+
+
 def import_external_lib(name: str | None, key: str) -> None:
     """Import the module ``name`` (``<role>.model.external_lib``) so a custom model registers.
 

@@ -3,8 +3,10 @@
 ``hf`` is the lean sampling loop over the policy module itself (CPU and GPU); ``vllm`` and
 ``sglang`` adapters around a vLLM (CPU and GPU) or SGLang (GPU) engine that loads the model from
 ``model.path``. A backend is a function ``(model, tokenizer, rollout_config, model_path, *,
-seed) -> RolloutEngine`` (``seed`` seeds an engine's own sampler; ``hf`` draws from the worker's
-generator instead); :func:`register_rollout` adds one under a name in
+seed, model_overrides) -> RolloutEngine`` (``seed`` seeds an engine's own sampler; ``hf`` draws
+from the worker's generator instead; ``model_overrides`` are the config attributes
+the policy's ``model.override_config`` changed, which a served engine applies to the model it
+builds); :func:`register_rollout` adds one under a name in
 ``engine.rollout.names.ROLLOUT_NAMES`` (the config's choices come from that list, so the two
 cannot drift). Importing this package loads no backend: each builder imports its module when
 called.
@@ -59,8 +61,11 @@ def _hf(
     model_path: str | None,
     *,
     seed: int = 0,
+    model_overrides: dict[str, Any] | None = None,
 ) -> Any:
     from engine.rollout.hf import HFRollout
+
+    # ``model_overrides`` are already in ``model``'s config: the policy loaded with them.
 
     return HFRollout(model, tokenizer, rollout_config)
 
@@ -82,11 +87,12 @@ def _vllm(
     model_path: str | None,
     *,
     seed: int = 0,
+    model_overrides: dict[str, Any] | None = None,
 ) -> Any:
     from engine.rollout.vllm_rollout import VLLMRollout
 
     path = _require_model_path("vllm", "vLLM", model_path)
-    return VLLMRollout(path, tokenizer, rollout_config, seed=seed)
+    return VLLMRollout(path, tokenizer, rollout_config, seed=seed, model_overrides=model_overrides)
 
 
 @register_rollout("sglang")
@@ -97,8 +103,11 @@ def _sglang(
     model_path: str | None,
     *,
     seed: int = 0,
+    model_overrides: dict[str, Any] | None = None,
 ) -> Any:
     from engine.rollout.sglang_rollout import SGLangRollout
 
     path = _require_model_path("sglang", "SGLang", model_path)
-    return SGLangRollout(path, tokenizer, rollout_config, seed=seed)
+    return SGLangRollout(
+        path, tokenizer, rollout_config, seed=seed, model_overrides=model_overrides
+    )

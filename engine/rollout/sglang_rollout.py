@@ -29,6 +29,7 @@ Choices, and why:
 
 from __future__ import annotations
 
+import json
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -95,12 +96,15 @@ class SGLangRollout(ServedEngineRollout):
         seed: int = 0,
         engine_kwargs: dict[str, Any] | None = None,
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        model_overrides: dict[str, Any] | None = None,
     ) -> None:
         """Build the engine from ``model_path``.
 
         ``engine_kwargs`` go to ``sglang.Engine`` on top of those mapped from ``rollout_config``
-        (any of SGLang's server arguments, e.g. ``attention_backend``).
+        (any of SGLang's server arguments, e.g. ``attention_backend``). ``model_overrides`` (the
+        config attributes the policy's ``model.override_config`` changed) reach SGLang as ``json_model_override_args``.
         """
+        self.model_overrides = dict(model_overrides or {})
         super().__init__(
             model_path,
             tokenizer,
@@ -138,6 +142,8 @@ class SGLangRollout(ServedEngineRollout):
         }
         if self.sleep_mode:
             kwargs["enable_weights_cpu_backup"] = True
+        if self.model_overrides:
+            kwargs["json_model_override_args"] = json.dumps(self.model_overrides)
         if max_model_len or getattr(cfg, "max_model_len", None):
             kwargs["context_length"] = max_model_len or cfg.max_model_len
         kwargs.update(extra)

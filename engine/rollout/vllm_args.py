@@ -59,8 +59,14 @@ def engine_arguments(
     sleep_mode: bool,
     max_model_len: int | None = None,
     seed: int = 0,
+    model_overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Return vLLM's engine arguments (``vllm.LLM``, ``AsyncEngineArgs``) for a rollout config.
+
+    ``model_overrides`` (the config attributes the policy's ``model.override_config`` changed,
+    :func:`~engine.roles.model_loading.changed_config_attributes`) reach vLLM as
+    ``hf_overrides``, so the engine builds the model the policy trains (with a changed
+    ``rope_theta`` it would otherwise sample from another model than the one being trained).
 
     Mapped from the rollout keys, then the config's ``engine_kwargs.vllm`` on top. The context
     length is ``max_model_len``, else the config's, else ``prompt_length + response_length``;
@@ -86,6 +92,8 @@ def engine_arguments(
         # A weight update makes cached prefixes stale; the cache is reset after each load.
         "enable_prefix_caching": True,
     }
+    if model_overrides:
+        kwargs["hf_overrides"] = dict(model_overrides)
     lengths = (getattr(cfg, "prompt_length", None), getattr(cfg, "response_length", None))
     needed = None if None in lengths else sum(cast(tuple[int, int], lengths))
     longest = max_model_len or getattr(cfg, "max_model_len", None) or needed

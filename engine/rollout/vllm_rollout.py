@@ -180,6 +180,7 @@ class VLLMRollout(ServedEngineRollout):
         engine_kwargs: dict[str, Any] | None = None,
         bucket_bytes: int | None = None,
         sleep_level: int = 1,
+        model_overrides: dict[str, Any] | None = None,
     ) -> None:
         """Build the engine (or use ``engine``, any object with vLLM's ``LLM`` methods).
 
@@ -187,7 +188,8 @@ class VLLMRollout(ServedEngineRollout):
         ``engine_kwargs.vllm`` are checked (:func:`engine_kwargs_problems`) and added, then
         ``engine_kwargs`` (the caller's own, unchecked). ``max_model_len`` defaults to the
         config's, else ``prompt_length + response_length``. ``bucket_bytes`` defaults to
-        :func:`bucket_megabytes`.
+        :func:`bucket_megabytes`. ``model_overrides`` are the config attributes the policy's
+        ``model.override_config`` changed (vLLM's ``hf_overrides``).
         """
         megabytes = bucket_megabytes(rollout_config)
         self.on_cpu = engine is None and not torch.cuda.is_available()
@@ -200,6 +202,7 @@ class VLLMRollout(ServedEngineRollout):
             sleep_mode=bool(rollout_config.enable_sleep_mode) and not self.on_cpu,
         )
         self.sleep_level = sleep_level
+        self.model_overrides = dict(model_overrides or {})
         self.sampling_params_cls = sampling_params_cls
         if engine is None:
             engine = self._build_engine(max_model_len, seed, engine_kwargs or {})
@@ -222,6 +225,7 @@ class VLLMRollout(ServedEngineRollout):
             sleep_mode=self.sleep_mode,
             max_model_len=max_model_len,
             seed=seed,
+            model_overrides=self.model_overrides,
         )
         if _distributed_world() > 1:
             kwargs["distributed_executor_backend"] = "external_launcher"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.machinery
 import importlib.util
+import json
 import sys
 import types
 
@@ -148,6 +149,22 @@ def test_the_engine_is_built_from_the_rollout_config(tmp_path, fake_sglang):
     awake = make_rollout(tmp_path, enable_sleep_mode=False).engine.server_args
     assert awake["enable_memory_saver"] is False and "enable_weights_cpu_backup" not in awake
     assert "context_length" not in awake  # null: SGLang reads it from the model
+    assert "json_model_override_args" not in awake  # no override_config: the folder's config
+
+
+def test_the_policys_changed_config_attributes_reach_sglang_as_model_override_args(
+    tmp_path, fake_sglang
+):
+    changed = {"rope_parameters": {"rope_theta": 37.0, "rope_type": "default"}}
+    rollout = get_rollout(
+        "sglang",
+        None,
+        build_tokenizer(),
+        RolloutConfig(name="sglang", enable_sleep_mode=False),
+        model_path=str(tmp_path),
+        model_overrides=changed,
+    )
+    assert json.loads(rollout.engine.server_args["json_model_override_args"]) == changed
 
 
 def test_generate_sends_unpadded_token_ids_and_the_sampling_params(tmp_path, fake_sglang):

@@ -341,3 +341,38 @@ def test_a_model_vllm_cannot_load_is_named_before_the_engine_starts(assets, toke
     (folder / "config.json").write_text(json.dumps({**config, "architectures": ["TinyNetForX"]}))
     with pytest.raises(ValueError, match=r"architecture TinyNetForX is not one vLLM supports.*=hf"):
         VLLMRollout(str(folder), tokenizer, rollout_config())
+
+
+# -- the policy's model.override_config ----------------------------------------------------------
+def test_the_engine_builds_its_model_with_the_policys_override_config(assets, tokenizer):
+    """A ``rope_theta`` override changes every position's rotation: an engine that ignored it
+    would sample from another model than the one whose log-probs the actor trains."""
+    from transformers import AutoModelForCausalLM
+
+    from engine.roles.model_loading import changed_config_attributes, model_config_of
+
+    overrides = {"rope_theta": 37.0, "attn_implementation": "sdpa"}
+    model_config = dataclasses.make_dataclass("ModelConfig", ["override_config"])(overrides)
+    config = model_config_of(str(assets.model_dir), model_config, "model.override_config")
+    overridden = AutoModelForCausalLM.from_pretrained(
+        assets.model_dir, config=config, dtype=torch.float32
+    ).eval()
+    changed = changed_config_attributes(str(assets.model_dir), model_config, "override_config")
+    # transformers 5 keeps rope_theta inside rope_parameters; the engine gets it there.
+    assert changed == {"rope_parameters": {**config.rope_parameters, "rope_theta": 37.0}}
+    engine = VLLMRollout(
+        str(assets.model_dir), tokenizer, rollout_config(), seed=0, model_overrides=changed
+    )
+    assert engine.engine_arguments(None, 0, {})["hf_overrides"] == changed
+    out = engine.generate_sequences(
+        prompts(tokenizer, n=2), max_new_tokens=16, sampling=sampling(1.0)
+    )
+    mask = out.batch["response_mask"].bool()
+    expected = gathered(engine_logits(overridden, out, 1.0).log_softmax(-1), out)
+    torch.testing.assert_close(
+        out.batch["rollout_log_probs"][mask], expected, atol=LOGP_ATOL, rtol=0
+    )
+    # The folder's own rope_theta gives other log-probs: the override is what made them agree.
+    plain = AutoModelForCausalLM.from_pretrained(assets.model_dir, dtype=torch.float32).eval()
+    unchanged = gathered(engine_logits(plain, out, 1.0).log_softmax(-1), out)
+    assert (out.batch["rollout_log_probs"][mask] - unchanged).abs().max() > 100 * LOGP_ATOL
