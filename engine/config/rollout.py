@@ -311,6 +311,17 @@ def rollout_problems(v: Validation) -> list[ConfigFieldError]:
             errors.append(
                 ConfigFieldError(f"{prefix}.top_k", sampling.top_k, "must be -1 (off) or > 0")
             )
+    longest = cfg.data.max_response_length
+    if rollout.response_length is not None and rollout.response_length > longest:
+        errors.append(
+            ConfigFieldError(
+                "actor_rollout_ref.rollout.response_length",
+                rollout.response_length,
+                f"is longer than data.max_response_length={longest}, which sizes everything "
+                "after generation (the actor's token budgets, the clip-ratio metric, overlong "
+                f"penalties); set it at most {longest}, or raise data.max_response_length",
+            )
+        )
     estimator = algo.adv_estimator
     if estimator in GROUP_ESTIMATORS and rollout.n < 2 and not algo.allow_single_sample_groups:
         errors.append(

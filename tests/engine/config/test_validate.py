@@ -148,6 +148,16 @@ def test_dynamic_batch_token_budget_fits_a_sequence():
     )
 
 
+def test_a_rollout_response_length_beyond_data_max_response_length_is_refused():
+    limit = load_config("grpo_tiny", SHAPE.get("grpo_tiny", [])).data.max_response_length
+    found = problems([f"actor_rollout_ref.rollout.response_length={limit + 1}"])
+    assert found["actor_rollout_ref.rollout.response_length"].startswith(
+        f"is longer than data.max_response_length={limit}"
+    )
+    assert problems([f"actor_rollout_ref.rollout.response_length={limit - 1}"]) == {}
+    assert problems([f"actor_rollout_ref.rollout.response_length={limit}"]) == {}
+
+
 def test_positive_lengths_and_learning_rates():
     found = problems(
         [
