@@ -85,6 +85,9 @@ def driver_settings_env() -> dict[str, str]:
         "POSTTRAIN_DATA_DIR": str(settings.POSTTRAIN_DATA_DIR),
         # The driver beats at a quarter of the sweep's timeout; a Ray node must not guess it.
         "POSTTRAIN_HEARTBEAT_TIMEOUT_S": str(settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S),
+        # A tools YAML's module.ClassName names a tool in the installed modules folder, the
+        # one reward modules come from (engine.tools.loader), and nothing else.
+        "POSTTRAIN_TOOL_MODULES_DIR": str(settings.POSTTRAIN_REWARD_MODULES_DIR),
     }
     # A thread count the operator set for the worker carries over to the driver.
     for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):

@@ -107,7 +107,8 @@ class MultiTurnConfig(_Section):
     _target_: str = _target("verl.workers.config.MultiTurnConfig")
     tool_config_path: str | None = _f(
         None,
-        "verl's tools YAML: class_name (a built-in tool, e.g. calculator; nothing is imported), "
+        "verl's tools YAML: class_name (a built-in tool, e.g. calculator, or module.Class of a "
+        "tool the administrator installed; no other code is imported), "
         "config and the OpenAI function tool_schema. Hermes <tool_call> blocks in an assistant "
         "turn are run and answered as tool turns, masked out of the loss.",
         resource="path",

@@ -65,12 +65,24 @@ def test_the_driver_gets_only_the_allowed_variables_and_its_own_secret_key(monke
     assert env["PATH"] == os.environ["PATH"]
     # A Ray Job starts from its node's environment: it gets the settings variables only.
     settings_names = {"DJANGO_SETTINGS_MODULE", "DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL"}
-    posttrain_names = {"POSTTRAIN_DATA_DIR", "POSTTRAIN_HEARTBEAT_TIMEOUT_S"}
+    posttrain_names = {
+        "POSTTRAIN_DATA_DIR",
+        "POSTTRAIN_HEARTBEAT_TIMEOUT_S",
+        "POSTTRAIN_TOOL_MODULES_DIR",
+    }
     assert set(driver_settings_env()) == {*CPU_PROCESS_ENV, *settings_names, *posttrain_names}
     # ... and the reward services the studio checked its config against, where listed.
     monkeypatch.setenv("POSTTRAIN_REWARD_ENDPOINTS", "judge=http://10.0.0.5:8000/score")
     listed = driver_settings_env()["POSTTRAIN_REWARD_ENDPOINTS"]
     assert listed == "judge=http://10.0.0.5:8000/score"
+
+
+def test_a_driver_imports_tools_only_from_the_studios_installed_modules_folder(
+    monkeypatch, settings, tmp_path
+):
+    settings.POSTTRAIN_REWARD_MODULES_DIR = tmp_path / "installed"
+    monkeypatch.setenv("POSTTRAIN_TOOL_MODULES_DIR", "/home/someone/tools")  # the worker's own
+    assert driver_env()["POSTTRAIN_TOOL_MODULES_DIR"] == str(tmp_path / "installed")
 
 
 def test_a_ray_driver_links_its_alerts_to_the_studios_public_address(settings):
