@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from engine.roles.optim import (
 )
 from engine.roles.packing import packed_response_values
 from engine.roles.seqlen_balancing import restore_order, split_micro_batches
+from engine.roles.ulysses import SequenceParallel, use_ulysses_attention
 
 if TYPE_CHECKING:
     from engine.config import CriticConfig, PPOConfig
@@ -50,7 +52,8 @@ class ValueCritic:
     """Compute values and update a value model with the clipped value loss.
 
     ``remove_padding`` (``critic.model.use_remove_padding``) runs each micro-batch packed into
-    one row (``engine.roles.packing``).
+    one row (``engine.roles.packing``); ``sequence_parallel`` splits that row over the group's
+    ranks (``critic.ulysses_sequence_parallel_size``, ``engine.roles.ulysses``).
     """
 
     def __init__(
@@ -61,12 +64,24 @@ class ValueCritic:
         lr_scheduler: Any = None,
         *,
         remove_padding: bool = False,
+        sequence_parallel: SequenceParallel | None = None,
     ) -> None:
         self.model = model
         self.config = critic_config
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
-        self.forward = packed_response_values if remove_padding else response_values
+        self.forward: Any = packed_response_values if remove_padding else response_values
+        self.sequence_parallel_size = 1
+        if sequence_parallel is not None:
+            if not remove_padding:
+                raise ValueError(
+                    "Ulysses sequence parallelism splits packed rows: set "
+                    "critic.model.use_remove_padding=True with "
+                    "critic.ulysses_sequence_parallel_size > 1"
+                )
+            use_ulysses_attention(model)
+            self.forward = partial(packed_response_values, sequence_parallel=sequence_parallel)
+            self.sequence_parallel_size = sequence_parallel.size
 
     @torch.no_grad()
     def compute_values(
@@ -112,6 +127,7 @@ class ValueCritic:
                     mini.batch["response_mask"],
                     loss_scale_factor=None,
                     norm_times_dp=cfg.seq_mean_token_sum_norm_times_dp,
+                    sequence_parallel_size=self.sequence_parallel_size,
                 )
                 vf_loss_total = 0.0
                 for micro in micros:
