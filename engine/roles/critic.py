@@ -26,7 +26,11 @@ from engine.roles.optim import (
 )
 from engine.roles.packing import packed_response_values
 from engine.roles.seqlen_balancing import restore_order, split_micro_batches
-from engine.roles.ulysses import SequenceParallel, use_ulysses_attention
+from engine.roles.ulysses import (
+    SequenceParallel,
+    sequence_parallel_group,
+    use_ulysses_attention,
+)
 
 if TYPE_CHECKING:
     from engine.config import CriticConfig, PPOConfig
@@ -179,12 +183,16 @@ class CriticWorker:
             shard(self.model)
         optimizer = build_optimizer(self.model.parameters(), critic_config.optim)
         scheduler = build_lr_scheduler(optimizer, critic_config.optim, total_steps)
+        sp_size = critic_config.ulysses_sequence_parallel_size
         self.critic = ValueCritic(
             self.model,
             critic_config,
             optimizer,
             scheduler,
             remove_padding=critic_config.model.use_remove_padding,
+            sequence_parallel=sequence_parallel_group(
+                sp_size, "critic.ulysses_sequence_parallel_size", self.model.config
+            ),
         )
         n = config.actor_rollout_ref.rollout.n
         if critic_config.ppo_mini_batch_size is None:
@@ -193,7 +201,9 @@ class CriticWorker:
                 "(resolve_config) so it takes actor_rollout_ref.actor.ppo_mini_batch_size"
             )
         self.mini_batch_size = per_rank_size(
-            critic_config.ppo_mini_batch_size * n, world_size, "critic.ppo_mini_batch_size"
+            critic_config.ppo_mini_batch_size * n,
+            world_size // sp_size,  # the data-parallel ranks
+            "critic.ppo_mini_batch_size",
         )
         self.micro_batch_size = micro_size(
             critic_config.ppo_micro_batch_size_per_gpu, self.mini_batch_size

@@ -50,15 +50,21 @@ class SequenceParallel:
     rank: int  # this rank's place in the group: which slice of the sequence it computes
 
 
-def sequence_parallel_group(size: int, key: str) -> SequenceParallel | None:
+def sequence_parallel_group(
+    size: int, key: str, model_config: Any = None
+) -> SequenceParallel | None:
     """Return this rank's group of ``size`` consecutive ranks (None when ``size`` is 1).
 
     Every rank of the default process group must call this together (each group is created on
-    all ranks). ValueError naming ``key`` unless ``size`` divides the world size.
+    all ranks). ValueError naming ``key`` unless ``size`` divides the world size and, given the
+    model's config, its heads (:func:`check_heads`).
     """
     if size == 1:
         return None
-    world, rank = dist.get_world_size(), dist.get_rank()
+    if model_config is not None:
+        check_heads(model_config, size, key)
+    initialized = dist.is_available() and dist.is_initialized()
+    world, rank = (dist.get_world_size(), dist.get_rank()) if initialized else (1, 0)
     if size < 1 or world % size:
         raise ValueError(
             f"{key}={size} must divide the {world} ranks of the role's pool (trainer.nnodes x "
