@@ -246,11 +246,9 @@ def _sequence_parallel(role: str) -> Any:
     return _f(
         1,
         "Ulysses sequence parallel size: ranks that split each packed micro-batch along the "
-        "sequence, with an all-to-all over the attention heads around attention (verl's "
-        "algorithm); the data-parallel size becomes ranks / this. Needs "
-        f"{role}.use_remove_padding=True, a divisor of trainer.nnodes x trainer.n_gpus_per_node, "
-        "and a model whose attention heads it divides (key/value heads: a multiple or a divisor "
-        "of it).",
+        "sequence (an all-to-all over the attention heads around attention, as verl); the "
+        f"data-parallel size becomes ranks / this. Needs {role}.use_remove_padding=True and a "
+        "divisor of the ranks and of the model's attention heads.",
         ge=1,
     )
 

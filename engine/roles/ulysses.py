@@ -221,7 +221,7 @@ def _ulysses_attention(
     return ulysses_attend(query, key, value, scale).transpose(1, 2), None
 
 
-def use_ulysses_attention(model: torch.nn.Module) -> None:
+def use_ulysses_attention(model: Any) -> None:
     """Route ``model``'s own attention through the registered ``"ulysses"`` function."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
