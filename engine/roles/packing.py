@@ -28,6 +28,11 @@ prompt is packed once, as the padded path's shared prompt pass computes it once:
 row runs first and keeps its keys and values, then the responses' row attends to them through
 :class:`PrefixAttention`, so a group of n samples costs one prompt, not n.
 
+With Ulysses sequence parallelism (``ulysses_sequence_parallel_size`` > 1,
+``engine.roles.ulysses``) the packed row is split along the sequence over the group's ranks:
+each runs the dense layers on its slice and attention on all tokens of its share of the heads;
+prompts are then not shared.
+
 Only the positions that predict a response token reach the LM head (or the value head); the
 outputs come back as ``(bs, R, ...)`` with zeros where no response token is predicted, which every
 loss masks. They equal the padded path's within float rounding
