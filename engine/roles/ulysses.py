@@ -61,8 +61,6 @@ def sequence_parallel_group(
     """
     if size == 1:
         return None
-    if model_config is not None:
-        check_heads(model_config, size, key)
     initialized = dist.is_available() and dist.is_initialized()
     world, rank = (dist.get_world_size(), dist.get_rank()) if initialized else (1, 0)
     if size < 1 or world % size:
@@ -70,6 +68,8 @@ def sequence_parallel_group(
             f"{key}={size} must divide the {world} ranks of the role's pool (trainer.nnodes x "
             "trainer.n_gpus_per_node); the data-parallel size is ranks / sequence-parallel size"
         )
+    if model_config is not None:
+        check_heads(model_config, size, key)
     mine = None
     for start in range(0, world, size):
         group = dist.new_group(list(range(start, start + size)))

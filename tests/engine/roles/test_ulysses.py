@@ -28,7 +28,7 @@ from transformers import Qwen2Config, Qwen2ForTokenClassification
 from engine.config.schema import PPOConfig
 from engine.roles.actor import PolicyActor
 from engine.roles.critic import ValueCritic
-from engine.roles.ulysses import check_heads
+from engine.roles.ulysses import check_heads, sequence_parallel_group
 from tests.engine.distributed.helpers import tiny_policy
 from tests.engine.roles.test_dynamic_bsz import VOCAB, actor_config, minus, policy_batch, weights
 
@@ -92,7 +92,7 @@ def lean_pass(actor: PolicyActor, batch) -> dict[str, torch.Tensor]:
     )
     loss.backward()
     grads = {name: p.grad.clone() for name, p in actor.model.named_parameters()}
-    return {"log_probs": log_probs, "entropy": entropy, "grads": grads}  # type: ignore[dict-item]
+    return {"log_probs": log_probs, "entropy": entropy, "grads": grads}
 
 
 def _rank(rank: int, world: int, sp_size: int, port: int, folder: str) -> None:
@@ -103,7 +103,6 @@ def _rank(rank: int, world: int, sp_size: int, port: int, folder: str) -> None:
 
     from engine.distributed.fsdp import apply_fsdp2, gather_full_state_dict
     from engine.distributed.process_group import build_device_mesh, init_process_group
-    from engine.roles.ulysses import sequence_parallel_group
 
     torch.set_num_threads(1)
     init_process_group(rank=rank, world_size=world, host="127.0.0.1", port=port, backend="gloo")
@@ -248,3 +247,14 @@ def test_heads_that_do_not_split_are_refused_naming_the_key_and_a_size_that_work
         check_heads(config, 8, KEY)
     with pytest.raises(ValueError, match=f"{KEY}=3: .* such as 2"):
         check_heads(config, 3, KEY)
+
+
+def test_a_size_that_does_not_divide_the_ranks_is_refused_naming_the_key():
+    assert sequence_parallel_group(1, KEY) is None  # off: no group
+    with pytest.raises(ValueError, match=f"{KEY}=2 must divide the 1 ranks of the role's pool"):
+        sequence_parallel_group(2, KEY)
+
+
+def test_one_process_refuses_a_split_forward_without_packed_rows():
+    with pytest.raises(ValueError, match="set critic.model.use_remove_padding=True"):
+        ValueCritic(value_model(), critic_config(), None, sequence_parallel=object())
