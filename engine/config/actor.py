@@ -17,6 +17,7 @@ from engine.algorithms.names import KL_TYPES, LOSS_AGG_MODES, POLICY_LOSS_MODES
 from engine.config.fields import (
     _MULTIMODAL,
     _TIMES_DP_HELP,
+    _ULYSSES_ENGINE_COPY,
     MAX_BATCH,
     MAX_STEPS,
     MAX_TOKEN_BUDGET,
@@ -29,6 +30,7 @@ from engine.config.fields import (
     _runtime,
     _Section,
     _section,
+    _sequence_parallel,
     _target,
     _ulysses,
 )
@@ -208,7 +210,7 @@ class FSDPConfig(_Section):
         "Deterministic kernels only.",
         "deterministic-only kernels are not switched on; runs are seeded by trainer.seed",
     )
-    ulysses_sequence_parallel_size: int = _ulysses()
+    ulysses_sequence_parallel_size: int = _ulysses(_ULYSSES_ENGINE_COPY)
     entropy_from_logits_with_chunking: bool = _inert(False, "Compute entropy in chunks.")
     use_torch_compile: bool = _inert(True, "torch.compile the entropy computation.")
     entropy_checkpointing: bool = _inert(False, "Recompute entropy in backward.")
@@ -307,7 +309,7 @@ class ActorConfig(_Section):
         follows="actor_rollout_ref.model.use_fused_kernels",
     )
     router_replay: RouterReplayConfig = _section(RouterReplayConfig, "MoE router replay.")
-    ulysses_sequence_parallel_size: int = _ulysses()
+    ulysses_sequence_parallel_size: int = _sequence_parallel("actor_rollout_ref.model")
     entropy_from_logits_with_chunking: bool = _inert(False, "Compute entropy in chunks.")
     entropy_checkpointing: bool = _inert(False, "Recompute entropy in backward.")
     use_remove_padding: bool | None = _f(
@@ -369,7 +371,7 @@ class RefConfig(_Section):
     )
     router_replay: RouterReplayConfig = _section(RouterReplayConfig, "MoE router replay.")
     _target_: str = _target("verl.workers.config.FSDPActorConfig")
-    ulysses_sequence_parallel_size: int = _ulysses()
+    ulysses_sequence_parallel_size: int = _sequence_parallel("actor_rollout_ref.model")
     entropy_from_logits_with_chunking: bool = _inert(False, "Compute entropy in chunks.")
     entropy_checkpointing: bool = _inert(False, "Recompute entropy in backward.")
     profiler: ProfilerConfig = _section(ProfilerConfig, "Profiling of the reference.")
@@ -414,6 +416,8 @@ def actor_problems(v: Validation) -> list[ConfigFieldError]:
             )
         )
     errors += batch_problems(v, "actor")
+    for role in ("actor", "ref"):
+        errors += sequence_parallel_problems(v, role)
     has_model = v.given.actor_rollout_ref.model.hf_model is not None
     if model.path is None and not has_model:
         errors.append(
@@ -476,11 +480,58 @@ def optim_problems(prefix: str, optim: OptimConfig) -> list[ConfigFieldError]:
     return errors
 
 
+def sequence_parallel_problems(v: Validation, role: str) -> list[ConfigFieldError]:
+    """Return the errors of a role's ``ulysses_sequence_parallel_size`` (actor, ref or critic):
+    it divides the ranks, and the role's forward runs packed rows (use_remove_padding), the
+    only ones it splits. Whether the model's heads split is checked when it is loaded."""
+    cfg = v.cfg
+    if role == "critic":
+        size, prefix, model_key = (
+            cfg.critic.ulysses_sequence_parallel_size,
+            "critic",
+            "critic.model",
+        )
+        packed = cfg.critic.model.use_remove_padding
+    else:
+        section = getattr(cfg.actor_rollout_ref, role)
+        size, prefix = section.ulysses_sequence_parallel_size, f"actor_rollout_ref.{role}"
+        model_key, packed = (
+            "actor_rollout_ref.model",
+            cfg.actor_rollout_ref.model.use_remove_padding,
+        )
+    workers = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+    if size <= 1 or workers <= 0:
+        return []
+    key = f"{prefix}.ulysses_sequence_parallel_size"
+    errors = []
+    if workers % size:
+        divisors = [d for d in range(1, workers + 1) if workers % d == 0]
+        errors.append(
+            ConfigFieldError(
+                key,
+                size,
+                f"must divide the {workers} ranks (trainer.nnodes x trainer.n_gpus_per_node), "
+                f"whose data-parallel size is ranks / it; use one of {divisors} (1: off) or more ranks",
+            )
+        )
+    if not packed:
+        errors.append(
+            ConfigFieldError(
+                key,
+                size,
+                f"splits packed rows only: set {model_key}.use_remove_padding=True (verl asks the "
+                "same), or keep 1",
+            )
+        )
+    return errors
+
+
 def batch_problems(v: Validation, role: str) -> list[ConfigFieldError]:
     """Return the errors of one trainable role's batch sizes (actor or critic), checked as verl's
-    FSDP workers check them: a mini-batch times rollout.n splits evenly over the workers, and each
-    worker's share is a multiple of its micro-batch. The actor's also checks that the whole batch
-    splits evenly over the workers."""
+    FSDP workers check them: a mini-batch times rollout.n splits evenly over the data-parallel
+    ranks (the workers / ulysses_sequence_parallel_size), and each one's share is a multiple of
+    its micro-batch. The actor's also checks that the whole batch splits evenly over the workers
+    (the rollout runs on every one)."""
     cfg = v.cfg
     section: Any = cfg.critic if role == "critic" else cfg.actor_rollout_ref.actor
     prefix = "critic" if role == "critic" else "actor_rollout_ref.actor"
@@ -516,17 +567,23 @@ def batch_problems(v: Validation, role: str) -> list[ConfigFieldError]:
                 f"{divisor}",
             )
         )
-    if mini * n % workers:
+    sp = section.ulysses_sequence_parallel_size
+    if sp > 1 and workers % sp == 0:  # sp groups hold the same rows (else refused on its own)
+        dp, ranks = workers // sp, f"{workers // sp} data-parallel ranks ({workers} workers / "
+        ranks += f"{prefix}.ulysses_sequence_parallel_size={sp})"
+    else:
+        dp, ranks = workers, f"{workers} workers"
+    if mini * n % dp:
         errors.append(
             ConfigFieldError(
                 f"{prefix}.ppo_mini_batch_size",
                 mini,
                 f"a mini-batch of {mini * n} samples (ppo_mini_batch_size * rollout.n) cannot be "
-                f"split evenly over {workers} workers; make it a multiple of {workers}",
+                f"split evenly over {ranks}; make it a multiple of {dp}",
             )
         )
         return errors
-    per_worker, micro = mini * n // workers, section.ppo_micro_batch_size_per_gpu
+    per_worker, micro = mini * n // dp, section.ppo_micro_batch_size_per_gpu
     if micro and not section.use_dynamic_bsz and per_worker % micro:
         errors.append(
             ConfigFieldError(

@@ -16,6 +16,7 @@ from engine.config.actor import (
     OptimConfig,
     batch_problems,
     optim_problems,
+    sequence_parallel_problems,
 )
 from engine.config.fields import (
     _TIMES_DP_HELP,
@@ -29,8 +30,8 @@ from engine.config.fields import (
     _rollout_n,
     _Section,
     _section,
+    _sequence_parallel,
     _target,
-    _ulysses,
 )
 from engine.config.files import model_dir_problems
 from engine.config.unsupported import ProfilerConfig, TiledMLPConfig
@@ -128,7 +129,7 @@ class CriticConfig(_Section):
         gt=0,
         le=MAX_BATCH,
     )
-    ulysses_sequence_parallel_size: int = _ulysses()
+    ulysses_sequence_parallel_size: int = _sequence_parallel("critic.model")
     profiler: ProfilerConfig = _section(ProfilerConfig, "Profiling of the critic.")
 
 
@@ -156,6 +157,7 @@ def critic_problems(v: Validation) -> list[ConfigFieldError]:
     if not critic.enable:
         return errors
     errors += batch_problems(v, "critic")
+    errors += sequence_parallel_problems(v, "critic")
     model_path = v.cfg.actor_rollout_ref.model.path
     if v.check_files and critic.model.path and critic.model.path != model_path:
         errors += model_dir_problems(v, "critic.model.path", critic.model.path)

@@ -143,8 +143,14 @@ class _Section:
 
 _MULTIMODAL = "multimodal data is not supported; use a text-only dataset"
 _NO_ULYSSES = (
-    "Ulysses sequence parallelism is not implemented; keep 1 and lower the sequence length or "
-    "raise the number of ranks"
+    "the reward model's forward is not split over ranks (Ulysses sequence parallelism runs for "
+    "the policy, the reference and the critic); keep 1 and lower the sequence length or raise "
+    "the number of ranks"
+)
+_ULYSSES_ENGINE_COPY = (
+    "this is verl's new-engine copy of the role's key; set the role's own "
+    "ulysses_sequence_parallel_size (actor_rollout_ref.actor., actor_rollout_ref.ref. or critic.) "
+    "and keep 1 here"
 )
 
 
@@ -234,9 +240,22 @@ def _rollout_n() -> Any:
     )
 
 
-def _ulysses() -> Any:
-    """Return a role's ``ulysses_sequence_parallel_size``: only 1 (no sequence parallelism)."""
-    return _refused(1, "Ulysses sequence parallel size.", _NO_ULYSSES)
+def _sequence_parallel(role: str) -> Any:
+    """Return the ``ulysses_sequence_parallel_size`` of a role the engine splits (``role``: its
+    model section's key prefix, e.g. ``actor_rollout_ref.model``)."""
+    return _f(
+        1,
+        "Ulysses sequence parallel size: ranks that split each packed micro-batch along the "
+        "sequence (an all-to-all over the attention heads around attention, as verl); the "
+        f"data-parallel size becomes ranks / this. Needs {role}.use_remove_padding=True and a "
+        "divisor of the ranks and of the model's attention heads.",
+        ge=1,
+    )
+
+
+def _ulysses(why: str = _NO_ULYSSES) -> Any:
+    """Return an ``ulysses_sequence_parallel_size`` the engine does not honour: only 1."""
+    return _refused(1, "Ulysses sequence parallel size.", why)
 
 
 def _section(factory: Any, help: str, *, bounds_when: str | None = None) -> Any:

@@ -73,7 +73,14 @@ class LocalWorkerGroup:
         return self.call_all(role, method, *per_rank_args[0])
 
     def call_split(
-        self, role: str, method: str, data: DataProto, *, pad: bool = True, **kwargs: Any
+        self,
+        role: str,
+        method: str,
+        data: DataProto,
+        *,
+        pad: bool = True,
+        sequence_parallel: int = 1,
+        **kwargs: Any,
     ) -> tuple[list[Any], int]:
         """Call ``role.method`` on the whole batch (one rank: no split, no padding)."""
         return self.call_all(role, method, data, **kwargs), 0

@@ -23,6 +23,10 @@ of a scorer. Two dispatch modes, as verl's:
   repeated from its start), cut into equal contiguous chunks, one per rank; the results are
   concatenated in rank order and the padding dropped. Updates refuse padding instead (a
   repeated row would count twice in the gradient) and need a batch that divides evenly.
+  With Ulysses sequence parallelism (a role's ``ulysses_sequence_parallel_size`` sp > 1) the
+  batch is cut into ranks / sp chunks, each given to the sp consecutive ranks of one
+  sequence-parallel group, and each group's first rank's result is kept (verl's dispatch over its
+  ``(dp, sp)`` mesh).
 - all (``ONE_TO_ALL``): the same call on every rank (state dicts, export).
 
 A training rollout call also runs the reference pass on each rank over the sequences it just
@@ -274,7 +278,14 @@ class WorkerGroup(Protocol):
     def call_each(self, role: str, method: str, per_rank_args: list[tuple]) -> list[Any]: ...
 
     def call_split(
-        self, role: str, method: str, data: DataProto, *, pad: bool = True, **kwargs: Any
+        self,
+        role: str,
+        method: str,
+        data: DataProto,
+        *,
+        pad: bool = True,
+        sequence_parallel: int = 1,
+        **kwargs: Any,
     ) -> tuple[list[Any], int]: ...
 
 
@@ -373,12 +384,24 @@ class RayWorkerGroup:
         return self.dispatch([pack(("call", (role, method, *args), {})) for args in per_rank_args])
 
     def call_split(
-        self, role: str, method: str, data: DataProto, *, pad: bool = True, **kwargs: Any
+        self,
+        role: str,
+        method: str,
+        data: DataProto,
+        *,
+        pad: bool = True,
+        sequence_parallel: int = 1,
+        **kwargs: Any,
     ) -> tuple[list[Any], int]:
-        """Give each rank its chunk of ``data`` (DP_COMPUTE_PROTO); return results and padding."""
-        chunks, pad_size = split_batch(data, self.world_size, pad=pad)
+        """Give each rank its chunk of ``data`` (DP_COMPUTE_PROTO); return results and padding.
+
+        ``sequence_parallel`` (sp): one chunk per group of sp consecutive ranks, all of which
+        get it; the results are the groups' first ranks'.
+        """
+        chunks, pad_size = split_batch(data, self.world_size // sequence_parallel, pad=pad)
         requests = [pack(("call", (role, method, chunk), kwargs)) for chunk in chunks]
-        return self.dispatch(requests), pad_size
+        replies = self.dispatch([r for r in requests for _ in range(sequence_parallel)])
+        return replies[::sequence_parallel], pad_size
 
     def dispatch(self, requests: list[bytes]) -> list[Any]:
         """Send packed request ``i`` to rank ``i`` over the direct channel (or through Ray when it
@@ -496,6 +519,10 @@ class ActorRolloutRefGroup(_RoleOnGroup):
         self.need_ref = need_ref
         # The reference pass over the last training rollout, computed in the rollout call.
         self.pending_ref: tuple[torch.Tensor, DataProto] | None = None
+        arr = config.actor_rollout_ref
+        # Ulysses: ranks per sequence of the update / log-prob passes and of the reference's.
+        self.actor_sp = arr.actor.ulysses_sequence_parallel_size
+        self.ref_sp = arr.ref.ulysses_sequence_parallel_size
         group.execute_all(
             "build_role", self.role, config, total_steps=total_steps, need_ref=need_ref
         )
@@ -508,7 +535,9 @@ class ActorRolloutRefGroup(_RoleOnGroup):
         on the controller needs it before then, and every call to the ranks costs milliseconds
         of dispatch and wake-up); :meth:`compute_ref_log_prob` hands that result out.
         """
-        with_ref = self.need_ref and not validate
+        # A split reference runs one group's rows on every rank of the group: not the rows each
+        # rank just sampled, so it gets its own call.
+        with_ref = self.need_ref and not validate and self.ref_sp == 1
         # A single-turn rollout reads the prompt tensors only; multi-turn reads the messages too.
         multi_turn = self.config.actor_rollout_ref.rollout.multi_turn.enable
         outputs, pad = self.group.call_split(
@@ -534,7 +563,9 @@ class ActorRolloutRefGroup(_RoleOnGroup):
 
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """Return ``old_log_probs`` and ``entropys`` (bs, R)."""
-        outputs = self.group.call_split(self.role, "compute_log_prob", tensors_only(data))
+        outputs = self.group.call_split(
+            self.role, "compute_log_prob", tensors_only(data), sequence_parallel=self.actor_sp
+        )
         return gather_batches(*outputs)
 
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
@@ -543,13 +574,21 @@ class ActorRolloutRefGroup(_RoleOnGroup):
         pending, self.pending_ref = self.pending_ref, None
         if pending is not None and torch.equal(pending[0], data.batch["input_ids"]):
             return pending[1]
-        outputs = self.group.call_split(self.role, "compute_ref_log_prob", tensors_only(data))
+        outputs = self.group.call_split(
+            self.role, "compute_ref_log_prob", tensors_only(data), sequence_parallel=self.ref_sp
+        )
         return gather_batches(*outputs)
 
     def update_actor(self, data: DataProto) -> dict[str, float]:
         """Update the sharded policy on the whole batch; return metrics reduced over ranks as
         verl does (``engine.perf.reduce_rank_metrics``)."""
-        outputs, _ = self.group.call_split(self.role, "update_actor", tensors_only(data), pad=False)
+        outputs, _ = self.group.call_split(
+            self.role,
+            "update_actor",
+            tensors_only(data),
+            pad=False,
+            sequence_parallel=self.actor_sp,
+        )
         return reduce_rank_metrics(outputs)
 
     def full_state_dict(self) -> dict[str, Any]:
@@ -568,17 +607,20 @@ class CriticGroup(_RoleOnGroup):
 
     def __init__(self, group: WorkerGroup, config: PPOConfig, *, total_steps: int) -> None:
         self.group = group
+        self.sp = config.critic.ulysses_sequence_parallel_size  # ranks per sequence
         group.execute_all("build_role", self.role, config, total_steps=total_steps)
 
     def compute_values(self, data: DataProto) -> DataProto:
         """Return ``values`` (bs, R)."""
-        outputs = self.group.call_split(self.role, "compute_values", tensors_only(data))
+        outputs = self.group.call_split(
+            self.role, "compute_values", tensors_only(data), sequence_parallel=self.sp
+        )
         return gather_batches(*outputs)
 
     def update_critic(self, data: DataProto) -> dict[str, float]:
         """Update the sharded value model; return metrics reduced over ranks as verl does."""
         outputs, _ = self.group.call_split(
-            self.role, "update_critic", tensors_only(data), pad=False
+            self.role, "update_critic", tensors_only(data), pad=False, sequence_parallel=self.sp
         )
         return reduce_rank_metrics(outputs)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -48,6 +49,7 @@ from engine.roles.batch_sizes import epoch_batches, global_batch
 from engine.roles.optim import finish_update, optimizer_step
 from engine.roles.packing import packed_response_logits
 from engine.roles.seqlen_balancing import length_buckets, restore_order, split_micro_batches
+from engine.roles.ulysses import SequenceParallel, use_ulysses_attention
 from engine.rollout.sampling import new_kv_cache, shared_prompts, trim_left_padding, with_cache
 
 if TYPE_CHECKING:
@@ -248,6 +250,8 @@ class PolicyActor:
 
     ``remove_padding`` (``model.use_remove_padding``) runs each micro-batch packed into one row
     (``engine.roles.packing``) instead of :func:`response_logits`' padded buckets.
+    ``sequence_parallel`` (``ulysses_sequence_parallel_size`` > 1, packed rows only) splits that
+    row over the group's ranks (``engine.roles.ulysses``), which hold the same micro-batches.
     """
 
     def __init__(
@@ -258,13 +262,25 @@ class PolicyActor:
         lr_scheduler: Any = None,
         *,
         remove_padding: bool = False,
+        sequence_parallel: SequenceParallel | None = None,
     ) -> None:
         self.model = model
         self.config = actor_config
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
         self.remove_padding = remove_padding
-        self.forward = packed_response_logits if remove_padding else response_logits
+        self.forward: Any = packed_response_logits if remove_padding else response_logits
+        self.sequence_parallel_size = 1
+        if sequence_parallel is not None:
+            if not remove_padding:
+                raise ValueError(
+                    "Ulysses sequence parallelism splits packed rows: set "
+                    "actor_rollout_ref.model.use_remove_padding=True with "
+                    "ulysses_sequence_parallel_size > 1"
+                )
+            use_ulysses_attention(model)
+            self.forward = partial(packed_response_logits, sequence_parallel=sequence_parallel)
+            self.sequence_parallel_size = sequence_parallel.size
 
     def compute_log_prob(
         self,
@@ -379,6 +395,7 @@ class PolicyActor:
                     mini.batch["response_mask"],
                     loss_scale_factor=None,
                     norm_times_dp=cfg.seq_mean_token_sum_norm_times_dp,
+                    sequence_parallel_size=self.sequence_parallel_size,
                 )
                 totals: dict[str, float] = defaultdict(float)
                 for micro in micros:

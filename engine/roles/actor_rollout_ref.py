@@ -31,6 +31,7 @@ from engine.roles.model_loading import (
 )
 from engine.roles.optim import build_lr_scheduler, build_optimizer
 from engine.roles.protocols import RolloutEngine
+from engine.roles.ulysses import sequence_parallel_group
 from engine.rollout import get_rollout_builder
 from engine.rollout.multi_turn import MultiTurnRollout
 
@@ -131,12 +132,23 @@ class ActorRolloutRefWorker:
             shard(self)
         optimizer = build_optimizer(self.model.parameters(), arr.actor.optim)
         scheduler = build_lr_scheduler(optimizer, arr.actor.optim, total_steps)
+        # Ulysses: groups of ranks that split each sequence (every rank creates every group).
+        key = "actor_rollout_ref.{}.ulysses_sequence_parallel_size"
+        sp = sequence_parallel_group(
+            arr.actor.ulysses_sequence_parallel_size, key.format("actor"), self.model.config
+        )
+        self.ref_sequence_parallel = sp
+        if arr.ref.ulysses_sequence_parallel_size != arr.actor.ulysses_sequence_parallel_size:
+            self.ref_sequence_parallel = sequence_parallel_group(
+                arr.ref.ulysses_sequence_parallel_size, key.format("ref"), self.model.config
+            )
         self.actor = PolicyActor(
             self.model,
             arr.actor,
             optimizer,
             scheduler,
             remove_padding=arr.model.use_remove_padding,
+            sequence_parallel=sp,
         )
         served = arr.rollout.name in ("vllm", "sglang")  # engines that load the model themselves
         model_path = resolve_path(arr.model.path) if served else None
@@ -162,7 +174,7 @@ class ActorRolloutRefWorker:
         n = arr.rollout.n
         self.mini_batch_size = per_rank_size(
             arr.actor.ppo_mini_batch_size * n,
-            world_size,
+            world_size // arr.actor.ulysses_sequence_parallel_size,  # the data-parallel ranks
             "actor_rollout_ref.actor.ppo_mini_batch_size",
         )
         self.micro_batch_size = micro_size(
@@ -233,7 +245,10 @@ class ActorRolloutRefWorker:
         if ref_model is None:
             raise RuntimeError("no reference policy: enable use_kl_loss or use_kl_in_reward")
         ref = PolicyActor(
-            ref_model, self.config.actor_rollout_ref.actor, remove_padding=self.actor.remove_padding
+            ref_model,
+            self.config.actor_rollout_ref.actor,
+            remove_padding=self.actor.remove_padding,
+            sequence_parallel=self.ref_sequence_parallel,
         )
         with adapter_disabled(self.model) if lora_ref else nullcontext():
             log_probs, _ = ref.compute_log_prob(

@@ -50,22 +50,29 @@ def data_parallel_size() -> int:
 
 
 def global_batch(
-    response_mask: torch.Tensor, loss_scale_factor: float | None, norm_times_dp: bool = False
+    response_mask: torch.Tensor,
+    loss_scale_factor: float | None,
+    norm_times_dp: bool = False,
+    sequence_parallel_size: int = 1,
 ) -> GlobalBatch:
     """Return the mini-batch's counts for :func:`~engine.algorithms.loss_aggregation.agg_loss`.
 
     ``response_mask`` (bs, R) is this rank's whole mini-batch; its valid tokens and the rows with
     one are summed over the data-parallel ranks with one all-reduce when there are several (as
     verl's FSDP engine sums ``batch_num_tokens``); one rank's counts are its own.
-    ``norm_times_dp``: the role's ``seq_mean_token_sum_norm_times_dp``.
+    ``norm_times_dp``: the role's ``seq_mean_token_sum_norm_times_dp``. With Ulysses
+    (``sequence_parallel_size`` > 1) the ranks of a sequence-parallel group hold the same
+    mini-batch: the data-parallel size is ranks / sequence_parallel_size and each group's counts
+    are counted once.
     """
     counts = torch.stack(
         [response_mask.sum(), (response_mask.sum(-1) > 0).sum()]
     ).double()  # (2,) tokens, sequences
-    dp_size = data_parallel_size()
-    if dp_size > 1:
+    world = data_parallel_size()
+    if world > 1:
         dist.all_reduce(counts, op=dist.ReduceOp.SUM)
-    tokens, sequences = counts.tolist()
+    dp_size = world // sequence_parallel_size
+    tokens, sequences = (counts / sequence_parallel_size).tolist()
     return GlobalBatch(tokens, sequences, dp_size, loss_scale_factor, norm_times_dp)
 
 

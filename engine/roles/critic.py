@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,11 @@ from engine.roles.optim import (
 )
 from engine.roles.packing import packed_response_values
 from engine.roles.seqlen_balancing import restore_order, split_micro_batches
+from engine.roles.ulysses import (
+    SequenceParallel,
+    sequence_parallel_group,
+    use_ulysses_attention,
+)
 
 if TYPE_CHECKING:
     from engine.config import CriticConfig, PPOConfig
@@ -50,7 +56,8 @@ class ValueCritic:
     """Compute values and update a value model with the clipped value loss.
 
     ``remove_padding`` (``critic.model.use_remove_padding``) runs each micro-batch packed into
-    one row (``engine.roles.packing``).
+    one row (``engine.roles.packing``); ``sequence_parallel`` splits that row over the group's
+    ranks (``critic.ulysses_sequence_parallel_size``, ``engine.roles.ulysses``).
     """
 
     def __init__(
@@ -61,12 +68,24 @@ class ValueCritic:
         lr_scheduler: Any = None,
         *,
         remove_padding: bool = False,
+        sequence_parallel: SequenceParallel | None = None,
     ) -> None:
         self.model = model
         self.config = critic_config
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
-        self.forward = packed_response_values if remove_padding else response_values
+        self.forward: Any = packed_response_values if remove_padding else response_values
+        self.sequence_parallel_size = 1
+        if sequence_parallel is not None:
+            if not remove_padding:
+                raise ValueError(
+                    "Ulysses sequence parallelism splits packed rows: set "
+                    "critic.model.use_remove_padding=True with "
+                    "critic.ulysses_sequence_parallel_size > 1"
+                )
+            use_ulysses_attention(model)
+            self.forward = partial(packed_response_values, sequence_parallel=sequence_parallel)
+            self.sequence_parallel_size = sequence_parallel.size
 
     @torch.no_grad()
     def compute_values(
@@ -112,6 +131,7 @@ class ValueCritic:
                     mini.batch["response_mask"],
                     loss_scale_factor=None,
                     norm_times_dp=cfg.seq_mean_token_sum_norm_times_dp,
+                    sequence_parallel_size=self.sequence_parallel_size,
                 )
                 vf_loss_total = 0.0
                 for micro in micros:
@@ -163,12 +183,16 @@ class CriticWorker:
             shard(self.model)
         optimizer = build_optimizer(self.model.parameters(), critic_config.optim)
         scheduler = build_lr_scheduler(optimizer, critic_config.optim, total_steps)
+        sp_size = critic_config.ulysses_sequence_parallel_size
         self.critic = ValueCritic(
             self.model,
             critic_config,
             optimizer,
             scheduler,
             remove_padding=critic_config.model.use_remove_padding,
+            sequence_parallel=sequence_parallel_group(
+                sp_size, "critic.ulysses_sequence_parallel_size", self.model.config
+            ),
         )
         n = config.actor_rollout_ref.rollout.n
         if critic_config.ppo_mini_batch_size is None:
@@ -177,7 +201,9 @@ class CriticWorker:
                 "(resolve_config) so it takes actor_rollout_ref.actor.ppo_mini_batch_size"
             )
         self.mini_batch_size = per_rank_size(
-            critic_config.ppo_mini_batch_size * n, world_size, "critic.ppo_mini_batch_size"
+            critic_config.ppo_mini_batch_size * n,
+            world_size // sp_size,  # the data-parallel ranks
+            "critic.ppo_mini_batch_size",
         )
         self.micro_batch_size = micro_size(
             critic_config.ppo_micro_batch_size_per_gpu, self.mini_batch_size

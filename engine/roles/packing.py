@@ -28,6 +28,11 @@ prompt is packed once, as the padded path's shared prompt pass computes it once:
 row runs first and keeps its keys and values, then the responses' row attends to them through
 :class:`PrefixAttention`, so a group of n samples costs one prompt, not n.
 
+With Ulysses sequence parallelism (``ulysses_sequence_parallel_size`` > 1,
+``engine.roles.ulysses``) the packed row is split along the sequence over the group's ranks:
+each runs the dense layers on its slice and attention on all tokens of its share of the heads;
+prompts are then not shared.
+
 Only the positions that predict a response token reach the LM head (or the value head); the
 outputs come back as ``(bs, R, ...)`` with zeros where no response token is predicted, which every
 loss masks. They equal the padded path's within float rounding
@@ -44,6 +49,7 @@ import torch.nn.functional as F
 
 from engine.llama_forward import LlamaForward, checkpointing
 from engine.roles.seqlen_balancing import length_buckets
+from engine.roles.ulysses import SequenceParallel, SplitRow, UlyssesAttention, gather_sequence
 from engine.rollout.sampling import shared_prompts
 
 
@@ -365,23 +371,53 @@ def _module_forward(model: torch.nn.Module, packed: Packed, **kwargs: Any) -> An
     )
 
 
+def _split_forward(
+    model: torch.nn.Module,
+    runner: LlamaForward | None,
+    packed: Packed,
+    predictors: torch.Tensor,
+    sp: SequenceParallel,
+) -> torch.Tensor:
+    """Run the packed row split over the sequence-parallel group (``engine.roles.ulysses``);
+    return the head's outputs at ``predictors`` (N,): logits (N, V), or a value model's (N, 1).
+
+    The lean runner gathers its final hidden states and runs the LM head on the predictors only;
+    a model's own forward (its attention set to ``"ulysses"``) gathers its head's outputs.
+    """
+    split = SplitRow(packed.input_ids, packed.position_ids, packed.seqlens, sp)
+    attend = UlyssesAttention(VarlenAttention(split.seqlens, split.cu_seqlens), sp)
+    if runner is not None:
+        hidden, _ = runner.forward(split.input_ids, split.position_ids, None, attend=attend)
+        return runner.logits(gather_sequence(hidden, sp)[0, predictors])  # (N, V)
+    out = model(
+        input_ids=split.input_ids,  # (1, T / sp)
+        attention_mask=None,
+        position_ids=split.position_ids,
+        use_cache=False,
+        ulysses_attend=attend,
+    ).logits  # (1, T / sp, V or 1)
+    return gather_sequence(out, sp)[0, predictors]
+
+
 def packed_response_logits(
     model: torch.nn.Module,
     batch: dict[str, torch.Tensor],
     temperature: float = 1.0,
     *,
     lean: bool = True,
+    sequence_parallel: SequenceParallel | None = None,
 ) -> torch.Tensor:
     """Return the logits (bs, R, V) that predict each response token, from one packed row.
 
     As :func:`engine.roles.actor.response_logits` (divided by temperature, fp32 under half
-    precision); positions without a response token hold zeros.
+    precision); positions without a response token hold zeros. ``sequence_parallel``: the row is
+    split over that group (Ulysses), every rank of it returning the whole micro-batch's logits.
     """
     attention_mask = batch["attention_mask"]  # (bs, P + R)
     bs, response_length = batch["responses"].shape
     runner = LlamaForward.build(model) if lean else None
     groups = None
-    if runner is not None and not checkpointing(model):  # as response_logits shares prompts
+    if runner is not None and not checkpointing(model) and sequence_parallel is None:
         prompt_length = attention_mask.shape[-1] - response_length
         groups = shared_prompts(
             batch["input_ids"][:, :prompt_length], attention_mask[:, :prompt_length]
@@ -393,7 +429,9 @@ def packed_response_logits(
     else:
         packed = pack(batch["input_ids"], attention_mask, batch["position_ids"])
         rows, cols, predictors = _predictors(packed, attention_mask, response_length)  # (N,)
-        if runner is None:
+        if sequence_parallel is not None:
+            picked = _split_forward(model, runner, packed, predictors, sequence_parallel)
+        elif runner is None:
             picked = _module_forward(model, packed, logits_to_keep=predictors).logits[0]  # (N, V)
         else:
             attend = VarlenAttention(packed.seqlens, packed.cu_seqlens)
@@ -406,17 +444,25 @@ def packed_response_logits(
     return logits / temperature if temperature and temperature != 1.0 else logits
 
 
-def packed_response_values(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+def packed_response_values(
+    model: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    *,
+    sequence_parallel: SequenceParallel | None = None,
+) -> torch.Tensor:
     """Return the values (bs, R) at the positions that predict each response token, packed.
 
     As :func:`engine.roles.critic.response_values`; positions without a response token hold
-    zeros.
+    zeros. ``sequence_parallel``: the row is split over that group, as for the logits.
     """
     attention_mask = batch["attention_mask"]
     bs, response_length = batch["responses"].shape
     packed = pack(batch["input_ids"], attention_mask, batch["position_ids"])
     rows, cols, predictors = _predictors(packed, attention_mask, response_length)
-    picked = _module_forward(model, packed).logits[0, predictors, 0]  # (N,)
+    if sequence_parallel is not None:
+        picked = _split_forward(model, None, packed, predictors, sequence_parallel)[:, 0]  # (N,)
+    else:
+        picked = _module_forward(model, packed).logits[0, predictors, 0]  # (N,)
     if picked.dtype in (torch.float16, torch.bfloat16):
         picked = picked.float()
     return picked.new_zeros(bs, response_length).index_put((rows, cols), picked)  # (bs, R)

@@ -377,9 +377,11 @@ class PPOTrainer:
 
     @property
     def dp_size(self) -> int:
-        """Return the policy's data-parallel ranks (the worker group's size, else one)."""
+        """Return the policy's data-parallel ranks (the worker group's size over the actor's
+        ``ulysses_sequence_parallel_size``, else one)."""
         group = getattr(self.arr, "group", None)
-        return group.world_size if group is not None else 1
+        sp = self.config.actor_rollout_ref.actor.ulysses_sequence_parallel_size
+        return group.world_size // sp if group is not None else 1
 
     def balance_batch(self, batch: DataProto, metrics: dict[str, float]) -> torch.Tensor | None:
         """Reorder ``batch`` in place so each rank's share holds nearly equal work (verl's

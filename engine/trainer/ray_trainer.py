@@ -66,19 +66,26 @@ def default_mapping(config: PPOConfig) -> dict[str, str]:
 
 
 def check_batch_split(config: PPOConfig, world_size: int, *, use_critic: bool) -> None:
-    """Raise ValueError unless every update batch splits evenly over ``world_size`` ranks."""
+    """Raise ValueError unless every update batch splits evenly over ``world_size`` ranks: the
+    whole batch over all of them, a mini-batch over the role's data-parallel ranks (the ranks /
+    its ``ulysses_sequence_parallel_size``)."""
     n = config.actor_rollout_ref.rollout.n
-    sizes = {
-        "data.train_batch_size": config.data.train_batch_size,
+    actor = config.actor_rollout_ref.actor
+    sizes = {  # key: (size, data-parallel ranks)
+        "data.train_batch_size": (config.data.train_batch_size, world_size),
         "actor_rollout_ref.actor.ppo_mini_batch_size": (
-            config.actor_rollout_ref.actor.ppo_mini_batch_size
+            actor.ppo_mini_batch_size,
+            world_size // actor.ulysses_sequence_parallel_size,
         ),
     }
     if use_critic:
         key = "critic.ppo_mini_batch_size"
-        sizes[key] = resolved(config.critic.ppo_mini_batch_size, key)
-    for key, size in sizes.items():
-        per_rank_size(size * n, world_size, key)
+        sizes[key] = (
+            resolved(config.critic.ppo_mini_batch_size, key),
+            world_size // config.critic.ulysses_sequence_parallel_size,
+        )
+    for key, (size, ranks) in sizes.items():
+        per_rank_size(size * n, ranks, key)
 
 
 class RayPPOTrainer(PPOTrainer):

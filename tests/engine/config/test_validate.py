@@ -129,6 +129,77 @@ def test_micro_batch_divides_per_worker_mini_batch():
     )
 
 
+ULYSSES_KEYS = [
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+    "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+    "critic.ulysses_sequence_parallel_size",
+]
+
+
+def test_ulysses_size_divides_the_ranks_and_needs_packed_rows():
+    packed = [
+        "actor_rollout_ref.model.use_remove_padding=True",
+        "critic.model.use_remove_padding=True",
+    ]
+    on_four = ["trainer.n_gpus_per_node=4", *packed]
+    assert problems([*on_four, *(f"{key}=2" for key in ULYSSES_KEYS)], preset="ppo_tiny") == {}
+    found = problems([*on_four, *(f"{key}=3" for key in ULYSSES_KEYS)], preset="ppo_tiny")
+    for key in ULYSSES_KEYS:
+        assert found[key] == (
+            "must divide the 4 ranks (trainer.nnodes x trainer.n_gpus_per_node), whose "
+            "data-parallel size is ranks / it; use one of [1, 2, 4] (1: off) or more ranks"
+        )
+    found = problems(
+        ["trainer.n_gpus_per_node=2", *(f"{key}=2" for key in ULYSSES_KEYS)], preset="ppo_tiny"
+    )
+    assert found == {
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size": (
+            "splits packed rows only: set actor_rollout_ref.model.use_remove_padding=True (verl "
+            "asks the same), or keep 1"
+        ),
+        "actor_rollout_ref.ref.ulysses_sequence_parallel_size": (
+            "splits packed rows only: set actor_rollout_ref.model.use_remove_padding=True (verl "
+            "asks the same), or keep 1"
+        ),
+        "critic.ulysses_sequence_parallel_size": (
+            "splits packed rows only: set critic.model.use_remove_padding=True (verl asks the "
+            "same), or keep 1"
+        ),
+    }
+    found = problems(["actor_rollout_ref.actor.ulysses_sequence_parallel_size=0"])
+    assert "actor_rollout_ref.actor.ulysses_sequence_parallel_size" in found
+
+
+def test_with_ulysses_a_mini_batch_is_split_over_the_data_parallel_ranks():
+    # 4 workers, sequences split over 2: 2 data-parallel ranks, each with half a mini-batch.
+    split = [
+        "trainer.n_gpus_per_node=4",
+        "data.train_batch_size=4",
+        "actor_rollout_ref.model.use_remove_padding=True",
+        "critic.model.use_remove_padding=True",
+        *(f"{key}=2" for key in ULYSSES_KEYS),
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        "critic.ppo_micro_batch_size_per_gpu=1",
+    ]
+    mini = "actor_rollout_ref.actor.ppo_mini_batch_size"
+    assert problems([*split, f"{mini}=2"], preset="ppo_tiny") == {}
+    found = problems([*split, f"{mini}=1"], preset="ppo_tiny")
+    assert found[mini] == (
+        "a mini-batch of 1 samples (ppo_mini_batch_size * rollout.n) cannot be split evenly over "
+        "2 data-parallel ranks (4 workers / actor_rollout_ref.actor.ulysses_sequence_parallel_size"
+        "=2); make it a multiple of 2"
+    )
+    found = problems(
+        [*split, f"{mini}=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"],
+        preset="ppo_tiny",
+    )
+    assert found == {
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": (
+            "each worker's mini-batch has 1 samples, not a multiple of 2; use a divisor of 1"
+        )
+    }
+
+
 def test_critic_micro_batch_checked_when_critic_runs():
     found = problems(["critic.ppo_micro_batch_size_per_gpu=3"], preset="ppo_tiny")
     assert "8 samples, not a multiple of 3" in found["critic.ppo_micro_batch_size_per_gpu"]

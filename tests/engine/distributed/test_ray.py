@@ -485,3 +485,39 @@ def test_offload_on_cpu_ranks_fails_before_any_actor_starts(ray_session, assets,
     )
     with pytest.raises(ValueError, match="param_offload=True: offload is unavailable on a CPU"):
         RayPPOTrainer(config)
+
+
+def test_ulysses_splits_policy_reference_and_critic_over_two_ranks_as_two_data_ranks(
+    ray_session, assets, tmp_path
+):
+    """One PPO step with every role's sequences split over both ranks (sp 2, dp 1) reports the
+    numbers of the same step with one sequence per rank (sp 1, dp 2): same rollouts, and the
+    losses and gradients are the mini-batch's however it is laid out."""
+    steps = {}
+    for sp in (1, 2):
+        recorder = ListRecorder()
+        config = ray_config(
+            assets,
+            tmp_path / f"sp{sp}",
+            "ppo_tiny",
+            "actor_rollout_ref.rollout.n=2",
+            "trainer.total_training_steps=1",
+            "trainer.val_before_train=False",
+            "trainer.test_freq=-1",
+            "actor_rollout_ref.model.use_remove_padding=True",
+            "critic.model.use_remove_padding=True",
+            f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp}",
+            f"actor_rollout_ref.ref.ulysses_sequence_parallel_size={sp}",
+            f"critic.ulysses_sequence_parallel_size={sp}",
+        )
+        assert run_training(config, recorder) == "succeeded"
+        steps[sp] = recorder.steps[1]
+    for key in (
+        "actor/pg_loss",
+        "actor/entropy",
+        "actor/grad_norm",
+        "critic/values/mean",
+        "critic/returns/mean",
+        "actor/reward_kl_penalty",
+    ):
+        assert steps[2][key] == pytest.approx(steps[1][key], rel=1e-4, abs=1e-6), key
