@@ -1,8 +1,17 @@
 // Run comparison: the same metric panels with one colour per run, each run on its own socket,
 // so the live ones keep moving. Panels are the union of every run's metric names, or the panel
 // keys the section's data-panels lists (the sweep page overlays the reward only).
-import {ChartGrid, SeriesStore, followRun} from "./charts.js";
+//
+// A run group (data-compare-group) is drawn as its mean in a band, from the server's band series
+// (webapp/runs/bands.py): the score series first, then the rest. While members run, the page
+// follows each running member's socket from its last step (no backlog) and, when a member
+// records steps, fetches the band again, at most once every GROUP_RELOAD_MS: the band of a step
+// changes as each member reaches it, so it is recomputed on the server rather than patched here.
+import {ChartGrid, RunStream, SeriesStore, followRun, showConnection} from "./charts.js";
 import {colourAt} from "./palette.js";
+
+const GROUP_RELOAD_MS = 2000;
+const HEADLINE = ["critic/score/mean", "critic/score/max", "critic/score/min", "critic/rewards/mean", "critic/rewards/max", "critic/rewards/min"];
 
 function start() {
   const root = document.getElementById("compare-live");
@@ -18,9 +27,29 @@ function start() {
     const swatch = run.node.querySelector(".swatch");
     if (swatch) swatch.style.background = run.color;
   }
+  const groups = [...root.querySelectorAll("[data-compare-group]")].map((node, i) => {
+    const runIds = node.dataset.runs.split(",").filter(Boolean).map(Number);
+    return {
+      id: `group:${node.dataset.compareGroup}`,
+      label: node.dataset.label,
+      color: colourAt(runs.length + i),
+      store: new SeriesStore(),
+      band: true,
+      members: node.dataset.members,
+      count: runIds.length,
+      runIds,
+      seriesUrl: root.dataset.groupSeriesUrl,
+      seriesParams: runIds.map((id) => ["run", id]),
+      node,
+    };
+  });
+  for (const group of groups) {
+    const swatch = group.node.querySelector(".swatch");
+    if (swatch) swatch.style.background = group.color;
+  }
   const only = root.dataset.panels ? new Set(root.dataset.panels.split(",")) : null;
   const grid = new ChartGrid(root, {
-    sources: runs,
+    sources: [...runs, ...groups],
     seriesUrl: (id) => root.dataset.seriesUrlTemplate.replace("/0/", `/${id}/`),
     pngName: `compare-${runs.map((r) => r.id).join("-")}`,
   });
@@ -30,6 +59,9 @@ function start() {
     grid.addPanels = (panels) => addPanels(panels.filter((p) => only.has(p.key)));
   }
   window.postTrainCharts = grid;
+  const band = root.querySelector("[name=band]");
+  if (band) band.addEventListener("change", () => { grid.options.band = band.value; grid.redrawAll(); });
+  for (const group of groups) followGroup(grid, group, {alone: !runs.length});
   for (const run of runs) {
     followRun(grid, run.id, {
       onStatus: (state) => {
@@ -40,6 +72,47 @@ function start() {
         }
       },
     });
+  }
+}
+
+// Draw a group's band (the score first), then follow its running members' sockets.
+async function followGroup(grid, group, {alone}) {
+  const load = async (names) => {
+    const result = await grid.fetchSeries(group.id, names, null, null);
+    grid.setSeries(group.id, result.panels, result.series, result.last_step);
+    document.dispatchEvent(new CustomEvent("run-live:group", {detail: {group: group.id, last_step: result.last_step}}));
+    return result;
+  };
+  try {
+    await load(HEADLINE);
+    await load([]);
+    if (alone) showConnection(grid.root, "live");
+  } catch (error) {
+    console.warn(error);
+    if (alone) showConnection(grid.root, "reconnecting", "could not read the group");
+  }
+  let timer = null;
+  const reload = () => {
+    if (timer) return;
+    timer = setTimeout(async () => {
+      try {
+        await load([]);
+      } catch (error) {
+        console.warn(error);
+      } finally {
+        timer = null;
+      }
+    }, GROUP_RELOAD_MS);
+  };
+  for (const member of (group.node.dataset.active || "").split(",").filter(Boolean)) {
+    const [id, step] = member.split(":").map(Number);
+    const stream = new RunStream(id, {
+      since: step,
+      onMessage: (message) => {
+        if (message.type === "metrics" || message.type === "status") reload();
+      },
+    });
+    stream.open();
   }
 }
 

@@ -58,7 +58,8 @@ MAX_METRIC_COLUMNS = 12
 MAX_CONFIG_COLUMNS = 8
 # The parameters that choose the columns (what a member's visits keep), and all of them.
 COLUMN_PARAMS = ("metric", "col", "sort")
-KNOWN_PARAMS = frozenset({"metric", "col", "sort", "tag", "status", "config"})
+# "group" is read by the view (webapp.runs.groups), not by the table query.
+KNOWN_PARAMS = frozenset({"metric", "col", "sort", "tag", "status", "config", "group"})
 MAX_ROWS = 500
 # Name fragments of metrics where lower is better (the default direction of "best").
 LOWER_IS_BETTER = ("loss", "kl", "timing", "grad_norm")
