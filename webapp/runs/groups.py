@@ -81,7 +81,8 @@ class RunGroup:
     @property
     def members_text(self) -> str:
         """Return the members as the hover lists them: ``#3 (seed 1), #4 (seed 2)``."""
-        return ", ".join(f"#{run.pk}{_varied_text(self, run)}" for run in self.runs)
+        ordered = sorted(self.runs, key=lambda run: run.pk)
+        return ", ".join(f"#{run.pk}{_varied_text(self, run)}" for run in ordered)
 
 
 def _varied_text(group: RunGroup, run: Run) -> str:
