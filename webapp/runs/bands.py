@@ -135,8 +135,8 @@ def group_metric_series(
     if step_min is not None and step_max is not None and step_min > step_max:
         raise ValueError(f"from={step_min} is after to={step_max}; swap them")
     histories = [run_history(run_id=run_id) for run_id in run_ids]
-    if names is None:
-        names = sorted({name for history in histories for name in _metric_names(history)})
+    if names is None:  # one query over every member's history
+        names = _metric_names([segment for history in histories for segment in history])
     else:
         names = list(dict.fromkeys(names))
     tables = [_table(history, names, step_min, step_max) for history in histories]

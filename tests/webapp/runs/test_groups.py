@@ -241,3 +241,46 @@ def test_runs_table_groups_rows_by_seed_or_a_key(client_in, owner):
     bad = client_in.get(reverse("runs:list"), {"group": "no such key!"}, follow=True)
     assert bad.status_code == 400
     assert "is not a config key" in bad.content.decode()
+
+
+def test_sweep_page_groups_its_members_by_seed_or_a_swept_key(client_in, owner):
+    from webapp.sweeps.models import Sweep, SweepMember
+
+    experiment = make_experiment(owner)
+    sweep = Sweep.objects.create(
+        owner=owner,
+        experiment=experiment,
+        name="lr x seed",
+        spec={"mode": "grid", "params": {}},
+        keys=["trainer.seed", LR],
+        concurrency=1,
+    )
+    runs = {}
+    for index, (seed, lr) in enumerate(((1, 0.1), (2, 0.1), (1, 0.2), (2, 0.2)), 1):
+        run = config_run(
+            owner, experiment, index, trainer__seed=seed, actor_rollout_ref__actor__optim__lr=lr
+        )
+        SweepMember.objects.create(
+            sweep=sweep, index=index, run=run, values={"trainer.seed": seed, LR: lr}
+        )
+        runs[seed, lr] = run.pk
+
+    page = client_in.get(sweep.get_absolute_url(), {"group": "seed"})
+    groups = page.context["overlay_groups"]
+    assert [sorted(g.run_ids) for g in groups] == [
+        sorted([runs[1, 0.1], runs[2, 0.1]]),
+        sorted([runs[1, 0.2], runs[2, 0.2]]),
+    ]
+    assert page.context["overlay"] == []
+    html = page.content.decode()
+    assert all(f'data-compare-group="{g.token}"' in html for g in groups)
+
+    by_lr = client_in.get(sweep.get_absolute_url(), {"group": LR}).context["overlay_groups"]
+    assert [sorted(g.run_ids) for g in by_lr] == [
+        sorted([runs[1, 0.1], runs[1, 0.2]]),
+        sorted([runs[2, 0.1], runs[2, 0.2]]),
+    ]
+    ungrouped = client_in.get(sweep.get_absolute_url())
+    assert ungrouped.context["overlay_groups"] == [] and len(ungrouped.context["overlay"]) == 4
+    bad = client_in.get(sweep.get_absolute_url(), {"group": "x;y"}, follow=True)
+    assert "is not a config key" in bad.content.decode()
