@@ -431,6 +431,8 @@ def _table_params(query: RunTableQuery, **changes: Any) -> QueryDict:
     params.setlist("metric", [m.param for m in metrics] or [""])
     params.setlist("col", [c.key for c in changes.get("columns", query.columns)])
     params["sort"] = changes.get("sort", query.sort_param)
+    if query.group:
+        params["group"] = query.group
     if changes.get("filters", True):
         params.setlist("tag", list(query.tags))
         params.setlist("status", list(query.statuses))
@@ -486,7 +488,7 @@ def run_table_view(request: HttpRequest) -> HttpResponse:
     rows, total = run_table(user=request.user, query=query)
     table_rows = [(row, row.cells(query.metrics), row.config_cells(query.columns)) for row in rows]
     # Each row with the group it opens or belongs to ("group by"), None when ungrouped.
-    group_by, grouped = request.GET.get("group", "").strip(), None
+    group_by, grouped = query.group, None
     marked = [(*row, None) for row in table_rows]
     if group_by:
         try:

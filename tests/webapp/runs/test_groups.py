@@ -284,3 +284,12 @@ def test_sweep_page_groups_its_members_by_seed_or_a_swept_key(client_in, owner):
     assert ungrouped.context["overlay_groups"] == [] and len(ungrouped.context["overlay"]) == 4
     bad = client_in.get(sweep.get_absolute_url(), {"group": "x;y"}, follow=True)
     assert "is not a config key" in bad.content.decode()
+
+
+def test_runs_table_links_keep_the_grouping(client_in, owner):
+    seed_group(owner, seeds=(1, 2))
+    page = client_in.get(reverse("runs:list"), {"group": "seed", "metric": "critic/score/mean"})
+    assert page.context["query"].group == "seed"
+    sort = page.context["metrics"][0]["last"]["url"]
+    assert "group=seed" in sort
+    assert client_in.get(sort).context["grouped"] is not None
