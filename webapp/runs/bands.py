@@ -14,6 +14,8 @@ min/max buckets (``metrics.downsample_minmax``) of the mean, the lower and the u
 third of the budget each, so a spike in any of the three survives. A group's series carries seven
 arrays where a run's carries three, so its default budget is lower than a run's
 (``GROUP_MAX_POINTS``); zooming asks for the visible range at the same budget, as for a run.
+On the wall-time axis a step is drawn at its members' mean time (members start at different
+times, so it is an indication, not any one run's clock).
 """
 
 from __future__ import annotations
