@@ -18,6 +18,7 @@ viewer may not see.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -47,6 +48,7 @@ class GroupByError(ValueError):
     """A grouping the runs cannot be grouped by; the message says what to pass instead."""
 
 
+@functools.lru_cache(maxsize=4096)
 def is_seed_key(key: str) -> bool:
     """Return whether a dotted config key is a seed (its last part is ``seed`` or ``*_seed``)."""
     return bool(_SEED_KEY.search(key.rpartition(".")[2]))
@@ -62,6 +64,7 @@ class RunGroup:
     shared: dict[str, Any] = field(repr=False)
     varied: dict[str, list[Any]] = field(default_factory=dict)
     label: str = ""
+    flats: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)  # run id: config
 
     @property
     def run_ids(self) -> list[int]:
@@ -86,7 +89,7 @@ class RunGroup:
 
 
 def _varied_text(group: RunGroup, run: Run) -> str:
-    values = flatten_config(run.config)
+    values = group.flats[run.pk]
     parts = [f"{key.rpartition('.')[2]} {values.get(key)}" for key in group.varied]
     return f" ({', '.join(parts)})" if parts else ""
 
@@ -136,20 +139,25 @@ def group_runs(runs: Sequence[Run], *, by: str = BY_SEED) -> list[RunGroup]:
         if token not in groups:
             groups[token] = RunGroup(by=by, token=token, runs=[], shared=shared)
         groups[token].runs.append(run)
+        groups[token].flats[run.pk] = values
     result = list(groups.values())
     for group, values in zip(result, (_member_values(g) for g in result), strict=True):
-        group.varied = {key: v for key, v in values.items() if len({_hashable(x) for x in v}) > 1}
+        group.varied = {key: v for key, v in values.items() if _differ(v)}
     _label(result)
     return result
 
 
-def _hashable(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
+_UNSET = object()
+
+
+def _differ(values: Sequence[Any]) -> bool:
+    """Return whether ``values`` (config values, or ``_UNSET``) are not all equal."""
+    return any(value != values[0] for value in values[1:])
 
 
 def _member_values(group: RunGroup) -> dict[str, list[Any]]:
     """Return the ignored keys' values across the group's runs (what varies inside it)."""
-    flats = [flatten_config(run.config or {}) for run in group.runs]
+    flats = [group.flats[run.pk] for run in group.runs]
     keys = sorted(
         {k for values in flats for k in _ignored(group.by, values) if k not in IGNORED_KEYS}
     )
@@ -159,11 +167,7 @@ def _member_values(group: RunGroup) -> dict[str, list[Any]]:
 def _label(groups: list[RunGroup]) -> None:
     """Label each group by its experiment and the keys whose values tell the groups apart."""
     keys = sorted({k for group in groups for k in group.shared})
-    telling = [
-        key
-        for key in keys
-        if len({_hashable(group.shared.get(key, "<unset>")) for group in groups}) > 1
-    ]
+    telling = [key for key in keys if _differ([g.shared.get(key, _UNSET) for g in groups])]
     for group in groups:
         first = group.runs[0]
         parts = [f"{key.rpartition('.')[2]}={group.shared.get(key)}" for key in telling]
@@ -201,7 +205,7 @@ def run_group_for_user(*, user: Any, token: str) -> RunGroup:
     raise Run.DoesNotExist(f"no group {token}")
 
 
-def run_groups_for_user(*, user: Any, by: str = BY_SEED, limit: int = 500) -> list[RunGroup]:
+def run_groups_for_user(*, user: Any, by: str = BY_SEED, limit: int = 200) -> list[RunGroup]:
     """Return ``user``'s groups of two runs or more among their newest ``limit`` runs."""
     runs = list(groupable_runs(run_list_for_user(user=user))[:limit])
     return [group for group in group_runs(runs, by=by) if len(group.runs) > 1] if runs else []
