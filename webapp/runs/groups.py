@@ -183,26 +183,35 @@ def groupable_runs(runs: QuerySet[Run]) -> QuerySet[Run]:
     return runs.exclude(Exists(Run.objects.filter(parent=OuterRef("pk"))))
 
 
-def run_group_for_user(*, user: Any, token: str) -> RunGroup:
-    """Return the group ``token`` (``"<by>:<hash>"``) among the runs ``user`` may see.
+def run_groups_by_token(*, user: Any, tokens: Sequence[str]) -> list[RunGroup]:
+    """Return the groups ``tokens`` (``"<by>:<hash>"``) among the runs ``user`` may see, in order.
 
-    Raise ``Run.DoesNotExist`` when no visible run belongs to it (the group is gone, or the
-    token was not one of this user's groups) and ``GroupByError`` for a malformed token.
+    The runs are grouped once per ``by`` the tokens name. Raise ``GroupByError`` for a malformed
+    token and ``Run.DoesNotExist`` for one no visible run belongs to (the group is gone, or it
+    was never one of this user's).
     """
-    by, _, digest = token.rpartition(":")
-    if not re.fullmatch(r"[0-9a-f]{16}", digest):
-        raise GroupByError(f"group {token[:80]!r} is malformed; pick a group from the list")
-    runs = list(groupable_runs(run_list_for_user(user=user)))
-    if not runs:
-        raise Run.DoesNotExist(f"no group {token}")
-    try:
-        groups = group_runs(runs, by=by)
-    except GroupByError:
-        raise Run.DoesNotExist(f"no group {token}") from None
-    for group in groups:
-        if group.token == token:
-            return group
-    raise Run.DoesNotExist(f"no group {token}")
+    wanted: dict[str, list[str]] = {}
+    for token in tokens:
+        by, _, digest = token.rpartition(":")
+        if not re.fullmatch(r"[0-9a-f]{16}", digest):
+            raise GroupByError(f"group {token[:80]!r} is malformed; pick a group from the list")
+        wanted.setdefault(by, []).append(token)
+    runs = list(groupable_runs(run_list_for_user(user=user))) if wanted else []
+    found: dict[str, RunGroup] = {}
+    for by in wanted:
+        try:
+            found.update((g.token, g) for g in group_runs(runs, by=by))
+        except GroupByError:
+            continue
+    missing = [token for token in tokens if token not in found]
+    if missing:
+        raise Run.DoesNotExist(f"no group {missing[0]}")
+    return [found[token] for token in tokens]
+
+
+def run_group_for_user(*, user: Any, token: str) -> RunGroup:
+    """Return the group ``token`` among the runs ``user`` may see (``run_groups_by_token``)."""
+    return run_groups_by_token(user=user, tokens=[token])[0]
 
 
 def run_groups_for_user(*, user: Any, by: str = BY_SEED, limit: int = 200) -> list[RunGroup]:

@@ -43,7 +43,7 @@ from webapp.runs.groups import (
     GROUP_MAX_MEMBERS,
     GroupByError,
     group_rows,
-    run_group_for_user,
+    run_groups_by_token,
     run_groups_for_user,
 )
 from webapp.runs.launching import launch_response
@@ -377,7 +377,7 @@ def run_compare(request: HttpRequest) -> HttpResponse:
     if len(chosen) != len(ids):
         raise Http404("No such run among yours.")
     try:
-        groups = [run_group_for_user(user=request.user, token=token) for token in tokens]
+        groups = run_groups_by_token(user=request.user, tokens=tokens)
     except GroupByError as exc:
         messages.error(request, str(exc))
         groups = []
