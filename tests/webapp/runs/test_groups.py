@@ -194,6 +194,18 @@ def test_compare_draws_a_group_and_lists_groups_to_pick(client_in, owner, other_
     assert f'data-compare-run="{single.pk}"' in html
     assert 'name="band"' in html
 
+    bad = client_in.get(reverse("runs:compare"), {"group": "seed:<script>"}, follow=True)
+    assert bad.status_code == 200 and "is malformed; pick a group" in bad.content.decode()
+
+    # A group by a chosen key (as the runs table links it) is found the same way.
+    [by_key] = [
+        g
+        for g in group_runs(list(run_list_for_user(user=owner)), by="trainer.seed")
+        if len(g.runs) == 3
+    ]
+    page = client_in.get(reverse("runs:compare"), {"group": by_key.token})
+    assert [sorted(g.run_ids) for g in page.context["groups"]] == [sorted(r.pk for r in runs)]
+
     client_in.force_login(other_user)
     assert client_in.get(reverse("runs:compare"), {"group": choice.token}).status_code == 404
 
