@@ -101,12 +101,13 @@ export function bandBounds(series, band = "minmax") {
 // min, max, std and how many members recorded the step, and lists the members.
 export function bandTraces({src, name, names, series, smoothing = 0, x = "step", type = "scatter", band = "minmax"}) {
   const xs = xValues(series, x);
-  const label = `${src.label} · ${shortName(name, names)}`;
+  // Plotly reads tags in hover text: names typed by members go in without any.
+  const label = `${src.label} · ${shortName(name, names)}`.replace(/[<>&]/g, "");
   const color = src.color || colourAt(0);
   const smooth = (values) => (smoothing > 0 ? ema(values, smoothing) : values);
   const [lower, upper] = bandBounds(series, band).map(smooth);
   const edge = {type, mode: "lines", x: xs, line: {width: 0, color}, hoverinfo: "skip", showlegend: false, legendgroup: `${src.id}:${name}`};
-  const members = (src.members || "").replace(/[<>&]/g, "");
+  const members = (src.members || "").replace(/[<>&]/g, "");  // run ids and seeds
   const customdata = series.step.map((step, i) => [step, series.value[i], series.min[i], series.max[i], series.std[i], series.n[i]]);
   const count = src.count || (series.n.length ? Math.max(...series.n) : 0);
   return [

@@ -67,10 +67,14 @@ class SeedGroupInTheBrowser(LiveBrowserTestCase):
         [group] = run_groups_for_user(user=self.owner)
         page = self.page
         page.goto(f"{self.live_server_url}{reverse('runs:compare')}?group={group.token}")
-        page.wait_for_function(
+        page.wait_for_function(  # the score first, then every series (more panels)
             "() => window.postTrainCharts?.panels.get('score')?.plot.data?.some((t) => t.fill)"
+            " && window.postTrainCharts.panels.size >= 5"
         )
         page.fill("input[name=smoothing]", "0")  # the band's own values, unsmoothed
+        page.wait_for_function(
+            "() => window.postTrainCharts.options.smoothing === 0 && !window.postTrainCharts.frame"
+        )
         band = page.evaluate(BAND, "mean")
         assert band["fill"] == "tonexty" and band["fills"] >= 1
         assert band["steps"] == list(range(1, 13))
@@ -83,7 +87,9 @@ class SeedGroupInTheBrowser(LiveBrowserTestCase):
         assert band["mean"][:8] == pytest.approx(score[:8])
 
         page.select_option("select[name=band]", "std")
-        page.wait_for_function(f"() => ({BAND})('mean').upper[0] !== undefined")
+        page.wait_for_function(
+            "() => window.postTrainCharts.options.band === 'std' && !window.postTrainCharts.frame"
+        )
         std = page.evaluate(BAND, "mean")
         plus = [m + s for m, s in zip(std["mean"], std["std"], strict=True)]
         assert std["upper"] == pytest.approx(plus)
