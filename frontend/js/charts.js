@@ -48,7 +48,7 @@ export class ChartGrid {
     this.seriesUrl = seriesUrl; // (sourceId) => URL of the zoom-refinement endpoint
     this.pngName = pngName || "chart";
     this.panels = new Map();
-    this.options = {smoothing: 0.6, x: "step", log: false};
+    this.options = {smoothing: 0.6, x: "step", log: false, band: "minmax"};
     this.pending = new Set();
     this.changed = new Set(); // panels with points not drawn yet
     this.steps = new Set(); // the steps they came with (announced once drawn)
@@ -126,8 +126,8 @@ export class ChartGrid {
   // The panel's traces (traces.js), with the EMA states that extend() carries on from.
   buildTraces(panel) {
     const type = hasWebGL && this.panelPoints(panel) > WEBGL_POINTS ? "scattergl" : "scatter";
-    const sources = this.sources.map((src) => ({id: src.id, label: src.label, color: src.color, series: src.store.series}));
-    const {traces, index, ema} = panelTraces({sources, names: panel.names, smoothing: this.options.smoothing, x: this.options.x, type});
+    const sources = this.sources.map((src) => ({id: src.id, label: src.label, color: src.color, series: src.store.series, band: src.band, members: src.members, count: src.count}));
+    const {traces, index, ema} = panelTraces({sources, names: panel.names, smoothing: this.options.smoothing, x: this.options.x, type, band: this.options.band});
     panel.ema = ema;
     panel.type = type;
     return {traces, index};
@@ -247,6 +247,7 @@ export class ChartGrid {
     const smoothing = this.options.smoothing;
     const update = {x: [], y: [], indices: []};
     for (const [i, trace] of panel.traces.entries()) {
+      if (trace.band) continue; // a group's band is fetched whole again (compare.js)
       const s = this.source(trace.source).store.get(trace.name);
       const from = trace.drawn;
       if (s.step.length <= from) continue;
@@ -273,6 +274,7 @@ export class ChartGrid {
     if (missing || long) return this.draw(panel);
     if (update.indices.length) Plotly.extendTraces(panel.plot, {x: update.x, y: update.y}, update.indices);
     for (const src of this.sources) {
+      if (src.band) continue;
       if (panel.names.some((name) => (src.store.get(name)?.step.length || 0) > REFRESH_POINTS) && !panel.refreshing) this.refresh(panel, src.id);
     }
   }
@@ -282,11 +284,13 @@ export class ChartGrid {
   }
 
   async fetchSeries(sourceId, names, lo, hi) {
-    const params = new URLSearchParams();
+    const src = this.source(sourceId);
+    const params = new URLSearchParams(src?.seriesParams || []); // a group's: its members' ids
     for (const name of names) params.append("name", name);
     if (lo !== null) params.set("from", lo);
     if (hi !== null) params.set("to", hi);
-    const response = await fetch(`${this.seriesUrl(sourceId)}?${params}`, {credentials: "same-origin"});
+    const url = src?.seriesUrl || this.seriesUrl(sourceId);
+    const response = await fetch(`${url}?${params}`, {credentials: "same-origin"});
     if (!response.ok) throw new Error(`series request failed: ${response.status}`);
     return response.json();
   }

@@ -30,13 +30,13 @@ export function emptySeries() {
   return {step: [], time: [], value: []};
 }
 
-// Points of `coarse` outside [lo, hi] and every point of `fine` (inside), in step order.
+// Points of `coarse` outside [lo, hi] and every point of `fine` (inside), in step order. Every
+// array the series carry is merged (a group's band has min, max, std and n besides).
 export function mergeRange(coarse, fine, lo, hi) {
-  const out = emptySeries();
+  const keys = Object.keys(coarse.step.length ? coarse : fine);
+  const out = Object.fromEntries(keys.map((key) => [key, []]));
   const push = (s, i) => {
-    out.step.push(s.step[i]);
-    out.time.push(s.time[i]);
-    out.value.push(s.value[i]);
+    for (const key of keys) out[key].push(s[key][i]);
   };
   let j = 0;
   for (let i = 0; i < coarse.step.length; i++) {

@@ -1,7 +1,7 @@
 // Plotly traces from metric series, as pure functions: series in, trace objects out (no DOM, no
 // Plotly), so the browser tests call them on hand-made input. charts.js draws what they return.
 import {colourAt} from "./palette.js";
-import {emaNext, emaStart} from "./stream.js";
+import {ema, emaNext, emaStart} from "./stream.js";
 
 // A metric's name inside its panel: the part after a prefix every name of the panel shares.
 export function shortName(name, panelNames) {
@@ -29,11 +29,24 @@ function seriesOf(source, name) {
 // point count)}; per smoothed series ("<source id>:<name>") the EMA state to extend it from.
 // Each series gets its raw line, faint under its smoothed line when smoothing > 0; a source
 // without a colour of its own colours its series by their place in `names`.
-export function panelTraces({sources, names, smoothing = 0, x = "step", type = "scatter"}) {
+// A run group's source (`band: true`, `members`: the text its hover lists) draws each series as
+// its mean line in a band (bandTraces); `band` picks the band: "minmax" or "std".
+export function panelTraces({sources, names, smoothing = 0, x = "step", type = "scatter", band = "minmax"}) {
   const traces = [];
   const index = [];
-  const ema = new Map();
+  const emas = new Map();
   for (const src of sources) {
+    if (src.band) {
+      for (const name of names) {
+        const s = seriesOf(src, name);
+        if (!s || !s.step.length) continue;
+        for (const trace of bandTraces({src, name, names, series: s, smoothing, x, type, band})) {
+          traces.push(trace);
+          index.push({source: src.id, name, band: true, drawn: s.step.length});
+        }
+      }
+      continue;
+    }
     for (const [k, name] of names.entries()) {
       const s = seriesOf(src, name);
       if (!s || !s.step.length) continue;
@@ -57,7 +70,7 @@ export function panelTraces({sources, names, smoothing = 0, x = "step", type = "
       if (smoothing > 0) {
         const state = emaStart();
         const y = s.value.map((v) => emaNext(state, v, smoothing));
-        ema.set(`${src.id}:${name}`, state);
+        emas.set(`${src.id}:${name}`, state);
         traces.push({
           type, mode: "lines", name: label, x: xs.slice(), y, line,
           legendgroup: `${src.id}:${name}`, hoverinfo: "skip",
@@ -66,7 +79,48 @@ export function panelTraces({sources, names, smoothing = 0, x = "step", type = "
       }
     }
   }
-  return {traces, index, ema};
+  return {traces, index, ema: emas};
+}
+
+// "#rrggbb" with an alpha: the band's fill.
+export function withAlpha(hex, alpha) {
+  const n = parseInt(hex.slice(1), 16);
+  return `rgba(${n >> 16}, ${(n >> 8) & 255}, ${n & 255}, ${alpha})`;
+}
+
+// The band's lower and upper curves: min and max, or mean - std and mean + std.
+export function bandBounds(series, band = "minmax") {
+  if (band === "std") {
+    return [series.value.map((m, i) => m - series.std[i]), series.value.map((m, i) => m + series.std[i])];
+  }
+  return [series.min.slice(), series.max.slice()];
+}
+
+// A group's series as three traces: the lower curve (no line), the upper one filled down to it
+// ("tonexty" fills to the trace just before), and the mean line, whose hover reads the raw mean,
+// min, max, std and how many members recorded the step, and lists the members.
+export function bandTraces({src, name, names, series, smoothing = 0, x = "step", type = "scatter", band = "minmax"}) {
+  const xs = xValues(series, x);
+  // Plotly reads tags in hover text: names typed by members go in without any.
+  const label = `${src.label} · ${shortName(name, names)}`.replace(/[<>&]/g, "");
+  const color = src.color || colourAt(0);
+  const smooth = (values) => (smoothing > 0 ? ema(values, smoothing) : values);
+  const [lower, upper] = bandBounds(series, band).map(smooth);
+  const edge = {type, mode: "lines", x: xs, line: {width: 0, color}, hoverinfo: "skip", showlegend: false, legendgroup: `${src.id}:${name}`};
+  const members = (src.members || "").replace(/[<>&]/g, "");  // run ids and seeds
+  const customdata = series.step.map((step, i) => [step, series.value[i], series.min[i], series.max[i], series.std[i], series.n[i]]);
+  const count = src.count || (series.n.length ? Math.max(...series.n) : 0);
+  return [
+    {...edge, name: `${label} (lower)`, y: lower},
+    {...edge, name: `${label} (upper)`, y: upper, fill: "tonexty", fillcolor: withAlpha(color, 0.22)},
+    {
+      type, mode: "lines", name: label, x: xs.slice(), y: smooth(series.value.slice()), line: {width: 1.8, color},
+      legendgroup: `${src.id}:${name}`, customdata,
+      hovertemplate: `${label}<br>step %{customdata[0]}: mean %{customdata[1]:.6g}`
+        + "<br>min %{customdata[2]:.6g} · max %{customdata[3]:.6g} · std %{customdata[4]:.4g}"
+        + `<br>%{customdata[5]} of ${count} members: ${members}<extra></extra>`,
+    },
+  ];
 }
 
 // The lowest and highest finite value of a panel's traces ([lo, hi]; nulls when it has none), or

@@ -60,8 +60,16 @@ def flatten_config(config: Any, prefix: str = "") -> dict[str, Any]:
     if not isinstance(config, dict) or (prefix and not config):
         return {prefix: config}
     flat: dict[str, Any] = {}
-    for key, value in config.items():
-        flat.update(flatten_config(value, f"{prefix}.{key}" if prefix else str(key)))
+
+    def walk(node: dict[str, Any], path: str) -> None:  # into one dict: run groups flatten many
+        for key, value in node.items():
+            dotted = f"{path}.{key}" if path else str(key)
+            if isinstance(value, dict) and value:
+                walk(value, dotted)
+            else:
+                flat[dotted] = value
+
+    walk(config, prefix)
     return flat
 
 

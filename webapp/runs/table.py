@@ -58,7 +58,8 @@ MAX_METRIC_COLUMNS = 12
 MAX_CONFIG_COLUMNS = 8
 # The parameters that choose the columns (what a member's visits keep), and all of them.
 COLUMN_PARAMS = ("metric", "col", "sort")
-KNOWN_PARAMS = frozenset({"metric", "col", "sort", "tag", "status", "config"})
+# "group" is kept as given; the view groups the rows by it (webapp.runs.groups).
+KNOWN_PARAMS = frozenset({"metric", "col", "sort", "tag", "status", "config", "group"})
 MAX_ROWS = 500
 # Name fragments of metrics where lower is better (the default direction of "best").
 LOWER_IS_BETTER = ("loss", "kl", "timing", "grad_norm")
@@ -113,6 +114,7 @@ class RunTableQuery:
     statuses: tuple[str, ...] = ()
     config: tuple[tuple[str, Any], ...] = ()  # (dotted key, value as the schema types it)
     config_params: tuple[str, ...] = ()  # the ``config=`` values as given
+    group: str = ""  # "group by": seed, a dotted key, or "" for none
 
     @property
     def sort_param(self) -> str:
@@ -247,6 +249,7 @@ def parse_run_table_query(params: QueryDict) -> RunTableQuery:
         statuses=statuses,
         config=tuple(config),
         config_params=config_params,
+        group=params.get("group", "").strip(),
     )
     if errors:
         raise RunTableQueryError(errors, query)

@@ -8,6 +8,7 @@ urlpatterns = [
     path("", views.run_table_view, name="list"),
     path("<int:run_id>/", views.run_detail, name="detail"),
     path("compare/", views.run_compare, name="compare"),
+    path("groups/series/", views.run_group_series, name="group-series"),
     path("<int:run_id>/metrics/series/", views.run_metrics_series, name="metrics-series"),
     path("<int:run_id>/metrics.csv", views.run_metrics_csv, name="metrics-csv"),
     path("<int:run_id>/metrics.json", views.run_metrics_json_view, name="metrics-json"),

@@ -29,6 +29,7 @@ from django.views.decorators.http import require_POST
 
 from webapp.experiments.configs import as_config
 from webapp.experiments.views import builder_for_config, yaml_response
+from webapp.runs.bands import GROUP_MAX_POINTS, group_metric_series
 from webapp.runs.checkpoints import (
     CheckpointJobRefused,
     archive_chunks,
@@ -38,10 +39,18 @@ from webapp.runs.checkpoints import (
     run_checkpoints,
 )
 from webapp.runs.forms import CheckpointEvaluateForm
+from webapp.runs.groups import (
+    GROUP_MAX_MEMBERS,
+    GroupByError,
+    group_rows,
+    run_groups_by_token,
+    run_groups_for_user,
+)
 from webapp.runs.launching import launch_response
 from webapp.runs.logs import LogSearchError, log_search, run_log_path
 from webapp.runs.metrics import (
     DEFAULT_MAX_POINTS,
+    metric_panels,
     run_metric_series,
     run_metrics_csv_rows,
     run_metrics_json,
@@ -349,25 +358,69 @@ COMPARE_MAX_RUNS = 8
 
 @login_required
 def run_compare(request: HttpRequest) -> HttpResponse:
-    """Overlay the metrics of several of the user's runs (``?run=1&run=2``); live ones move."""
+    """Overlay the metrics of several of the user's runs (``?run=1&run=2``) and run groups
+    (``?group=<token>``, drawn as a mean in a band); live ones move."""
     ids = request.GET.getlist("run")
     if not all(i.isdigit() for i in ids):
         messages.error(request, "Pick runs from the list to compare.")
         ids = []
     ids = list(dict.fromkeys(int(i) for i in ids))
-    if len(ids) > COMPARE_MAX_RUNS:
-        messages.error(request, f"Compare at most {COMPARE_MAX_RUNS} runs; showing the first ones.")
-        ids = ids[:COMPARE_MAX_RUNS]
+    tokens = list(dict.fromkeys(request.GET.getlist("group")))
+    if len(ids) + len(tokens) > COMPARE_MAX_RUNS:
+        messages.error(
+            request, f"Compare at most {COMPARE_MAX_RUNS} runs and groups; showing the first ones."
+        )
+        tokens = tokens[:COMPARE_MAX_RUNS]
+        ids = ids[: COMPARE_MAX_RUNS - len(tokens)]
     mine = run_list_for_user(user=request.user)
     chosen = {run.pk: run for run in mine.filter(pk__in=ids)}
     if len(chosen) != len(ids):
         raise Http404("No such run among yours.")
+    try:
+        groups = run_groups_by_token(user=request.user, tokens=tokens)
+    except GroupByError as exc:
+        messages.error(request, str(exc))
+        groups = []
+    except Run.DoesNotExist:
+        raise Http404("No such group among your runs.") from None
     context = {
         "runs": [chosen[i] for i in ids],
+        "groups": groups,
         "choices": mine[:100],
+        "group_choices": run_groups_for_user(user=request.user),
         "selected": set(ids),
+        "selected_groups": set(tokens),
     }
     return render(request, "runs/compare.html", context)
+
+
+@login_required
+def run_group_series(request: HttpRequest) -> JsonResponse:
+    """Return the band series of the runs ``?run=`` (repeated) as JSON: mean, min, max, std, n.
+
+    ``name`` (repeated), ``from``, ``to`` and ``points`` as for one run's series; every run must
+    be one the user may see (else 404).
+    """
+    ids = request.GET.getlist("run")
+    if not ids or not all(i.isdigit() for i in ids) or len(ids) > GROUP_MAX_MEMBERS:
+        return JsonResponse(
+            {"error": f"pass 1 to {GROUP_MAX_MEMBERS} run ids as run=<id>, repeated"}, status=400
+        )
+    run_ids = list(dict.fromkeys(int(i) for i in ids))
+    if run_list_for_user(user=request.user).filter(pk__in=run_ids).count() != len(run_ids):
+        raise Http404("No such run among yours.")
+    try:
+        result = group_metric_series(
+            run_ids=run_ids,
+            names=request.GET.getlist("name") or None,
+            step_min=_whole_number(request, "from", None),
+            step_max=_whole_number(request, "to", None),
+            max_points=_whole_number(request, "points", GROUP_MAX_POINTS),
+        )
+    except ValueError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    panels = metric_panels(result["series"])
+    return JsonResponse({"runs": run_ids, "panels": panels, **result})
 
 
 def _table_params(query: RunTableQuery, **changes: Any) -> QueryDict:
@@ -378,6 +431,8 @@ def _table_params(query: RunTableQuery, **changes: Any) -> QueryDict:
     params.setlist("metric", [m.param for m in metrics] or [""])
     params.setlist("col", [c.key for c in changes.get("columns", query.columns)])
     params["sort"] = changes.get("sort", query.sort_param)
+    if query.group:
+        params["group"] = query.group
     if changes.get("filters", True):
         params.setlist("tag", list(query.tags))
         params.setlist("status", list(query.statuses))
@@ -431,6 +486,21 @@ def run_table_view(request: HttpRequest) -> HttpResponse:
         if run_table_remembered(user=request.user) != run_table_column_params(query):
             run_table_remember(user=request.user, query=query)
     rows, total = run_table(user=request.user, query=query)
+    table_rows = [(row, row.cells(query.metrics), row.config_cells(query.columns)) for row in rows]
+    # Each row with the group it opens or belongs to ("group by"), None when ungrouped.
+    group_by, grouped = query.group, None
+    marked = [(*row, None) for row in table_rows]
+    if group_by:
+        try:
+            grouped = group_rows(table_rows, by=group_by, run_of=lambda row: row[0].run)
+        except GroupByError as exc:
+            errors.append(str(exc))
+        else:
+            marked = [
+                (*row, group and {"group": group, "first": i == 0})
+                for group, members in grouped
+                for i, row in enumerate(members)
+            ]
     metrics = [
         {
             "column": metric,
@@ -466,7 +536,9 @@ def run_table_view(request: HttpRequest) -> HttpResponse:
         "statuses": RunStatus.values,
         "errors": errors,
         "query": query,
-        "rows": [(row, row.cells(query.metrics), row.config_cells(query.columns)) for row in rows],
+        "rows": marked,
+        "group_by": group_by,
+        "grouped": grouped,
         "total": total,
         "shown": len(rows),
         "metrics": metrics,

@@ -5,6 +5,8 @@ Views parse and authorise; ``services`` decide. Another user's sweep is a 404 ev
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
@@ -16,7 +18,10 @@ from engine.config import ConfigValidationError
 from webapp.experiments.forms import ExperimentForm
 from webapp.experiments.services import experiment_create
 from webapp.experiments.views import render_builder
+from webapp.runs.groups import GroupByError, RunGroup, group_runs, split_groups
+from webapp.runs.models import Run
 from webapp.runs.quotas import LaunchRefused
+from webapp.runs.selectors import run_list_for_user
 from webapp.sweeps.forms import SweepForm
 from webapp.sweeps.models import Sweep
 from webapp.sweeps.selectors import (
@@ -94,9 +99,12 @@ def sweep_detail(request: HttpRequest, sweep_id: int) -> HttpResponse:
         shown = ", ".join(f"{k}={v}" for k, v in zip(keys, row.values_text, strict=True))
         row.run.overlay_label = f"#{row.member.index} {shown}"
         overlay.append(row.run)
+    overlay, groups, group_by = _grouped_overlay(request, rows, overlay)
     context = {
         "sweep": sweep,
         "keys": context_keys,
+        "group_by": group_by,
+        "overlay_groups": groups,
         "rows": rows,
         "overlay": overlay,
         "overlay_cut": len(rows) > OVERLAY_MAX_MEMBERS,
@@ -105,6 +113,31 @@ def sweep_detail(request: HttpRequest, sweep_id: int) -> HttpResponse:
         "state": sweep_state(sweep=sweep, rows=rows),
     }
     return render(request, "sweeps/detail.html", context)
+
+
+def _grouped_overlay(
+    request: HttpRequest, rows: list[Any], overlay: list[Run]
+) -> tuple[list[Run], list[RunGroup], str]:
+    """Return the overlay's runs and groups under the page's ``?group=`` (seed, a key or none).
+
+    Members are grouped among those the viewer may see (``run_list_for_user``); a member alone
+    in its group stays a line of its own.
+    """
+    group_by = request.GET.get("group", "").strip()
+    if not group_by:
+        return overlay, [], ""
+    visible = set(
+        run_list_for_user(user=request.user)
+        .filter(pk__in=[row.run.pk for row in rows])
+        .values_list("pk", flat=True)
+    )
+    try:
+        groups = group_runs([row.run for row in rows if row.run.pk in visible], by=group_by)
+    except GroupByError as exc:
+        messages.error(request, str(exc))
+        return overlay, [], group_by
+    several, alone = split_groups(groups)
+    return alone[:OVERLAY_MAX_MEMBERS], several, group_by
 
 
 @login_required
