@@ -49,11 +49,21 @@ _STATES = {
 }
 
 
+def _entries(params: dict[str, Any]) -> list[tuple[str, str, list[Any]]]:
+    """Return ``(key, distribution name, bounds or choices)`` in key order; a grid's list is a
+    choice. The order is the keys' own, not the spec's: a jsonb column keeps no key order, and
+    TPE draws the keys one after another from one random state."""
+    out = []
+    for key, entry in sorted(params.items()):
+        name, bounds = ("choice", entry) if isinstance(entry, list) else next(iter(entry.items()))
+        out.append((key, name, bounds))
+    return out
+
+
 def distributions(params: dict[str, Any]) -> dict[str, BaseDistribution]:
     """Return Optuna's distribution of each swept key of a canonical spec's ``params``."""
     out: dict[str, BaseDistribution] = {}
-    for key, entry in params.items():
-        name, bounds = next(iter(entry.items()))
+    for key, name, bounds in _entries(params):
         if name == "choice":
             out[key] = CategoricalDistribution(list(range(len(bounds))))
         elif name == "int":
@@ -74,8 +84,7 @@ def _index_of(choices: list[Any], value: Any) -> int:
 def trial_params(params: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
     """Return a member's values as Optuna's parameters (a choice as its index)."""
     out = {}
-    for key, entry in params.items():
-        name, bounds = next(iter(entry.items()))
+    for key, name, bounds in _entries(params):
         out[key] = _index_of(bounds, values[key]) if name == "choice" else values[key]
     return out
 
@@ -83,8 +92,7 @@ def trial_params(params: dict[str, Any], values: dict[str, Any]) -> dict[str, An
 def member_values(params: dict[str, Any], suggested: dict[str, Any]) -> dict[str, Any]:
     """Return Optuna's parameters as a member's values, in the spec's key order."""
     out = {}
-    for key, entry in params.items():
-        name, bounds = next(iter(entry.items()))
+    for key, name, bounds in _entries(params):
         out[key] = bounds[suggested[key]] if name == "choice" else suggested[key]
     return out
 

@@ -42,6 +42,7 @@ from webapp.runs.models import ACTIVE_STATUSES, MetricPoint, Run, RunStatus
 from webapp.runs.numbers import metric_text
 from webapp.runs.progress import run_progress_of
 from webapp.sweeps.models import Sweep, SweepMember, SweepStatus
+from webapp.sweeps.spec import PRUNERS
 from webapp.sweeps.trials import COMPLETE, FAILED, PRUNED, RUNNING, MemberHistory
 
 REWARD_METRIC = "critic/score/mean"
@@ -148,7 +149,8 @@ def strategy_text(spec: dict[str, Any]) -> str:
         text += f"; {objective['direction']} {objective['metric']}"
     pruner = spec.get("pruner")
     if pruner is not None:
-        settings = ", ".join(f"{k}={v}" for k, v in pruner.items() if k != "type")
+        names = PRUNERS.get(pruner["type"], {})  # jsonb keeps no key order: the spec's
+        settings = ", ".join(f"{k}={pruner[k]}" for k in names if k in pruner)
         text += f"; {pruner['type'].replace('_', '-')} pruner ({settings})"
     return text
 

@@ -172,7 +172,8 @@ def sweep_create(
 ) -> Sweep:
     """Expand ``spec`` over ``experiment``'s config and queue one run of it per member.
 
-    Raise ``SweepInvalid`` for a bad spec, concurrency or member config (every problem, each
+    A tpe sweep queues its first ``concurrency`` members (TPE's draws from no history yet); the
+    dispatch task draws the rest (:func:`sweep_advance`). Raise ``SweepInvalid`` for a bad spec, concurrency or member config (every problem, each
     naming its key and member), ``LaunchRefused`` when the members would take the owner past a
     run-count limit (checked before any member is built or validated), and
     ``SweepAlreadyCreated`` when ``launch_key`` made a sweep before; then nothing is created.
@@ -207,14 +208,11 @@ def sweep_create(
         canonical = parse_spec(spec)
     except ConfigValidationError as exc:
         raise SweepInvalid([*errors, *exc.errors]) from None
-    objective = canonical.get("objective")
-    if objective is not None:
-        errors += objective_metric_errors(
-            config=as_config(experiment.config), metric=objective["metric"]
-        )
     searched = canonical["mode"] == "tpe"
     members = expand_spec(canonical)  # a tpe sweep's: the probes of its space
-    first = min(concurrency, canonical["count"]) if searched and not errors else len(members)
+    first = len(members)  # a tpe sweep launches its concurrency's worth, then one per freed slot
+    if searched:
+        first = min(concurrency, canonical["count"]) if not errors else 1
     try:
         run_count_check(owner_id=owner.pk, runs=first)
     except LaunchRefused as exc:
@@ -229,6 +227,11 @@ def sweep_create(
     configs, member_errors = _member_errors(
         owner=owner, base=experiment.config, members=members, probes=searched
     )
+    objective = canonical.get("objective")
+    if objective is not None:  # after the members: their checks read the validation files first
+        errors += objective_metric_errors(
+            config=as_config(experiment.config), metric=objective["metric"]
+        )
     if errors or member_errors:
         raise SweepInvalid([*errors, *member_errors])
     try:
@@ -319,7 +322,8 @@ def sweep_advance(*, sweep_id: int) -> list[int]:
         if spec["mode"] != "tpe" or sweep.cancelled_at is not None or sweep.stop_reason:
             return []
         histories = member_histories(sweep=sweep)
-        busy = sum(1 for h in histories if h.state == RUNNING)
+        # A pruned member holds its slot until its run ends.
+        busy = Run.objects.filter(sweep_member__sweep=sweep, status__in=ACTIVE_STATUSES).count()
         slots = min(sweep.concurrency - busy, spec["count"] - len(histories))
         if slots <= 0:
             return []
