@@ -170,7 +170,7 @@ def _pruner(value: Any) -> tuple[dict[str, Any] | None, list[ConfigFieldError]]:
     if value is None:
         return None, []
     kind = value.get("type") if isinstance(value, dict) else None
-    if kind not in PRUNERS:
+    if not isinstance(kind, str) or kind not in PRUNERS:
         return None, [
             ConfigFieldError(
                 "pruner.type",

@@ -265,6 +265,8 @@ def test_hostile_settings_are_refused_with_the_field_and_the_fix(owner):
         "pruner.type": "choose a pruner: median or successive_halving (or none: leave the "
         "pruner out)"
     }
+    assert set(refused(owner, pruner={"type": ["median"]})) == {"pruner.type"}
+    assert set(refused(owner, pruner="median", objective=[])) == {"pruner.type", "objective"}
     found = refused(owner, pruner={"type": "median", "n_warmup_steps": -1, "patience": 2})
     assert found["pruner.n_warmup_steps"] == "give a whole number from 0 to 1000000"
     assert found["pruner"] == (
