@@ -257,7 +257,9 @@ def prune_decision(
         ],
     )
     trial = next(t for t in study.get_trials(deepcopy=False) if t.number == index - 1)
-    # The newest value as the trainer reports it: the trial reports it, then asks the pruner.
+    # Optuna's own path is Trial.report(value, step), then Trial.should_prune(); a rebuilt study
+    # holds frozen trials, so the value goes through the study's storage as report writes it, and
+    # the pruner is asked with the trial as should_prune asks it (it may write rung attributes).
     study._storage.set_trial_intermediate_value(trial._trial_id, step, current.scores[step])
     trial = study._storage.get_trial(trial._trial_id)
     if not study.pruner.prune(study, trial):

@@ -173,9 +173,11 @@ def sweep_create(
     """Expand ``spec`` over ``experiment``'s config and queue one run of it per member.
 
     A tpe sweep queues its first ``concurrency`` members (TPE's draws from no history yet); the
-    dispatch task draws the rest (:func:`sweep_advance`). Raise ``SweepInvalid`` for a bad spec, concurrency or member config (every problem, each
-    naming its key and member), ``LaunchRefused`` when the members would take the owner past a
-    run-count limit (checked before any member is built or validated), and
+    dispatch task draws the rest (:func:`sweep_advance`).
+
+    Raise ``SweepInvalid`` for a bad spec, concurrency, objective or member config (every
+    problem, each naming its key and member), ``LaunchRefused`` when the members would take the
+    owner past a run-count limit (checked before any member is built or validated), and
     ``SweepAlreadyCreated`` when ``launch_key`` made a sweep before; then nothing is created.
     """
     owner = experiment.owner
@@ -275,13 +277,14 @@ def _draw_members(
 
     Call it holding the sweep's row lock. A drawn member the config refuses raises
     ``SweepInvalid`` at create; later it stops the search with the reason in ``stop_reason``.
-    ``LaunchRefused`` (the owner is at a run quota) is raised: the caller waits its turn.
+    A member the owner's run quota refuses raises ``LaunchRefused`` at create; later it waits
+    for the next call.
     """
     launched = []
     for _ in range(slots):
         index = len(histories) + 1
         values = suggest(sweep.spec, histories)
-        label = f"member {index} of {sweep.spec['count']} ({', '.join(f'{k}={v!r}' for k, v in values.items())})"
+        label = member_label(index, sweep.spec["count"], values)
         try:
             with transaction.atomic():
                 run = run_create(
@@ -293,6 +296,11 @@ def _draw_members(
             found = [exc]
         except ConfigValidationError as exc:
             found = list(exc.errors)
+        except LaunchRefused as exc:
+            if at_create:
+                raise LaunchRefused(f"{label}: {exc}") from None
+            logger.info("sweep %s waits to launch %s: %s", sweep.pk, label, exc)
+            break  # the next call of the dispatch task tries again
         else:
             launched.append(run.pk)
             histories.append(MemberHistory(index=index, values=values, state=RUNNING))
@@ -327,11 +335,7 @@ def sweep_advance(*, sweep_id: int) -> list[int]:
         slots = min(sweep.concurrency - busy, spec["count"] - len(histories))
         if slots <= 0:
             return []
-        try:
-            return _draw_members(sweep=sweep, histories=histories, slots=slots)
-        except LaunchRefused as exc:
-            logger.info("sweep %s waits to launch its next member: %s", sweep_id, exc)
-            return []
+        return _draw_members(sweep=sweep, histories=histories, slots=slots)
 
 
 def sweeps_advance() -> list[int]:

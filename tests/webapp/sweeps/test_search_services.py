@@ -387,3 +387,18 @@ def test_the_builder_shows_each_refused_setting_under_its_field(client_in, owner
         "choose a pruner, or leave its settings empty"
     ]
     assert not Sweep.objects.exists() and not Run.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_member_the_run_quota_refuses_waits_for_the_next_dispatch(owner, settings):
+    from webapp.runs.services import run_create
+
+    settings.POSTTRAIN_MAX_QUEUED_RUNS_PER_USER = 1
+    sweep = tpe(owner, count=2, concurrency=1)
+    finish(runs_of(sweep)[0], {25: 0.3})
+    other = run_create(experiment=make_experiment(owner, name="other"))  # takes the quota
+    assert sweep_advance(sweep_id=sweep.pk) == []
+    sweep.refresh_from_db()
+    assert sweep.stop_reason == "" and sweep.members.count() == 1
+    Run.objects.filter(pk=other.pk).update(status=RunStatus.CANCELLED)
+    assert len(sweep_advance(sweep_id=sweep.pk)) == 1
