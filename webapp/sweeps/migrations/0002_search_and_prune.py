@@ -4,20 +4,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('sweeps', '0001_initial'),
+        ("sweeps", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='sweep',
-            name='stop_reason',
-            field=models.TextField(blank=True, help_text="Why a tpe sweep drew no more members (a drawn member's config was refused)."),
+            model_name="sweep",
+            name="stop_reason",
+            field=models.TextField(
+                blank=True,
+                help_text="Why a tpe sweep drew no more members (a drawn member's config was refused).",
+            ),
         ),
         migrations.AddField(
-            model_name='sweepmember',
-            name='pruned',
-            field=models.JSONField(blank=True, help_text="Set when the sweep's pruner stopped the member: the metric, step, value, the threshold it failed and the pruner (``webapp.sweeps.search.PruneDecision``). Its run stops after that step and ends cancelled.", null=True),
+            model_name="sweepmember",
+            name="pruned",
+            field=models.JSONField(
+                blank=True,
+                help_text="Set when the sweep's pruner stopped the member: the metric, step, value, the threshold it failed and the pruner (``webapp.sweeps.search.PruneDecision``). Its run stops after that step and ends cancelled.",
+                null=True,
+            ),
         ),
     ]
