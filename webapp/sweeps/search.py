@@ -39,6 +39,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from webapp.sweeps.trials import COMPLETE, FAILED, PRUNED, RUNNING, MemberHistory, PruneDecision
 
+# Optuna logs each trial a study gains at INFO; every decision here rebuilds a whole study.
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 _STATES = {
@@ -194,9 +195,7 @@ def suggest(spec: dict[str, Any], members: list[MemberHistory]) -> dict[str, Any
     return member_values(spec["params"], trial.params)
 
 
-def _median_threshold(
-    study: optuna.Study, step: int, direction: StudyDirection
-) -> tuple[float, int]:
+def _median_threshold(study: optuna.Study, step: int) -> tuple[float, int]:
     """Return the median of the finished members' values at ``step`` and how many there are.
 
     As ``optuna.pruners.PercentilePruner`` computes it (numpy's ``nanpercentile``, 50th).
@@ -211,7 +210,6 @@ def _median_threshold(
         return math.nan, 0
     middle = len(finite) // 2
     median = finite[middle] if len(finite) % 2 else (finite[middle - 1] + finite[middle]) / 2
-    del direction  # the 50th percentile is the same from either end
     return median, len(finite)
 
 
@@ -270,7 +268,7 @@ def prune_decision(
         best = (max if study.direction == StudyDirection.MAXIMIZE else min)(
             v for v in trial.intermediate_values.values() if not math.isnan(v)
         )
-        threshold, compared = _median_threshold(study, step, study.direction)
+        threshold, compared = _median_threshold(study, step)
         return PruneDecision(metric, step, best, threshold, "median", compared=compared)
     attrs = study._storage.get_trial(trial._trial_id).system_attrs
     rung = max(int(k.rsplit("_", 1)[1]) for k in attrs if k.startswith("completed_rung_"))
