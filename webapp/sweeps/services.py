@@ -14,7 +14,9 @@ seconds. It holds the sweep's row lock (the lock ``slots`` takes) while it reads
 writes the new one, so two workers never launch the same slot twice. Before the sweep is created,
 the config is checked at every bound and choice of the space (``spec.space_probes``); a drawn
 member the config validator still refuses (two values that do not go together) stops the search
-with the reason in ``Sweep.stop_reason``.
+with the reason in ``Sweep.stop_reason``. The search keeps no state but the rows: each draw
+rebuilds Optuna's study from the members (``webapp.sweeps.search`` says why not Optuna's RDB
+storage), so a restart of the web app or the workers loses and repeats nothing.
 
 A member the sweep's pruner stops (``webapp.sweeps.pruning``) ends cancelled; its slot goes to the
 next member.
