@@ -36,6 +36,7 @@ from webapp.runs.driver_writes import (
     runs_mark_stalled,
 )
 from webapp.runs.models import run_dir
+from webapp.sweeps.services import sweeps_advance
 from workers.celery_app import app
 
 logger = logging.getLogger(__name__)
@@ -210,6 +211,7 @@ def dispatch_queued_runs() -> list[int]:
     broker lost (a Redis restart between the launch and the worker) still starts. A run whose
     message arrives later is already started, so that delivery does nothing.
     """
+    sweeps_advance()  # a tpe sweep's next members, into the slots its ended members freed
     started = []
     for run_id in queued_run_ids():
         try:

@@ -1,6 +1,7 @@
 // The sweep page follows its members as the run page follows its run. The server's state of the
-// sweep (webapp.sweeps.selectors.sweep_state: its status and active count, each member's status,
-// progress and headline metrics, the parallel-coordinates figure) is embedded for the first paint
+// sweep (webapp.sweeps.selectors.sweep_state: its status, strategy, best member and active count,
+// each member's status, progress, headline metrics and pruning reason, the parallel-coordinates
+// figure) is embedded for the first paint
 // and read again from state.json whenever a member's socket (compare.js opens one per overlay
 // member) reports a status or a step, and every POLL_MS while the sweep runs, for members past
 // the overlay. Nothing here computes a value: it puts the state where the page shows it.
@@ -14,6 +15,7 @@ const HEADLINES = {
   reward_best: "reward-best",
   validation_final: "validation-final",
   validation_best: "validation-best",
+  objective_final: "objective-final",
 };
 const PARCOORDS_LAYOUT = {margin: {l: 80, r: 40, t: 40, b: 20}, height: 360, font: {family: "system-ui, sans-serif", size: 11}};
 
@@ -75,16 +77,35 @@ export class SweepPage {
     active.hidden = !state.active_count;
     active.textContent = ` · ${state.active_count} active`;
     this.field("cancel").hidden = state.status !== "running";
+    this.field("strategy").textContent = state.strategy;
+    this.field("count").textContent = state.members.length;
+    const stop = this.field("stop-reason");
+    stop.hidden = !state.stop_reason;
+    stop.textContent = state.stop_reason;
+    const best = this.field("best-text");
+    if (best && state.best) {
+      const link = document.createElement("a");
+      link.href = state.best.url;
+      link.textContent = `#${state.best.index}`;
+      best.replaceChildren(link, `, ${state.objective.metric} = ${state.best.value.text}`);
+    }
+    let unseen = 0;
     for (const member of state.members) {
       const row = this.root.querySelector(`tr[data-member="${member.index}"]`);
-      if (!row) continue;
-      showStatus(row.querySelector("[data-cell=status] .status"), member.status);
+      if (!row) {
+        unseen += 1; // a member the search launched after this page was drawn
+        continue;
+      }
+      showStatus(row.querySelector("[data-cell=status] .status"), member.pruned ? "pruned" : member.status);
+      const pruned = row.querySelector("[data-cell=pruned]");
+      if (pruned) pruned.textContent = member.pruned ? member.pruned.text : "";
       for (const [key, metric] of Object.entries(HEADLINES)) {
         const cell = row.querySelector(`[data-metric="${metric}"]`);
         if (cell) cell.textContent = member[key].text;
       }
       showProgress(member.run_id, member.progress);
     }
+    this.field("new-members").hidden = unseen === 0;
     this.draw(state.parcoords);
     document.dispatchEvent(new CustomEvent("sweep:state", {detail: state}));
   }

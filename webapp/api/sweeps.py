@@ -1,6 +1,8 @@
 """``/api/sweeps``: create a sweep over one of your experiments, list, read (members with their
-values and headline metrics), cancel. The spec is ``webapp.sweeps.spec``'s JSON; every member is
-checked by ``sweep_create`` before anything is created, each error keyed by its config key."""
+values and headline metrics, pruned members and why, the best member so far), cancel. The spec is
+``webapp.sweeps.spec``'s JSON (grid, random or tpe; an objective; a pruner); every member (of a
+tpe sweep: every bound and choice of its space) is checked by ``sweep_create`` before anything is
+created, each error keyed by its config key or spec field (``pruner.n_warmup_steps``)."""
 
 from datetime import datetime
 from typing import Any
@@ -16,7 +18,13 @@ from webapp.api.pagination import Pages
 from webapp.runs.models import RunStatus
 from webapp.runs.services import LAUNCH_KEY_PATTERN
 from webapp.sweeps.models import Sweep, SweepStatus
-from webapp.sweeps.selectors import sweep_list_for_user, sweep_member_rows
+from webapp.sweeps.selectors import (
+    best_member,
+    member_histories,
+    strategy_text,
+    sweep_list_for_user,
+    sweep_member_rows,
+)
 from webapp.sweeps.services import SweepAlreadyCreated, sweep_cancel, sweep_create
 
 router = Router(tags=["sweeps"])
@@ -27,7 +35,11 @@ class SweepOut(Schema):
     id: int
     name: str
     experiment_id: int
-    spec: dict[str, Any] = Field(description="mode, params, and for random count and seed.")
+    spec: dict[str, Any] = Field(
+        description="mode, params; for random and tpe count and seed; objective and pruner."
+    )
+    strategy: str = Field(description="How it searches and stops, in words.")
+    stop_reason: str = Field(description="Why a tpe sweep drew no more members; empty if none.")
     keys: list[str] = Field(description="The swept config keys in the spec's order.")
     concurrency: int
     status: SweepStatus
@@ -35,6 +47,10 @@ class SweepOut(Schema):
     active_count: int
     created_at: datetime
     cancelled_at: datetime | None
+
+    @staticmethod
+    def resolve_strategy(obj: Sweep) -> str:
+        return strategy_text(obj.spec)
 
 
 class MemberOut(Schema):
@@ -47,10 +63,28 @@ class MemberOut(Schema):
     reward_best: float | None
     validation_final: float | None = Field(description="Mean of val-core/.../mean@n.")
     validation_best: float | None
+    objective_final: float | None = Field(
+        description="The objective metric at its last recorded step (a sweep with an objective)."
+    )
+    pruned: dict[str, Any] | None = Field(
+        description="Why the pruner stopped it: metric, step, value, threshold, pruner, text."
+    )
+
+
+class BestOut(Schema):
+    index: int
+    run_id: int
+    value: float
+    values: dict[str, Any]
 
 
 class SweepDetail(SweepOut):
     members: list[MemberOut] = Field(alias="member_rows")
+    best: BestOut | None = Field(
+        None,
+        alias="best_member",
+        description="The finished member with the best objective so far (a sweep with one).",
+    )
 
 
 class SweepIn(Schema):
@@ -58,8 +92,13 @@ class SweepIn(Schema):
     name: str = Field("", max_length=200, description="Default: the experiment's name.")
     spec: dict[str, Any] = Field(
         description='e.g. {"mode": "grid", "params": {"actor_rollout_ref.actor.optim.lr": '
-        '[1e-6, 1e-5]}} or {"mode": "random", "count": 8, "seed": 0, "params": {key: '
-        '{"log_uniform": [lo, hi]} | {"uniform": ...} | {"int": ...} | [choices]}}'
+        '[1e-6, 1e-5]}} or {"mode": "random" | "tpe", "count": 8, "seed": 0, "params": {key: '
+        '{"log_uniform": [lo, hi]} | {"uniform": ...} | {"int": ...} | [choices]}}; tpe also '
+        '"n_startup_trials" (10) and "objective": {"metric": "val-core/<source>/reward/mean@1", '
+        '"direction": "maximize" | "minimize"}; any mode "pruner": {"type": "median", '
+        '"n_startup_trials": 5, "n_warmup_steps": 0, "interval_steps": 1} | {"type": '
+        '"successive_halving", "min_resource": 1, "reduction_factor": 3, '
+        '"min_early_stopping_rate": 0} (with an objective)'
     )
     concurrency: int = Field(1, ge=1, le=1000, description="Members running at once.")
     launch_key: str = Field(
@@ -75,7 +114,21 @@ def owned_sweep(request: HttpRequest, sweep_id: int) -> Sweep:
 
 
 def detail(sweep: Sweep) -> Sweep:
-    """Return ``sweep`` holding its members' rows for ``SweepDetail``."""
+    """Return ``sweep`` holding its members' rows and its best member for ``SweepDetail``."""
+    histories = member_histories(sweep=sweep) if "objective" in sweep.spec else []
+    finals = {h.index: h.final for h in histories}
+    best = best_member(sweep=sweep, histories=histories)
+    rows = sweep_member_rows(sweep=sweep)
+    sweep.best_member = (  # type: ignore[attr-defined]
+        None
+        if best is None
+        else {
+            "index": best.index,
+            "run_id": next(r.run.pk for r in rows if r.member.index == best.index),
+            "value": best.final,
+            "values": best.values,
+        }
+    )
     sweep.member_rows = [  # type: ignore[attr-defined]
         {
             "index": row.member.index,
@@ -87,8 +140,10 @@ def detail(sweep: Sweep) -> Sweep:
             "reward_best": row.reward.best,
             "validation_final": row.validation.final,
             "validation_best": row.validation.best,
+            "objective_final": finals.get(row.member.index),
+            "pruned": row.member.pruned,
         }
-        for row in sweep_member_rows(sweep=sweep)
+        for row in rows
     ]
     return sweep
 

@@ -243,3 +243,29 @@ def data_contract_problems(
             errors += [error] if error else []
             warnings += [warning] if warning else []
     return errors, warnings
+
+
+def validation_data_sources(config: PPOConfig) -> list[str] | None:
+    """Return the data sources in the first rows of the validation files, sorted; None when a
+    file cannot be read here (a remote URI, a missing or unmappable file)."""
+    try:
+        resolved = resolve_config(copy.deepcopy(config))
+    except ConfigFieldError:
+        return None
+    data = config.data
+    found: set[str] = set()
+    for file, value in zip(
+        paths_of(data.val_files), paths_of(resolved.data.val_files), strict=False
+    ):
+        try:
+            local = _local(value)
+        except ValueError:
+            return None
+        if local is None or not local.is_file():
+            return None
+        key_map = data.file_key_maps.get(file, data.data_key_map)
+        sample = sample_file(local, dict(key_map), data.file_data_sources.get(file, ""))
+        if sample.errors:
+            return None
+        found.update(sample.data_sources)
+    return sorted(found)

@@ -46,6 +46,7 @@ from webapp.runs.models import (
     RunStatus,
     Sample,
 )
+from webapp.sweeps.pruning import sweep_prune_on_step
 
 # Every status change a run may make; anything else is a bug, refused by ``transition``.
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
@@ -546,6 +547,7 @@ def run_record_step(
         health_record_step(run_id=run_id, step=step, metrics=metrics)  # never raises
         alerts_on_step(run_id=run_id, step=step, metrics=metrics)  # never raises
         _stop_if_rewards_keep_failing(run_id=run_id, metrics=metrics)
+        sweep_prune_on_step(run_id=run_id, step=step, metrics=metrics)  # never raises
         run_heartbeat(run_id=run_id, step=step)
         return point
 

@@ -3,8 +3,8 @@
 Each member is a ``Run`` of the sweep's experiment with its own config (a run stores the resolved
 config it ran with, so runs of one experiment may differ): the members sit together on the
 experiment page, compare and diff as runs do, and resume as runs do. ``SweepMember`` records
-which values a run got. A sweep's status follows from its members (``selectors``), so it is
-never out of date; only a cancel is stored.
+which values a run got and why a pruner stopped it. A sweep's status follows from its members
+(``selectors``), so it is never out of date; only a cancel (and why a search stopped) is stored.
 """
 
 from __future__ import annotations
@@ -43,6 +43,10 @@ class Sweep(models.Model):
         help_text="Members with a driver at once; the rest wait queued."
     )
     launch_key = models.CharField(max_length=64, blank=True)
+    stop_reason = models.TextField(
+        blank=True,
+        help_text="Why a tpe sweep drew no more members (a drawn member's config was refused).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
 
@@ -70,6 +74,13 @@ class SweepMember(models.Model):
     index = models.PositiveIntegerField(help_text="1, 2, ... in the spec's order.")
     run = models.OneToOneField("runs.Run", on_delete=models.CASCADE, related_name="sweep_member")
     values = models.JSONField()
+    pruned = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Set when the sweep's pruner stopped the member: the metric, step, value, the "
+        "threshold it failed and the pruner (``webapp.sweeps.search.PruneDecision``). Its run "
+        "stops after that step and ends cancelled.",
+    )
 
     class Meta:
         ordering = ["sweep", "index"]

@@ -9,6 +9,10 @@ The headline metrics are the reward mean (``critic/score/mean``: the reward func
 before any KL penalty) and the validation score: the mean over data sources of verl's
 ``val-core/<source>/<var>/mean@<n>`` (``engine.trainer.metrics.validation_metric_names``). Each
 is reported at its last recorded step (final) and at its best step (the highest value).
+
+A sweep with an objective (a ``tpe`` sweep, or one with a pruner) also reads every member's
+recorded values of its objective metric (:func:`member_histories`): what the search and the
+pruner decide from, and the best member so far.
 """
 
 from __future__ import annotations
@@ -19,33 +23,136 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import Case, Count, Exists, OuterRef, Q, QuerySet, Value, When
+from django.db.models import (
+    Case,
+    Count,
+    Exists,
+    FloatField,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
+from django.db.models.fields.json import KT, KeyTextTransform
+from django.db.models.functions import Cast
 
-from webapp.runs.models import ACTIVE_STATUSES, MetricPoint, Run
+from webapp.runs.models import ACTIVE_STATUSES, MetricPoint, Run, RunStatus
 from webapp.runs.numbers import metric_text
 from webapp.runs.progress import run_progress_of
 from webapp.sweeps.models import Sweep, SweepMember, SweepStatus
+from webapp.sweeps.spec import PRUNERS
+from webapp.sweeps.trials import COMPLETE, FAILED, PRUNED, RUNNING, MemberHistory
 
 REWARD_METRIC = "critic/score/mean"
 VALIDATION_PATTERN = r"^val-core/.+/mean@[0-9]+$"
 
 
 def sweep_list_for_user(*, user: Any) -> QuerySet[Sweep]:
-    """Return ``user``'s sweeps, newest first, with ``status`` and ``member_count`` annotated."""
+    """Return ``user``'s sweeps, newest first, with ``status`` and ``member_count`` annotated.
+
+    A tpe sweep with members still to draw is running (unless its search stopped).
+    """
     active = Run.objects.filter(sweep_member__sweep=OuterRef("pk"), status__in=ACTIVE_STATUSES)
+    to_draw = Q(
+        spec__mode="tpe",
+        stop_reason="",
+        member_count__lt=Cast(KT("spec__count"), IntegerField()),
+    )
     return (
         Sweep.objects.filter(owner=user)
         .select_related("experiment")
         .annotate(
             member_count=Count("members"),
+            active_count=Count("members", filter=Q(members__run__status__in=ACTIVE_STATUSES)),
+        )
+        .annotate(
             status=Case(
                 When(cancelled_at__isnull=False, then=Value(SweepStatus.CANCELLED.value)),
                 When(Exists(active), then=Value(SweepStatus.RUNNING.value)),
+                When(to_draw, then=Value(SweepStatus.RUNNING.value)),
                 default=Value(SweepStatus.FINISHED.value),
             ),
-            active_count=Count("members", filter=Q(members__run__status__in=ACTIVE_STATUSES)),
         )
     )
+
+
+def _member_state(member: SweepMember) -> str:
+    if member.pruned is not None:
+        return PRUNED
+    if member.run.status in ACTIVE_STATUSES:
+        return RUNNING
+    return COMPLETE if member.run.status == RunStatus.SUCCEEDED else FAILED
+
+
+def member_histories(*, sweep: Sweep) -> list[MemberHistory]:
+    """Return what the search and the pruner know of each member, in member order.
+
+    Its values, its state (a member the pruner stopped is pruned, whatever its run's end) and
+    every finite value of the sweep's objective metric its run recorded, by step; a pruned
+    member's up to the step it was pruned at. Empty scores for a sweep with no objective.
+    """
+    members = list(sweep.members.select_related("run").order_by("index"))
+    scores: dict[int, dict[int, float]] = defaultdict(dict)
+    objective = sweep.spec.get("objective")
+    if objective is not None and members:
+        metric = objective["metric"]
+        rows = (
+            MetricPoint.objects.filter(
+                run_id__in=[m.run_id for m in members], metrics__has_key=metric
+            )
+            .annotate(score=Cast(KeyTextTransform(metric, "metrics"), FloatField()))
+            .values_list("run_id", "step", "score")
+        )
+        for run_id, step, score in rows:
+            if score is not None and math.isfinite(score):
+                scores[run_id][step] = score
+    out = []
+    for m in members:
+        mine = scores[m.run_id]
+        if m.pruned is not None:
+            mine = {step: v for step, v in mine.items() if step <= m.pruned["step"]}
+        out.append(
+            MemberHistory(
+                index=m.index,
+                values=m.values,
+                state=_member_state(m),
+                scores=mine,
+                pruned_rung=(m.pruned or {}).get("rung"),
+            )
+        )
+    return out
+
+
+def best_member(*, sweep: Sweep, histories: list[MemberHistory]) -> MemberHistory | None:
+    """Return the finished member with the best final objective value so far, or None."""
+    objective = sweep.spec.get("objective")
+    done = [h for h in histories if h.state == COMPLETE and h.final is not None]
+    if objective is None or not done:
+        return None
+    pick = min if objective["direction"] == "minimize" else max
+    return pick(done, key=lambda h: h.final)  # type: ignore[arg-type,return-value]
+
+
+def strategy_text(spec: dict[str, Any]) -> str:
+    """Return how the sweep searches and stops, e.g. ``tpe, 16 members, seed 0; median pruner``."""
+    mode = spec["mode"]
+    parts = [{"grid": "grid", "random": "random", "tpe": "Bayesian (Optuna TPE)"}.get(mode, mode)]
+    if mode != "grid":
+        parts.append(f"{spec['count']} members, seed {spec['seed']}")
+    if mode == "tpe":
+        parts.append(f"{spec['n_startup_trials']} random before TPE models the scores")
+    text = ", ".join(parts)
+    objective = spec.get("objective")
+    if objective is not None:
+        text += f"; {objective['direction']} {objective['metric']}"
+    pruner = spec.get("pruner")
+    if pruner is not None:
+        names = PRUNERS.get(pruner["type"], {})  # jsonb keeps no key order: the spec's
+        settings = ", ".join(f"{k}={pruner[k]}" for k in names if k in pruner)
+        text += f"; {pruner['type'].replace('_', '-')} pruner ({settings})"
+    return text
 
 
 @dataclass
@@ -198,10 +305,26 @@ def sweep_state(*, sweep: Sweep, rows: list[MemberRow] | None = None) -> dict[st
     def headline(value: float | None) -> dict[str, Any]:
         return {"value": value, "text": metric_text(value)}
 
+    histories = member_histories(sweep=sweep) if "objective" in sweep.spec else []
+    best = best_member(sweep=sweep, histories=histories)
+    finals = {h.index: h.final for h in histories}
+    best_run = None if best is None else next(r.run for r in rows if r.member.index == best.index)
     return {
         "id": sweep.pk,
         "status": sweep.status,
         "active_count": sweep.active_count,
+        "strategy": strategy_text(sweep.spec),
+        "stop_reason": sweep.stop_reason,
+        "objective": sweep.spec.get("objective"),
+        "best": None
+        if best is None or best_run is None
+        else {
+            "index": best.index,
+            "run_id": best_run.pk,
+            "url": best_run.get_absolute_url(),
+            "value": headline(best.final),
+            "values": best.values,
+        },
         "members": [
             {
                 "index": row.member.index,
@@ -212,6 +335,8 @@ def sweep_state(*, sweep: Sweep, rows: list[MemberRow] | None = None) -> dict[st
                 "reward_best": headline(row.reward.best),
                 "validation_final": headline(row.validation.final),
                 "validation_best": headline(row.validation.best),
+                "objective_final": headline(finals.get(row.member.index)),
+                "pruned": row.member.pruned,
             }
             for row in rows
         ],

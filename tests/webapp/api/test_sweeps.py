@@ -74,3 +74,48 @@ def test_cancel_ends_the_queued_members_and_another_user_gets_404s(api, bob, own
     assert cancelled["status"] == "cancelled"
     assert [m["status"] for m in cancelled["members"]] == ["cancelled", "cancelled"]
     assert set(Run.objects.values_list("status", flat=True)) == {RunStatus.CANCELLED}
+
+
+METRIC = "val-core/tiny_arithmetic/reward/mean@1"
+
+
+def test_a_tpe_sweep_with_a_pruner_is_created_and_hostile_settings_name_their_field(api, owner):
+    experiment = make_experiment(owner)
+    spec = {
+        "mode": "tpe",
+        "count": 4,
+        "seed": 1,
+        "params": {LR: {"log_uniform": [1e-6, 1e-4]}},
+        "objective": {"metric": METRIC, "direction": "maximize"},
+        "pruner": {"type": "median", "n_warmup_steps": 25},
+    }
+    for bad, key, message in [
+        ({"pruner": {"type": "hyperband"}}, "pruner.type", "choose a pruner: median or"),
+        (
+            {"pruner": {"type": "median", "n_warmup_steps": -5}},
+            "pruner.n_warmup_steps",
+            "give a whole number from 0 to 1000000",
+        ),
+        (
+            {"objective": {"metric": "val-core/gsm8k/acc/mean@1"}},
+            "objective.metric",
+            "no member reports it: the validation data's sources are tiny_arithmetic",
+        ),
+        ({"objective": None}, "objective.metric", "a tpe sweep needs the metric"),
+    ]:
+        response = api.post("/sweeps", {"experiment": experiment.pk, "spec": {**spec, **bad}})
+        assert response.status_code == 400, response.json()
+        assert errors_of(response)[key].startswith(message), errors_of(response)
+    assert not Sweep.objects.exists() and not Run.objects.exists()
+    response = api.post("/sweeps", {"experiment": experiment.pk, "spec": spec, "concurrency": 2})
+    assert response.status_code == 201, response.json()
+    created = response.json()
+    assert created["spec"]["pruner"] == {
+        "type": "median",
+        "n_startup_trials": 5,
+        "n_warmup_steps": 25,
+        "interval_steps": 1,
+    }
+    assert created["strategy"].startswith("Bayesian (Optuna TPE), 4 members, seed 1")
+    assert (created["member_count"], created["status"], created["best"]) == (2, "running", None)
+    assert [m["pruned"] for m in created["members"]] == [None, None]

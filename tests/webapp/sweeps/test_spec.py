@@ -107,7 +107,7 @@ def test_refusals_name_the_key_and_the_fix():
     )
     found = errors({"mode": "random", "params": {LR: [1]}})
     assert "whole number" in found["count"] and "whole number" in found["seed"]
-    assert "choose grid or random" in errors({"mode": "bayes", "params": {LR: [1]}})["mode"]
+    assert "choose grid, random or tpe" in errors({"mode": "bayes", "params": {LR: [1]}})["mode"]
     assert "no count" in errors({"mode": "grid", "count": 3, "params": {LR: [1]}})["count"]
     assert "at least one" in errors({"mode": "grid", "params": {}})["params"]
 
