@@ -63,7 +63,8 @@ class TokenBucket:
     def wait_time(self, amount: float) -> float:
         """Return the seconds until ``amount`` tokens may be taken."""
         self._refill()
-        return max(0.0, (amount - self.tokens) / self.rate)
+        # More than the bucket holds waits for a full bucket, then runs into debt (as verl).
+        return max(0.0, (min(amount, self.capacity) - self.tokens) / self.rate)
 
     def take(self, amount: float) -> None:
         """Take ``amount`` tokens (call after waiting :meth:`wait_time`)."""
