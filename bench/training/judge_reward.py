@@ -42,9 +42,9 @@ def judge_overrides(new_tokens: int, batch: int) -> list[str]:
 
 
 def build_judge(new_tokens: int, batch: int) -> Any:
-    from engine.roles.model_loading import load_reward_model
+    from engine.trainer.build import build_reward_scorer
 
-    return load_reward_model(load_config("grpo_tiny", judge_overrides(new_tokens, batch)))
+    return build_reward_scorer(load_config("grpo_tiny", judge_overrides(new_tokens, batch)))
 
 
 def speed(args: argparse.Namespace) -> None:
@@ -66,7 +66,9 @@ def speed(args: argparse.Namespace) -> None:
             times[batch].append(time.perf_counter() - start)
     assert replies[64] == replies[1], "batching changed the judge's replies"
     errors = sum(j.error is not None for j in replies[64])
-    print(f"{args.responses} responses, {args.new_tokens} new tokens at most, {errors} parse errors")
+    print(
+        f"{args.responses} responses, {args.new_tokens} new tokens at most, {errors} parse errors"
+    )
     print("| arm | ms per batch of responses | rewards/s |")
     print("| --- | ---: | ---: |")
     for batch, label in ((64, "batched, 64 a generate call"), (1, "one by one")):
@@ -103,8 +105,8 @@ class Capture:
 
 
 def learn(args: argparse.Namespace) -> None:
-    from engine.trainer.run import run_training
     from engine.trainer.reporting import Recorder
+    from engine.trainer.run import run_training
 
     judge = build_judge(4, 64)
     grid = [RewardInput("tiny_arithmetic", str(n), None, None) for n in range(100)]
@@ -146,12 +148,16 @@ def learn(args: argparse.Namespace) -> None:
     print(f"{args.steps} steps in {elapsed:.0f}s, seed {args.seed}")
     print("| | steps 1-5 | last 5 steps |")
     print("| --- | ---: | ---: |")
-    print(f"| judge score (train mean) | {mean_of('critic/score/mean', first):.1f} | "
-          f"{mean_of('critic/score/mean', last):.1f} |")
+    print(
+        f"| judge score (train mean) | {mean_of('critic/score/mean', first):.1f} | "
+        f"{mean_of('critic/score/mean', last):.1f} |"
+    )
     print(f"| the policy's answer (mean value) | {value(first):.1f} | {value(last):.1f} |")
     val = sorted(capture.val)
-    print(f"held-out accuracy (the task's own reward): step {val[0]}: {capture.val[val[0]]:.3f}, "
-          f"step {val[-1]}: {capture.val[val[-1]]:.3f}")
+    print(
+        f"held-out accuracy (the task's own reward): step {val[0]}: {capture.val[val[0]]:.3f}, "
+        f"step {val[-1]}: {capture.val[val[-1]]:.3f}"
+    )
 
 
 def main() -> None:

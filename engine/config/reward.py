@@ -77,7 +77,8 @@ class RewardModelModelConfig(_Section):
     path: str | None = _f(
         None,
         "Reward model folder: a sequence classifier with one label, whose logit is the score "
-        "(tiny://reward_model: the embedded one).",
+        "(tiny://reward_model: the embedded one), or with reward_model.judge.prompt_template a "
+        "causal LM that judges each response (tiny://model for a trial).",
         resource="path",
     )
     input_tokenizer: str | None = _inert(
@@ -164,7 +165,9 @@ class JudgeConfig(_Section):
         "word in \\boxed{} with parser=boxed).",
     )
     temperature: float = _f(
-        0.0, "Sampling temperature of the judge's reply; 0: greedy (the same reply each time).", ge=0
+        0.0,
+        "Sampling temperature of the judge's reply; 0: greedy (the same reply each time).",
+        ge=0,
     )
 
 

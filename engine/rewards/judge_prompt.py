@@ -112,9 +112,7 @@ def _number(text: str) -> float:
     return value
 
 
-def build_parser(
-    kind: str, verdicts: Mapping[str, float] | None = None
-) -> Callable[[str], float]:
+def build_parser(kind: str, verdicts: Mapping[str, float] | None = None) -> Callable[[str], float]:
     """Return the parser ``kind`` (one of :data:`JUDGE_PARSERS`): reply text to score.
 
     Raise ValueError when it cannot be built (an unknown kind, a bad verdict mapping); the
@@ -129,7 +127,9 @@ def build_parser(
             raise ValueError(f"the verdict mapping {problem}")
     scores = {word.lower(): float(value) for word, value in mapping.items()}
     words = re.compile(
-        r"(?<!\w)(" + "|".join(re.escape(w) for w in sorted(scores, key=len, reverse=True)) + r")(?!\w)",
+        r"(?<!\w)("
+        + "|".join(re.escape(w) for w in sorted(scores, key=len, reverse=True))
+        + r")(?!\w)",
         re.IGNORECASE,
     )
 

@@ -12,13 +12,14 @@ else the text itself.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from engine.data import DataProto
 from engine.rewards.judge import JudgeScorer
+from engine.roles.model_loading import resolve_path
 from engine.rollout import get_rollout_builder
 
 if TYPE_CHECKING:
@@ -42,13 +43,13 @@ class JudgeGenerator:
         trust_remote_code: bool = False,
     ) -> None:
         self.device = torch.device(device)
-        self.tokenizer = AutoTokenizer.from_pretrained(
+        self.tokenizer: Any = AutoTokenizer.from_pretrained(
             model_path, trust_remote_code=trust_remote_code
         )
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.tokenizer.padding_side = "left"
-        model = None
+        model: Any = None
         if backend == "hf":
             dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
             model = AutoModelForCausalLM.from_pretrained(
@@ -116,7 +117,7 @@ class JudgeGenerator:
         mask = out.batch["response_mask"]  # (bs, T)
         for row, i in enumerate(fits):
             ids = responses[row][mask[row].bool()].tolist()
-            replies[i] = self.tokenizer.decode(ids, skip_special_tokens=True)
+            replies[i] = str(self.tokenizer.decode(ids, skip_special_tokens=True))
         return list(replies)
 
 
@@ -135,9 +136,14 @@ def judge_rollout_config(config: PPOConfig) -> RolloutConfig:
     )
 
 
-def load_judge(config: PPOConfig, model_path: str, device: str | torch.device) -> JudgeScorer:
+def load_judge(config: PPOConfig, device: str | torch.device = "cpu") -> JudgeScorer:
     """Return the judge ``config.reward_model`` describes, generating on ``device``."""
     rm = config.reward_model
+    model_path = resolve_path(rm.model.path)
+    if model_path is None:
+        raise ValueError(
+            "reward_model.model.path is not set; point it at the judge's folder (a causal LM)"
+        )
     rollout = judge_rollout_config(config)
     generate = JudgeGenerator(
         model_path,
@@ -161,4 +167,3 @@ def load_judge(config: PPOConfig, model_path: str, device: str | torch.device) -
         estimated_tokens_per_request=rm.estimated_tokens_per_request,
         timeout=rm.timeout,
     )
-

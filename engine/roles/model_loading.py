@@ -20,7 +20,6 @@ from transformers import (
 from engine.config.fields import ConfigValidationError
 from engine.config.mappings import model_override_problems
 from engine.lora import apply_lora, is_lora, load_lora_adapter
-from engine.rewards.judge import JudgeScorer
 from engine.rewards.reward_model import RewardModelScorer
 from engine.tools.tiny_uris import TINY_PREFIX, resolve_tiny_uri
 
@@ -212,9 +211,7 @@ def load_critic(
     return model.to(device)
 
 
-def load_reward_model(
-    config: PPOConfig, device: str | torch.device = "cpu"
-) -> RewardModelScorer | JudgeScorer:
+def load_reward_model(config: PPOConfig, device: str | torch.device = "cpu") -> RewardModelScorer:
     """Return the scorer ``config.reward_model`` describes, on ``device``.
 
     ``micro_batch_size_per_gpu`` samples go through each forward (null with verl's reward loop,
@@ -223,9 +220,7 @@ def load_reward_model(
     divided verl's deprecated global ``micro_batch_size`` by the ranks that score: the
     reward model's own pool with ``enable_resource_pool``, else the trainer's);
     ``max_length`` defaults to the prompt and response budget, as verl's reward model worker
-    reads ``max_prompt_length + max_response_length`` when it is unset. With
-    ``reward_model.judge.prompt_template`` the folder is a generative judge instead
-    (``engine.roles.judge_model.load_judge``).
+    reads ``max_prompt_length + max_response_length`` when it is unset.
     """
     rm, data = config.reward_model, config.data
     path = resolve_path(rm.model.path)
@@ -234,10 +229,6 @@ def load_reward_model(
             "reward_model.model.path is not set; point it at a one-label sequence classifier "
             "folder (tiny://reward_model: the embedded one)"
         )
-    if rm.judge.prompt_template:  # a generative judge (engine.rewards.judge)
-        from engine.roles.judge_model import load_judge
-
-        return load_judge(config, path, device)
     micro_batch = rm.micro_batch_size_per_gpu or rm.rollout.max_num_seqs
     if not micro_batch:
         raise ValueError(

@@ -10,7 +10,9 @@ from engine.config import ConfigValidationError, load_config, validate_config
 
 
 def judge_config(template="Is {response} right for {prompt}? Say yes or no.", **judge):
-    cfg = load_config("grpo_tiny", ["reward_model.enable=True", "reward_model.model.path=tiny://model"])
+    cfg = load_config(
+        "grpo_tiny", ["reward_model.enable=True", "reward_model.model.path=tiny://model"]
+    )
     cfg.reward_model.judge.prompt_template = template
     cfg.reward_model.judge.parser = "verdict"
     for key, value in judge.items():
@@ -47,7 +49,10 @@ def test_a_template_with_an_unknown_field_names_the_fields():
 
 def test_a_template_reaching_into_python_objects_is_refused():
     found = problems(judge_config("{response.__init__.__globals__}"))
-    assert "unknown field {response.__init__.__globals__}" in found["reward_model.judge.prompt_template"]
+    assert (
+        "unknown field {response.__init__.__globals__}"
+        in found["reward_model.judge.prompt_template"]
+    )
 
 
 def test_a_parser_that_cannot_be_built_names_the_verdicts():
@@ -61,9 +66,10 @@ def test_a_parser_that_cannot_be_built_names_the_verdicts():
 def test_a_judge_needs_the_reward_model_enabled():
     cfg = judge_config()
     cfg.reward_model.enable = False
-    assert "needs reward_model.enable=True and reward_model.model.path" in problems(cfg)[
-        "reward_model.judge.prompt_template"
-    ]
+    assert (
+        "needs reward_model.enable=True and reward_model.model.path"
+        in problems(cfg)["reward_model.judge.prompt_template"]
+    )
 
 
 def test_the_judges_backend_is_hf_or_vllm():
@@ -87,9 +93,10 @@ def test_rate_limits_without_a_judge_are_refused():
 def test_a_judge_with_the_ray_controller_is_refused():
     cfg = judge_config()
     cfg.trainer.controller = "ray"
-    assert "trainer.controller=ray does not score in; use trainer.controller=local" in problems(
-        cfg
-    )["reward_model.judge.prompt_template"]
+    assert (
+        "trainer.controller=ray does not score in; use trainer.controller=local"
+        in problems(cfg)["reward_model.judge.prompt_template"]
+    )
 
 
 def test_a_classifier_folder_is_not_a_judge(tmp_path):

@@ -30,16 +30,18 @@ TINY_JUDGE = {
 
 
 def tiny_judge(**judge: object):
-    from engine.roles.model_loading import load_reward_model
+    from engine.trainer.build import build_reward_scorer
 
     raw = {**TINY_JUDGE, "reward_model": {**TINY_JUDGE["reward_model"]}}
     raw["reward_model"]["judge"] = {**raw["reward_model"]["judge"], **judge}
-    return load_reward_model(config_from_dict(raw))
+    return build_reward_scorer(config_from_dict(raw))
 
 
 def samples_of(responses, ground_truths=None):
     truths = ground_truths or [None] * len(responses)
-    return [RewardInput("tiny_arithmetic", r, t, None) for r, t in zip(responses, truths)]
+    return [
+        RewardInput("tiny_arithmetic", r, t, None) for r, t in zip(responses, truths, strict=True)
+    ]
 
 
 # -- parsers ------------------------------------------------------------------------------------
@@ -170,9 +172,7 @@ def test_requests_per_minute_space_the_batches():
 
 def test_tokens_per_minute_count_the_estimate_per_request():
     batches = []
-    scorer, clock = echo_judge(
-        batches, batch_size=1, max_tpm=6000, estimated_tokens_per_request=50
-    )
+    scorer, clock = echo_judge(batches, batch_size=1, max_tpm=6000, estimated_tokens_per_request=50)
     scorer.judge(samples_of(["1", "2", "3"]))
     assert clock.sleeps == [0.5]  # 100 tokens a second: two requests, then half a second
 
@@ -215,8 +215,9 @@ def test_too_long_a_judge_prompt_is_that_samples_error():
     judge = tiny_judge()
     judged = judge.judge(samples_of(["1", "9" * 80]), ["", ""])
     assert judged[0].error is None
-    assert judged[1].error.startswith("ValueError: the judge prompt has 86 tokens, over "
-                                      "reward_model.rollout.prompt_length=64")
+    assert judged[1].error.startswith(
+        "ValueError: the judge prompt has 86 tokens, over reward_model.rollout.prompt_length=64"
+    )
 
 
 def test_sampling_temperature_reaches_the_generator():
@@ -231,7 +232,9 @@ def test_a_reply_the_parser_cannot_read_is_a_recorded_reward_error(char_tokenize
     out = manager(make_batch(char_tokenizer, rows), return_dict=True)
     info = out["reward_extra_info"]
     assert out["meta_info"]["reward_failed"] == 2
-    assert all(e.startswith("JudgeParseError: none of the verdict words") for e in info["reward_error"])
+    assert all(
+        e.startswith("JudgeParseError: none of the verdict words") for e in info["reward_error"]
+    )
     assert all(t and t.strip().isdigit() for t in info["reward_model/judge_text"])
 
 
