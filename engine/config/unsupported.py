@@ -266,8 +266,9 @@ class RewardModelRolloutConfig(_Section):
     name: str | None = _f(
         None,
         "Backend that serves a generative judge (reward_model.judge.prompt_template): hf (the "
-        "engine's own sampler, CPU or GPU) or vllm (where installed); null: hf. Not read for a "
-        "sequence-classifier reward model, which scores with transformers in the trainer.",
+        "engine's own sampler, CPU or GPU) or vllm (where installed; its engine settings are "
+        "actor_rollout_ref.rollout's, engine_kwargs.vllm and max_model_len included); null: hf. "
+        "Not read for a sequence-classifier reward model, which scores with transformers.",
     )
     dtype: str = _inert("bfloat16", "Reward model server dtype.")
     gpu_memory_utilization: float = _inert(0.5, "Reward model server GPU memory fraction.")
