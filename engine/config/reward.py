@@ -748,6 +748,22 @@ def judge_problems(v: Validation) -> list[ConfigFieldError]:
             for name in _JUDGE_ONLY
             if getattr(rm, name) is not None
         ]
+        # verl's reward-loop examples name a server for a classifier; here only a judge has one.
+        unread = [
+            f"reward_model.rollout.{name}={getattr(rm.rollout, name)!r}"
+            for name, default in (
+                ("name", None),
+                ("prompt_length", 2048),
+                ("response_length", 2048),
+            )
+            if getattr(rm.rollout, name) != default
+        ]
+        if unread:
+            v.warnings.append(
+                f"no effect without a generative judge (reward_model.judge.prompt_template): "
+                f"{', '.join(unread)}; a sequence-classifier reward model scores with "
+                "transformers, not a server"
+            )
         return errors
     if not rm.enable or not rm.model.path:
         errors.append(
