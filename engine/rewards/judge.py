@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from engine.rewards.batch import RewardInput, describe_error
-from engine.rewards.judge_prompt import build_parser, render_template
+from engine.rewards.judge_prompt import build_parser, render_template, template_problem
 
 # The generator: judge prompts in, one reply text (or the error that replaced it) per prompt out.
 JudgeGenerate = Callable[[list[str]], list["str | BaseException"]]
@@ -101,6 +101,9 @@ class JudgeScorer:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        problem = template_problem(template)
+        if problem is not None:
+            raise ValueError(f"reward_model.judge.prompt_template {problem}")
         self.generate = generate
         self.template = template
         self.parse = build_parser(parser, verdicts)

@@ -257,3 +257,8 @@ def test_judge_composes_with_a_rule_reward(char_tokenizer):
         [0.5 * 1.0 + 0.5 * expected[0].score, 0.5 * expected[1].score]
     )
     assert info["reward_model/judge_text"] == [expected[0].text, expected[1].text]
+
+
+def test_the_scorer_refuses_a_template_the_validator_would_refuse():
+    with pytest.raises(ValueError, match=r"prompt_template has the unknown field \{answer\}"):
+        JudgeScorer(list, template="{answer}")
