@@ -52,6 +52,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "engine.algorithms.registry",
             "engine.rewards.names",
             "engine.rewards.endpoints",
+            "engine.rewards.judge_prompt",
             "engine.rollout.names",
             "engine.tools.names",
             "engine.env",

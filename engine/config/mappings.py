@@ -523,6 +523,9 @@ MAPPING_RULES: dict[str, MappingRule] = {
         files=True,
     ),
     "custom_reward_function.reward_kwargs": MappingRule(_function_kwargs, _KWARGS, files=True),
+    "reward_model.judge.verdicts": MappingRule(
+        _strict, "verdict words to scores (checked by the judge's parser); plain data"
+    ),
     "reward.components[].kwargs": MappingRule(_function_kwargs, _KWARGS, files=True),
     "global_profiler.global_tool_config.nsys.controller_nsight_options": _UNREAD,
     "global_profiler.global_tool_config.nsys.worker_nsight_options": _UNREAD,

@@ -10,7 +10,16 @@ sections that hold them import them from here.
 from dataclasses import dataclass
 from typing import Any
 
-from engine.config.fields import MAX_BATCH, _f, _inert, _refused, _Section, _section, _target
+from engine.config.fields import (
+    MAX_BATCH,
+    MAX_TOKEN_BUDGET,
+    _f,
+    _inert,
+    _refused,
+    _Section,
+    _section,
+    _target,
+)
 
 
 @dataclass
@@ -254,7 +263,13 @@ class PrometheusConfig(_Section):
 @dataclass
 class RewardModelRolloutConfig(_Section):
     _target_: str = _target("verl.workers.config.RolloutConfig")
-    name: str | None = _inert(None, "Generative reward model server (verl's reward loop).")
+    name: str | None = _f(
+        None,
+        "Backend that serves a generative judge (reward_model.judge.prompt_template): hf (the "
+        "engine's own sampler, CPU or GPU) or vllm (where installed; its engine settings are "
+        "actor_rollout_ref.rollout's, engine_kwargs.vllm and max_model_len included); null: hf. "
+        "Not read for a sequence-classifier reward model, which scores with transformers.",
+    )
     dtype: str = _inert("bfloat16", "Reward model server dtype.")
     gpu_memory_utilization: float = _inert(0.5, "Reward model server GPU memory fraction.")
     enforce_eager: bool = _inert(True, "Reward model server: disable CUDA graphs.")
@@ -268,7 +283,8 @@ class RewardModelRolloutConfig(_Section):
     max_num_seqs: int = _f(
         1024,
         "Reward model server sequences per step; with use_reward_loop and no "
-        "micro_batch_size_per_gpu, the samples per reward-model forward here.",
+        "micro_batch_size_per_gpu, the samples per reward-model forward here, and a judge's "
+        "prompts generated at once (its requests in flight, verl's max_concurrent).",
         gt=0,
         le=MAX_BATCH,
     )
@@ -279,8 +295,19 @@ class RewardModelRolloutConfig(_Section):
     enable_prefix_caching: bool = _inert(True, "Reward model server prefix caching.")
     disable_log_stats: bool = _inert(True, "Reward model server statistics logging.")
     skip_tokenizer_init: bool = _inert(False, "Reward model server without a tokenizer.")
-    prompt_length: int = _inert(2048, "Reward model server prompt length.")
-    response_length: int = _inert(2048, "Reward model server response length.")
+    prompt_length: int = _f(
+        2048,
+        "Longest judge prompt in the judge's tokens (reward_model.judge); a longer one is that "
+        "sample's reward error, not cut.",
+        gt=0,
+        le=MAX_TOKEN_BUDGET,
+    )
+    response_length: int = _f(
+        2048,
+        "Most tokens of a judge's reply (reward_model.judge); it stops earlier at its EOS.",
+        gt=0,
+        le=MAX_TOKEN_BUDGET,
+    )
 
 
 @dataclass

@@ -66,6 +66,12 @@ NOT_IN_VERL = (
     "critic.seq_mean_token_sum_norm_times_dp",
     "reward_model.reward_kwargs",
     "reward_model.overlong_buffer",
+    "reward_model.judge",
+    # verl's rate_limited reward manager reads these as +reward_model.* (not in its yaml).
+    "reward_model.max_rpm",
+    "reward_model.max_tpm",
+    "reward_model.estimated_tokens_per_request",
+    "reward_model.timeout",
     "custom_reward_function.reward_kwargs",
     "reward",
     "algorithm.kl_ctrl.kp",

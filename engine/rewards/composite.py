@@ -8,7 +8,10 @@ Each component is ``(name_or_fn, weight, kwargs)`` (``kwargs`` may be left out):
   ``<name>/<key>``;
 - ``"reward_model"`` (the ``reward_model`` scorer given to the composite) or a scorer object
   (anything with ``score(prompts, responses) -> list[float]``, such as ``RewardModelScorer``):
-  scored for the whole batch at once, on (prompt, response) pairs.
+  scored for the whole batch at once, on (prompt, response) pairs; a generative judge
+  (``engine.rewards.judge.JudgeScorer``) is given each sample's fields (its template may show the
+  ground truth) and fails only the samples it cannot score, its reply kept as
+  ``<name>/judge_text`` whether it scored or not.
 
 The result is ``{"score": sum(weight * part), "score/<name>": part, ...}``. Weights are used as
 given, not normalised, so a part's weight is its exchange rate into the total. Two components
@@ -20,18 +23,27 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from engine.rewards.batch import RewardInput, RewardOutcome, describe_error, score_samples
 from engine.rewards.registry import get_reward_fn
 
 REWARD_MODEL = "reward_model"
+JUDGE_TEXT = "judge_text"  # a judge's reply, kept per sample as ``<component>/judge_text``
 
 
 class Scorer(Protocol):
     """Scores (prompt, response) pairs in batch, like ``RewardModelScorer``."""
 
     def score(self, prompts: Sequence[Any], responses: Sequence[str]) -> list[float]: ...
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """A scorer that judges each sample with its fields and keeps its reply, like
+    ``engine.rewards.judge.JudgeScorer``: one ``Judgement`` (score, error, text) per sample."""
+
+    def judge(self, samples: Sequence[RewardInput], prompts: Sequence[Any]) -> list[Any]: ...
 
 
 def _is_scorer(obj: Any) -> bool:
@@ -178,6 +190,7 @@ class CompositeReward:
             else [RewardOutcome({}, None) for _ in samples]
         )
         model_parts: dict[str, list[float]] = {}
+        judged: dict[str, list[Any]] = {}  # a judge's Judgement per sample
         model_error = None
         if self.models:
             if prompts is None or len(prompts) != len(samples):
@@ -188,15 +201,23 @@ class CompositeReward:
             try:
                 responses = [s.solution_str for s in samples]
                 for m in self.models:
-                    model_parts[m.name] = m.scorer.score(list(prompts), responses)
+                    if isinstance(m.scorer, Judge):
+                        judged[m.name] = m.scorer.judge(samples, list(prompts))
+                    else:
+                        model_parts[m.name] = m.scorer.score(list(prompts), responses)
             except Exception as exc:  # a model failure fails the batch's samples, not the step
                 model_error = describe_error(exc)
         combined = []
         for i, outcome in enumerate(outcomes):
-            if outcome.error is not None or model_error is not None:
-                combined.append(RewardOutcome(None, outcome.error or model_error))
+            # A judge's reply is kept even when the sample failed: it says why.
+            texts = {f"{name}/{JUDGE_TEXT}": j[i].text for name, j in judged.items()}
+            errors = [outcome.error, model_error, *(j[i].error for j in judged.values())]
+            error = next((e for e in errors if e is not None), None)
+            if error is not None:
+                combined.append(RewardOutcome(texts or None, error))
                 continue
             parts = dict(outcome.result)  # type: ignore[arg-type]
             parts.update({name: scores[i] for name, scores in model_parts.items()})
-            combined.append(RewardOutcome(self._combine(parts), None))
+            parts.update({name: j[i].score for name, j in judged.items()})
+            combined.append(RewardOutcome({**self._combine(parts), **texts}, None))
         return combined

@@ -215,6 +215,11 @@ class RewardManager:
             if outcome.error is not None:
                 failed += 1
                 extra["reward_error"][i] = outcome.error
+                # What a failed sample still says (a judge's reply), never a score.
+                if isinstance(outcome.result, dict):
+                    for key, value in outcome.result.items():
+                        if key != "score":
+                            extra.setdefault(key, [None] * bs)[i] = value
                 self._log_once(outcome.error, samples[i].data_source)
                 score = 0.0
             elif isinstance(outcome.result, dict):

@@ -18,7 +18,7 @@ from engine.algorithms.kl import KLController, get_kl_controller
 from engine.config import ConfigValidationError, ModelConfig, PPOConfig
 from engine.config.fields import resolved
 from engine.config.files import paths_of
-from engine.config.reward import in_process_reward_model_problems
+from engine.config.reward import in_process_reward_model_problems, uses_judge
 from engine.data.dataset import RLHFDataset
 from engine.data.loader import PromptDataLoader
 from engine.distributed.local_group import LocalWorkerGroup
@@ -30,6 +30,7 @@ from engine.rewards.managers import REWARD_MANAGER_CLASSES
 from engine.rewards.overlong import OverlongBuffer, overlong_buffer
 from engine.roles.actor_rollout_ref import ActorRolloutRefWorker
 from engine.roles.critic import CriticWorker
+from engine.roles.judge_model import load_judge
 from engine.roles.model_loading import load_reward_model, load_tokenizer, resolve_path
 from engine.roles.protocols import ActorRolloutRef, Critic
 
@@ -190,7 +191,8 @@ def build_local_rank(
 def build_reward_scorer(config: PPOConfig, device: str | torch.device = "cpu") -> Any:
     """Return the reward model's scorer in this process when ``reward_model.enable=True``, else
     None (``engine.roles.model_loading.load_reward_model``: sizes and defaults as verl's reward model
-    worker).
+    worker; with ``reward_model.judge.prompt_template`` a generative judge,
+    ``engine.roles.judge_model.load_judge``).
 
     The single-process trainer's; with ``trainer.controller=ray`` the model is a role on the
     ranks instead (``engine.distributed.worker_group.RewardModelGroup``). Raise
@@ -202,6 +204,8 @@ def build_reward_scorer(config: PPOConfig, device: str | torch.device = "cpu") -
     problems = in_process_reward_model_problems(config)
     if problems:
         raise ConfigValidationError(problems)
+    if uses_judge(config):  # a generative judge (engine.rewards.judge)
+        return load_judge(config, device)
     return load_reward_model(config, device)
 
 

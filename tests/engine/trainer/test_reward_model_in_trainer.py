@@ -278,3 +278,26 @@ def test_grpo_learns_to_add_from_the_tiny_reward_model_alone(tiny_assets, tmp_pa
     PPOTrainer(config, recorder=recorder).train()
     start, end = recorder.accuracy[0], recorder.accuracy[50]
     assert end >= start + 0.12, recorder.accuracy
+
+
+def test_a_training_step_judged_by_the_tiny_model_records_each_reply(make_config):
+    # reward_model.judge.prompt_template: the tiny model judges; its reply reaches each sample.
+    recorder = Samples()
+    config = make_config(
+        "grpo_tiny",
+        "reward_model.enable=True",
+        "reward_model.model.path=tiny://model",
+        "reward_model.judge.prompt_template='{response}+0='",
+        "reward_model.rollout.response_length=4",
+        "reward_model.rollout.prompt_length=32",
+        "trainer.total_training_steps=1",
+    )
+    PPOTrainer(config, recorder=recorder).train()
+    train = [s for s in recorder.samples if s.split == "train"]
+    assert train
+    for s in train:
+        text = s.reward_parts["reward_model/judge_text"]
+        if s.reward_error is None:
+            assert s.reward == s.reward_parts["score/reward_model"] == float(text)
+        else:  # a reply with no number is the sample's error, its text kept
+            assert s.reward_error.startswith("JudgeParseError") and s.reward == 0.0

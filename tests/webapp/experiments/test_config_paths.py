@@ -404,3 +404,25 @@ def test_a_file_a_reward_functions_keyword_names_is_checked_as_a_path_key(owner,
         }
         paths = {key for key, message in found.items() if "not a place a run may read" in message}
         assert paths == (expected if refused else set()), (place, found)
+
+
+def test_a_judge_reads_only_from_the_model_roots(owner, settings, studio_dirs):
+    judge = model_folder(studio_dirs / "srv" / "judge")
+    (judge / "config.json").write_text('{"architectures": ["Qwen2ForCausalLM"]}')
+    outside = model_folder(studio_dirs / "private" / "judge")
+    settings.POSTTRAIN_MODEL_ROOTS = f"{studio_dirs}/srv"
+    values = {
+        "reward_model__enable": True,
+        "reward_model__judge__prompt_template": "Is {response} right? yes or no",
+        "reward_model__judge__parser": "verdict",
+    }
+    found = studio_errors(owner, reward_model__model__path=str(outside), **values)
+    assert found == {
+        "reward_model.model.path": (
+            "not a place a run may read: a run reads only your uploaded datasets, your own runs' "
+            f"checkpoints and exports, tiny:// assets and the model roots {studio_dirs}/srv"
+        )
+    }
+    assert "reward_model.model.path" not in studio_errors(
+        owner, reward_model__model__path=str(judge), **values
+    )

@@ -223,3 +223,29 @@ def test_a_byte_that_is_not_utf8_shows_as_that_byte_in_both_views(client_in, own
     )[0]
     assert whole["text"] == ["9", "", "×", "7"] and whole["partial"] == [False, True, False, False]
     assert whole["hex"] == ["39", "C3", "97", "37"]
+
+
+def test_a_judges_reply_shows_beside_its_score_in_both_views(client_in, owner):
+    run = finished_run(owner)
+    judged = records(1, 0, [0.75, 0.0])
+    judged[0].reward_parts = {
+        "score/exact_match": 1.0,
+        "score/reward_model": 0.5,
+        "reward_model/judge_text": "Partly right <b>5</b>: \\boxed{0.5}",
+    }
+    # A reply the parser could not read is kept with the sample's reward error.
+    judged[1].reward_parts = {"reward_model/judge_text": "I refuse"}
+    judged[1].reward_error = "JudgeParseError: no \\boxed{} value in the judge's reply"
+    samples_write(run_id=run.pk, samples=judged)
+    reply = "Partly right &lt;b&gt;5&lt;/b&gt;: \\boxed{0.5}"
+    for page in (
+        client_in.get(url("group", run, step=1, prompt=0)).content.decode(),
+        client_in.get(url("step", run, step=1)).content.decode(),
+    ):
+        assert '<span class="part">score/reward_model <b>0.5</b></span>' in page
+        assert (
+            '<div class="judge"><span class="part">reward_model judge said</span>'
+            f'<pre class="judge-text">{reply}</pre></div>'
+        ) in page
+        assert '<pre class="judge-text">I refuse</pre>' in page
+        assert "reward_model/judge_text" not in page  # text, not a number part

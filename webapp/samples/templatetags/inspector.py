@@ -1,5 +1,6 @@
-"""The inspector's filters: numbers (four significant digits, a dash for missing or NaN) and a
-response's text with each byte that is not UTF-8 shown as that byte (``samples.tokens``)."""
+"""The inspector's filters: numbers (four significant digits, a dash for missing or NaN), a
+response's text with each byte that is not UTF-8 shown as that byte (``samples.tokens``), and a
+sample's reward parts split into scores and a generative judge's replies."""
 
 from __future__ import annotations
 
@@ -27,6 +28,29 @@ def num(value: Any) -> str:
     if number is None:
         return "—" if value is None or isinstance(value, int | float) else str(value)
     return f"{number:.4g}"
+
+
+# A generative judge's reply is kept among the reward parts as ``<component>/judge_text``
+# (engine.rewards.composite.JUDGE_TEXT); it is shown as text beside the scores, not as a number.
+JUDGE_TEXT_SUFFIX = "/judge_text"
+
+
+@register.filter
+def score_parts(parts: Any) -> list[tuple[str, Any]]:
+    """Return the reward parts that are not a judge's reply, as (key, value) pairs."""
+    items = parts.items() if isinstance(parts, dict) else []
+    return [(k, v) for k, v in items if not str(k).endswith(JUDGE_TEXT_SUFFIX)]
+
+
+@register.filter
+def judge_texts(parts: Any) -> list[tuple[str, str]]:
+    """Return each judge's reply among the reward parts as (component, reply text)."""
+    items = parts.items() if isinstance(parts, dict) else []
+    return [
+        (str(k).removesuffix(JUDGE_TEXT_SUFFIX), str(v))
+        for k, v in items
+        if str(k).endswith(JUDGE_TEXT_SUFFIX) and v is not None
+    ]
 
 
 @register.filter
