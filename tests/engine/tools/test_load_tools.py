@@ -75,7 +75,7 @@ def test_a_missing_file_names_the_key(tmp_path):
 
 
 # -- tools an administrator installed ------------------------------------------------------------
-WORDS_TOOL = '''
+WORDS_TOOL = """
 from engine.tools import Tool
 
 
@@ -86,7 +86,7 @@ class WordCountTool(Tool):
 
 class NotATool:
     pass
-'''
+"""
 
 WORDS = """tools:
   - class_name: {cls}
