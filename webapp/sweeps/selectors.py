@@ -21,6 +21,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Case, Count, Exists, OuterRef, Q, QuerySet, Value, When
 
+from webapp.projects.access import visible_sweeps
 from webapp.runs.models import ACTIVE_STATUSES, MetricPoint, Run
 from webapp.runs.numbers import metric_text
 from webapp.runs.progress import run_progress_of
@@ -31,10 +32,10 @@ VALIDATION_PATTERN = r"^val-core/.+/mean@[0-9]+$"
 
 
 def sweep_list_for_user(*, user: Any) -> QuerySet[Sweep]:
-    """Return ``user``'s sweeps, newest first, with ``status`` and ``member_count`` annotated."""
+    """Return the sweeps ``user`` may read, newest first, with ``status`` and ``member_count`` annotated."""
     active = Run.objects.filter(sweep_member__sweep=OuterRef("pk"), status__in=ACTIVE_STATUSES)
     return (
-        Sweep.objects.filter(owner=user)
+        visible_sweeps(user)
         .select_related("experiment")
         .annotate(
             member_count=Count("members"),
