@@ -87,6 +87,11 @@ def write_log(run, text: str) -> None:
 
 @pytest.fixture
 def world(owner, studio_dirs):
+    return build_world(owner)
+
+
+def build_world(owner):
+    """Create the owner's objects of every kind; return the URL arguments that name them."""
     experiment = make_experiment(owner, name=f"{SECRET} experiment")
     running = run_create(experiment=experiment)
     Run.objects.filter(pk=running.pk).update(status=RunStatus.RUNNING, error=f"{SECRET} traceback")

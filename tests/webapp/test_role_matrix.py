@@ -28,7 +28,7 @@ from django.urls import get_resolver, reverse
 from tests.webapp.fixtures import make_experiment
 from tests.webapp.live import private_redis_layer, short_lived_connections  # noqa: F401
 from tests.webapp.runs.test_consumers import open_socket
-from tests.webapp.test_permissions import SECRET, kwarg_names, snapshot, walk, world  # noqa: F401
+from tests.webapp.test_permissions import SECRET, build_world, kwarg_names, snapshot, walk
 from webapp.datasets.services import dataset_create
 from webapp.experiments.models import Experiment
 from webapp.projects.models import Role
@@ -254,9 +254,10 @@ def members(django_user_model):
 
 
 @pytest.fixture
-def team_world(world, owner, members):
+def team_world(owner, members, studio_dirs):
     from webapp.projects.models import Project
 
+    world = build_world(owner)
     project = Project.objects.get(pk=world["project_id"])
     member_add(project=project, by=owner, username="bob", role=Role.EDITOR)
     member_add(project=project, by=owner, username="carol", role=Role.VIEWER)
@@ -314,9 +315,7 @@ async def test_role_matrix_sockets(owner, members):
     experiment = await database_sync_to_async(make_experiment)(owner, name=SECRET)
     run = await database_sync_to_async(run_create)(experiment=experiment)
     project = await database_sync_to_async(project_create)(owner=owner, name="team")
-    await database_sync_to_async(experiment_move)(
-        experiment=experiment, by=owner, project=project
-    )
+    await database_sync_to_async(experiment_move)(experiment=experiment, by=owner, project=project)
     for username, role in (("bob", Role.EDITOR), ("carol", Role.VIEWER)):
         await database_sync_to_async(member_add)(
             project=project, by=owner, username=username, role=role
@@ -327,10 +326,7 @@ async def test_role_matrix_sockets(owner, members):
         for role in ROLES:
             socket = await open_socket(path.format(run_id=run.pk), users[role])
             first = await socket.receive_output(timeout=10)
-            if first["type"] == "websocket.close":
-                got = first["code"]
-            else:
-                got = "open"
+            got = first["code"] if first["type"] == "websocket.close" else "open"
             if got != SOCKET_ANSWER[role]:
                 wrong.append(f"{path} as {role}: {got}, not {SOCKET_ANSWER[role]}")
             await socket.disconnect()
