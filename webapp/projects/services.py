@@ -20,7 +20,6 @@ from webapp.projects.access import (
     OWN,
     RANK,
     access_changed,
-    experiment_may,
     project_role,
     run_may,
 )
@@ -103,7 +102,9 @@ def experiment_move(*, experiment: Experiment, by: Any, project: Project | None)
     ``by`` must own the experiment, and be the new project's owner or one of its editors.
     Members of the project it leaves lose it, their open sockets included.
     """
-    if not experiment_may(by, experiment, OWN):
+    # Its owner only: a project's owner moving a member's experiment into another project would
+    # show it to people its owner never chose.
+    if experiment.owner_id != by.pk:
         raise PermissionDenied("Only the experiment's owner moves it.")
     if project is not None and RANK.get(project_role(by, project) or "", 0) < RANK["editor"]:
         raise PermissionDenied("Move experiments only into projects where you are an editor.")

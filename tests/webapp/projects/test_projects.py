@@ -71,7 +71,9 @@ def test_an_editor_launches_on_their_own_quota_and_a_viewer_only_reads(owner, te
     client.force_login(carol)
     launch = reverse("experiments:launch", kwargs={"experiment_id": experiment.pk})
     assert client.post(launch).status_code == 403
-    assert client.get(reverse("runs:detail", kwargs={"run_id": run.pk})).status_code == 200
+    page = client.get(reverse("runs:detail", kwargs={"run_id": run.pk})).content.decode()
+    assert 'data-field="cancel" data-denied' in page and 'name="notes"' not in page
+    assert "Launch a run" not in client.get(experiment.get_absolute_url()).content.decode()
     assert client.post(reverse("runs:cancel", kwargs={"run_id": run.pk})).status_code == 403
     client.force_login(bob)
     assert client.post(launch).status_code == 302
@@ -94,6 +96,8 @@ def test_moving_an_experiment_needs_its_owner_and_an_editor_of_the_project(owner
         experiment_move(experiment=carols, by=carol, project=team["project"])
     with pytest.raises(PermissionDenied, match="owner"):
         experiment_move(experiment=team["experiment"], by=bob, project=None)
+    with pytest.raises(PermissionDenied, match="owner"):  # the project's owner neither
+        experiment_move(experiment=bobs, by=owner, project=None)
     client = Client()
     client.force_login(owner)
     move = reverse("projects:move", kwargs={"experiment_id": team["experiment"].pk})
