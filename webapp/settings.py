@@ -184,6 +184,7 @@ INSTALLED_APPS = [
     "webapp.sweeps",
     "webapp.external",
     "webapp.alerts",
+    "webapp.projects",
 ]
 
 MIDDLEWARE = [

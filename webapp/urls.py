@@ -24,5 +24,6 @@ urlpatterns = [
     path("runs/<int:run_id>/samples/", include("webapp.samples.urls")),
     path("sweeps/", include("webapp.sweeps.urls")),
     path("alerts/", include("webapp.alerts.urls")),
+    path("projects/", include("webapp.projects.urls")),
     path("", include("webapp.experiments.urls")),
 ]

@@ -1,5 +1,8 @@
 """Ownership: another user gets a 404 on every page, form, download and action of an object.
 
+The world here is the owner's: a project holding her experiment, runs, sweep and an external
+run, with a run shared by link; the role matrix (``test_role_matrix.py``) adds its members.
+
 The walker enumerates every URL pattern from the resolver, so a new page is covered the day it
 is added; a pattern with a URL argument the walker does not know fails the test until it learns.
 """
@@ -18,6 +21,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
+from engine.trainer.checkpoint import HF_FOLDER, step_dir
 from engine.trainer.reporting import SampleRecord
 from tests.webapp.fixtures import make_experiment
 from tests.webapp.live import private_redis_layer, short_lived_connections  # noqa: F401
@@ -29,6 +33,9 @@ from webapp.api.tokens import token_create
 from webapp.datasets.models import Dataset
 from webapp.datasets.services import dataset_create
 from webapp.experiments.models import Experiment
+from webapp.external.services import external_run_create
+from webapp.projects.models import Membership, Project, RunShare
+from webapp.projects.services import experiment_move, project_create, run_share
 from webapp.runs.driver_writes import samples_write
 from webapp.runs.logs import run_log_path
 from webapp.runs.models import Run, RunStatus
@@ -41,6 +48,7 @@ pytestmark = pytest.mark.django_db
 SECRET = "alice-secret"
 # URL arguments that name one of the owner's objects: the other user must get a 404.
 OBJECT_KWARGS = (
+    "project_id",
     "experiment_id",
     "run_id",
     "other_run_id",
@@ -79,6 +87,11 @@ def write_log(run, text: str) -> None:
 
 @pytest.fixture
 def world(owner, studio_dirs):
+    return build_world(owner)
+
+
+def build_world(owner):
+    """Create the owner's objects of every kind; return the URL arguments that name them."""
     experiment = make_experiment(owner, name=f"{SECRET} experiment")
     running = run_create(experiment=experiment)
     Run.objects.filter(pk=running.pk).update(status=RunStatus.RUNNING, error=f"{SECRET} traceback")
@@ -116,10 +129,24 @@ def world(owner, studio_dirs):
     )
     owner.email = "alice@example.org"
     owner.save()
+    # The project the experiment lives in, with no member yet (the matrix adds its roles).
+    project = project_create(owner=owner, name=f"{SECRET} project")
+    experiment_move(experiment=experiment, by=owner, project=project)
+    external, _ = external_run_create(
+        owner=owner, key="k" * 16, name=f"{SECRET} external", source="verl"
+    )
+    experiment_move(experiment=external.experiment, by=owner, project=project)
+    share = run_share(run=stopped, by=owner)
+    hf = step_dir(running.checkpoint_dir, 1) / "actor" / HF_FOLDER
+    hf.mkdir(parents=True)
+    (hf / "config.json").write_text("{}")
     subscription = subscription_create(
         owner=owner, scope="run", run=running, channel="email", metric="x", threshold=1.0
     )
     return {
+        "project_id": project.pk,
+        "external_run_id": external.pk,
+        "share_token": share.token,
         "subscription_id": subscription.pk,
         "experiment_id": experiment.pk,
         "run_id": running.pk,
@@ -150,10 +177,16 @@ def snapshot():
         "tokens": list(ApiToken.objects.values_list("pk", "name")),
         "subscriptions": list(Subscription.objects.values_list("pk", "owner_id", "run_id")),
         "alert_settings": list(AlertSettings.objects.values_list("owner_id", "webhook_url")),
+        "projects": list(Project.objects.values_list("pk", "name")),
+        "members": list(Membership.objects.values_list("pk", "user_id", "role").order_by("pk")),
+        "placement": list(Experiment.objects.values_list("pk", "project_id").order_by("pk")),
+        "shares": list(RunShare.objects.values_list("pk", "token")),
     }
 
 
 def test_another_user_sees_and_changes_nothing_on_any_url(world, other_user):
+    """The outsider column of the role matrix (``tests/webapp/test_role_matrix.py``), for every
+    URL the resolver knows, admin included: nothing of the owner's shows or changes."""
     before = snapshot()
     client = Client()
     checked = 0
@@ -169,6 +202,8 @@ def test_another_user_sees_and_changes_nothing_on_any_url(world, other_user):
             unknown = names - set(world)
             assert not unknown, f"{name}: teach the walker what to put in {sorted(unknown)}"
             url = reverse(name, kwargs={k: world[k] for k in names})
+        if name == "projects:shared":
+            continue  # opening a share link grants reading: the matrix tests it last
         for method in ("get", "post"):
             client.force_login(other_user)
             # The API speaks JSON: its bodies are JSON, so ownership is what answers.

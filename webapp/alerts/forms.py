@@ -20,6 +20,7 @@ class SubscriptionForm(forms.Form):
     scope = forms.ChoiceField(choices=Scope.choices, initial=Scope.ALL)
     run_id = forms.IntegerField(required=False, min_value=1, label="Run #")
     experiment_id = forms.IntegerField(required=False, min_value=1, label="Experiment #")
+    project_id = forms.IntegerField(required=False, min_value=1, label="Project #")
     channel = forms.ChoiceField(choices=Channel.choices, initial=Channel.WEBHOOK)
     on_finish = forms.BooleanField(required=False, initial=True, label="finished")
     on_failure = forms.BooleanField(required=False, initial=True, label="failed or lost")
@@ -34,4 +35,6 @@ class SubscriptionForm(forms.Form):
             self.add_error("run_id", "give the number of the run to watch")
         if data.get("scope") == Scope.EXPERIMENT and not data.get("experiment_id"):
             self.add_error("experiment_id", "give the number of the experiment to watch")
+        if data.get("scope") == Scope.PROJECT and not data.get("project_id"):
+            self.add_error("project_id", "give the number of the project to watch")
         return data

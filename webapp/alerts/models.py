@@ -1,4 +1,5 @@
-"""Alerts: a member's subscriptions to their runs' events, and every message sent for them."""
+"""Alerts: a member's subscriptions to the events of runs they may read (their own, their
+projects'), and every message sent for them."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ class AlertSettings(models.Model):
 class Scope(models.TextChoices):
     RUN = "run", "one run"
     EXPERIMENT = "experiment", "an experiment's runs"
+    PROJECT = "project", "a project's runs"
     ALL = "all", "all my runs"
 
 
@@ -54,6 +56,7 @@ class Subscription(models.Model):
     experiment = models.ForeignKey(
         "experiments.Experiment", null=True, blank=True, on_delete=models.CASCADE
     )
+    project = models.ForeignKey("projects.Project", null=True, blank=True, on_delete=models.CASCADE)
     channel = models.CharField(max_length=16, choices=Channel.choices)
     on_finish = models.BooleanField(default=True, help_text="When a run succeeds or is cancelled.")
     on_failure = models.BooleanField(default=True, help_text="When a run fails or is lost.")
@@ -78,6 +81,8 @@ class Subscription(models.Model):
             return f"run {self.run_id}"
         if self.scope == Scope.EXPERIMENT:
             return f"experiment {self.experiment_id}"
+        if self.scope == Scope.PROJECT:
+            return f"project {self.project_id}"
         return "all my runs"
 
 

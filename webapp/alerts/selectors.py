@@ -16,4 +16,4 @@ def delivery_list_for_user(*, user: Any) -> QuerySet:
 
 def subscription_list_for_user(*, user: Any) -> QuerySet:
     """Return the member's subscriptions, newest first."""
-    return Subscription.objects.filter(owner=user).select_related("run", "experiment")
+    return Subscription.objects.filter(owner=user).select_related("run", "experiment", "project")

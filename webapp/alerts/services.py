@@ -44,6 +44,13 @@ from webapp.alerts.models import (
 )
 from webapp.alerts.webhooks import WebhookRefused, post_json, resolve_webhook
 from webapp.celery import send_deliver_alert
+from webapp.projects.access import (
+    VIEW,
+    experiment_may,
+    run_may,
+    run_reader_ids,
+    visible_projects,
+)
 from webapp.runs.models import Run, RunStatus
 
 logger = logging.getLogger(__name__)
@@ -85,6 +92,7 @@ def subscription_create(
     channel: str,
     run: Run | None = None,
     experiment: Any = None,
+    project: Any = None,
     on_finish: bool = True,
     on_failure: bool = True,
     on_health: bool = True,
@@ -92,15 +100,21 @@ def subscription_create(
     direction: str = str(Direction.ABOVE),
     threshold: float | None = None,
 ) -> Subscription:
-    """Subscribe ``owner`` to one of their runs, experiments or all their runs.
+    """Subscribe ``owner`` to a run, an experiment or a project they may read, or all their runs.
 
-    The caller passes objects it read from the owner's own (``run_list_for_user``...); a run or
-    experiment of someone else is refused here too.
+    The caller passes objects it read through ``webapp.projects.access``; one ``owner`` may not
+    read is refused here too. A subscriber who loses the right stops getting messages.
     """
-    if scope == Scope.RUN and (run is None or run.owner_id != owner.pk):
-        raise AlertRefused("choose one of your runs")
-    if scope == Scope.EXPERIMENT and (experiment is None or experiment.owner_id != owner.pk):
-        raise AlertRefused("choose one of your experiments")
+    if scope == Scope.RUN and (run is None or not run_may(owner, run, VIEW)):
+        raise AlertRefused("choose a run you may read")
+    if scope == Scope.EXPERIMENT and (
+        experiment is None or not experiment_may(owner, experiment, VIEW)
+    ):
+        raise AlertRefused("choose an experiment you may read")
+    if scope == Scope.PROJECT and (
+        project is None or not visible_projects(owner).filter(pk=project.pk).exists()
+    ):
+        raise AlertRefused("choose a project you are a member of")
     metric = metric.strip()
     if bool(metric) != (threshold is not None):
         raise AlertRefused("a metric alert needs both the metric's name and a threshold")
@@ -117,6 +131,7 @@ def subscription_create(
         scope=scope,
         run=run if scope == Scope.RUN else None,
         experiment=experiment if scope == Scope.EXPERIMENT else None,
+        project=project if scope == Scope.PROJECT else None,
         channel=channel,
         on_finish=on_finish,
         on_failure=on_failure,
@@ -134,10 +149,13 @@ def subscription_delete(*, subscription: Subscription) -> None:
 
 # -- events -> deliveries ---------------------------------------------------------------------
 def _subscriptions(run: Run) -> Any:
-    return Subscription.objects.filter(owner_id=run.owner_id).filter(
-        Q(scope=Scope.ALL)
+    """Return the subscriptions an event of ``run`` answers, of members who may still read it."""
+    project_id = run.experiment.project_id if run.experiment_id else None
+    return Subscription.objects.filter(owner_id__in=run_reader_ids(run)).filter(
+        Q(scope=Scope.ALL, owner_id=run.owner_id)
         | Q(scope=Scope.RUN, run_id=run.pk)
         | Q(scope=Scope.EXPERIMENT, experiment_id=run.experiment_id)
+        | Q(scope=Scope.PROJECT, project_id=project_id, project_id__isnull=False)
     )
 
 
@@ -157,7 +175,7 @@ def _queue(subscription: Subscription, run: Run, event: str, detail: str, line: 
     delivery, created = AlertDelivery.objects.get_or_create(
         key=f"{subscription.pk}:{run.pk}:{event}:{detail}"[:300],
         defaults={
-            "owner_id": run.owner_id,
+            "owner_id": subscription.owner_id,
             "subscription": subscription,
             "run": run,
             "event": event,

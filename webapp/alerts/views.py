@@ -18,8 +18,7 @@ from webapp.alerts.services import (
     subscription_create,
     subscription_delete,
 )
-from webapp.experiments.selectors import experiment_list_for_user
-from webapp.runs.selectors import run_list_for_user
+from webapp.projects.access import VIEW, experiment_for, project_for, run_for
 
 DELIVERIES_SHOWN = 100
 
@@ -68,14 +67,14 @@ def alerts_subscribe(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return _page(request, subscription_form=form, status=400)
     data = form.cleaned_data
-    run = experiment = None
-    # Another member's run or experiment is a 404, as everywhere in the studio.
+    run = experiment = project = None
+    # A run, experiment or project the member may not read is a 404, as everywhere.
     if data["scope"] == Scope.RUN:
-        run = get_object_or_404(run_list_for_user(user=request.user), pk=data["run_id"])
+        run = run_for(request.user, data["run_id"], VIEW)
     elif data["scope"] == Scope.EXPERIMENT:
-        experiment = get_object_or_404(
-            experiment_list_for_user(user=request.user, archived=None), pk=data["experiment_id"]
-        )
+        experiment = experiment_for(request.user, data["experiment_id"], VIEW)
+    elif data["scope"] == Scope.PROJECT:
+        project = project_for(request.user, data["project_id"], VIEW)
     try:
         subscription = subscription_create(
             owner=request.user,
@@ -83,6 +82,7 @@ def alerts_subscribe(request: HttpRequest) -> HttpResponse:
             channel=data["channel"],
             run=run,
             experiment=experiment,
+            project=project,
             on_finish=data["on_finish"],
             on_failure=data["on_failure"],
             on_health=data["on_health"],

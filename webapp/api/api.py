@@ -10,7 +10,7 @@ The OpenAPI 3 schema is generated from the code at ``/api/openapi.json``; the do
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from django.http.request import RawPostDataException
 from ninja import NinjaAPI
@@ -93,6 +93,12 @@ def _throttled(request: HttpRequest, exc: Throttled) -> HttpResponse:
     response = _one(request, 429, refusal.message)
     response["Retry-After"] = str(refusal.retry_after)
     return response
+
+
+@api.exception_handler(PermissionDenied)
+def _forbidden(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+    """The object is visible to the user, whose project role does not allow the action."""
+    return _one(request, 403, str(exc) or "your role on this object does not allow this")
 
 
 @api.exception_handler(Http404)

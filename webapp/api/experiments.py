@@ -6,7 +6,6 @@ from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest
-from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema, Status
 from ninja.pagination import paginate
 
@@ -22,11 +21,12 @@ from webapp.experiments.services import (
     experiment_delete,
     experiment_set_archived,
 )
+from webapp.projects.access import EDIT, OWN, VIEW, experiment_for
 from webapp.runs.models import RunStatus
 from webapp.runs.services import refuse_external, run_create
 
 router = Router(tags=["experiments"])
-ERRORS: dict[int | tuple[int, ...], Any] = {(400, 404, 409, 422, 429): ErrorOut}
+ERRORS: dict[int | tuple[int, ...], Any] = {(400, 403, 404, 409, 422, 429): ErrorOut}
 
 
 class ExperimentOut(Schema):
@@ -73,10 +73,11 @@ class ExperimentFilters(Schema):
     archived: bool | None = Field(False, description="null: archived and active together.")
 
 
-def owned_experiment(request: HttpRequest, experiment_id: int) -> Experiment:
-    """Return the user's experiment (annotated as the list is); another's is a 404."""
+def owned_experiment(request: HttpRequest, experiment_id: int, need: str = VIEW) -> Experiment:
+    """Return the experiment (annotated as the list is) if the user holds ``need`` on it: 404
+    without a view right, 403 without ``need`` (``webapp.projects.access``)."""
     experiments = experiment_list_for_user(user=request.user, archived=None)
-    return get_object_or_404(experiments, pk=experiment_id)
+    return experiment_for(request.user, experiment_id, need, queryset=experiments)
 
 
 def parse_config(payload: ExperimentIn) -> PPOConfig:
@@ -148,7 +149,7 @@ def archive_experiment(
     request: HttpRequest, experiment_id: int, payload: ArchiveIn | None = None
 ) -> Any:
     """Archive an experiment (``archived: false`` restores it; no body archives)."""
-    experiment = owned_experiment(request, experiment_id)
+    experiment = owned_experiment(request, experiment_id, OWN)
     experiment_set_archived(experiment=experiment, archived=(payload or ArchiveIn()).archived)
     return owned_experiment(request, experiment_id)
 
@@ -156,7 +157,7 @@ def archive_experiment(
 @router.delete("/{int:experiment_id}", response={204: None, **ERRORS})
 def delete_experiment(request: HttpRequest, experiment_id: int) -> Any:
     """Delete an experiment with its runs (409 while one is active: cancel it first)."""
-    experiment_delete(experiment=owned_experiment(request, experiment_id))
+    experiment_delete(experiment=owned_experiment(request, experiment_id, OWN))
     return Status(204, None)
 
 
@@ -165,5 +166,8 @@ def launch_experiment(
     request: HttpRequest, experiment_id: int, payload: LaunchKeyIn | None = None
 ) -> Any:
     """Queue a run (201; no body needed); a repeated ``launch_key`` returns its run (200)."""
-    experiment = owned_experiment(request, experiment_id)
-    return launch_answer(lambda key: run_create(experiment=experiment, launch_key=key), payload)
+    experiment = owned_experiment(request, experiment_id, EDIT)
+    return launch_answer(
+        lambda key: run_create(experiment=experiment, launch_key=key, launcher=request.user),
+        payload,
+    )

@@ -13,7 +13,6 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.http import HttpRequest
-from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
 from pydantic import BaseModel, ConfigDict
 
@@ -21,13 +20,14 @@ from engine.config import ConfigError
 from webapp.api.errors import ErrorOut, config_error, field_error
 from webapp.external import services as ext
 from webapp.external.models import ExternalRun, ExternalSource
+from webapp.projects.access import external_run_for
 from webapp.runs.models import Run, RunStatus, SampleSplit
 from webapp.runs.services import LAUNCH_KEY_PATTERN
 
 router = Router(tags=["external runs"])
 # The appends' bodies are plain pydantic models: ninja's ``Schema`` runs a root validator per
 # object (it reads ORM rows), which took a third of a 2,000-sample request.
-ERRORS: dict[int | tuple[int, ...], Any] = {(400, 404, 409, 413, 422, 429): ErrorOut}
+ERRORS: dict[int | tuple[int, ...], Any] = {(400, 403, 404, 409, 413, 422, 429): ErrorOut}
 NAME = Field(max_length=ext.MAX_NAME_CHARS)
 TEXT = Field(max_length=ext.MAX_TEXT_CHARS)
 
@@ -156,10 +156,9 @@ class CountOut(Schema):
 
 
 def _owned(request: HttpRequest, run_id: int) -> ExternalRun:
-    """Return the user's external run; another's, or a studio run, is a 404."""
-    return get_object_or_404(
-        ExternalRun.objects.select_related("run__experiment"), run_id=run_id, owner=request.user
-    )
+    """Return the user's external run: 404 for a studio run or one the user may not read, 403
+    for a project member's (``webapp.projects.access.external_run_for``)."""
+    return external_run_for(request.user, run_id)
 
 
 def _config(config: dict[str, Any] | None, text: str | None) -> dict[str, Any] | None:

@@ -6,20 +6,19 @@ from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest, QueryDict
-from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema, Status
 from ninja.pagination import paginate
 
 from webapp.api.errors import ApiError, ErrorOut, field_error
 from webapp.api.pagination import Pages
+from webapp.projects.access import EDIT, VIEW, run_for
 from webapp.runs.metrics import DEFAULT_MAX_POINTS, run_metric_series, run_metrics_json
 from webapp.runs.models import Run, RunStatus
-from webapp.runs.selectors import run_list_for_user
 from webapp.runs.services import LAUNCH_KEY_PATTERN, AlreadyLaunched, run_cancel, run_resume
 from webapp.runs.table import RunTableQueryError, parse_run_table_query, run_table_runs
 
 router = Router(tags=["runs"])
-ERRORS: dict[int | tuple[int, ...], Any] = {(400, 404, 409, 422, 429): ErrorOut}
+ERRORS: dict[int | tuple[int, ...], Any] = {(400, 403, 404, 409, 422, 429): ErrorOut}
 
 
 class RunOut(Schema):
@@ -104,9 +103,9 @@ class MetricTableOut(Schema):
     values: dict[str, list[float | None]] = Field(description="values[name][i] is at step[i].")
 
 
-def owned_run(request: HttpRequest, run_id: int) -> Run:
-    """Return the user's run; another's is a 404."""
-    return get_object_or_404(run_list_for_user(user=request.user), pk=run_id)
+def owned_run(request: HttpRequest, run_id: int, need: str = VIEW) -> Run:
+    """Return the run if the user holds ``need`` on it: 404 without a view right, else 403."""
+    return run_for(request.user, run_id, need)
 
 
 def launch_answer(launch: Callable[[str], Run], payload: LaunchKeyIn | None) -> Status:
@@ -156,14 +155,16 @@ def run_status(request: HttpRequest, run_id: int) -> Any:
 @router.post("/{int:run_id}/cancel", response={200: RunOut, **ERRORS})
 def cancel_run(request: HttpRequest, run_id: int) -> Any:
     """Cancel: a queued run ends now, a running one after its current step."""
-    return run_cancel(run=owned_run(request, run_id))
+    return run_cancel(run=owned_run(request, run_id, EDIT))
 
 
 @router.post("/{int:run_id}/resume", response={200: RunOut, 201: RunOut, **ERRORS})
 def resume_run(request: HttpRequest, run_id: int, payload: LaunchKeyIn | None = None) -> Any:
     """Queue a new run that continues this one from its last checkpoint (201); no body needed."""
-    run = owned_run(request, run_id)
-    return launch_answer(lambda key: run_resume(run=run, launch_key=key), payload)
+    run = owned_run(request, run_id, EDIT)
+    return launch_answer(
+        lambda key: run_resume(run=run, launch_key=key, launcher=request.user), payload
+    )
 
 
 class MetricQuery(Schema):

@@ -27,7 +27,7 @@ from webapp.samples.selectors import (
 )
 
 router = Router(tags=["samples"])
-ERRORS: dict[int | tuple[int, ...], Any] = {(400, 404, 422): ErrorOut}
+ERRORS: dict[int | tuple[int, ...], Any] = {(400, 403, 404, 422): ErrorOut}
 
 
 def _value(obj: Any, name: str) -> Any:

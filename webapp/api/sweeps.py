@@ -8,13 +8,13 @@ from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest
-from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
 from ninja.pagination import paginate
 
 from webapp.api.errors import ErrorOut
-from webapp.api.experiments import owned_experiment
 from webapp.api.pagination import Pages
+from webapp.experiments.selectors import experiment_list_for_user
+from webapp.projects.access import EDIT, VIEW, experiment_to_sweep, sweep_for
 from webapp.runs.models import RunStatus
 from webapp.runs.services import LAUNCH_KEY_PATTERN
 from webapp.sweeps.models import Sweep, SweepStatus
@@ -28,7 +28,7 @@ from webapp.sweeps.selectors import (
 from webapp.sweeps.services import SweepAlreadyCreated, sweep_cancel, sweep_create
 
 router = Router(tags=["sweeps"])
-ERRORS: dict[int | tuple[int, ...], Any] = {(400, 404, 409, 422, 429): ErrorOut}
+ERRORS: dict[int | tuple[int, ...], Any] = {(400, 403, 404, 409, 422, 429): ErrorOut}
 
 
 class SweepOut(Schema):
@@ -108,9 +108,10 @@ class SweepIn(Schema):
     )
 
 
-def owned_sweep(request: HttpRequest, sweep_id: int) -> Sweep:
-    """Return the user's sweep (annotated as the list is); another's is a 404."""
-    return get_object_or_404(sweep_list_for_user(user=request.user), pk=sweep_id)
+def owned_sweep(request: HttpRequest, sweep_id: int, need: str = VIEW) -> Sweep:
+    """Return the sweep (annotated as the list is) if the user holds ``need`` on it: 404
+    without a view right, 403 without ``need`` (``webapp.projects.access``)."""
+    return sweep_for(request.user, sweep_id, need, queryset=sweep_list_for_user(user=request.user))
 
 
 def detail(sweep: Sweep) -> Sweep:
@@ -158,7 +159,11 @@ def list_sweeps(request: HttpRequest) -> Any:
 @router.post("", response={200: SweepDetail, 201: SweepDetail, **ERRORS})
 def create_sweep(request: HttpRequest, payload: SweepIn) -> Any:
     """Create a sweep and queue its members (201); a repeated ``launch_key`` returns it (200)."""
-    experiment = owned_experiment(request, payload.experiment)
+    experiment = experiment_to_sweep(
+        request.user,
+        payload.experiment,
+        queryset=experiment_list_for_user(user=request.user, archived=None),
+    )
     try:
         sweep = sweep_create(
             experiment=experiment,
@@ -181,5 +186,5 @@ def read_sweep(request: HttpRequest, sweep_id: int) -> Any:
 @router.post("/{int:sweep_id}/cancel", response={200: SweepDetail, **ERRORS})
 def cancel_sweep(request: HttpRequest, sweep_id: int) -> Any:
     """Cancel: queued members end now and never start, running ones after their step."""
-    sweep_cancel(sweep=owned_sweep(request, sweep_id))
+    sweep_cancel(sweep=owned_sweep(request, sweep_id, EDIT))
     return detail(owned_sweep(request, sweep_id))

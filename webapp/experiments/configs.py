@@ -115,8 +115,10 @@ def allowed_places() -> str:
 
 
 def _own_run_folder(owner: Any, path: Path) -> bool:
-    """Return True when ``path`` lies in the folder of one of ``owner``'s runs."""
-    from webapp.runs.models import Run, run_dir
+    """Return True when ``path`` lies in the folder of a run ``owner`` may read (their own or a
+    project's: its checkpoints are exports a reader may download anyway)."""
+    from webapp.projects.access import visible_runs
+    from webapp.runs.models import run_dir
 
     runs = run_dir(0).parent.expanduser().resolve()
     if not _inside(path, runs) or path == runs:
@@ -125,7 +127,7 @@ def _own_run_folder(owner: Any, path: Path) -> bool:
     return (
         run_id.isdigit()
         and _inside(path, run_dir(int(run_id)).expanduser().resolve())
-        and Run.objects.filter(pk=int(run_id), owner=owner).exists()
+        and visible_runs(owner).filter(pk=int(run_id)).exists()
     )
 
 

@@ -20,6 +20,14 @@ class Experiment(models.Model):
     tags = ArrayField(models.CharField(max_length=50), default=list, blank=True)
     preset = models.CharField(max_length=100, blank=True, help_text="The preset it started from.")
     config = models.JSONField(help_text="The engine config, validated by engine.config.")
+    project = models.ForeignKey(
+        "projects.Project",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="experiments",
+        help_text="The project whose members see it (webapp.projects.access); none: its owner's.",
+    )
     archived = models.BooleanField(default=False)
     external = models.BooleanField(
         default=False,

@@ -7,6 +7,7 @@ from typing import Any
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
 from webapp.experiments.models import Experiment
+from webapp.projects.access import visible_experiments
 from webapp.runs.models import Run
 
 
@@ -18,13 +19,13 @@ def experiment_list_for_user(
     status: str = "",
     archived: bool | None = False,
 ) -> QuerySet[Experiment]:
-    """Return ``user``'s experiments with ``run_count`` and ``latest_status`` (of the newest run).
+    """Return the experiments ``user`` may read (their own, their projects') with ``run_count`` and ``latest_status`` (of the newest run).
 
     ``search`` matches name, description and tags; ``status`` the newest run's status;
     ``archived=None`` returns archived and active experiments together.
     """
     latest = Run.objects.filter(experiment=OuterRef("pk")).order_by("-created_at")
-    experiments = Experiment.objects.filter(owner=user).annotate(
+    experiments = visible_experiments(user).annotate(
         run_count=Count("runs"), latest_status=Subquery(latest.values("status")[:1])
     )
     if archived is not None:
@@ -44,6 +45,6 @@ def experiment_list_for_user(
 
 
 def experiment_tags_for_user(*, user: Any) -> list[str]:
-    """Return every tag ``user`` has used, sorted."""
-    tags = Experiment.objects.filter(owner=user).values_list("tags", flat=True)
+    """Return every tag on the experiments ``user`` may read, sorted."""
+    tags = visible_experiments(user).values_list("tags", flat=True)
     return sorted({t for row in tags for t in row})

@@ -12,7 +12,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from engine.config import (
@@ -43,6 +43,8 @@ from webapp.experiments.services import (
     experiment_delete,
     experiment_set_archived,
 )
+from webapp.projects.access import EDIT, OWN, VIEW, experiment_for, experiment_may
+from webapp.projects.selectors import project_move_targets
 from webapp.runs.launching import flash_already_launched, flash_launched, launch_response
 from webapp.runs.models import RunStatus
 from webapp.runs.quotas import LaunchRefused
@@ -51,10 +53,10 @@ from webapp.runs.services import AlreadyLaunched, RunStateError, refuse_external
 from webapp.sweeps.forms import SweepForm
 
 
-def _experiment(request: HttpRequest, experiment_id: int) -> Experiment:
-    return get_object_or_404(
-        experiment_list_for_user(user=request.user, archived=None), pk=experiment_id
-    )
+def _experiment(request: HttpRequest, experiment_id: int, need: str = VIEW) -> Experiment:
+    """The experiment if the user holds ``need`` on it: 404 without a view right, else 403."""
+    listed = experiment_list_for_user(user=request.user, archived=None)
+    return experiment_for(request.user, experiment_id, need, queryset=listed)
 
 
 def yaml_response(config: PPOConfig | dict, filename: str) -> HttpResponse:
@@ -283,7 +285,14 @@ def experiment_clone(request: HttpRequest, experiment_id: int) -> HttpResponse:
 def experiment_detail(request: HttpRequest, experiment_id: int) -> HttpResponse:
     experiment = _experiment(request, experiment_id)
     runs = run_list_for_user(user=request.user, experiment_id=experiment.pk)
-    return render(request, "experiments/detail.html", {"experiment": experiment, "runs": runs})
+    context = {
+        "experiment": experiment,
+        "runs": runs,
+        "may_edit": experiment_may(request.user, experiment, EDIT),
+        "may_own": experiment_may(request.user, experiment, OWN),
+        "move_targets": project_move_targets(user=request.user),
+    }
+    return render(request, "experiments/detail.html", context)
 
 
 @login_required
@@ -295,10 +304,10 @@ def experiment_yaml(request: HttpRequest, experiment_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def experiment_launch(request: HttpRequest, experiment_id: int) -> HttpResponse:
-    experiment = _experiment(request, experiment_id)
+    experiment = _experiment(request, experiment_id, EDIT)
     return launch_response(
         request,
-        lambda key: run_create(experiment=experiment, launch_key=key),
+        lambda key: run_create(experiment=experiment, launch_key=key, launcher=request.user),
         refused_to=experiment,
         queued=lambda run: f"Run #{run.pk} queued.",
     )
@@ -307,7 +316,7 @@ def experiment_launch(request: HttpRequest, experiment_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def experiment_archive(request: HttpRequest, experiment_id: int) -> HttpResponse:
-    experiment = _experiment(request, experiment_id)
+    experiment = _experiment(request, experiment_id, OWN)
     experiment_set_archived(experiment=experiment, archived=not experiment.archived)
     messages.success(
         request, f"{experiment.name} {'archived' if experiment.archived else 'restored'}."
@@ -317,7 +326,7 @@ def experiment_archive(request: HttpRequest, experiment_id: int) -> HttpResponse
 
 @login_required
 def experiment_remove(request: HttpRequest, experiment_id: int) -> HttpResponse:
-    experiment = _experiment(request, experiment_id)
+    experiment = _experiment(request, experiment_id, OWN)
     if request.method == "POST":
         try:
             experiment_delete(experiment=experiment)

@@ -1,10 +1,11 @@
 """The live socket of a run (``/ws/runs/<id>/``): its backlog from PostgreSQL, then its events.
 
-On connect the consumer checks who asks (anonymous: close 4401; not the owner: close 4403, the
-same answer for a run that does not exist; origins other than ``ALLOWED_HOSTS`` are refused before,
+On connect the consumer checks who asks (anonymous: close 4401; no right to read the run in
+``webapp.projects.access``: close 4403, the same answer for a run that does not exist; origins other than ``ALLOWED_HOSTS`` are refused before,
 by ``webapp.asgi``), joins its session's group (when the session ends, by a log-out or its
-deletion, the socket closes with 4401: see ``webapp.accounts.sessions``) and the group
-``run.<id>``, and only then reads the backlog, so no step recorded in between is lost; a step
+deletion, the socket closes with 4401: see ``webapp.accounts.sessions``), its user's access group
+(a right taken away, such as a removal from the run's project, closes it with 4403 at once) and
+the group ``run.<id>``, and only then reads the backlog, so no step recorded in between is lost; a step
 that arrives twice is sent once, since the consumer forwards only steps after the last one it
 sent. The backlog comes as the score series first (one cheap query, so the first chart draws
 at once), then every other series up to the same step, in messages under Daphne's 1 MiB limit.
@@ -13,8 +14,8 @@ time) and gets exactly the steps after N, not the backlog again.
 
 A client that passes ``?log=`` (or ``?log=<byte offset>`` when it reconnects) also gets the run's
 own log (``webapp.runs.logs``): its tail, then what the driver writes, read from the file every
-``LOG_POLL_S`` while the socket is open. The log goes over the run's socket only, so it is the
-owner's only, as everything else on it.
+``LOG_POLL_S`` while the socket is open. The log goes over the run's socket only, so it is read
+by those who may read the run (``webapp.projects.access``), as everything else on it.
 
 When the channel layer loses Redis (a restart, a network cut) the socket closes with 4503: its
 group memberships lived in Redis and may be gone, so a socket kept open could stay silent for
@@ -56,6 +57,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from webapp.accounts.sessions import session_group_name
 from webapp.health.selectors import health_alerts_of_run
+from webapp.projects.access import access_user_group, run_visible_to
 from webapp.runs.logs import log_read, run_log_path
 from webapp.runs.metrics import (
     DEFAULT_MAX_POINTS,
@@ -69,7 +71,6 @@ from webapp.runs.metrics import (
 )
 from webapp.runs.models import Run, run_group_name
 from webapp.runs.progress import run_progress_of
-from webapp.runs.selectors import run_list_for_user
 from webapp.runs.state import run_state
 
 logger = logging.getLogger(__name__)
@@ -85,8 +86,8 @@ LOG_POLL_S = 1.0  # how often a followed log is read again
 
 
 def run_for_owner(*, user: Any, run_id: int) -> Run | None:
-    """Return the run if ``user`` owns it, else None."""
-    return run_list_for_user(user=user).filter(pk=run_id).first()
+    """Return the run if ``user`` may read it (``webapp.projects.access``), else None."""
+    return run_visible_to(user, run_id)
 
 
 def _log_offset(value: str) -> int | None:
@@ -111,6 +112,7 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
     run: Run | None = None
     last_step: int | None = None
     session_group: str | None = None
+    access_group: str | None = None
     closed_for_session: bool = False
     log_task: asyncio.Task | None = None
 
@@ -134,6 +136,9 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
         self.session_group = session_group_name(self.scope["session"].session_key)
         await self.channel_layer.group_add(self.session_group, self.channel_name)
         run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
+        # A change of the user's rights (removed from the run's project...) closes it too.
+        self.access_group = access_user_group(user.pk)
+        await self.channel_layer.group_add(self.access_group, self.channel_name)
         self.run = await database_sync_to_async(run_for_owner)(user=user, run_id=run_id)
         if self.run is None:
             await self.close(code=CLOSE_FORBIDDEN)
@@ -189,6 +194,8 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
             self.log_task.cancel()
         if self.session_group is not None:
             await self.channel_layer.group_discard(self.session_group, self.channel_name)
+        if self.access_group is not None:
+            await self.channel_layer.group_discard(self.access_group, self.channel_name)
         if self.run is not None:
             await self.channel_layer.group_discard(run_group_name(self.run.pk), self.channel_name)
 
@@ -271,6 +278,8 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
 
     async def run_event(self, event: dict[str, Any]) -> None:
         """Forward one ``run.event`` of the group (see ``webapp.runs.events``)."""
+        if self.run is None:  # closed for a right taken away; the close is on its way
+            return
         kind = event.get("event")
         if kind == "metrics":
             step = int(event["step"])
@@ -312,6 +321,24 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "health", "alerts": [event["alert"]]})
         elif kind == "checkpoints":  # a checkpoint job changed: the page reads its list again
             await self.send_json({"type": "checkpoints"})
+
+    async def access_changed(self, event: dict[str, Any]) -> None:
+        """Check the user's right to the run again: closed with 4403 once it is gone.
+
+        Sent to the user's group and the run's (``webapp.projects.access.access_changed``) when
+        a right was taken away: a member removed, an experiment moved out, a share revoked.
+        """
+        if self.run is None:
+            return
+        still = await database_sync_to_async(run_for_owner)(
+            user=self.scope["user"], run_id=self.run.pk
+        )
+        if still is None:  # stop every stream first: nothing more goes out
+            if self.log_task is not None:
+                self.log_task.cancel()
+            await self.channel_layer.group_discard(run_group_name(self.run.pk), self.channel_name)
+            self.run = None
+            await self.close(code=CLOSE_FORBIDDEN)
 
     async def session_ended(self, event: dict[str, Any]) -> None:
         """Close the socket: its session ended (logged out, deleted or expired and cleared)."""

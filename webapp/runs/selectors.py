@@ -9,6 +9,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from engine.trainer.checkpoint import latest_checkpoint
+from webapp.projects.access import visible_runs
 from webapp.runs.models import MetricPoint, Run
 
 # The metrics the run page summarises first, in verl's names.
@@ -30,8 +31,9 @@ SUMMARY_METRICS = (
 def run_list_for_user(
     *, user: Any, experiment_id: int | None = None, status: str | None = None
 ) -> QuerySet[Run]:
-    """Return the runs ``user`` owns, newest first, optionally of one experiment or status."""
-    runs = Run.objects.filter(owner=user).select_related("experiment", "external")
+    """Return the runs ``user`` may read (``webapp.projects.access``), optionally of one
+    experiment or status."""
+    runs = visible_runs(user).select_related("experiment", "external")
     if experiment_id is not None:
         runs = runs.filter(experiment_id=experiment_id)
     if status:

@@ -109,6 +109,7 @@ def run_create(
     config: PPOConfig | dict[str, Any] | None = None,
     parent: Run | None = None,
     launch_key: str = "",
+    launcher: Any = None,
 ) -> Run:
     """Queue a new run of ``experiment`` and start it through Celery once the transaction commits.
 
@@ -120,6 +121,9 @@ def run_create(
     place, a resume is a new run), a resumed one keeps the resume settings ``run_resume`` put in.
     """
     refuse_external(experiment=experiment, action="launch")
+    # The run is its launcher's (a project's editor, or the experiment's owner), and so are the
+    # quotas it counts against; the config, its datasets included, stays the experiment owner's.
+    launcher_id = experiment.owner_id if launcher is None else launcher.pk
     if launch_key and not LAUNCH_KEY_PATTERN.fullmatch(launch_key):
         raise LaunchRefused(
             f"launch_key must be 16 to 64 letters, digits, '-' or '_' (got {len(launch_key)} "
@@ -139,26 +143,24 @@ def run_create(
     with transaction.atomic():
         # One launch of a user at a time: the key lookup and the counts below stay true until
         # this run is written. NO KEY UPDATE does not wait for inserts that reference the user.
-        get_user_model().objects.select_for_update(no_key=True).filter(
-            pk=experiment.owner_id
-        ).first()
+        get_user_model().objects.select_for_update(no_key=True).filter(pk=launcher_id).first()
         if launch_key:
-            used = LaunchKey.objects.filter(owner_id=experiment.owner_id, key=launch_key).first()
+            used = LaunchKey.objects.filter(owner_id=launcher_id, key=launch_key).first()
             if used is not None:
                 raise AlreadyLaunched(used.run)
-        run_count_check(owner_id=experiment.owner_id)
+        run_count_check(owner_id=launcher_id)
         Experiment.objects.select_for_update().filter(pk=experiment.pk).first()
         last = experiment.runs.aggregate(last=Max("number"))["last"] or 0
         run = Run.objects.create(
             experiment=experiment,
-            owner=experiment.owner,
+            owner_id=launcher_id,
             number=last + 1,
             parent=parent,
             status=RunStatus.QUEUED,
             config={},
         )
         if launch_key:
-            LaunchKey.objects.create(owner_id=experiment.owner_id, key=launch_key, run=run)
+            LaunchKey.objects.create(owner_id=launcher_id, key=launch_key, run=run)
         _move_aside(run_dir(run.pk))
         checkpoints = run_dir(run.pk) / "checkpoints"
         set_value(cfg, "trainer.default_local_dir", str(checkpoints))
@@ -171,7 +173,7 @@ def run_create(
     return run
 
 
-def run_resume(*, run: Run, launch_key: str = "") -> Run:
+def run_resume(*, run: Run, launch_key: str = "", launcher: Any = None) -> Run:
     """Queue a new run that continues ``run`` from its last checkpoint (step numbers continue).
 
     Raise ``RunStateError`` unless the run was cancelled, failed or lost and saved a checkpoint;
@@ -191,7 +193,13 @@ def run_resume(*, run: Run, launch_key: str = "") -> Run:
     cfg = as_config(run.config)
     set_value(cfg, "trainer.resume_mode", "resume_path")
     set_value(cfg, "trainer.resume_from_path", str(checkpoint))
-    return run_create(experiment=run.experiment, config=cfg, parent=run, launch_key=launch_key)
+    return run_create(
+        experiment=run.experiment,
+        config=cfg,
+        parent=run,
+        launch_key=launch_key,
+        launcher=launcher or run.owner,
+    )
 
 
 def run_cancel(*, run: Run) -> Run:

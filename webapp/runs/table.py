@@ -41,6 +41,7 @@ from django.utils import timezone
 
 from engine.config import ConfigFieldError
 from engine.config.keys import coerce, resolve_key
+from webapp.projects.access import visible_runs
 from webapp.runs.models import MetricPoint, Run, RunStatus, RunTableChoice
 from webapp.runs.numbers import metric_text
 from webapp.runs.progress import format_duration
@@ -405,7 +406,7 @@ def run_metric_values(
 def run_table_metric_names(*, user: Any) -> list[str]:
     """Return every metric name ``user``'s runs recorded, sorted (the column picker's choices)."""
     keys = (
-        MetricPoint.objects.filter(run__owner=user)
+        MetricPoint.objects.filter(run__in=visible_runs(user).values("pk"))
         .annotate(key=Func(F("metrics"), function="jsonb_object_keys"))
         .order_by()
         .values_list("key", flat=True)
@@ -418,15 +419,13 @@ def run_table_config_keys(*, user: Any) -> list[str]:
     """Return the dotted keys of ``user``'s newest run's config (the column picker's choices)."""
     from webapp.runs.selectors import flatten_config
 
-    config = (
-        Run.objects.filter(owner=user).order_by("-created_at").values_list("config", flat=True)
-    ).first()
+    config = (visible_runs(user).order_by("-created_at").values_list("config", flat=True)).first()
     return sorted(k for k in flatten_config(config or {}) if k)
 
 
 def run_table_tags(*, user: Any) -> list[str]:
     """Return every tag on ``user``'s runs and on the experiments they ran, sorted."""
-    runs = Run.objects.filter(owner=user).order_by()
+    runs = visible_runs(user).order_by()
     own = runs.annotate(tag=Func(F("tags"), function="unnest")).values_list("tag", flat=True)
     inherited = runs.annotate(tag=Func(F("experiment__tags"), function="unnest")).values_list(
         "tag", flat=True

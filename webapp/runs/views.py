@@ -23,12 +23,13 @@ from django.http import (
     QueryDict,
     StreamingHttpResponse,
 )
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from webapp.experiments.configs import as_config
 from webapp.experiments.views import builder_for_config, yaml_response
+from webapp.projects.access import EDIT, OWN, VIEW, run_for, run_may
 from webapp.runs.bands import GROUP_MAX_POINTS, group_metric_series
 from webapp.runs.checkpoints import (
     CheckpointJobRefused,
@@ -92,8 +93,9 @@ from webapp.runs.table import (
 )
 
 
-def _run(request: HttpRequest, run_id: int) -> Run:
-    return get_object_or_404(run_list_for_user(user=request.user), pk=run_id)
+def _run(request: HttpRequest, run_id: int, need: str = VIEW) -> Run:
+    """The run, if the user holds ``need`` on it: 404 without a view right, 403 without ``need``."""
+    return run_for(request.user, run_id, need)
 
 
 @login_required
@@ -109,6 +111,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "children": run.children.all(),
         "sample_count": run.samples.count(),
         "run_state": run_state(run),
+        "may_edit": run_may(request.user, run, EDIT),
+        "may_own": run_may(request.user, run, OWN),
         **_checkpoints_context(run),
         "other_runs": run_list_for_user(user=request.user).exclude(pk=run.pk)[:50],
         "config_yaml": yaml.safe_dump(run.config, sort_keys=False, allow_unicode=True),
@@ -150,7 +154,7 @@ def run_checkpoint_archive(request: HttpRequest, run_id: int, step: int) -> Stre
 @login_required
 @require_POST
 def run_checkpoint_export_view(request: HttpRequest, run_id: int, step: int) -> HttpResponse:
-    run = _run(request, run_id)
+    run = _run(request, run_id, EDIT)
     try:
         checkpoint_export(run=run, step=step)
     except CheckpointJobRefused as exc:
@@ -166,7 +170,7 @@ def run_checkpoint_export_view(request: HttpRequest, run_id: int, step: int) -> 
 @login_required
 @require_POST
 def run_checkpoint_evaluate_view(request: HttpRequest, run_id: int, step: int) -> HttpResponse:
-    run = _run(request, run_id)
+    run = _run(request, run_id, EDIT)
     form = CheckpointEvaluateForm(request.POST, run=run)
     if not form.is_valid():
         for field, errors in form.errors.items():
@@ -184,7 +188,7 @@ def run_checkpoint_evaluate_view(request: HttpRequest, run_id: int, step: int) -
 @login_required
 @require_POST
 def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = _run(request, run_id)
+    run = _run(request, run_id, EDIT)
     try:
         run = run_cancel(run=run)
     except RunStateError as exc:
@@ -202,10 +206,10 @@ def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def run_resume_view(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = _run(request, run_id)
+    run = _run(request, run_id, EDIT)
     return launch_response(
         request,
-        lambda key: run_resume(run=run, launch_key=key),
+        lambda key: run_resume(run=run, launch_key=key, launcher=request.user),
         refused_to=run,
         queued=lambda resumed: f"Run #{resumed.pk} queued; it continues run #{run.pk}.",
     )
@@ -214,7 +218,7 @@ def run_resume_view(request: HttpRequest, run_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def run_delete_view(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = _run(request, run_id)
+    run = _run(request, run_id, OWN)
     try:
         run_delete(run=run)
     except RunStateError as exc:
@@ -554,7 +558,7 @@ def run_table_view(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def run_notes_view(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = _run(request, run_id)
+    run = _run(request, run_id, EDIT)
     try:
         run_set_notes(run=run, notes=request.POST.get("notes", ""))
     except RunAnnotationError as exc:
@@ -568,7 +572,7 @@ def run_notes_view(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_POST
 def run_tags_view(request: HttpRequest, run_id: int) -> HttpResponse:
     """Add the comma-separated ``add`` tags, or remove the ``remove`` tag."""
-    run = _run(request, run_id)
+    run = _run(request, run_id, EDIT)
     try:
         if "remove" in request.POST:
             run_remove_tag(run=run, tag=request.POST["remove"])

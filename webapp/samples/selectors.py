@@ -32,6 +32,7 @@ from django.db import connection
 from django.db.models import Avg, Count, F, FloatField, Q, QuerySet, Value
 from django.db.models.functions import NullIf
 
+from webapp.projects.access import visible_runs
 from webapp.runs.models import (
     SAMPLE_SCALAR_FIELDS,
     SAMPLE_TOKEN_FIELDS,
@@ -73,8 +74,8 @@ def reward_stats(rewards: Iterable[float | None]) -> tuple[float | None, float |
 
 
 def owned_samples(*, user: Any) -> QuerySet[Sample]:
-    """Return every sample of the runs ``user`` owns (the root of all inspector queries)."""
-    return Sample.objects.filter(run__owner=user)
+    """Return every sample of the runs ``user`` may read (the root of all inspector queries)."""
+    return Sample.objects.filter(run__in=visible_runs(user).values("pk"))
 
 
 # -- step view ---------------------------------------------------------------------------------
@@ -180,13 +181,13 @@ def sample_page(
 
 def sample_steps(*, user: Any, run_id: int, split: str) -> list[int]:
     """Return the steps at which ``user``'s run recorded ``split`` samples, ascending."""
+    if not visible_runs(user).filter(pk=run_id).exists():
+        return []
     sample_table = connection.ops.quote_name(Sample._meta.db_table)
-    run_table = connection.ops.quote_name(Run._meta.db_table)
     # A loose index scan: each recursion finds the next step with one probe of sample_by_step.
     sql = f"""
         WITH RECURSIVE steps(step) AS (
             (SELECT s.step FROM {sample_table} s
-              JOIN {run_table} r ON r.id = s.run_id AND r.owner_id = %s
               WHERE s.run_id = %s AND s.split = %s ORDER BY s.step LIMIT 1)
             UNION ALL
             SELECT (SELECT s.step FROM {sample_table} s
@@ -197,7 +198,7 @@ def sample_steps(*, user: Any, run_id: int, split: str) -> list[int]:
         SELECT step FROM steps WHERE step IS NOT NULL
     """
     with connection.cursor() as cursor:
-        cursor.execute(sql, [user.pk, run_id, split, run_id, split])
+        cursor.execute(sql, [run_id, split, run_id, split])
         return [row[0] for row in cursor.fetchall()]
 
 
@@ -573,9 +574,10 @@ def sample_across_runs(
     """Return the prompt at ``prompt_index`` of the reference run as answered by each run.
 
     Each run shows its group at the latest step not after ``step`` (the latest step when None);
-    ``delta`` is its mean reward minus the reference's. Runs ``user`` does not own are left out.
+    ``delta`` is its mean reward minus the reference's. Runs ``user`` may not read are left out.
     """
-    owned = {r.pk: r for r in Run.objects.filter(owner=user, pk__in=[reference_run_id, *run_ids])}
+    runs = visible_runs(user).filter(pk__in=[reference_run_id, *run_ids])
+    owned = {r.pk: r for r in runs}
     if reference_run_id not in owned:
         return None
     ordered = [reference_run_id] + [

@@ -13,10 +13,11 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_safe
 
+from webapp.projects.access import VIEW, run_for
 from webapp.runs.models import Run, SampleSplit
 from webapp.runs.selectors import run_list_for_user
 from webapp.samples.export import sample_export_response
@@ -45,7 +46,8 @@ from webapp.samples.selectors import (
 
 
 def _run(request: HttpRequest, run_id: int) -> Run:
-    return get_object_or_404(run_list_for_user(user=request.user), pk=run_id)
+    """The run, if the user may read it (``webapp.projects.access``); 404 otherwise."""
+    return run_for(request.user, run_id, VIEW)
 
 
 def _bad_request(request: HttpRequest, run: Run, form: Any) -> HttpResponse:

@@ -38,6 +38,7 @@ from django.db.models import (
 from django.db.models.fields.json import KT, KeyTextTransform
 from django.db.models.functions import Cast
 
+from webapp.projects.access import visible_sweeps
 from webapp.runs.models import ACTIVE_STATUSES, MetricPoint, Run, RunStatus
 from webapp.runs.numbers import metric_text
 from webapp.runs.progress import run_progress_of
@@ -50,7 +51,8 @@ VALIDATION_PATTERN = r"^val-core/.+/mean@[0-9]+$"
 
 
 def sweep_list_for_user(*, user: Any) -> QuerySet[Sweep]:
-    """Return ``user``'s sweeps, newest first, with ``status`` and ``member_count`` annotated.
+    """Return the sweeps ``user`` may read, newest first, with ``status`` and ``member_count``
+    annotated.
 
     A tpe sweep with members still to draw is running (unless its search stopped).
     """
@@ -61,7 +63,7 @@ def sweep_list_for_user(*, user: Any) -> QuerySet[Sweep]:
         member_count__lt=Cast(KT("spec__count"), IntegerField()),
     )
     return (
-        Sweep.objects.filter(owner=user)
+        visible_sweeps(user)
         .select_related("experiment")
         .annotate(
             member_count=Count("members"),

@@ -11,13 +11,14 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from engine.config import ConfigValidationError
 from webapp.experiments.forms import ExperimentForm
 from webapp.experiments.services import experiment_create
 from webapp.experiments.views import render_builder
+from webapp.projects.access import EDIT, VIEW, sweep_for
 from webapp.runs.groups import GroupByError, RunGroup, group_runs, split_groups
 from webapp.runs.models import Run
 from webapp.runs.quotas import LaunchRefused
@@ -37,8 +38,9 @@ from webapp.sweeps.services import SweepAlreadyCreated, SweepInvalid, sweep_canc
 OVERLAY_MAX_MEMBERS = 24
 
 
-def _sweep(request: HttpRequest, sweep_id: int) -> Sweep:
-    return get_object_or_404(sweep_list_for_user(user=request.user), pk=sweep_id)
+def _sweep(request: HttpRequest, sweep_id: int, need: str = VIEW) -> Sweep:
+    """The sweep if the user holds ``need`` on it (``webapp.projects.access``)."""
+    return sweep_for(request.user, sweep_id, need, queryset=sweep_list_for_user(user=request.user))
 
 
 @login_required
@@ -149,7 +151,7 @@ def sweep_state_view(request: HttpRequest, sweep_id: int) -> JsonResponse:
 @login_required
 @require_POST
 def sweep_cancel_view(request: HttpRequest, sweep_id: int) -> HttpResponse:
-    sweep = sweep_cancel(sweep=_sweep(request, sweep_id))
+    sweep = sweep_cancel(sweep=_sweep(request, sweep_id, EDIT))
     messages.success(
         request, f"Sweep {sweep.name} cancelled; running members stop after their step."
     )

@@ -248,7 +248,7 @@ def test_health_checks_and_thresholds_queue_one_message_each(owner, receiver, se
 
 def test_refused_subscriptions_say_why(owner, other_user):
     theirs = running_run(other_user)
-    with pytest.raises(AlertRefused, match="choose one of your runs"):
+    with pytest.raises(AlertRefused, match="choose a run you may read"):
         subscription_create(owner=owner, scope="run", run=theirs, channel="email")
     with pytest.raises(AlertRefused, match="set your webhook URL first"):
         subscription_create(owner=owner, scope="all", channel="webhook")
