@@ -71,10 +71,10 @@ def sweep_list_for_user(*, user: Any) -> QuerySet[Sweep]:
         )
         .annotate(
             status=Case(
-                When(cancelled_at__isnull=False, then=Value(SweepStatus.CANCELLED.value)),
-                When(Exists(active), then=Value(SweepStatus.RUNNING.value)),
-                When(to_draw, then=Value(SweepStatus.RUNNING.value)),
-                default=Value(SweepStatus.FINISHED.value),
+                When(cancelled_at__isnull=False, then=Value(str(SweepStatus.CANCELLED))),
+                When(Exists(active), then=Value(str(SweepStatus.RUNNING))),
+                When(to_draw, then=Value(str(SweepStatus.RUNNING))),
+                default=Value(str(SweepStatus.FINISHED)),
             ),
         )
     )

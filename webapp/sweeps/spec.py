@@ -160,7 +160,7 @@ def _objective(value: Any, mode: Any) -> tuple[dict[str, str] | None, list[Confi
                 "objective.direction", direction, "choose maximize (higher is better) or minimize"
             )
         )
-    if errors:
+    if errors or not isinstance(metric, str):
         return None, errors
     return {"metric": metric.strip(), "direction": direction}, []
 
