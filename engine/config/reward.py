@@ -8,7 +8,6 @@ overlong penalty), and the reward model's own Ray pool. ``own_reward_pool``,
 as they start, so the form, the CLI and the trainer give the same error.
 """
 
-import importlib.util
 import json
 import math
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from engine.config.fields import (
     _ulysses,
 )
 from engine.config.files import file_problems, local_path, model_dir_problems
+from engine.config.judge import JudgeConfig, causal_lm_problems, judge_problems
 from engine.config.reward_kwargs import reward_kwargs_problems
 from engine.config.tree import get_in
 from engine.config.unsupported import (
@@ -38,13 +38,6 @@ from engine.config.unsupported import (
     WrapPolicyConfig,
 )
 from engine.rewards.endpoints import endpoint_problem
-from engine.rewards.judge_prompt import (
-    DEFAULT_VERDICTS,
-    JUDGE_FIELDS,
-    JUDGE_PARSERS,
-    build_parser,
-    template_problem,
-)
 from engine.rewards.names import REWARD_COMPONENTS, REWARD_MANAGERS
 
 _RM_ONLY = "read only with reward_model.enable=True"
@@ -139,35 +132,6 @@ class SandboxFusionConfig(_Section):
         "POSTTRAIN_SANDBOX_MEMORY_MB ceiling).",
         gt=0,
         le=1 << 20,
-    )
-
-
-@dataclass
-class JudgeConfig(_Section):
-    prompt_template: str | None = _f(
-        None,
-        "Makes the reward model (model.path: a causal LM folder) a generative judge: this "
-        "prompt, with the fields " + ", ".join("{" + f + "}" for f in JUDGE_FIELDS) + " filled "
-        "in per sample ({{ and }} for a literal brace), is generated through reward_model."
-        "rollout.name and its reply parsed into the score; the reply is kept per sample. null: "
-        "the reward model is a one-label sequence classifier.",
-    )
-    parser: str = _f(
-        "number",
-        "How the judge's reply becomes a score: number (the last number in it), verdict (the "
-        "last word of verdicts in it) or boxed (the last \\boxed{} value: a number, or a "
-        "verdict word). A reply with none is that sample's reward error.",
-        choices=JUDGE_PARSERS,
-    )
-    verdicts: dict[str, Any] = _f(
-        dict(DEFAULT_VERDICTS),
-        "Verdict word to score, matched as a whole word ignoring case (parser=verdict, or a "
-        "word in \\boxed{} with parser=boxed).",
-    )
-    temperature: float = _f(
-        0.0,
-        "Sampling temperature of the judge's reply; 0: greedy (the same reply each time).",
-        ge=0,
     )
 
 
@@ -401,7 +365,7 @@ def reward_problems(v: Validation) -> list[ConfigFieldError]:
     if v.check_files and rm.enable and rm.model.path:
         errors += model_dir_problems(v, "reward_model.model.path", rm.model.path)
         if uses_judge(cfg):
-            errors += _causal_lm_problems(v, rm.model.path)
+            errors += causal_lm_problems(v, rm.model.path)
         else:
             errors += _classifier_problems(v, rm.model.path)
     if v.check_files and custom.path:
@@ -725,122 +689,3 @@ def in_process_reward_model_problems(cfg: WithRewardModel) -> list[ConfigFieldEr
 def uses_judge(cfg: WithRewardModel) -> bool:
     """Return True when the reward model is a generative judge (``reward_model.judge``)."""
     return bool(cfg.reward_model.enable and cfg.reward_model.judge.prompt_template)
-
-
-JUDGE_BACKENDS = ("hf", "vllm")
-_JUDGE_ONLY = ("max_rpm", "max_tpm")
-
-
-def judge_problems(v: Validation) -> list[ConfigFieldError]:
-    """Return the errors of a generative judge: its template, its parser, its backend, what it
-    needs, and the rate keys only it reads."""
-    cfg, errors = v.cfg, []
-    rm: RewardModelConfig = cfg.reward_model
-    judge, key = rm.judge, "reward_model.judge"
-    if not judge.prompt_template:
-        errors += [
-            ConfigFieldError(
-                f"reward_model.{name}",
-                getattr(rm, name),
-                "limits a generative judge's requests, but reward_model.judge.prompt_template is "
-                "not set; set the judge's prompt, or unset it",
-            )
-            for name in _JUDGE_ONLY
-            if getattr(rm, name) is not None
-        ]
-        # verl's reward-loop examples name a server for a classifier; here only a judge has one.
-        unread = [
-            f"reward_model.rollout.{name}={getattr(rm.rollout, name)!r}"
-            for name, default in (
-                ("name", None),
-                ("prompt_length", 2048),
-                ("response_length", 2048),
-            )
-            if getattr(rm.rollout, name) != default
-        ]
-        if unread:
-            v.warnings.append(
-                f"no effect without a generative judge (reward_model.judge.prompt_template): "
-                f"{', '.join(unread)}; a sequence-classifier reward model scores with "
-                "transformers, not a server"
-            )
-        return errors
-    if not rm.enable or not rm.model.path:
-        errors.append(
-            ConfigFieldError(
-                f"{key}.prompt_template",
-                judge.prompt_template,
-                "makes the reward model a judge, which needs reward_model.enable=True and "
-                "reward_model.model.path set to the judge's folder (a causal LM, e.g. tiny://model)",
-            )
-        )
-    problem = template_problem(judge.prompt_template)
-    if problem is not None:
-        errors.append(ConfigFieldError(f"{key}.prompt_template", judge.prompt_template, problem))
-    try:
-        build_parser(judge.parser, judge.verdicts)
-    except ValueError as exc:
-        errors.append(
-            ConfigFieldError(
-                f"{key}.verdicts",
-                judge.verdicts,
-                f"cannot build the {judge.parser} parser: {exc}",
-            )
-        )
-    backend = rm.rollout.name
-    if backend is not None and backend not in JUDGE_BACKENDS:
-        errors.append(
-            ConfigFieldError(
-                "reward_model.rollout.name",
-                backend,
-                f"serves the judge, and the judge's backends are {', '.join(JUDGE_BACKENDS)} "
-                "(null: hf)",
-            )
-        )
-    elif backend == "vllm" and importlib.util.find_spec("vllm") is None:
-        errors.append(
-            ConfigFieldError(
-                "reward_model.rollout.name",
-                backend,
-                "vLLM is not installed here; install it (pip install vllm) or serve the judge "
-                "with hf",
-            )
-        )
-    if cfg.trainer.controller == "ray":
-        errors.append(
-            ConfigFieldError(
-                f"{key}.prompt_template",
-                judge.prompt_template,
-                "the judge generates in the trainer's process, which trainer.controller=ray "
-                "does not score in; use trainer.controller=local, or a sequence-classifier "
-                "reward model",
-            )
-        )
-    return errors
-
-
-def _causal_lm_problems(v: Validation, value: str) -> list[ConfigFieldError]:
-    """Return an error when a local judge folder is not a causal language model."""
-    path = local_path(v, "reward_model.model.path", value)
-    if path is None or not (path / "config.json").is_file():
-        return []  # remote, tiny://, or already reported by model_dir_problems
-    try:
-        architectures = json.loads((path / "config.json").read_text()).get("architectures") or []
-    except (OSError, ValueError) as exc:
-        return [
-            ConfigFieldError(
-                "reward_model.model.path", value, f"{path}/config.json cannot be read: {exc}"
-            )
-        ]
-    if not any(a.endswith("ForCausalLM") for a in architectures):
-        return [
-            ConfigFieldError(
-                "reward_model.model.path",
-                value,
-                f"{path} is not a causal language model (architectures={architectures}), and "
-                "reward_model.judge generates the judge's reply with it; point it at a "
-                "...ForCausalLM folder, or unset reward_model.judge.prompt_template to score with "
-                "a sequence classifier",
-            )
-        ]
-    return []
