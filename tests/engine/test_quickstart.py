@@ -188,6 +188,11 @@ def test_on_the_command_line_an_alias_overrides_a_preset_like_its_verl_key():
         ("algorithm.name", "grpo", {"algorithm.adv_estimator": "grpo"}),
         ("algorithm.name", "PPO", {"algorithm.adv_estimator": "gae", "critic.enable": True}),
         ("actor_rollout_ref.model.dtype", "fp16", {"actor_rollout_ref.rollout.dtype": "float16"}),
+        (  # verl's CISPO example script's spelling
+            "actor_rollout_ref.model.torch_dtype",
+            "bfloat16",
+            {"actor_rollout_ref.rollout.dtype": "bfloat16"},
+        ),
         ("data.val_dataset_path", "v.jsonl", {"data.val_files": "v.jsonl"}),
         ("trainer.save_interval", 5, {"trainer.save_freq": 5}),
     ],

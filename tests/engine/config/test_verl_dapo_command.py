@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,19 +20,10 @@ import pytest
 from engine import main_ppo
 from engine.config import iter_field_specs, load_config, validate_config
 from engine.config.fields import NO_EFFECT, ConfigValidationError
+from tests.engine.command_line import bash_arguments
 
 DATA = Path(__file__).parent / "data"
 SPECS = {spec.key: spec for spec in iter_field_specs()}
-STUB = """#!{python}
-import json, sys
-with open({out!r}, "w") as f:
-    json.dump(sys.argv[1:], f)
-"""
-RAY_STUB = """#!/usr/bin/env bash
-while [ "$1" != "--" ]; do shift; done
-shift
-exec "$@"
-"""
 # The scripts' sizes, cut to the tiny model on a CPU (the keys are the scripts' own).
 SHRINK = {
     "data.max_prompt_length": "16",
@@ -72,15 +61,8 @@ ULYSSES = (
 
 def script_arguments(script: str, tmp_path: Path) -> list[str]:
     """Return the arguments ``script`` hands python3, with the tiny task's paths and sizes."""
-    bin_dir, out = tmp_path / "bin", tmp_path / "argv.json"
-    bin_dir.mkdir()
-    (bin_dir / "python3").write_text(STUB.format(python=sys.executable, out=str(out)))
-    (bin_dir / "ray").write_text(RAY_STUB)
-    for stub in bin_dir.iterdir():
-        stub.chmod(0o755)
     env = {
         **os.environ,
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "NNODES": "1",
         "NGPUS_PER_NODE": "1",
         "MODEL_PATH": "tiny://model",
@@ -88,11 +70,7 @@ def script_arguments(script: str, tmp_path: Path) -> list[str]:
         "TEST_FILE": "tiny://val.parquet",
         "CKPTS_DIR": str(tmp_path / "ckpts"),
     }
-    subprocess.run(
-        ["bash", str(DATA / script)], env=env, check=True, capture_output=True, timeout=60
-    )
-    argv = json.loads(out.read_text())
-    return argv
+    return bash_arguments(DATA / script, "-m", tmp_path, env)
 
 
 def shrunk(arguments: list[str], extra: dict[str, str] | None = None) -> list[str]:
