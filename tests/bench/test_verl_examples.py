@@ -1,9 +1,9 @@
 """verl's example scripts read without running them, then loaded and validated one by one.
 
-The stored scripts in ``data/`` are verl main's own, unchanged (``examples/cispo_trainer/
-run_cispo_qwen2_5_0_5b_gsm8k.sh``, ``examples/grpo_trainer/run_qwen2-7b_math_trtllm.sh``,
-``examples/ppo_trainer/run_deepseek7b_llm_pfppo.sh``); the two DAPO scripts of verl 0.7 are
-``tests/engine/config/data``'s. What the reader makes of each is checked against what bash passes
+The stored scripts are verl's own, unchanged (``tests/third_party/verl/scripts``): three of
+verl main's (``examples/cispo_trainer/run_cispo_qwen2_5_0_5b_gsm8k.sh``,
+``examples/grpo_trainer/run_qwen2-7b_math_trtllm.sh``,
+``examples/ppo_trainer/run_deepseek7b_llm_pfppo.sh``) and verl 0.7's two DAPO scripts. What the reader makes of each is checked against what bash passes
 a stub ``python3``.
 """
 
@@ -22,8 +22,7 @@ from bench.config.verl_examples import MODULE, check_examples, markdown, summary
 from engine.rollout.names import SGLANG_MISSING
 from tests.engine.command_line import bash_arguments
 
-DATA = Path(__file__).parent / "data"
-DAPO_DATA = Path(__file__).parents[1] / "engine" / "config" / "data"
+DATA = Path(__file__).parents[1] / "third_party" / "verl" / "scripts"
 STORED = {
     "cispo_trainer/run_cispo_qwen2_5_0_5b_gsm8k.sh": "verl_main_run_cispo_qwen2_5_0_5b_gsm8k.sh",
     "grpo_trainer/run_qwen2-7b_math_trtllm.sh": "verl_main_run_qwen2-7b_math_trtllm.sh",
@@ -76,7 +75,7 @@ PYTHONUNBUFFERED=1 python3 -m verl.trainer.main_ppo \
 
 def _scripts() -> list[tuple[str, Path]]:
     stored = [(name, DATA / file) for name, file in STORED.items()]
-    dapo = [(path.name, path) for path in sorted(DAPO_DATA.glob("verl_0_7_*.sh"))]
+    dapo = [(path.name, path) for path in sorted(DATA.glob("verl_0_7_*.sh"))]
     return stored + dapo
 
 

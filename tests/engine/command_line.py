@@ -28,6 +28,23 @@ def train_from_command_line(
     return result
 
 
+def run_python_code(
+    code: str, *args: str, cwd: Path, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess:
+    """Run ``code`` (``python -c``, this interpreter) with ``args`` in ``cwd`` under ``env``;
+    assert that it succeeded, naming the end of its stderr."""
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
 def metric_rows(run_dir: Path) -> list[dict[str, float]]:
     """Return the steps' metrics the jsonl logger wrote under ``run_dir``, in order."""
     lines = (run_dir / "logs" / "metrics.jsonl").read_text().splitlines()

@@ -1,7 +1,7 @@
 """verl's DAPO example commands run here with the module renamed (engine.main_ppo).
 
-The scripts in ``data/`` are verl 0.7's own, unchanged: ``examples/gmpo_trainer/
-test_dapo_7b_math.sh`` and ``recipe/dapo/run_dapo_qwen2.5_32b.sh``. Each is run by bash with
+The scripts in ``tests/third_party/verl/scripts`` are verl 0.7's own, unchanged:
+``examples/gmpo_trainer/test_dapo_7b_math.sh`` and ``recipe/dapo/run_dapo_qwen2.5_32b.sh``. Each is run by bash with
 ``python3`` (and ``ray``) on the PATH replaced by a stub that writes down its arguments, so the
 argument list is exactly what a user's shell passes, quoting included. Then the paths point at
 the tiny task (the scripts' own environment variables), the sizes shrink to a CPU (same keys,
@@ -22,7 +22,7 @@ from engine.config import iter_field_specs, load_config, validate_config
 from engine.config.fields import NO_EFFECT, ConfigValidationError
 from tests.engine.command_line import bash_arguments
 
-DATA = Path(__file__).parent / "data"
+SCRIPTS = Path(__file__).parents[2] / "third_party" / "verl" / "scripts"
 SPECS = {spec.key: spec for spec in iter_field_specs()}
 # The scripts' sizes, cut to the tiny model on a CPU (the keys are the scripts' own).
 SHRINK = {
@@ -70,7 +70,7 @@ def script_arguments(script: str, tmp_path: Path) -> list[str]:
         "TEST_FILE": "tiny://val.parquet",
         "CKPTS_DIR": str(tmp_path / "ckpts"),
     }
-    return bash_arguments(DATA / script, "-m", tmp_path, env)
+    return bash_arguments(SCRIPTS / script, "-m", tmp_path, env)
 
 
 def shrunk(arguments: list[str], extra: dict[str, str] | None = None) -> list[str]:

@@ -30,12 +30,10 @@ from engine.rewards.reward_model import RewardModelScorer
 from engine.roles.model_loading import load_reward_model
 from engine.tiny.recipe import ModelShape
 from engine.tiny.reward_model import build_classifier
-from engine.tiny.task import make_problems, write_split
 from engine.tiny.tokenizer import build_tokenizer
 from engine.trainer import Recorder
 from engine.trainer.build import build_reward_scorer
 from engine.trainer.ray_trainer import RayPPOTrainer
-from tests.engine.distributed.helpers import tiny_policy
 
 ray = pytest.importorskip("ray")
 
@@ -50,13 +48,6 @@ PROMPTS = [
 ]
 RESPONSES = ["3", "17", "65", "14", "99"]
 SMALL = ModelShape(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64)
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    ray.init(address="local", num_cpus=4, include_dashboard=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -151,17 +142,6 @@ class Samples(Recorder):
 
     def on_samples(self, step, samples):
         self.samples.extend(samples)
-
-
-@pytest.fixture(scope="module")
-def assets(tmp_path_factory):
-    """Return a folder with a random tiny policy and an arithmetic train parquet file."""
-    root = tmp_path_factory.mktemp("rm_role_assets")
-    tokenizer = build_tokenizer()
-    tiny_policy(len(tokenizer)).save_pretrained(root / "model")
-    tokenizer.save_pretrained(root / "model")
-    write_split(make_problems("train", 16, seed=0), "train", root)
-    return root
 
 
 def run_config(assets, classifier_dir, tmp_path, *overrides: str) -> PPOConfig:
