@@ -24,6 +24,7 @@ from engine.tiny.tokenizer import build_tokenizer
 from engine.trainer.ppo_trainer import PPOTrainer
 from tests.engine.data.helpers import build_char_tokenizer, verl_row, write_jsonl
 from tests.engine.distributed.helpers import tiny_policy
+from tests.engine.roles.test_epochs_and_schedules import lrs
 
 CPU = torch.device("cpu")
 # The tiny chat template, plus a marker before the assistant turn when enable_thinking is set.
@@ -261,17 +262,8 @@ def test_legacy_ppo_micro_batch_size_is_split_over_two_data_parallel_ranks(tiny_
 
 
 # -- optim.lr_warmup_steps / lr_warmup_steps_ratio (actor and critic) ---------------------------
-def first_lrs(optim, total: int = 10, steps: int = 6) -> list[float]:
-    from engine.roles.optim import build_lr_scheduler
-
-    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    scheduler = build_lr_scheduler(optimizer, optim, total)
-    out = []
-    for _ in range(steps):
-        out.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
-    return out
+def first_lrs(optim) -> list[float]:
+    return lrs(optim, total=10, steps=6)
 
 
 @pytest.mark.parametrize("role", ["actor_rollout_ref.actor", "critic"])

@@ -15,7 +15,6 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from engine.config import load_config
 from engine.data import DataProto
 from engine.distributed.channel import ENV_SWITCH, RankChannelError
 from engine.distributed.worker_group import ActorRolloutRefGroup, RayWorkerGroup, ResourcePool
@@ -25,6 +24,7 @@ from engine.trainer.run import run_training
 from tests.engine.distributed.helpers import (
     max_diff,
     prompt_batch,
+    ray_config,
     tiny_config,
     update_batch,
     without_perf,
@@ -367,26 +367,6 @@ class ListRecorder(Recorder):
 
     def on_samples(self, step, samples):
         self.samples += len(samples)
-
-
-def ray_config(assets, tmp_path, preset: str, *overrides: str):
-    return load_config(
-        f"{preset}.yaml",
-        overrides=[
-            f"data.train_files={assets / 'train.parquet'}",
-            f"data.val_files={assets / 'val.parquet'}",
-            f"actor_rollout_ref.model.path={assets / 'model'}",
-            "trainer.controller=ray",
-            "trainer.device=cpu",
-            "trainer.n_gpus_per_node=2",
-            "data.train_batch_size=4",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-            "critic.ppo_mini_batch_size=4",
-            "trainer.logger=[]",
-            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-            *overrides,
-        ],
-    )
 
 
 def test_grpo_runs_end_to_end_on_two_ranks_and_resumes_from_its_shards(

@@ -17,7 +17,6 @@ import signal
 
 import pytest
 
-from engine.config import load_config
 from engine.config.schema import PPOConfig
 from engine.distributed.channel import RankChannelError
 from engine.distributed.worker_group import (
@@ -34,6 +33,7 @@ from engine.tiny.tokenizer import build_tokenizer
 from engine.trainer import Recorder
 from engine.trainer.build import build_reward_scorer
 from engine.trainer.ray_trainer import RayPPOTrainer
+from tests.engine.distributed.helpers import ray_config
 
 ray = pytest.importorskip("ray")
 
@@ -145,27 +145,18 @@ class Samples(Recorder):
 
 
 def run_config(assets, classifier_dir, tmp_path, *overrides: str) -> PPOConfig:
-    return load_config(
-        "grpo_tiny.yaml",
-        overrides=[
-            f"data.train_files={assets / 'train.parquet'}",
-            "data.val_files=null",
-            "trainer.test_freq=-1",
-            "trainer.val_before_train=False",
-            f"actor_rollout_ref.model.path={assets / 'model'}",
-            "trainer.controller=ray",
-            "trainer.device=cpu",
-            "trainer.n_gpus_per_node=2",
-            "data.train_batch_size=4",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-            "actor_rollout_ref.rollout.n=2",
-            "trainer.logger=[]",
-            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-            "reward_model.enable=True",
-            f"reward_model.model.path={classifier_dir}",
-            "reward_model.micro_batch_size_per_gpu=2",
-            *overrides,
-        ],
+    return ray_config(
+        assets,
+        tmp_path,
+        "grpo_tiny",
+        "data.val_files=null",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=False",
+        "actor_rollout_ref.rollout.n=2",
+        "reward_model.enable=True",
+        f"reward_model.model.path={classifier_dir}",
+        "reward_model.micro_batch_size_per_gpu=2",
+        *overrides,
     )
 
 

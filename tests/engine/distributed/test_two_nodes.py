@@ -17,8 +17,9 @@ from engine.distributed.channel import ENV_SWITCH
 from engine.distributed.worker_group import RankDiedError, RayWorkerGroup, ResourcePool
 from engine.trainer.ray_trainer import RayPPOTrainer
 from engine.trainer.run import run_training
+from tests.engine.distributed.helpers import ray_config
 from tests.engine.distributed.ray_nodes import kill_node, start_head, start_node
-from tests.engine.distributed.test_ray import ListRecorder, ray_config
+from tests.engine.distributed.test_ray import ListRecorder
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
