@@ -70,29 +70,10 @@ def median_of(rows: list[dict[str, float]], key: str) -> float | None:
 
 def run_arm(args: Any) -> dict[str, Any]:
     """Train one arm in this process; return its figures."""
+    from bench.training.step_clock import StepClock
     from engine.config import load_config
     from engine.trainer.one_step_off import OneStepOffPPOTrainer
     from engine.trainer.ppo_trainer import PPOTrainer
-    from engine.trainer.reporting import Recorder
-
-    class StepClock(Recorder):
-        """Record the wall time between the ends of consecutive steps, and each step's metrics."""
-
-        def __init__(self) -> None:
-            self.wall: list[float] = []
-            self.cpu: list[float] = []
-            self.metrics: list[dict[str, float]] = []
-            self.previous = (time.perf_counter(), time.process_time())
-
-        def on_start(self, **_: Any) -> None:
-            self.previous = (time.perf_counter(), time.process_time())
-
-        def on_step(self, step: int, metrics: dict[str, float]) -> None:
-            now = (time.perf_counter(), time.process_time())
-            self.wall.append(now[0] - self.previous[0])
-            self.cpu.append(now[1] - self.previous[1])
-            self.metrics.append(dict(metrics))
-            self.previous = now
 
     out_dir = Path(args.root) / args.arm
     config = load_config("grpo_tiny.yaml", overrides=overrides(args, args.arm, out_dir))

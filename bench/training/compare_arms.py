@@ -40,8 +40,28 @@ from bench.training.compare_tasks import (
     reward_for,
     rss_now_mib,
 )
+from bench.training.overrides import training_only
 
 SKIP = 3  # warm-up steps left out of the medians
+
+
+def run_footer(
+    accuracy: dict[str, float], rss_after_imports: float, cpu: Any, calib: list[float]
+) -> dict[str, Any]:
+    """Return the figures every arm's result ends with: greedy accuracy by step, memory, the
+    CPU use while training, the machine's calibration before and after, torch's threads."""
+    import torch
+
+    return {
+        "accuracy_at_step": accuracy,
+        "peak_rss_mib": peak_rss_mib(),
+        "rss_after_imports_mib": rss_after_imports,
+        "cpu_during_train": cpu,
+        "machine_calib_s": calib,
+        "threads": torch.get_num_threads(),
+    }
+
+
 PROMPTS_PER_STEP = 8
 SAMPLES_PER_PROMPT = 4
 
@@ -106,13 +126,7 @@ def engine_overrides(
         "actor_rollout_ref.rollout.temperature=1.0",
         "algorithm.adv_estimator=grpo",
         "algorithm.norm_adv_by_std_in_grpo=True",
-        f"trainer.total_training_steps={args.steps}",
-        f"trainer.seed={args.seed}",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=False",
-        "trainer.save_freq=-1",
-        "trainer.logger=[]",
-        f"trainer.default_local_dir={out_dir}",
+        *training_only(args.steps, args.seed, out_dir),
     ]
     if args.scale == "medium":
         overrides += [
@@ -140,47 +154,36 @@ def run_engine(
 ) -> dict[str, Any]:
     """Train with the engine's in-process (or Ray, one rank) controller and the ``rollout``
     backend; return its figures."""
-    import torch
 
+    from bench.training.step_clock import StepClock
     from engine.config import load_config
     from engine.trainer.ppo_trainer import PPOTrainer
-    from engine.trainer.reporting import Recorder
 
     rss_after_imports = rss_now_mib()
     eval_steps = set(args.eval_steps)
 
-    class StepClock(Recorder):
-        """Time each step end to end and evaluate greedily at the chosen steps."""
+    class EvalClock(StepClock):
+        """Time each step end to end and evaluate greedily at the chosen steps (untimed)."""
 
         def __init__(self) -> None:
-            self.wall: list[float] = []
-            self.cpu: list[float] = []
-            self.metrics: list[dict[str, float]] = []
+            super().__init__()
             self.accuracy: dict[str, float] = {}
             self.trainer: Any = None
-            self.previous = (time.perf_counter(), time.process_time())
 
-        def on_start(self, **_: Any) -> None:
-            self.previous = (time.perf_counter(), time.process_time())
-
-        def on_step(self, step: int, metrics: dict[str, float]) -> None:
-            now = (time.perf_counter(), time.process_time())
-            self.wall.append(now[0] - self.previous[0])
-            self.cpu.append(now[1] - self.previous[1])
-            self.metrics.append(dict(metrics))
-            if step in eval_steps and controller == "local":
-                model = self.trainer.arr.model
-                self.accuracy[str(step)] = greedy_accuracy(
-                    model, self.trainer.tokenizer, task.test, args.scale
-                )
-                now = (time.perf_counter(), time.process_time())
-            self.previous = now
+        def after_step(self, step: int) -> bool:
+            if step not in eval_steps or controller != "local":
+                return False
+            model = self.trainer.arr.model
+            self.accuracy[str(step)] = greedy_accuracy(
+                model, self.trainer.tokenizer, task.test, args.scale
+            )
+            return True
 
     out_dir = Path(args.root) / args.scale / f"engine-{controller}-{rollout}"
     config = load_config(
         "grpo_tiny.yaml", overrides=engine_overrides(args, task, out_dir, controller, rollout)
     )
-    clock = StepClock()
+    clock = EvalClock()
     if controller == "ray":
         from engine.trainer.ray_trainer import RayPPOTrainer
 
@@ -216,12 +219,7 @@ def run_engine(
         "step_breakdown_median_s": breakdown,
         "reward_all_steps": [round(m["critic/score/mean"], 4) for m in rows],
         "kl_loss_all_steps": [round(m.get("actor/kl_loss", float("nan")), 5) for m in rows],
-        "accuracy_at_step": clock.accuracy,
-        "peak_rss_mib": peak_rss_mib(),
-        "rss_after_imports_mib": rss_after_imports,
-        "cpu_during_train": cpu,
-        "machine_calib_s": [calib_before, calib_after],
-        "threads": torch.get_num_threads(),
+        **run_footer(clock.accuracy, rss_after_imports, cpu, [calib_before, calib_after]),
     }
 
 
@@ -380,12 +378,7 @@ def run_trl(args: Any, task: TaskData) -> dict[str, Any]:
         "step_breakdown_median_s": breakdown,
         "reward_all_steps": [round(h["reward"], 4) for h in logs],
         "kl_all_steps": [round(h.get("kl", float("nan")), 5) for h in logs],
-        "accuracy_at_step": clock.accuracy,
-        "peak_rss_mib": peak_rss_mib(),
-        "rss_after_imports_mib": rss_after_imports,
-        "cpu_during_train": cpu,
-        "machine_calib_s": [calib_before, calib_after],
-        "threads": torch.get_num_threads(),
+        **run_footer(clock.accuracy, rss_after_imports, cpu, [calib_before, calib_after]),
     }
 
 

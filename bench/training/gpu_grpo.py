@@ -45,6 +45,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.training.overrides import training_only
+
 SKIP = 1  # warm-up steps left out of the medians
 KL_COEF = 0.04
 LEARNING_RATE = 1e-6
@@ -310,13 +312,7 @@ def engine_overrides(args: argparse.Namespace, size: Size, work: Path, device: s
         f"custom_reward_function.path={Path(__file__).resolve()}",
         "custom_reward_function.name=compute_score",
         f"trainer.device={device}",
-        f"trainer.total_training_steps={args.steps}",
-        f"trainer.seed={args.seed}",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=False",
-        "trainer.save_freq=-1",
-        "trainer.logger=[]",
-        f"trainer.default_local_dir={work / 'engine-out'}",
+        *training_only(args.steps, args.seed, work / "engine-out"),
     ]
 
 

@@ -63,8 +63,9 @@ def model_dir(shape: str, root: Path) -> str:
     return str(folder)
 
 
-def prompt_batch(tokenizer: Any) -> Any:
-    """Return 8 arithmetic prompts, each repeated 4 times, left-padded (32, P)."""
+def prompt_batch(tokenizer: Any, count: int = PROMPTS, n: int = SAMPLES) -> Any:
+    """Return ``count`` arithmetic validation problems as chat prompts, each repeated ``n``
+    times, left-padded (count * n, P); 8 x 4 by default."""
     from engine.data import DataProto
     from engine.tiny import make_problems
 
@@ -72,8 +73,8 @@ def prompt_batch(tokenizer: Any) -> Any:
         tokenizer.apply_chat_template(
             [{"role": "user", "content": p.question}], add_generation_prompt=True, tokenize=False
         )
-        for p in make_problems("val", PROMPTS, seed=0)
-        for _ in range(SAMPLES)
+        for p in make_problems("val", count, seed=0)
+        for _ in range(n)
     ]
     tokenizer.padding_side = "left"
     enc = tokenizer(texts, padding=True, return_tensors="pt", add_special_tokens=False)

@@ -74,13 +74,21 @@ DTYPES = {
 }
 
 
-def _model_dtype(value: Any) -> dict[str, Any]:
-    dtype = DTYPES.get(str(value).strip().lower())
-    if dtype is None:
-        raise ConfigFieldError(
-            "actor_rollout_ref.model.dtype", value, f"not a dtype; use one of {', '.join(DTYPES)}"
-        )
-    return {"actor_rollout_ref.rollout.dtype": dtype}
+def _model_dtype(key: str) -> Callable[[Any], dict[str, Any]]:
+    def translate(value: Any) -> dict[str, Any]:
+        dtype = DTYPES.get(str(value).strip().lower().removeprefix("torch."))
+        if dtype is None:
+            raise ConfigFieldError(key, value, f"not a dtype; use one of {', '.join(DTYPES)}")
+        return {"actor_rollout_ref.rollout.dtype": dtype}
+
+    return translate
+
+
+MODEL_DTYPE_NOTE = (
+    "verl trains fp32 master weights in bf16 on a GPU "
+    "(actor_rollout_ref.actor.fsdp_config.mixed_precision) and names the dtype the "
+    "model generates in actor_rollout_ref.rollout.dtype"
+)
 
 
 ALIASES: dict[str, Alias] = {
@@ -128,10 +136,14 @@ ALIASES: dict[str, Alias] = {
         Alias(
             "actor_rollout_ref.model.dtype",
             ("actor_rollout_ref.rollout.dtype",),
-            _model_dtype,
-            "verl trains fp32 master weights in bf16 on a GPU "
-            "(actor_rollout_ref.actor.fsdp_config.mixed_precision) and names the dtype the "
-            "model generates in actor_rollout_ref.rollout.dtype",
+            _model_dtype("actor_rollout_ref.model.dtype"),
+            MODEL_DTYPE_NOTE,
+        ),
+        Alias(  # verl's CISPO example script writes it (verl itself has no such key)
+            "actor_rollout_ref.model.torch_dtype",
+            ("actor_rollout_ref.rollout.dtype",),
+            _model_dtype("actor_rollout_ref.model.torch_dtype"),
+            MODEL_DTYPE_NOTE,
         ),
         Alias(
             "trainer.total_steps",
@@ -331,7 +343,9 @@ def install_section_aliases() -> None:
 
 def _sample_value(alias: Alias) -> Any:
     """Return a value the alias accepts, to see which keys it sets (the widest case)."""
-    return {"algorithm.name": "ppo", "actor_rollout_ref.model.dtype": "bf16"}.get(alias.key, 1)
+    if alias.key in ("actor_rollout_ref.model.dtype", "actor_rollout_ref.model.torch_dtype"):
+        return "bf16"
+    return {"algorithm.name": "ppo"}.get(alias.key, 1)
 
 
 def _alias_property(key: str, prefix: str) -> property:

@@ -31,6 +31,7 @@ from engine.config.unsupported import (
     MtpConfig,
     ProfilerConfig,
     PrometheusConfig,
+    SGLangServerConfig,
     TraceConfig,
 )
 from engine.rollout.names import (
@@ -281,6 +282,16 @@ class RolloutConfig(_Section):
         False, "Record MoE routing in the rollout.", "MoE router replay is not implemented"
     )
     prometheus: PrometheusConfig = _section(PrometheusConfig, "Prometheus metrics.")
+    server: SGLangServerConfig = _section(
+        SGLangServerConfig, "verl's SGLang server client (no server here: SGLang runs in process)."
+    )
+    sglang_rollout_mode: str | None = _refused(
+        None,
+        "verl's switch between SGLang's SPMD engine and its server (verl retired it in PR #4422; "
+        "verl main stops on it too).",
+        "SGLang here always runs its engine in this process, as verl's retired SPMD mode did; "
+        "delete the key",
+    )
     quantization: str | None = _refused(
         None,
         "Quantize the rollout's weights (e.g. fp8).",

@@ -26,6 +26,13 @@ from engine.config.versions import REMOVED_IN_MAIN, VERL_MAIN, verl_releases
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_YAML = CONFIG_DIR / "ppo_trainer.yaml"
 CONFIG_DOC = ROOT / "docs" / "config.md"
+# docs/config.md's section on verl's example scripts, written by bench.config.verl_examples
+# (it needs a checkout of verl, so it is measured there and kept here as data).
+VERL_EXAMPLES = Path(__file__).with_name("verl_examples.md")
+VERL_EXAMPLES_COMMAND = (
+    "python -m bench.config.verl_examples --verl-dir <a checkout of verl> "
+    "--verl-ref '<its branch and commit>' --markdown engine/config/verl_examples.md"
+)
 _WIDTH = 100
 
 _YAML_HEADER = """\
@@ -143,6 +150,17 @@ def config_markdown() -> str:
         "data-parallel size (`trainer.nnodes * trainer.n_gpus_per_node`) into their `_per_gpu` "
         "keys, with verl's deprecation warning. `${key}`, `${.sibling}` and "
         "`${oc.select:key,default}` references are read as verl reads them.",
+        "",
+        "## verl's example scripts",
+        "",
+        "Each FSDP example script of verl's is read as bash would read it (variables, defaults, "
+        "line continuations; nothing is run), loaded as `python -m engine.main_ppo ... --cfg job` "
+        "loads it and validated without checking its paths. Reproduce with "
+        f"`{VERL_EXAMPLES_COMMAND}`, then `python -m engine.config.tables --write`; "
+        "`python -m bench.config.verl_examples --help` says how Megatron and NPU scripts are "
+        "recognised.",
+        "",
+        VERL_EXAMPLES.read_text().rstrip("\n"),
         "",
         f"## Honoured ({len(by_effect[HONOURED])})",
         "",

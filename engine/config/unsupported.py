@@ -261,6 +261,19 @@ class PrometheusConfig(_Section):
 
 
 @dataclass
+class SGLangServerConfig(_Section):
+    """verl main's ``rollout.server`` (a field of its RolloutConfig, not of its generated YAML):
+    the HTTP client of verl's SGLang server. The ``sglang`` rollout here drives SGLang's engine
+    in its own process, with no server to wait for or retry."""
+
+    timeout: float = _inert(60.0, "SGLang server: seconds a request may take.")
+    max_attempts: int = _inert(3, "SGLang server: tries per request.")
+    retry_delay: float = _inert(2.0, "SGLang server: seconds between tries.")
+    max_connections: int = _inert(1000, "SGLang server: open connections at most.")
+    max_start_wait_time: float = _inert(300.0, "SGLang server: seconds to wait for it to start.")
+
+
+@dataclass
 class RewardModelRolloutConfig(_Section):
     _target_: str = _target("verl.workers.config.RolloutConfig")
     name: str | None = _f(

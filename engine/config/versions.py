@@ -60,6 +60,8 @@ NOT_IN_VERL = (
     "actor_rollout_ref.actor.seq_mean_token_sum_norm_times_dp",
     "actor_rollout_ref.ref.fsdp_config.mixed_precision",
     "actor_rollout_ref.rollout.enable_sleep_mode",
+    "actor_rollout_ref.rollout.server",  # a field of verl main's RolloutConfig, not its YAML
+    "actor_rollout_ref.rollout.sglang_rollout_mode",  # in verl's example configs until #4422
     "actor_rollout_ref.rollout.multi_turn.interaction_path",
     "actor_rollout_ref.rollout.multi_turn.interaction_name",
     "critic.model.fsdp_config.mixed_precision",

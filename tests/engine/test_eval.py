@@ -18,13 +18,6 @@ SHORT = ["--max-prompt-length", "16", "--max-response-length", "8"]
 
 
 @pytest.fixture(scope="module")
-def tiny_assets():
-    from engine.tiny import ensure_tiny_assets
-
-    return ensure_tiny_assets()
-
-
-@pytest.fixture(scope="module")
 def tokenizer(tiny_assets):
     return load_tokenizer(load_config("grpo_tiny.yaml").actor_rollout_ref.model)
 

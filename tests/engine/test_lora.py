@@ -53,6 +53,24 @@ def train_step(model: torch.nn.Module, ids: torch.Tensor) -> None:
 IDS = torch.randint(7, VOCAB, (3, 9), generator=torch.Generator().manual_seed(1))
 
 
+def update_batch(ids: torch.Tensor, advantages: list[float], **extra: torch.Tensor) -> DataProto:
+    """Return an update batch over ``ids`` (bs, 9): its last 4 tokens the response, one
+    advantage per row on every response token, and ``extra`` columns."""
+    responses = ids[:, 5:]
+    mask = torch.ones_like(ids)
+    return DataProto.from_dict(
+        {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": mask.cumsum(-1) - 1,
+            "responses": responses,
+            "response_mask": torch.ones_like(responses),
+            "advantages": torch.tensor(advantages)[:, None].expand(-1, 4).contiguous(),
+            **extra,
+        }
+    )
+
+
 def test_only_adapter_parameters_require_grad():
     model = apply_lora(base_model(), lora_config())
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
@@ -269,18 +287,7 @@ def _lora_rank_update(rank: int, world_size: int, port: int, out: str) -> None:
     # On a CPU rank the gathered tensors can share the live parameters' memory: copy them.
     before = {k: v.clone() for k, v in worker.full_state_dict().items()}
     ids = torch.randint(7, VOCAB, (2, 9), generator=torch.Generator().manual_seed(rank))
-    responses = ids[:, 5:]
-    mask = torch.ones_like(ids)
-    batch = DataProto.from_dict(
-        {
-            "input_ids": ids,
-            "attention_mask": mask,
-            "position_ids": mask.cumsum(-1) - 1,
-            "responses": responses,
-            "response_mask": torch.ones_like(responses),
-            "advantages": torch.tensor([[1.0], [-1.0]]).expand(2, 4).contiguous(),
-        }
-    )
+    batch = update_batch(ids, [1.0, -1.0])
     # The first forward runs with the adapter off, so PEFT has cleared its requires_grad.
     batch.batch["ref_log_prob"] = worker.compute_ref_log_prob(batch).batch["ref_log_prob"]
     metrics: dict[str, float] = {}
@@ -358,19 +365,7 @@ def test_a_lora_policy_trains_its_adapter_on_a_cuda_rank():
             }
 
         before = full(model.state_dict())
-        responses = IDS[:, 5:]
-        mask = torch.ones_like(IDS)
-        batch = DataProto.from_dict(
-            {
-                "input_ids": IDS,
-                "attention_mask": mask,
-                "position_ids": mask.cumsum(-1) - 1,
-                "responses": responses,
-                "response_mask": torch.ones_like(responses),
-                "advantages": torch.tensor([[1.0], [-1.0], [0.5]]).expand(3, 4).contiguous(),
-                "ref_log_prob": torch.zeros(3, 4),
-            }
-        )
+        batch = update_batch(IDS, [1.0, -1.0, 0.5], ref_log_prob=torch.zeros(3, 4))
         batch.batch["ref_log_prob"] = proxy.compute_ref_log_prob(batch).batch["ref_log_prob"]
         proxy.update_actor(batch)
         after = full(model.state_dict())

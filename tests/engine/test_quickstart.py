@@ -9,7 +9,6 @@ tested key by key.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 from engine.config import ConfigFieldError, ConfigValidationError, load_config, validate_config
 from engine.config.aliases import ALIASES, apply_aliases
 from engine.utils.config import load_config_from_yaml
+from tests.engine.command_line import run_python_code
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,15 +81,7 @@ def test_the_python_quick_start_trains_as_written(tmp_path):
     write_quickstart(tmp_path)
     script = PYTHON_SNIPPET.replace('"Qwen/Qwen2-0.5B-Instruct"', '"tiny://model"')
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = run_python_code(script, cwd=tmp_path, env=env, timeout=600)
     lines = proc.stdout.splitlines()
     assert lines[0] == __import__("engine").__version__
     assert lines[1].split()[0] == "0" and lines[1].split()[2] in ("True", "False")
@@ -188,6 +180,11 @@ def test_on_the_command_line_an_alias_overrides_a_preset_like_its_verl_key():
         ("algorithm.name", "grpo", {"algorithm.adv_estimator": "grpo"}),
         ("algorithm.name", "PPO", {"algorithm.adv_estimator": "gae", "critic.enable": True}),
         ("actor_rollout_ref.model.dtype", "fp16", {"actor_rollout_ref.rollout.dtype": "float16"}),
+        (  # verl's CISPO example script's spelling
+            "actor_rollout_ref.model.torch_dtype",
+            "bfloat16",
+            {"actor_rollout_ref.rollout.dtype": "bfloat16"},
+        ),
         ("data.val_dataset_path", "v.jsonl", {"data.val_files": "v.jsonl"}),
         ("trainer.save_interval", 5, {"trainer.save_freq": 5}),
     ],

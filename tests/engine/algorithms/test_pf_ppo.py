@@ -14,6 +14,7 @@ from engine.algorithms.pf_ppo import (
 )
 from engine.config.algorithm import AlgorithmConfig, PFPPOConfig
 from engine.data import DataProto
+from tests.engine.tiny_run import short_run
 
 SCORES = torch.tensor([1.0, 0.0, -2.0, 0.5])
 
@@ -126,14 +127,7 @@ def test_the_trainer_updates_on_the_resampled_batch(tmp_path):
     config = load_config(
         "grpo_tiny.yaml",
         overrides=[
-            "data.train_batch_size=4",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-            "trainer.total_training_steps=1",
-            "trainer.test_freq=-1",
-            "trainer.val_before_train=False",
-            "trainer.save_freq=-1",
-            "trainer.logger=[]",
-            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            *short_run(tmp_path),
             f"custom_reward_function.path={reward_file}",
             "algorithm.use_pf_ppo=True",
             "algorithm.pf_ppo.reweight_method=max_min",

@@ -279,7 +279,7 @@ def test_every_key_reaches_the_pipeline():
 @pytest.mark.parametrize("veto", [None, 0.2])
 @pytest.mark.parametrize("normalize", [False, True])
 def test_agrees_with_verls_helper_on_random_batches(rollout_is, rollout_rs, veto, normalize):
-    from tests.engine.algorithms import verl_rollout_corr_helper as verl
+    from tests.third_party.verl import rollout_corr_helper_0_7 as verl
 
     generator = torch.Generator().manual_seed(7)
     bs, length = 16, 12

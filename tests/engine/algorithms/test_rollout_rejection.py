@@ -13,7 +13,7 @@ from engine.algorithms.rollout_correction import (
     compute_rollout_correction_and_rejection_mask,
     compute_rollout_rejection_mask,
 )
-from tests.engine.algorithms import verl_main_rollout_rs as verl
+from tests.third_party.verl import rollout_rs_main as verl
 
 THRESHOLDS = {"k1": "0.9_1.1", "k2": 0.02, "k3": "0.015"}
 SUM_THRESHOLDS = {"k1": "0.4_2.5", "k2": 0.15, "k3": "0.15"}  # a row's sum over up to 9 tokens

@@ -24,6 +24,7 @@ from engine.tiny.tokenizer import build_tokenizer
 from engine.trainer.ppo_trainer import PPOTrainer
 from tests.engine.data.helpers import build_char_tokenizer, verl_row, write_jsonl
 from tests.engine.distributed.helpers import tiny_policy
+from tests.engine.roles.test_epochs_and_schedules import lrs
 
 CPU = torch.device("cpu")
 # The tiny chat template, plus a marker before the assistant turn when enable_thinking is set.
@@ -31,33 +32,6 @@ THINKING_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
     "{% if add_generation_prompt %}{% if enable_thinking %}~{% endif %}<|assistant|>{% endif %}"
 )
-
-
-@pytest.fixture(scope="module")
-def tiny_assets():
-    from engine.tiny import ensure_tiny_assets
-
-    return ensure_tiny_assets()
-
-
-@pytest.fixture
-def tiny_config(tiny_assets, tmp_path):
-    """Return a function building a short tiny-model config with extra overrides."""
-
-    def build(preset: str = "grpo_tiny", *overrides: str) -> PPOConfig:
-        base = [
-            "data.train_batch_size=4",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-            "trainer.total_training_steps=1",
-            "trainer.test_freq=-1",
-            "trainer.val_before_train=False",
-            "trainer.save_freq=-1",
-            "trainer.logger=[]",
-            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-        ]
-        return load_config(f"{preset}.yaml", overrides=base + list(overrides))
-
-    return build
 
 
 def questions(dataset: RLHFDataset) -> list[str]:
@@ -288,17 +262,8 @@ def test_legacy_ppo_micro_batch_size_is_split_over_two_data_parallel_ranks(tiny_
 
 
 # -- optim.lr_warmup_steps / lr_warmup_steps_ratio (actor and critic) ---------------------------
-def first_lrs(optim, total: int = 10, steps: int = 6) -> list[float]:
-    from engine.roles.optim import build_lr_scheduler
-
-    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    scheduler = build_lr_scheduler(optimizer, optim, total)
-    out = []
-    for _ in range(steps):
-        out.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
-    return out
+def first_lrs(optim) -> list[float]:
+    return lrs(optim, total=10, steps=6)
 
 
 @pytest.mark.parametrize("role", ["actor_rollout_ref.actor", "critic"])

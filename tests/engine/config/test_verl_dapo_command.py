@@ -1,7 +1,7 @@
 """verl's DAPO example commands run here with the module renamed (engine.main_ppo).
 
-The scripts in ``data/`` are verl 0.7's own, unchanged: ``examples/gmpo_trainer/
-test_dapo_7b_math.sh`` and ``recipe/dapo/run_dapo_qwen2.5_32b.sh``. Each is run by bash with
+The scripts in ``tests/third_party/verl/scripts`` are verl 0.7's own, unchanged:
+``examples/gmpo_trainer/test_dapo_7b_math.sh`` and ``recipe/dapo/run_dapo_qwen2.5_32b.sh``. Each is run by bash with
 ``python3`` (and ``ray``) on the PATH replaced by a stub that writes down its arguments, so the
 argument list is exactly what a user's shell passes, quoting included. Then the paths point at
 the tiny task (the scripts' own environment variables), the sizes shrink to a CPU (same keys,
@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,19 +20,10 @@ import pytest
 from engine import main_ppo
 from engine.config import iter_field_specs, load_config, validate_config
 from engine.config.fields import NO_EFFECT, ConfigValidationError
+from tests.engine.command_line import bash_arguments
 
-DATA = Path(__file__).parent / "data"
+SCRIPTS = Path(__file__).parents[2] / "third_party" / "verl" / "scripts"
 SPECS = {spec.key: spec for spec in iter_field_specs()}
-STUB = """#!{python}
-import json, sys
-with open({out!r}, "w") as f:
-    json.dump(sys.argv[1:], f)
-"""
-RAY_STUB = """#!/usr/bin/env bash
-while [ "$1" != "--" ]; do shift; done
-shift
-exec "$@"
-"""
 # The scripts' sizes, cut to the tiny model on a CPU (the keys are the scripts' own).
 SHRINK = {
     "data.max_prompt_length": "16",
@@ -73,15 +62,8 @@ ULYSSES = (
 
 def script_arguments(script: str, tmp_path: Path) -> list[str]:
     """Return the arguments ``script`` hands python3, with the tiny task's paths and sizes."""
-    bin_dir, out = tmp_path / "bin", tmp_path / "argv.json"
-    bin_dir.mkdir()
-    (bin_dir / "python3").write_text(STUB.format(python=sys.executable, out=str(out)))
-    (bin_dir / "ray").write_text(RAY_STUB)
-    for stub in bin_dir.iterdir():
-        stub.chmod(0o755)
     env = {
         **os.environ,
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "NNODES": "1",
         "NGPUS_PER_NODE": "1",
         "MODEL_PATH": "tiny://model",
@@ -89,11 +71,7 @@ def script_arguments(script: str, tmp_path: Path) -> list[str]:
         "TEST_FILE": "tiny://val.parquet",
         "CKPTS_DIR": str(tmp_path / "ckpts"),
     }
-    subprocess.run(
-        ["bash", str(DATA / script)], env=env, check=True, capture_output=True, timeout=60
-    )
-    argv = json.loads(out.read_text())
-    return argv
+    return bash_arguments(SCRIPTS / script, "-m", tmp_path, env)
 
 
 def shrunk(arguments: list[str], extra: dict[str, str] | None = None) -> list[str]:

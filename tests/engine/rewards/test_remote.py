@@ -20,7 +20,8 @@ from engine.rewards.endpoints import ENDPOINTS_ENV, EndpointRefused, resolve_end
 from engine.rewards.remote import RemoteRewardManager
 from engine.rewards.service import RateLimiter, ServiceError
 from tests.engine.rewards.test_manager import RESPONSE_LEN, make_batch
-from tests.engine.rewards.test_reward_managers import tiny_assets, train_one_step  # noqa: F401
+from tests.engine.rewards.test_reward_managers import train_one_step
+from tests.engine.tiny_run import short_run
 
 ROWS = [
     {"data_source": "exact_match", "response": "12", "ground_truth": "12"},  # 3 tokens with EOS
@@ -369,7 +370,7 @@ def test_the_validator_refuses_what_remote_does_not_read(service, tmp_path):
 
 
 # -- a training step --------------------------------------------------------------------------
-def test_reward_manager_remote_scores_a_training_step(tiny_assets, tmp_path, service):  # noqa: F811
+def test_reward_manager_remote_scores_a_training_step(tiny_assets, tmp_path, service):
     run, trainer = train_one_step(
         tmp_path,
         "reward_model.reward_manager=remote",
@@ -388,7 +389,7 @@ def test_reward_manager_remote_scores_a_training_step(tiny_assets, tmp_path, ser
 
 
 def test_with_on_error_fail_a_bad_answer_fails_the_training_run_naming_it(
-    tiny_assets,  # noqa: F811
+    tiny_assets,
     tmp_path,
     service,
 ):
@@ -398,12 +399,7 @@ def test_with_on_error_fail_a_bad_answer_fails_the_training_run_naming_it(
     config = load_config(
         "grpo_tiny.yaml",
         overrides=[
-            "data.train_batch_size=4",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-            "trainer.total_training_steps=1",
-            "trainer.val_before_train=False",
-            "trainer.logger=[]",
-            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            *short_run(tmp_path),
             "reward_model.reward_manager=remote",
             "+reward_model.reward_kwargs.endpoint=judge",
             "+reward_model.reward_kwargs.on_error=fail",

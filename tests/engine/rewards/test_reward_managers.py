@@ -22,6 +22,7 @@ from engine.rewards.names import REWARD_MANAGERS
 from engine.rewards.prime import DEFAULT_TIMEOUT_S, PrimeRewardManager
 from engine.trainer.reporting import Recorder
 from tests.engine.rewards.test_manager import RESPONSE_LEN, make_batch
+from tests.engine.tiny_run import short_run
 
 ROWS = [
     {"data_source": "exact_match", "response": "12", "ground_truth": "12"},  # 3 tokens with EOS
@@ -363,27 +364,13 @@ class Run(Recorder):
         self.samples.extend(samples)
 
 
-@pytest.fixture(scope="module")
-def tiny_assets():
-    from engine.tiny import ensure_tiny_assets
-
-    return ensure_tiny_assets()
-
-
 def train_one_step(tmp_path, *overrides: str) -> tuple[Run, object]:
     from engine.trainer.ppo_trainer import PPOTrainer
 
     config = load_config(
         "grpo_tiny.yaml",
         overrides=[
-            "data.train_batch_size=4",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-            "trainer.total_training_steps=1",
-            "trainer.test_freq=-1",
-            "trainer.val_before_train=False",
-            "trainer.save_freq=-1",
-            "trainer.logger=[]",
-            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            *short_run(tmp_path),
             *overrides,
         ],
     )

@@ -44,12 +44,14 @@ def test_the_critic_shuffles_its_epochs_by_its_own_data_loader_seed():
     assert orders(cfg.critic) != first and len(first) == 2
 
 
-def lrs(optim, total: int = 10) -> list[float]:
+def lrs(optim, total: int = 10, steps: int | None = None) -> list[float]:
+    """Return the learning rates of the first ``steps`` (all ``total``) steps of ``optim``'s
+    schedule over ``total`` steps, from a base rate of 1."""
     parameter = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([parameter], lr=1.0)
     scheduler = build_lr_scheduler(optimizer, optim, total)
     out = []
-    for _ in range(total):
+    for _ in range(total if steps is None else steps):
         out.append(optimizer.param_groups[0]["lr"])
         optimizer.step()
         scheduler.step()

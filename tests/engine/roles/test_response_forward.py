@@ -7,10 +7,9 @@ import torch
 
 from engine.roles.actor import response_logits
 from engine.roles.seqlen_balancing import length_buckets
-from engine.rollout.sampling import sample_sequences, shared_prompts, trim_left_padding
+from engine.rollout.sampling import shared_prompts, trim_left_padding
 from tests.engine.distributed.helpers import tiny_policy
-
-EOS, PAD = 2, 0
+from tests.engine.rollout.test_sampling import PAD, sample
 
 
 @pytest.fixture(scope="module")
@@ -29,15 +28,7 @@ def group_batch(model, n: int = 4, max_new_tokens: int = 12, cut: bool = False) 
     ids[0, :2], mask[0, :2] = PAD, 0
     ids, mask = ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)
     model.eval()
-    out = sample_sequences(
-        model,
-        ids,
-        mask,
-        max_new_tokens=max_new_tokens,
-        eos_token_ids=[EOS],
-        pad_token_id=PAD,
-        generator=torch.Generator().manual_seed(3),
-    )
+    out = sample(model, ids, mask, max_new_tokens=max_new_tokens, seed=3)
     responses, response_mask = out.responses, out.response_mask
     if cut:
         response_mask = response_mask.clone()

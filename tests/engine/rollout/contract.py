@@ -26,6 +26,25 @@ SCRIPT = {
 }
 
 
+def chat_prompts(tokenizer: Any, questions: list[str], **per_row: list) -> DataProto:
+    """Return ``questions`` as one-turn chat prompts, left-padded as the tokenizer pads, with
+    verl's ``raw_prompt`` and ``extra_info`` (the row's index) and any other per-row columns."""
+    messages = [[{"role": "user", "content": q}] for q in questions]
+    texts = [
+        tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
+        for m in messages
+    ]
+    enc = tokenizer(texts, padding=True, return_tensors="pt", add_special_tokens=False)
+    return DataProto.from_dict(
+        {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]},
+        {
+            "raw_prompt": messages,
+            **per_row,
+            "extra_info": [{"index": i} for i in range(len(questions))],
+        },
+    )
+
+
 def prompt_batch() -> DataProto:
     """Return the two left-padded prompts of :data:`SCRIPT` (bs=2, P=4)."""
     ids = torch.tensor([[PAD, PAD, 7, 8], [9, 10, 11, 12]])

@@ -28,6 +28,7 @@ from engine.rollout.hf import HFRollout
 from engine.rollout.interactions import Interactions, load_interaction_config
 from engine.rollout.multi_turn import MultiTurnRollout
 from engine.tools.base import DEFAULT_TIMEOUT_S
+from tests.engine.tiny_run import short_run
 
 HERE = "tests.engine.rollout.test_interactions"
 GREEDY = {"do_sample": False, "temperature": 0.0, "top_k": -1, "top_p": 1.0}
@@ -709,17 +710,10 @@ def test_a_grpo_step_with_a_yaml_interaction_rewards_its_turn_scores(tmp_path):
     config = load_config(
         "grpo_tiny.yaml",
         [
-            "data.train_batch_size=2",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            *short_run(tmp_path, batch=2),
             "actor_rollout_ref.rollout.n=2",
             "actor_rollout_ref.rollout.do_sample=false",  # greedy: every answer ends with EOS
             "data.max_response_length=32",
-            "trainer.total_training_steps=1",
-            "trainer.test_freq=-1",
-            "trainer.val_before_train=False",
-            "trainer.save_freq=-1",
-            "trainer.logger=[]",
-            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
             f"custom_reward_function.path={reward}",
             f"{mt}.enable=true",
             f"{mt}.interaction_config_path={path}",

@@ -20,6 +20,7 @@ from engine.rollout.hf import HFRollout
 from engine.rollout.multi_turn import MultiTurnRollout, load_interaction, message_delta_ids
 from engine.tiny.tokenizer import build_tokenizer
 from tests.engine.distributed.helpers import tiny_policy
+from tests.engine.rollout.contract import chat_prompts
 
 GREEDY = {"do_sample": False, "temperature": 0.0, "top_k": -1, "top_p": 1.0}
 
@@ -54,19 +55,18 @@ def multi_turn_config(**overrides) -> SimpleNamespace:
 
 
 def prompts(tokenizer, questions: list[str]) -> DataProto:
-    messages = [[{"role": "user", "content": q}] for q in questions]
-    texts = [
-        tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
-        for m in messages
-    ]
-    enc = tokenizer(texts, padding=True, return_tensors="pt", add_special_tokens=False)
-    return DataProto.from_dict(
-        {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]},
-        {
-            "raw_prompt": messages,
-            "reward_model": [{"ground_truth": str(i)} for i in range(len(questions))],
-            "extra_info": [{"index": i} for i in range(len(questions))],
-        },
+    ground_truths = [{"ground_truth": str(i)} for i in range(len(questions))]
+    return chat_prompts(tokenizer, questions, reward_model=ground_truths)
+
+
+def always_go(model, tokenizer, **limits) -> MultiTurnRollout:
+    """Return the HF rollout in conversations whose user answers every turn with "go"."""
+    always = lambda messages, extra: {"role": "user", "content": "go"}  # noqa: E731
+    return MultiTurnRollout(
+        HFRollout(model, tokenizer, None),
+        tokenizer,
+        multi_turn_config(**limits),
+        interaction=always,
     )
 
 
@@ -133,13 +133,7 @@ def test_mask_covers_exactly_the_assistant_tokens_and_stop_on_none(model, tokeni
 
 
 def test_rollout_log_probs_match_a_full_forward_on_assistant_tokens_only(model, tokenizer):
-    always = lambda messages, extra: {"role": "user", "content": "go"}  # noqa: E731
-    rollout = MultiTurnRollout(
-        HFRollout(model, tokenizer, None),
-        tokenizer,
-        multi_turn_config(max_assistant_turns=3),
-        interaction=always,
-    )
+    rollout = always_go(model, tokenizer, max_assistant_turns=3)
     out = rollout.generate_sequences(
         prompts(tokenizer, ["3+4=", "5="]), max_new_tokens=60, sampling=GREEDY
     )
@@ -150,13 +144,7 @@ def test_rollout_log_probs_match_a_full_forward_on_assistant_tokens_only(model, 
 
 
 def test_max_assistant_turns_ends_on_an_assistant_turn(model, tokenizer):
-    always = lambda messages, extra: {"role": "user", "content": "go"}  # noqa: E731
-    rollout = MultiTurnRollout(
-        HFRollout(model, tokenizer, None),
-        tokenizer,
-        multi_turn_config(max_assistant_turns=2),
-        interaction=always,
-    )
+    rollout = always_go(model, tokenizer, max_assistant_turns=2)
     out = rollout.generate_sequences(prompts(tokenizer, ["9="]), max_new_tokens=60, sampling=GREEDY)
     turn, user = ids_of(tokenizer, "ab<eos>"), ids_of(tokenizer, "<|user|>go<|assistant|>")
     assert out.batch["responses"][0].tolist() == turn + user + turn
@@ -166,22 +154,13 @@ def test_max_assistant_turns_ends_on_an_assistant_turn(model, tokenizer):
 
 
 def test_max_user_turns_limits_the_interaction(model, tokenizer):
-    always = lambda messages, extra: {"role": "user", "content": "go"}  # noqa: E731
-    rollout = MultiTurnRollout(
-        HFRollout(model, tokenizer, None),
-        tokenizer,
-        multi_turn_config(max_user_turns=1),
-        interaction=always,
-    )
+    rollout = always_go(model, tokenizer, max_user_turns=1)
     out = rollout.generate_sequences(prompts(tokenizer, ["9="]), max_new_tokens=60, sampling=GREEDY)
     assert out.non_tensor_batch["num_turns"].tolist() == [2]
 
 
 def test_the_response_budget_truncates_the_conversation(model, tokenizer):
-    always = lambda messages, extra: {"role": "user", "content": "go"}  # noqa: E731
-    rollout = MultiTurnRollout(
-        HFRollout(model, tokenizer, None), tokenizer, multi_turn_config(), interaction=always
-    )
+    rollout = always_go(model, tokenizer)
     out = rollout.generate_sequences(prompts(tokenizer, ["9="]), max_new_tokens=20, sampling=GREEDY)
     turn, user = ids_of(tokenizer, "ab<eos>"), ids_of(tokenizer, "<|user|>go<|assistant|>")
     assert out.batch["responses"][0].tolist() == ((turn + user) * 3)[:20]

@@ -21,6 +21,7 @@ from engine.tools import Tool, load_tools
 from engine.tools.calculator import CalculatorTool
 from engine.tools.tiny_task import TOOLS_YAML, tool_call_text, tool_tokenizer
 from engine.trainer.metrics import compute_data_metrics
+from tests.engine.rollout.contract import chat_prompts
 
 CALL = tool_call_text("123+456=")  # <tool_call>{"name": "calc", "arguments": {"expr": ...}}
 SCHEMA = {"type": "function", "function": {"name": "calc"}}
@@ -92,26 +93,13 @@ def config(**overrides) -> SimpleNamespace:
     return SimpleNamespace(**{**base, **overrides})
 
 
-def prompts(tokenizer, questions):
-    messages = [[{"role": "user", "content": q}] for q in questions]
-    texts = [
-        tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
-        for m in messages
-    ]
-    enc = tokenizer(texts, padding=True, return_tensors="pt", add_special_tokens=False)
-    return DataProto.from_dict(
-        {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]},
-        {"raw_prompt": messages, "extra_info": [{"index": i} for i in range(len(questions))]},
-    )
-
-
 def ids(tokenizer, text):
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def generate(rollout, tokenizer, questions, budget=400):
     return rollout.generate_sequences(
-        prompts(tokenizer, questions), max_new_tokens=budget, sampling={}
+        chat_prompts(tokenizer, questions), max_new_tokens=budget, sampling={}
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import pytest
@@ -25,11 +26,31 @@ def left_padded_prompts() -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
+def sample(model, ids, mask, max_new_tokens: int, seed: int, **extra):
+    """Sample from ``model`` with the tests' EOS and PAD and a seeded generator."""
+    generator = torch.Generator().manual_seed(seed)
+    return sample_sequences(
+        model,
+        ids,
+        mask,
+        max_new_tokens=max_new_tokens,
+        eos_token_ids=[EOS],
+        pad_token_id=PAD,
+        generator=generator,
+        **extra,
+    )
+
+
+@contextlib.contextmanager
 def favour_eos(model):
-    """Bias the lm_head towards EOS so that most, but not all, rows end early; return the hook."""
-    return model.lm_head.register_forward_hook(
+    """Bias the lm_head towards EOS so that most, but not all, rows end early, inside."""
+    handle = model.lm_head.register_forward_hook(
         lambda _m, _i, out: out + torch.nn.functional.one_hot(torch.tensor(EOS), 40) * 3.0
     )
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def full_forward_log_probs(model, ids, mask, out) -> torch.Tensor:
@@ -45,15 +66,7 @@ def full_forward_log_probs(model, ids, mask, out) -> torch.Tensor:
 
 def test_log_probs_match_a_full_forward_pass(model):
     ids, mask = left_padded_prompts()
-    out = sample_sequences(
-        model,
-        ids,
-        mask,
-        max_new_tokens=6,
-        eos_token_ids=[EOS],
-        pad_token_id=PAD,
-        generator=torch.Generator().manual_seed(3),
-    )
+    out = sample(model, ids, mask, max_new_tokens=6, seed=3)
     expected = full_forward_log_probs(model, ids, mask, out)
     assert out.log_probs.shape == out.responses.shape == out.response_mask.shape
     torch.testing.assert_close(out.log_probs, expected, atol=1e-5, rtol=1e-5)
@@ -61,19 +74,8 @@ def test_log_probs_match_a_full_forward_pass(model):
 
 def test_response_mask_stops_after_the_first_eos(model):
     ids, mask = left_padded_prompts()
-    handle = favour_eos(model)
-    try:
-        out = sample_sequences(
-            model,
-            ids,
-            mask,
-            max_new_tokens=8,
-            eos_token_ids=[EOS],
-            pad_token_id=PAD,
-            generator=torch.Generator().manual_seed(0),
-        )
-    finally:
-        handle.remove()
+    with favour_eos(model):
+        out = sample(model, ids, mask, max_new_tokens=8, seed=0)
     assert 0 < int(out.truncated.sum()) < ids.shape[0] or not out.truncated.any()
     for row in range(ids.shape[0]):
         tokens = out.responses[row].tolist()
@@ -88,21 +90,9 @@ def test_response_mask_stops_after_the_first_eos(model):
 
 def test_ignore_eos_samples_every_row_to_the_limit_with_eos_as_a_plain_token(model):
     ids, mask = left_padded_prompts()
-    handle = favour_eos(model)  # without ignore_eos most rows would stop early
-    try:
-        out = sample_sequences(
-            model,
-            ids,
-            mask,
-            max_new_tokens=8,
-            eos_token_ids=[EOS],
-            pad_token_id=PAD,
-            generator=torch.Generator().manual_seed(0),
-            ignore_eos=True,
-        )
+    with favour_eos(model):  # without ignore_eos most rows would stop early
+        out = sample(model, ids, mask, max_new_tokens=8, seed=0, ignore_eos=True)
         expected = full_forward_log_probs(model, ids, mask, out)
-    finally:
-        handle.remove()
     assert out.responses.shape == (ids.shape[0], 8)
     assert bool(out.response_mask.bool().all()) and bool(out.truncated.all())
     assert int((out.responses == EOS).sum(-1).max()) > 1  # EOS sampled, kept and continued past

@@ -14,7 +14,7 @@ import types
 import pytest
 import torch
 
-from engine.config import ConfigValidationError, RolloutConfig, load_config, validate_config
+from engine.config import RolloutConfig
 from engine.roles.actor_rollout_ref import get_rollout
 from engine.rollout.names import SGLANG_MISSING
 from engine.rollout.sglang_rollout import SGLangRollout, sampling_params
@@ -28,6 +28,7 @@ from tests.engine.rollout.contract import (
     gpu_rollout_config,
     prompt_batch,
 )
+from tests.engine.validation import validation_errors
 
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None
 
@@ -292,29 +293,16 @@ def test_get_rollout_builds_the_sglang_adapter_from_the_model_path(tmp_path, fak
 
 
 # -- without the package -------------------------------------------------------------------------
-@pytest.fixture
-def no_sglang(monkeypatch):
-    """Make ``import sglang`` fail here, as on a machine without the ``sglang`` extra."""
-    monkeypatch.setitem(sys.modules, "sglang", None)
-
-
-def test_missing_sglang_raises_an_import_error_that_names_the_extra(tmp_path, no_sglang):
+def test_missing_sglang_raises_an_import_error_that_names_the_extra(tmp_path, hide_package):
+    hide_package("sglang")
     with pytest.raises(ImportError) as info:
         SGLangRollout(str(tmp_path), build_tokenizer(), RolloutConfig(name="sglang"))
     assert str(info.value) == SGLANG_MISSING
     assert "pip install -e .[sglang]" in SGLANG_MISSING and "rollout.name=hf" in SGLANG_MISSING
 
 
-def validation_errors(overrides: list[str]) -> dict[str, str]:
-    """Return {key: message} of the errors validate_config raises for grpo_tiny plus overrides."""
-    try:
-        validate_config(load_config("grpo_tiny", overrides), check_files=False)
-    except ConfigValidationError as exc:
-        return {error.key: error.message for error in exc.errors}
-    return {}
-
-
-def test_config_validation_names_the_extra_when_sglang_is_missing(no_sglang):
+def test_config_validation_names_the_extra_when_sglang_is_missing(hide_package):
+    hide_package("sglang")
     sglang = ["actor_rollout_ref.rollout.name=sglang", "trainer.device=auto"]
     assert validation_errors(sglang) == {"actor_rollout_ref.rollout.name": SGLANG_MISSING}
     # Ray actors build the engine on their own machines: this one need not have SGLang.

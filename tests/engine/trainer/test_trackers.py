@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import zlib
 from pathlib import Path
@@ -31,6 +30,7 @@ from engine.trainer.trackers import (
     tracker_environment,
     tracker_install_problems,
 )
+from tests.engine.command_line import run_python_code
 
 ROOT = Path(__file__).resolve().parents[3]
 PROJECT, EXPERIMENT = "posttrain-tests", "tiny-run"
@@ -113,15 +113,9 @@ def run_tracker(
     (tmp_path / "inputs.json").write_text(
         json.dumps([tiny_config_dict(), STEPS, PROJECT, EXPERIMENT])
     )
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD, name, status, str(folder or "")],
-        cwd=tmp_path,
-        env=child_env,
-        capture_output=True,
-        text=True,
-        timeout=180,
+    run_python_code(
+        CHILD, name, status, str(folder or ""), cwd=tmp_path, env=child_env, timeout=180
     )
-    assert result.returncode == 0, result.stderr[-4000:]
 
 
 def log_records(path: Path) -> list[bytes]:

