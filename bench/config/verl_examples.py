@@ -209,15 +209,10 @@ NO_SGLANG_MODE = (
     "the script's fault: verl main's RolloutConfig has no such field since verl PR #4422"
 )
 SAME_ASSERT = "the script's fault: verl's FSDP worker asserts the same divisibility"
-CRITIC_SP = (
-    "with verl's Ulysses size of 2 a data-parallel rank holds twice the samples, 64; refused "
-    "here as a consequence of critic.ulysses_sequence_parallel_size"
-)
 # Why a script meets a refusal, where the script is at fault (verl stops too) or the refusal
 # follows from another; keyed by the script (under examples/) and the refused key.
 # markdown() fails when one no longer occurs.
 SCRIPT_NOTES = {
-    ("ppo_trainer/run_deepseek7b_llm_sp2.sh", "critic.ppo_micro_batch_size_per_gpu"): CRITIC_SP,
     ("ppo_trainer/run_deepseek7b_llm_pfppo.sh", ""): (
         "the script's fault: line 6 ends in `\\  # [...]`: bash passes a lone space as an "
         "argument and ends the command there, so the keys after it reach neither verl nor this "
