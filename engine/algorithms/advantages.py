@@ -435,6 +435,27 @@ def _group_baselines(
     return baselines
 
 
+def _returns_and_path_variance(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    sum_pi_squared: torch.Tensor,
+    rollout_is_weights: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Return the Optimal Token Baselines' inputs: the mask as floats, the rewards-to-go ``G``
+    and the cumulative path variance ``W`` (:func:`_path_variance`), each ``(bs, L)``."""
+    check_same_shape(
+        token_level_rewards=token_level_rewards,
+        response_mask=response_mask,
+        old_log_probs=old_log_probs,
+        sum_pi_squared=sum_pi_squared,
+    )
+    mask = response_mask.to(token_level_rewards.dtype)  # (bs, L)
+    returns = (token_level_rewards * mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
+    w = _path_variance(mask, old_log_probs, sum_pi_squared, rollout_is_weights)  # (bs, L)
+    return mask, returns, w
+
+
 @register_adv_est("optimal_token_baseline")
 def compute_optimal_token_baseline_advantage(
     token_level_rewards: torch.Tensor,
@@ -458,16 +479,10 @@ def compute_optimal_token_baseline_advantage(
     Shapes: token_level_rewards, response_mask, old_log_probs, sum_pi_squared,
     rollout_is_weights ``(bs, L)``, index ``(bs,)`` -> advantages, returns ``(bs, L)``.
     """
-    check_same_shape(
-        token_level_rewards=token_level_rewards,
-        response_mask=response_mask,
-        old_log_probs=old_log_probs,
-        sum_pi_squared=sum_pi_squared,
-    )
     with torch.no_grad():
-        mask = response_mask.to(token_level_rewards.dtype)  # (bs, L)
-        returns = (token_level_rewards * mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
-        w = _path_variance(mask, old_log_probs, sum_pi_squared, rollout_is_weights)  # (bs, L)
+        mask, returns, w = _returns_and_path_variance(
+            token_level_rewards, response_mask, old_log_probs, sum_pi_squared, rollout_is_weights
+        )  # (bs, L) each
         group, keys = _group_ids(index, returns)  # (bs,)
         baselines = _group_baselines(
             returns * mask, w * mask, group, len(keys), mask.sum(dim=-1), handle_zero_tail, epsilon
@@ -496,16 +511,10 @@ def compute_multi_turn_optimal_token_baseline_advantage(
     Shapes: token_level_rewards, response_mask, old_log_probs, sum_pi_squared,
     rollout_is_weights ``(bs, L)``, index ``(bs,)`` -> advantages, returns ``(bs, L)``.
     """
-    check_same_shape(
-        token_level_rewards=token_level_rewards,
-        response_mask=response_mask,
-        old_log_probs=old_log_probs,
-        sum_pi_squared=sum_pi_squared,
-    )
     with torch.no_grad():
-        mask = response_mask.to(token_level_rewards.dtype)  # (bs, L)
-        returns = (token_level_rewards * mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
-        w = _path_variance(mask, old_log_probs, sum_pi_squared, rollout_is_weights)  # (bs, L)
+        mask, returns, w = _returns_and_path_variance(
+            token_level_rewards, response_mask, old_log_probs, sum_pi_squared, rollout_is_weights
+        )  # (bs, L) each
         valid = mask.bool()  # (bs, L)
         rows, cols = torch.nonzero(valid, as_tuple=True)  # (T,), (T,)
         pos = (valid.long().cumsum(dim=-1) - 1)[rows, cols]  # (T,): k-th generated token
