@@ -70,44 +70,44 @@ def _hf(
     return HFRollout(model, tokenizer, rollout_config)
 
 
-def _require_model_path(name: str, engine: str, model_path: str | None) -> str:
-    if model_path is None:
-        raise ValueError(
-            f"actor_rollout_ref.rollout.name={name} loads the model from "
-            f"actor_rollout_ref.model.path; set it (a live hf_model cannot be handed to {engine})"
+def _served_engine(name: str, engine: str, rollout_class: Callable[[], type]) -> RolloutBuilder:
+    """Register the backend ``name``: the class ``rollout_class()`` returns (it imports the
+    backend's module when called) over an engine that loads the model from ``model.path``
+    itself, so a live module cannot be handed to it."""
+
+    def build(
+        model: Any,
+        tokenizer: Any,
+        rollout_config: RolloutConfig,
+        model_path: str | None,
+        *,
+        seed: int = 0,
+        model_overrides: dict[str, Any] | None = None,
+    ) -> Any:
+        if model_path is None:
+            raise ValueError(
+                f"actor_rollout_ref.rollout.name={name} loads the model from "
+                f"actor_rollout_ref.model.path; set it (a live hf_model cannot be handed to "
+                f"{engine})"
+            )
+        return rollout_class()(
+            model_path, tokenizer, rollout_config, seed=seed, model_overrides=model_overrides
         )
-    return model_path
+
+    return register_rollout(name)(build)
 
 
-@register_rollout("vllm")
-def _vllm(
-    model: Any,
-    tokenizer: Any,
-    rollout_config: RolloutConfig,
-    model_path: str | None,
-    *,
-    seed: int = 0,
-    model_overrides: dict[str, Any] | None = None,
-) -> Any:
+def _vllm_rollout() -> type:
     from engine.rollout.vllm_rollout import VLLMRollout
 
-    path = _require_model_path("vllm", "vLLM", model_path)
-    return VLLMRollout(path, tokenizer, rollout_config, seed=seed, model_overrides=model_overrides)
+    return VLLMRollout
 
 
-@register_rollout("sglang")
-def _sglang(
-    model: Any,
-    tokenizer: Any,
-    rollout_config: RolloutConfig,
-    model_path: str | None,
-    *,
-    seed: int = 0,
-    model_overrides: dict[str, Any] | None = None,
-) -> Any:
+def _sglang_rollout() -> type:
     from engine.rollout.sglang_rollout import SGLangRollout
 
-    path = _require_model_path("sglang", "SGLang", model_path)
-    return SGLangRollout(
-        path, tokenizer, rollout_config, seed=seed, model_overrides=model_overrides
-    )
+    return SGLangRollout
+
+
+_served_engine("vllm", "vLLM", _vllm_rollout)
+_served_engine("sglang", "SGLang", _sglang_rollout)
