@@ -277,3 +277,21 @@ def compute_validation_metrics(
     if preds is not None:
         infos["pred"] = preds
     return validation_metric_names(process_validation_metrics(data_sources, uids, infos))
+
+
+# A reward service's counts of one scoring call (``engine.rewards.remote``), as step metrics.
+REWARD_SERVICE_METRICS = {
+    "reward_remote_requests": "reward/remote_requests",
+    "reward_remote_retries": "reward/remote_retries",
+    "reward_remote_s": "timing_s/reward_remote_wait",
+}
+
+
+def reward_service_metrics(meta_info: dict[str, Any]) -> dict[str, float]:
+    """Return the step metrics of a reward call's ``meta_info``: the remote service's requests,
+    retries and seconds spent waiting on it (``REWARD_SERVICE_METRICS``)."""
+    return {
+        metric: float(meta_info[key])
+        for key, metric in REWARD_SERVICE_METRICS.items()
+        if key in meta_info
+    }

@@ -66,6 +66,7 @@ from engine.trainer.metrics import (
     compute_rollout_probs_diff_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
+    reward_service_metrics,
     timer,
 )
 from engine.trainer.reporting import CompositeRecorder, Recorder, RunOutcome, SampleRecord
@@ -329,6 +330,7 @@ class PPOTrainer:
             reduce_rank_metrics([{k: metrics[k] for k in driver if k in metrics}, driver])
         )
         metrics["training/global_step"] = float(self.global_step)
+        metrics.update(batch.meta_info.pop("reward_metrics", {}))
         failed = sum(1 for e in reward_info.get("reward_error", []) if e)
         if failed:
             metrics["reward/failed"] = float(failed)
@@ -373,6 +375,7 @@ class PPOTrainer:
         with timer("reward", timing):
             result = self.reward_fn(batch, return_dict=True)
         batch.batch["token_level_scores"] = result["reward_tensor"]
+        batch.meta_info["reward_metrics"] = reward_service_metrics(result.get("meta_info", {}))
         return batch, result.get("reward_extra_info", {})
 
     @property

@@ -386,6 +386,10 @@ def test_reward_manager_remote_scores_a_training_step(tiny_assets, tmp_path, ser
         right = sample.response_text == sample.ground_truth
         assert sample.reward == (1.0 if right else 0.25) and not sample.reward_error
     assert "reward/failed" not in run.metrics
+    # The service's counts are the step's metrics, beside the other reward metrics.
+    assert run.metrics["reward/remote_requests"] == len(service.requests) == -(-4 * n // 3)
+    assert run.metrics["reward/remote_retries"] == 0
+    assert run.metrics["timing_s/reward_remote_wait"] > 0
 
 
 def test_with_on_error_fail_a_bad_answer_fails_the_training_run_naming_it(
