@@ -130,15 +130,22 @@ def judge_problems(v: Validation) -> list[ConfigFieldError]:
             )
         )
     if cfg.trainer.controller == "ray":
-        errors.append(
+        # With either controller the judge generates in the trainer's own process (the single
+        # controller), so the keys of the reward model's Ray role have nothing to act on.
+        ray_role_only = {
+            "reward_model.enable_resource_pool": rm.enable_resource_pool,
+            "reward_model.model.fsdp_config.param_offload": rm.model.fsdp_config.param_offload,
+        }
+        errors += [
             ConfigFieldError(
-                f"{key}.prompt_template",
-                judge.prompt_template,
-                "the judge generates in the trainer's process, which trainer.controller=ray "
-                "does not score in; use trainer.controller=local, or a sequence-classifier "
-                "reward model",
+                name,
+                value,
+                "places the reward model's Ray role, but a generative judge generates in the "
+                f"trainer's own process (the single controller); set {name}=False",
             )
-        )
+            for name, value in ray_role_only.items()
+            if value
+        ]
     return errors
 
 

@@ -4,7 +4,8 @@ Only the construction differs: the data, reward managers and KL controller are b
 single-process trainer, and the actor/rollout/reference, the critic and the reward model become
 proxies over Ray worker groups of FSDP2-sharded ranks with the same method names (the reward
 manager gets the reward model's proxy in place of a scorer; no reward model is loaded in the
-driver). Resource pools follow verl's ``ResourcePoolManager``: ``resource_pool_spec`` maps a pool
+driver). A generative judge (``reward_model.judge``) is the exception: it generates in the
+driver, as verl's reward loop serves its judge beside the trainer, and no role starts for it. Resource pools follow verl's ``ResourcePoolManager``: ``resource_pool_spec`` maps a pool
 name to ranks per node and ``mapping`` maps each role to a pool. By default there is one pool,
 ``global_pool``, of ``trainer.nnodes`` x ``trainer.n_gpus_per_node`` ranks hosting every role (the
 hybrid engine); ``{"critic": "critic_pool"}`` with a second pool in the spec puts the critic on its
@@ -18,7 +19,7 @@ from typing import Any
 
 from engine.config import ConfigValidationError, PPOConfig
 from engine.config.fields import resolved
-from engine.config.reward import own_reward_pool, reward_pool_problems
+from engine.config.reward import own_reward_pool, reward_pool_problems, uses_judge
 from engine.data import DataProto
 from engine.distributed.fsdp import check_offload
 from engine.distributed.worker_group import (
@@ -37,6 +38,12 @@ from engine.trainer.reporting import Recorder
 GLOBAL_POOL = "global_pool"
 REWARD_POOL = "reward_pool"
 ROLES = ("actor_rollout_ref", "critic", "reward_model")
+
+
+def reward_model_role(config: PPOConfig) -> bool:
+    """Return True when the reward model is a role on the ranks: a sequence classifier. A
+    generative judge (``reward_model.judge``) generates in the driver's process instead."""
+    return bool(config.reward_model.enable) and not uses_judge(config)
 
 
 def default_resource_pool_spec(config: PPOConfig) -> dict[str, list[int]]:
@@ -115,9 +122,9 @@ class RayPPOTrainer(PPOTrainer):
     # -- construction: everything as PPOTrainer._build, but the workers ----------------------
     def _build_reward(self, scorer: Any = None) -> None:
         """Build the reward managers; with a reward model, once its role's proxy exists."""
-        if self.config.reward_model.enable and scorer is None:
+        if reward_model_role(self.config) and scorer is None:
             return  # _build_workers builds them around the reward model's RewardModelGroup
-        super()._build_reward(scorer)
+        super()._build_reward(scorer)  # a generative judge generates in this process
 
     def _build_workers(self) -> None:
         """Start the resource pools' worker groups and the role proxies on them."""
@@ -125,7 +132,7 @@ class RayPPOTrainer(PPOTrainer):
         roles = [
             "actor_rollout_ref",
             *(["critic"] if self.use_critic else []),
-            *(["reward_model"] if config.reward_model.enable else []),
+            *(["reward_model"] if reward_model_role(config) else []),
         ]
         unknown = [r for r in self.mapping if r not in ROLES]
         missing = {self.mapping[r] for r in roles} - set(self.resource_pool_spec)
@@ -141,7 +148,7 @@ class RayPPOTrainer(PPOTrainer):
         check_offload(arr.ref.fsdp_config, device_type, "actor_rollout_ref.ref")
         if self.use_critic:
             check_offload(config.critic.model.fsdp_config, device_type, "critic.model")
-        if config.reward_model.enable:
+        if reward_model_role(config):
             check_offload(config.reward_model.model.fsdp_config, device_type, "reward_model.model")
         for role in roles:
             if role == "reward_model":  # scoring pads its batch; it has no update to split
@@ -171,7 +178,7 @@ class RayPPOTrainer(PPOTrainer):
                 )
             else:
                 self.critic = None
-            if config.reward_model.enable:
+            if reward_model_role(config):
                 self.reward_model = RewardModelGroup(
                     self.worker_groups[self.mapping["reward_model"]], config
                 )

@@ -90,13 +90,21 @@ def test_rate_limits_without_a_judge_are_refused():
     }
 
 
-def test_a_judge_with_the_ray_controller_is_refused():
+def test_a_judge_runs_under_the_ray_controller_without_the_reward_models_ray_role():
     cfg = judge_config()
     cfg.trainer.controller = "ray"
-    assert (
-        "trainer.controller=ray does not score in; use trainer.controller=local"
-        in problems(cfg)["reward_model.judge.prompt_template"]
-    )
+    assert problems(cfg) == {}
+    cfg.reward_model.enable_resource_pool = True
+    cfg.reward_model.model.fsdp_config.param_offload = True
+    found = problems(cfg)
+    for key in (
+        "reward_model.enable_resource_pool",
+        "reward_model.model.fsdp_config.param_offload",
+    ):
+        assert found[key] == (
+            "places the reward model's Ray role, but a generative judge generates in the "
+            f"trainer's own process (the single controller); set {key}=False"
+        )
 
 
 def test_a_classifier_folder_is_not_a_judge(tmp_path):

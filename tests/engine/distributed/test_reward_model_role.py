@@ -263,3 +263,36 @@ def test_an_own_reward_pool_and_offload_need_the_ray_controller(assets, classifi
     config.reward_model.model.fsdp_config.param_offload = True
     with pytest.raises(ValueError, match="fsdp_config.param_offload=True: read where"):
         build_reward_scorer(config)
+
+
+@pytest.mark.slow
+def test_a_generative_judge_scores_in_the_driver_while_the_ranks_train(
+    ray_session, assets, tmp_path
+):
+    # The judge generates in the single controller's process; no reward-model role starts.
+    config = ray_config(
+        assets,
+        tmp_path,
+        "grpo_tiny",
+        "data.val_files=null",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=False",
+        "actor_rollout_ref.rollout.n=2",
+        "trainer.total_training_steps=1",
+        "reward_model.enable=True",
+        "reward_model.model.path=tiny://model",
+        "reward_model.judge.prompt_template='{response}+0='",
+        "reward_model.rollout.response_length=4",
+        "reward_model.rollout.prompt_length=32",
+    )
+    recorder = Samples()
+    trainer = RayPPOTrainer(config, recorder)
+    assert trainer.reward_model is None and set(trainer.worker_groups) == {"global_pool"}
+    assert trainer.fit() == "succeeded"
+    assert len(recorder.samples) == 4 * 2
+    for s in recorder.samples:
+        text = s.reward_parts["reward_model/judge_text"]
+        if s.reward_error is None:
+            assert s.reward == float(text)
+        else:  # a reply with no number is the sample's error, its text kept
+            assert s.reward_error.startswith("JudgeParseError") and s.reward == 0.0
