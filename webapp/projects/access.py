@@ -31,6 +31,7 @@ from django.http import Http404
 
 from webapp.experiments.models import Experiment
 from webapp.projects.models import Membership, Project, Role, RunShareGrant
+from webapp.reports.models import Report
 from webapp.runs.models import Run
 from webapp.sweeps.models import Sweep
 
@@ -206,6 +207,31 @@ def project_for(user: Any, project_id: int, need: str = VIEW) -> Project:
         need,
         "project",
     )
+
+
+def visible_reports(user: Any, *, need: str = VIEW) -> QuerySet[Report]:
+    """Return the reports ``user`` holds ``need`` on: their own, and their projects'.
+
+    A project's viewer reads its reports, an editor also edits them, and the project's owner
+    (as the report's owner) deletes them.
+    """
+    if not _authenticated(user):
+        return Report.objects.none()
+    return Report.objects.filter(Q(owner=user) | Q(project_id__in=project_ids(user, need=need)))
+
+
+def report_for(user: Any, report_uuid: Any, need: str = VIEW) -> Report:
+    """Return report ``report_uuid`` for ``user``: 404 without view, 403 without ``need``."""
+    base = visible_reports(user).select_related("owner", "project")
+    found = base.filter(uuid=report_uuid).first()
+    if found is None:
+        raise Http404("No such report here.")
+    return _checked(base, visible_reports(user, need=need), found.pk, need, "report")
+
+
+def report_may(user: Any, report: Report, need: str) -> bool:
+    """Return whether ``user`` holds ``need`` on ``report`` (for showing or hiding buttons)."""
+    return _authenticated(user) and visible_reports(user, need=need).filter(pk=report.pk).exists()
 
 
 def run_may(user: Any, run: Run, need: str) -> bool:
