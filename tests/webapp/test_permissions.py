@@ -192,7 +192,9 @@ def snapshot():
         "members": list(Membership.objects.values_list("pk", "user_id", "role").order_by("pk")),
         "placement": list(Experiment.objects.values_list("pk", "project_id").order_by("pk")),
         "shares": list(RunShare.objects.values_list("pk", "token")),
-        "reports": list(Report.objects.values_list("pk", "title", "notes", "metrics", "project_id")),
+        "reports": list(
+            Report.objects.values_list("pk", "title", "notes", "metrics", "project_id")
+        ),
     }
 
 

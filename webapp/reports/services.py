@@ -63,9 +63,10 @@ def _sample_count(value: int) -> int:
 
 
 def _project(owner: Any, project: Project | None) -> Project | None:
-    if project is not None and not Project.objects.filter(
-        pk=project.pk, pk__in=project_ids(owner, need=EDIT)
-    ).exists():
+    if (
+        project is not None
+        and not Project.objects.filter(pk=project.pk, pk__in=project_ids(owner, need=EDIT)).exists()
+    ):
         raise ReportError("file reports only in projects where you are an editor or the owner")
     return project
 
