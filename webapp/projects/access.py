@@ -12,7 +12,9 @@ A user's role on an object is one of, from least to most:
 The checks answer as the studio always has for an object that is not the user's: **404** when
 the user may not even see it (the same answer as for an id that does not exist, so ids reveal
 nothing), and **403** when the user sees it but lacks the role (``need``) the action asks.
-Anonymous users see nothing. Quotas stay per person (``webapp.runs.quotas``: the launching
+A report (``webapp.reports``) is read by its owner and its project's members, edited by its
+editors and deleted by its owner or the project's owner; the runs it shows are each checked
+again for its reader. Anonymous users see nothing. Quotas stay per person (``webapp.runs.quotas``: the launching
 member's), and datasets, API tokens and alert settings stay their owner's own.
 
 The live sockets (``webapp.runs.consumers``) join :func:`access_user_group` and the run's group;

@@ -24,6 +24,7 @@ MAX_NOTES = 100_000
 MAX_SOURCES = 8
 MAX_METRICS = 12
 MAX_SAMPLE_COUNT = 20
+MAX_STEP = 2**31 - 1  # a PositiveIntegerField's ceiling in PostgreSQL
 DEFAULT_METRICS = ("critic/score/mean",)
 _METRIC = re.compile(r"[\w./@:%+-]{1,200}")
 
@@ -124,6 +125,8 @@ def report_update(
     report.notes = _notes(notes)
     report.metrics = parse_metrics(metrics) or list(DEFAULT_METRICS)
     report.sample_count = _sample_count(sample_count)
+    if sample_step is not None and not 0 <= sample_step <= MAX_STEP:
+        raise ReportError(f"step={sample_step}: give a step from 0 to {MAX_STEP:,}, or none")
     report.sample_step = sample_step
     report.save()
     return report

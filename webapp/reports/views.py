@@ -15,6 +15,7 @@ from webapp.projects.selectors import project_move_targets
 from webapp.reports.export import export_name, inline_static
 from webapp.reports.selectors import report_list_for_user, report_view
 from webapp.reports.services import (
+    MAX_STEP,
     ReportError,
     report_create,
     report_delete,
@@ -24,18 +25,23 @@ from webapp.runs.groups import run_groups_for_user
 from webapp.runs.selectors import run_list_for_user
 
 
+def _id(value: str) -> bool:
+    """Return whether ``value`` reads as a row id (ASCII digits, within a bigint)."""
+    return value.isascii() and value.isdigit() and len(value) <= 18
+
+
 def _project(request: HttpRequest) -> Project | None:
     value = request.POST.get("project_id", "")
     if not value:
         return None
-    if not value.isdigit():
+    if not _id(value):
         raise ReportError("pick a project from the list")
     return project_for(request.user, int(value), VIEW)
 
 
 def _run_ids(request: HttpRequest) -> list[int]:
     values = request.POST.getlist("run")
-    if not all(value.isdigit() for value in values):
+    if not all(_id(value) for value in values):
         raise ReportError("pick runs from the list")
     return [int(value) for value in values]
 
@@ -44,8 +50,8 @@ def _whole(request: HttpRequest, name: str, default: int | None) -> int | None:
     value = request.POST.get(name, "").strip()
     if not value:
         return default
-    if not value.isdigit():
-        raise ReportError(f"{name}={value[:40]!r}: give a whole number")
+    if not (value.isascii() and value.isdigit()) or int(value) > MAX_STEP:
+        raise ReportError(f"{name}={value[:40]!r}: give a whole number up to {MAX_STEP:,}")
     return int(value)
 
 
