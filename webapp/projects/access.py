@@ -14,8 +14,9 @@ the user may not even see it (the same answer as for an id that does not exist, 
 nothing), and **403** when the user sees it but lacks the role (``need``) the action asks.
 A report (``webapp.reports``) is read by its owner and its project's members, edited by its
 editors and deleted by its owner or the project's owner; the runs it shows are each checked
-again for its reader. Anonymous users see nothing. Quotas stay per person (``webapp.runs.quotas``: the launching
-member's), and datasets, API tokens and alert settings stay their owner's own.
+again for its reader. Anonymous users see nothing. Quotas stay per person
+(``webapp.runs.quotas``: the launching member's), and datasets, API tokens and alert settings
+stay their owner's own.
 
 The live sockets (``webapp.runs.consumers``) join :func:`access_user_group` and the run's group;
 a change that takes a right away (a member removed, an experiment moved out, a share revoked)
