@@ -49,5 +49,10 @@ class Report(models.Model):
     def __str__(self) -> str:
         return self.title
 
+    @property
+    def metrics_text(self) -> str:
+        """Return the charted metrics one a line, as the edit form shows them."""
+        return "\n".join(self.metrics)
+
     def get_absolute_url(self) -> str:
         return reverse("reports:detail", kwargs={"report_id": self.uuid})
