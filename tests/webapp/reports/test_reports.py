@@ -120,6 +120,9 @@ def test_a_report_outside_any_project_is_its_owners_alone(owner, team):
     assert client_of(team["bob"]).get(mine.get_absolute_url()).status_code == 404
     listing = client_of(team["carol"]).get(reverse("reports:list")).content.decode()
     assert "Week 3 findings" in listing and "draft" not in listing
+    project = reverse("projects:detail", kwargs={"project_id": team["project"].pk})
+    listing = client_of(team["carol"]).get(project).content.decode()
+    assert "Week 3 findings" in listing and "draft" not in listing
 
 
 def test_saving_asks_an_editor_role_and_runs_the_author_may_read(owner, team):
@@ -260,3 +263,25 @@ def test_groups_draw_their_band_and_the_sample_table_shows_best_and_worst(owner)
         ("worst", 1.0, "prompt 2-1"),
         ("worst", 0.0, "prompt 2-0"),
     ]
+
+
+def test_a_group_shows_the_reader_only_the_members_they_may_read(owner, team):
+    shared = make_experiment(owner, name="seeds in the project")
+    experiment_move(experiment=shared, by=owner, project=team["project"])
+    private = make_experiment(owner, name="seeds kept private")
+    seen = config_run(owner, shared, 1, trainer__seed=1)
+    unseen = config_run(owner, private, 2, trainer__seed=2)
+    record_steps(seen, range(1, 4))
+    record_steps(unseen, range(1, 7))
+    [group] = [g for g in run_groups_for_user(user=owner) if seen in g.runs]
+    assert {run.pk for run in group.runs} == {seen.pk, unseen.pk}
+    report = report_create(
+        owner=owner, title="seeds", group_tokens=[group.token], project=team["project"]
+    )
+    page = client_of(team["carol"]).get(report.get_absolute_url()).content.decode()
+    [band] = chart_data(page.encode())["sources"]
+    assert band["members"] == f"#{seen.pk}"  # one member: no seed varies
+    assert band["series"]["critic/score/mean"]["step"] == [1, 2, 3]  # not the private run's 6
+    assert "seeds kept private" not in page and f"#{unseen.pk}" not in page
+    owners = chart_data(client_of(owner).get(report.get_absolute_url()).content)["sources"]
+    assert owners[0]["series"]["critic/score/mean"]["n"] == [2, 2, 2, 1, 1, 1]
