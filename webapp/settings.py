@@ -185,6 +185,7 @@ INSTALLED_APPS = [
     "webapp.external",
     "webapp.alerts",
     "webapp.projects",
+    "webapp.reports",
 ]
 
 MIDDLEWARE = [

@@ -25,5 +25,6 @@ urlpatterns = [
     path("sweeps/", include("webapp.sweeps.urls")),
     path("alerts/", include("webapp.alerts.urls")),
     path("projects/", include("webapp.projects.urls")),
+    path("reports/", include("webapp.reports.urls")),
     path("", include("webapp.experiments.urls")),
 ]

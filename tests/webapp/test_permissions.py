@@ -36,6 +36,8 @@ from webapp.experiments.models import Experiment
 from webapp.external.services import external_run_create
 from webapp.projects.models import Membership, Project, RunShare
 from webapp.projects.services import experiment_move, project_create, run_share
+from webapp.reports.models import Report
+from webapp.reports.services import report_create
 from webapp.runs.driver_writes import samples_write
 from webapp.runs.logs import run_log_path
 from webapp.runs.models import Run, RunStatus
@@ -143,7 +145,16 @@ def build_world(owner):
     subscription = subscription_create(
         owner=owner, scope="run", run=running, channel="email", metric="x", threshold=1.0
     )
+    # A report in the project, of both runs, whose notes and sample table show the secret.
+    report = report_create(
+        owner=owner,
+        title=f"{SECRET} report",
+        run_ids=[running.pk, stopped.pk],
+        project=project,
+        notes=f"{SECRET} notes",
+    )
     return {
+        "report_id": report.uuid,
         "project_id": project.pk,
         "external_run_id": external.pk,
         "share_token": share.token,
@@ -181,6 +192,9 @@ def snapshot():
         "members": list(Membership.objects.values_list("pk", "user_id", "role").order_by("pk")),
         "placement": list(Experiment.objects.values_list("pk", "project_id").order_by("pk")),
         "shares": list(RunShare.objects.values_list("pk", "token")),
+        "reports": list(
+            Report.objects.values_list("pk", "title", "notes", "metrics", "project_id")
+        ),
     }
 
 

@@ -12,8 +12,11 @@ A user's role on an object is one of, from least to most:
 The checks answer as the studio always has for an object that is not the user's: **404** when
 the user may not even see it (the same answer as for an id that does not exist, so ids reveal
 nothing), and **403** when the user sees it but lacks the role (``need``) the action asks.
-Anonymous users see nothing. Quotas stay per person (``webapp.runs.quotas``: the launching
-member's), and datasets, API tokens and alert settings stay their owner's own.
+A report (``webapp.reports``) is read by its owner and its project's members, edited by its
+editors and deleted by its owner or the project's owner; the runs it shows are each checked
+again for its reader. Anonymous users see nothing. Quotas stay per person
+(``webapp.runs.quotas``: the launching member's), and datasets, API tokens and alert settings
+stay their owner's own.
 
 The live sockets (``webapp.runs.consumers``) join :func:`access_user_group` and the run's group;
 a change that takes a right away (a member removed, an experiment moved out, a share revoked)
@@ -31,6 +34,7 @@ from django.http import Http404
 
 from webapp.experiments.models import Experiment
 from webapp.projects.models import Membership, Project, Role, RunShareGrant
+from webapp.reports.models import Report
 from webapp.runs.models import Run
 from webapp.sweeps.models import Sweep
 
@@ -206,6 +210,31 @@ def project_for(user: Any, project_id: int, need: str = VIEW) -> Project:
         need,
         "project",
     )
+
+
+def visible_reports(user: Any, *, need: str = VIEW) -> QuerySet[Report]:
+    """Return the reports ``user`` holds ``need`` on: their own, and their projects'.
+
+    A project's viewer reads its reports, an editor also edits them, and the project's owner
+    (as the report's owner) deletes them.
+    """
+    if not _authenticated(user):
+        return Report.objects.none()
+    return Report.objects.filter(Q(owner=user) | Q(project_id__in=project_ids(user, need=need)))
+
+
+def report_for(user: Any, report_uuid: Any, need: str = VIEW) -> Report:
+    """Return report ``report_uuid`` for ``user``: 404 without view, 403 without ``need``."""
+    base = visible_reports(user).select_related("owner", "project")
+    found = base.filter(uuid=report_uuid).first()
+    if found is None:
+        raise Http404("No such report here.")
+    return _checked(base, visible_reports(user, need=need), found.pk, need, "report")
+
+
+def report_may(user: Any, report: Report, need: str) -> bool:
+    """Return whether ``user`` holds ``need`` on ``report`` (for showing or hiding buttons)."""
+    return _authenticated(user) and visible_reports(user, need=need).filter(pk=report.pk).exists()
 
 
 def run_may(user: Any, run: Run, need: str) -> bool:

@@ -32,6 +32,7 @@ from webapp.projects.services import (
     run_share_open,
     run_unshare,
 )
+from webapp.reports.selectors import report_list_for_user
 
 
 @login_required
@@ -60,6 +61,7 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
         "role": project_role(request.user, project),
         "members": project_members(project=project),
         "experiments": visible_experiments(request.user).filter(project=project),
+        "reports": report_list_for_user(user=request.user).filter(project=project),
         "roles": Role.choices,
     }
     return render(request, "projects/detail.html", context)

@@ -30,6 +30,7 @@ from django.views.decorators.http import require_POST
 from webapp.experiments.configs import as_config
 from webapp.experiments.views import builder_for_config, yaml_response
 from webapp.projects.access import EDIT, OWN, VIEW, run_for, run_may
+from webapp.projects.selectors import project_move_targets
 from webapp.runs.bands import GROUP_MAX_POINTS, group_metric_series
 from webapp.runs.checkpoints import (
     CheckpointJobRefused,
@@ -394,6 +395,7 @@ def run_compare(request: HttpRequest) -> HttpResponse:
         "group_choices": run_groups_for_user(user=request.user),
         "selected": set(ids),
         "selected_groups": set(tokens),
+        "projects": project_move_targets(user=request.user),
     }
     return render(request, "runs/compare.html", context)
 
