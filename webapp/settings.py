@@ -342,7 +342,7 @@ FILE_UPLOAD_HANDLERS = [
 
 def _env_count(name: str, default: int) -> int:
     value = os.environ.get(name) or str(default)
-    if not value.isdigit() or int(value) <= 0:
+    if not value.isdecimal() or int(value) <= 0:
         raise ImproperlyConfigured(
             f"{name}={value!r} is not a positive whole number; set it like {name}={default}"
         )

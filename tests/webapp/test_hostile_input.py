@@ -201,3 +201,23 @@ def test_a_reward_service_address_of_the_members_choosing_is_refused_by_the_api(
     config["reward_model"]["reward_kwargs"]["endpoint"] = "judge"
     response = api.post("/experiments", {"name": "allowed", "config": config})
     assert response.status_code == 201, response.content
+
+
+@pytest.mark.parametrize("number", ["²", "1²", "99999999999999999999", "-1", "1e3", "٣"])
+def test_an_id_or_count_that_is_not_a_plain_whole_number_is_never_a_server_error(
+    client_in, owner, number
+):
+    # "²" passes str.isdigit() but not int(); a number past bigint is not a row's id.
+    experiment = make_experiment(owner)
+    run = Run.objects.create(
+        experiment=experiment, owner=owner, number=1, status=RunStatus.SUCCEEDED, config={}
+    )
+    gets = [
+        (f"/runs/{run.pk}/diff/", {"other": number}),
+        (f"/runs/{run.pk}/metrics/series/", {"from": number}),
+        ("/runs/compare/", {"run": number}),
+        ("/runs/groups/series/", {"run": number}),
+    ]
+    for path, query in gets:
+        response = client_in.get(path, query)
+        assert response.status_code < 500, (path, query, response.status_code)

@@ -125,7 +125,7 @@ def _own_run_folder(owner: Any, path: Path) -> bool:
         return False
     run_id = path.relative_to(runs).parts[0]
     return (
-        run_id.isdigit()
+        run_id.isdecimal()
         and _inside(path, run_dir(int(run_id)).expanduser().resolve())
         and visible_runs(owner).filter(pk=int(run_id)).exists()
     )

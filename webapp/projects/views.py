@@ -87,7 +87,7 @@ def member_add_view(request: HttpRequest, project_id: int) -> HttpResponse:
 
 def _user_id(request: HttpRequest) -> int:
     value = request.POST.get("user_id", "")
-    if not value.isdigit():
+    if not value.isdecimal():
         raise ProjectError("pick a member")
     return int(value)
 
@@ -132,7 +132,7 @@ def experiment_move_view(request: HttpRequest, experiment_id: int) -> HttpRespon
     target = None
     if value:
         if (
-            not value.isdigit()
+            not value.isdecimal()
             or not project_move_targets(user=request.user).filter(pk=int(value)).exists()
         ):
             messages.error(request, "Pick a project where you are an editor or the owner.")

@@ -94,14 +94,14 @@ def _log_offset(value: str) -> int | None:
     """Return a client's log offset (None: send the tail), or raise ValueError naming the fix."""
     if value == "":
         return None
-    if not value.isdigit():
+    if not value.isdecimal():
         raise ValueError(f"log={value!r} is not a byte offset; send log= or a whole number >= 0")
     return int(value)
 
 
 def _since(value: Any) -> int:
     """Return a client's last step as an int >= 0, or raise ValueError naming the fix."""
-    if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).isdigit():
+    if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).isdecimal():
         raise ValueError(f"since_step={value!r} is not a step; send a whole number >= 0")
     return int(value)
 

@@ -257,7 +257,7 @@ def run_diff_pick(request: HttpRequest, run_id: int) -> HttpResponse:
     """Redirect the run page's "compare with" form to the diff page."""
     run = _run(request, run_id)
     other = request.GET.get("other", "")
-    if not other.isdigit():
+    if not other.isdecimal():
         messages.error(request, "Pick a run to compare with.")
         return redirect(run)
     other_run = _run(request, int(other))
@@ -275,7 +275,7 @@ def _whole_number(request: HttpRequest, key: str, default: int | None) -> int | 
     value = request.GET.get(key, "").strip()
     if not value:
         return default
-    if not value.isdigit():
+    if not value.isdecimal():
         raise ValueError(f"{key}={value!r} is not a whole number; pass e.g. {key}=100")
     return int(value)
 
@@ -366,7 +366,7 @@ def run_compare(request: HttpRequest) -> HttpResponse:
     """Overlay the metrics of several of the user's runs (``?run=1&run=2``) and run groups
     (``?group=<token>``, drawn as a mean in a band); live ones move."""
     ids = request.GET.getlist("run")
-    if not all(i.isdigit() for i in ids):
+    if not all(i.isdecimal() for i in ids):
         messages.error(request, "Pick runs from the list to compare.")
         ids = []
     ids = list(dict.fromkeys(int(i) for i in ids))
@@ -408,7 +408,7 @@ def run_group_series(request: HttpRequest) -> JsonResponse:
     be one the user may see (else 404).
     """
     ids = request.GET.getlist("run")
-    if not ids or not all(i.isdigit() for i in ids) or len(ids) > GROUP_MAX_MEMBERS:
+    if not ids or not all(i.isdecimal() for i in ids) or len(ids) > GROUP_MAX_MEMBERS:
         return JsonResponse(
             {"error": f"pass 1 to {GROUP_MAX_MEMBERS} run ids as run=<id>, repeated"}, status=400
         )
