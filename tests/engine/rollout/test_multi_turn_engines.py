@@ -21,8 +21,8 @@ from engine.rollout.sglang_rollout import SGLangRollout
 from engine.rollout.vllm_rollout import VLLMRollout
 from engine.tools import load_tools
 from engine.tools.tiny_task import TOOLS_YAML, tool_tokenizer
-from tests.engine.rollout.contract import GREEDY, hf_response_log_probs, random_qwen2
-from tests.engine.rollout.test_multi_turn_tools import CALL, call_then_answer, config, prompts
+from tests.engine.rollout.contract import GREEDY, chat_prompts, hf_response_log_probs, random_qwen2
+from tests.engine.rollout.test_multi_turn_tools import CALL, call_then_answer, config
 from tests.engine.rollout.test_sglang_rollout import fake_sglang  # noqa: F401  (a fixture)
 
 LOGP = -0.5
@@ -65,7 +65,7 @@ def test_tool_calls_through_the_sglang_adapter_are_masked_and_counted(tmp_path, 
     rollout = MultiTurnRollout(engine, tokenizer, config(), tools=tools)
     # Row 0 calls the calculator; row 1's context already holds an answer, so it answers.
     out = rollout.generate_sequences(
-        prompts(tokenizer, ["123+456=", "<tool_response>9</tool_response>"]),
+        chat_prompts(tokenizer, ["123+456=", "<tool_response>9</tool_response>"]),
         max_new_tokens=200,
         sampling=GREEDY,
     )
@@ -151,7 +151,7 @@ def test_tool_calls_through_a_real_vllm_engine_are_masked_and_counted(tmp_path, 
     engine = VLLMRollout(str(folder), tokenizer, rollout_cfg, max_model_len=256)
     rollout = MultiTurnRollout(engine, tokenizer, config(), tools=tools)
     out = rollout.generate_sequences(
-        prompts(tokenizer, ["123+456="]), max_new_tokens=128, sampling=GREEDY
+        chat_prompts(tokenizer, ["123+456="]), max_new_tokens=128, sampling=GREEDY
     )
 
     b, nt = out.batch, out.non_tensor_batch

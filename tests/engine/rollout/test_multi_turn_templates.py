@@ -14,7 +14,8 @@ import pytest
 
 from engine.rollout.multi_turn import MultiTurnRollout, text_differences
 from engine.tools.tiny_task import TOOL_CHAT_TEMPLATE, tool_tokenizer
-from tests.engine.rollout.test_multi_turn_tools import ScriptedRollout, config, ids, prompts
+from tests.engine.rollout.contract import chat_prompts
+from tests.engine.rollout.test_multi_turn_tools import ScriptedRollout, config, ids
 
 BODY = (
     "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>"
@@ -53,7 +54,9 @@ def run(tokenizer, seen=None, **overrides):
     rollout = MultiTurnRollout(
         ScriptedRollout(tokenizer, script), tokenizer, config(**overrides), interaction=once
     )
-    return rollout.generate_sequences(prompts(tokenizer, ["q"]), max_new_tokens=80, sampling={})
+    return rollout.generate_sequences(
+        chat_prompts(tokenizer, ["q"]), max_new_tokens=80, sampling={}
+    )
 
 
 @pytest.mark.parametrize("inference", [False, True])
