@@ -42,7 +42,7 @@ def declared_length(scope: dict[str, Any]) -> int | None:
     """Return the request's ``Content-Length`` as an int, or None when absent or unreadable."""
     for name, value in scope.get("headers", []):
         if name.lower() == b"content-length":
-            return int(value) if value.strip().isdecimal() else None
+            return int(value) if value.strip().isdigit() else None  # bytes: ASCII digits only
     return None
 
 
