@@ -317,7 +317,7 @@ def test_a_model_vllm_cannot_load_is_named_before_the_engine_starts(
 
 
 # -- the policy's model.override_config ----------------------------------------------------------
-def test_the_engine_builds_its_model_with_the_policys_override_config(assets, tokenizer):
+def test_the_engine_builds_its_model_with_the_policys_override_config(tiny_assets, tokenizer):
     """A ``rope_theta`` override changes every position's rotation: an engine that ignored it
     would sample from another model than the one whose log-probs the actor trains."""
     from transformers import AutoModelForCausalLM
@@ -326,15 +326,15 @@ def test_the_engine_builds_its_model_with_the_policys_override_config(assets, to
 
     overrides = {"rope_theta": 37.0, "attn_implementation": "sdpa"}
     model_config = dataclasses.make_dataclass("ModelConfig", ["override_config"])(overrides)
-    config = model_config_of(str(assets.model_dir), model_config, "model.override_config")
+    config = model_config_of(str(tiny_assets.model_dir), model_config, "model.override_config")
     overridden = AutoModelForCausalLM.from_pretrained(
-        assets.model_dir, config=config, dtype=torch.float32
+        tiny_assets.model_dir, config=config, dtype=torch.float32
     ).eval()
-    changed = changed_config_attributes(str(assets.model_dir), model_config, "override_config")
+    changed = changed_config_attributes(str(tiny_assets.model_dir), model_config, "override_config")
     # transformers 5 keeps rope_theta inside rope_parameters; the engine gets it there.
     assert changed == {"rope_parameters": {**config.rope_parameters, "rope_theta": 37.0}}
     engine = VLLMRollout(
-        str(assets.model_dir), tokenizer, rollout_config(), seed=0, model_overrides=changed
+        str(tiny_assets.model_dir), tokenizer, rollout_config(), seed=0, model_overrides=changed
     )
     assert engine.engine_arguments(None, 0, {})["hf_overrides"] == changed
     out = engine.generate_sequences(
@@ -346,6 +346,6 @@ def test_the_engine_builds_its_model_with_the_policys_override_config(assets, to
         out.batch["rollout_log_probs"][mask], expected, atol=LOGP_ATOL, rtol=0
     )
     # The folder's own rope_theta gives other log-probs: the override is what made them agree.
-    plain = AutoModelForCausalLM.from_pretrained(assets.model_dir, dtype=torch.float32).eval()
+    plain = AutoModelForCausalLM.from_pretrained(tiny_assets.model_dir, dtype=torch.float32).eval()
     unchanged = gathered(engine_logits(plain, out, 1.0).log_softmax(-1), out)
     assert (out.batch["rollout_log_probs"][mask] - unchanged).abs().max() > 100 * LOGP_ATOL
