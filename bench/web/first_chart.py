@@ -31,6 +31,7 @@ from bench.web.live_common import (
     daphne,
     fresh_channel_layer,
     logged_in_context,
+    median_ms,
     scratch_database,
     setup_django,
     verl_metrics,
@@ -92,15 +93,6 @@ def record_run(steps: int) -> Run:
     return run
 
 
-def timed(function, repeats: int = 3) -> float:
-    times = []
-    for _ in range(repeats):
-        begin = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - begin)
-    return statistics.median(times) * 1000
-
-
 def server_side(run: Run) -> dict[str, float]:
     """Time the consumer's two backlog queries and size what they send."""
     head = run_metric_series(run_id=run.pk, names=HEADLINE_METRICS)
@@ -108,9 +100,9 @@ def server_side(run: Run) -> dict[str, float]:
     whole = run_metrics_json(run_id=run.pk)
     return {
         "score_query_ms": round(
-            timed(lambda: run_metric_series(run_id=run.pk, names=HEADLINE_METRICS)), 1
+            median_ms(lambda: run_metric_series(run_id=run.pk, names=HEADLINE_METRICS)), 1
         ),
-        "all_series_query_ms": round(timed(lambda: run_metric_series(run_id=run.pk)), 1),
+        "all_series_query_ms": round(median_ms(lambda: run_metric_series(run_id=run.pk)), 1),
         "series": len(rest["series"]),
         "max_points_per_series": max(len(s["step"]) for s in rest["series"].values()),
         "score_message_kb": round(len(json.dumps(head["series"])) / 1024, 1),

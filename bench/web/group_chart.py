@@ -34,6 +34,7 @@ from bench.web.live_common import (
     daphne,
     fresh_channel_layer,
     logged_in_context,
+    median_ms,
     scratch_database,
     setup_django,
     verl_metrics,
@@ -116,15 +117,6 @@ def record_runs(runs: int, steps: int) -> list[Any]:
     return created
 
 
-def timed(function, repeats: int = 3) -> float:
-    times = []
-    for _ in range(repeats):
-        begin = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - begin)
-    return round(statistics.median(times) * 1000, 1)
-
-
 def kb(value: Any) -> float:
     return round(len(json.dumps(value)) / 1024, 1)
 
@@ -139,11 +131,13 @@ def server_side(runs: list[Any]) -> dict[str, Any]:
     band_all = group_metric_series(run_ids=ids)
     each_all = [run_metric_series(run_id=pk) for pk in ids]
     return {
-        "band_score_query_ms": timed(
-            lambda: group_metric_series(run_ids=ids, names=HEADLINE_METRICS)
+        "band_score_query_ms": round(
+            median_ms(lambda: group_metric_series(run_ids=ids, names=HEADLINE_METRICS)), 1
         ),
-        "band_all_query_ms": timed(lambda: group_metric_series(run_ids=ids)),
-        "runs_one_by_one_all_query_ms": timed(lambda: [run_metric_series(run_id=pk) for pk in ids]),
+        "band_all_query_ms": round(median_ms(lambda: group_metric_series(run_ids=ids)), 1),
+        "runs_one_by_one_all_query_ms": round(
+            median_ms(lambda: [run_metric_series(run_id=pk) for pk in ids]), 1
+        ),
         "band_series": len(band_all["series"]),
         "band_max_points_per_series": max(len(s["step"]) for s in band_all["series"].values()),
         "band_score_kb": kb(band_score["series"]),

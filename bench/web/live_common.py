@@ -11,6 +11,7 @@ import math
 import os
 import secrets
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -226,3 +227,13 @@ def percentile(values: list[float], q: float) -> float:
     low = math.floor(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def median_ms(function: Any, repeats: int = 3) -> float:
+    """Return the median wall time of ``repeats`` calls of ``function``, in milliseconds."""
+    times = []
+    for _ in range(repeats):
+        begin = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - begin)
+    return statistics.median(times) * 1000
