@@ -18,7 +18,13 @@ from engine.rewards import (
     sql_safety,
     tiny_calculator,
 )
-from engine.rewards.names import CODE_SOURCES, DATA_SOURCE_SCORERS, GSM8K_SOURCES, MATH_SOURCES
+from engine.rewards.names import (
+    CODE_SOURCES,
+    DATA_SOURCE_SCORERS,
+    GSM8K_SOURCES,
+    MATH_SOURCES,
+    TOOL_ANSWER_SOURCES,
+)
 
 KNOWN_DATA_SOURCES = tuple(DATA_SOURCE_SCORERS)
 
@@ -42,7 +48,7 @@ def default_compute_score(
         res = math.compute_score(solution_str, ground_truth, **kwargs)
     elif data_source == arithmetic.DATA_SOURCE:
         res = arithmetic.compute_score(solution_str, ground_truth, **kwargs)
-    elif data_source == tiny_calculator.DATA_SOURCE:
+    elif data_source in TOOL_ANSWER_SOURCES:
         res = tiny_calculator.compute_score(
             data_source, solution_str, ground_truth, extra_info, **kwargs
         )

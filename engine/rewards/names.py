@@ -55,11 +55,13 @@ MATH_SOURCES = (
     "math",
 )
 CODE_SOURCES = ("code", "codecontests", "apps", "codeforces", "taco")
+# The tiny tool tasks (engine.tools.tiny_task, engine.tools.tiny_interpreter_task).
+TOOL_ANSWER_SOURCES = ("tiny_calculator", "tiny_interpreter")
 SCORER_GROUND_TRUTHS = (
     (GSM8K_SOURCES, "the final number, e.g. 72; the response must end with '#### <number>'"),
     (MATH_SOURCES, "the answer in LaTeX, e.g. \\frac{1}{2}; compared with the last \\boxed{}"),
     (("tiny_arithmetic",), "an integer; compared with the first integer of the response"),
-    (("tiny_calculator",), "an integer; the answer of the last calculator call, or the response's"),
+    (TOOL_ANSWER_SOURCES, "an integer; the answer of the last tool call, or the response's"),
     (("exact_match",), "the whole expected response (or a list of accepted ones)"),
     (("sql_safety",), "optional: a reference SQL query; tables allowed from extra_info"),
     (CODE_SOURCES, 'the tests: {"inputs": [...], "outputs": [...]} or {"assert": "..."} (JSON)'),

@@ -1,7 +1,9 @@
-"""Reward for the calculator task (``engine.tools.tiny_task``, ``data_source == "tiny_calculator"``).
+"""Reward for the tiny tool tasks: the calculator task (``engine.tools.tiny_task``,
+``data_source == "tiny_calculator"``) and the interpreter task
+(``engine.tools.tiny_interpreter_task``, ``"tiny_interpreter"``), which score alike.
 
-The task rewards getting the arithmetic right, by delegating it to the calculator with the right
-expression or by adding directly; the policy's closing words are not scored (copying the tool's
+The task rewards getting the arithmetic right, by delegating it to the tool with the right
+expression or by computing directly; the policy's closing words are not scored (copying the tool's
 answer is a separate skill the tiny model does not pick up from the task's seeding pass).
 """
 

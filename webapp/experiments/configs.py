@@ -306,6 +306,10 @@ PRESET_LABELS = {
     "grpo_tiny_calculator": (
         "GRPO with a calculator tool on three-digit addition (CPU; first use builds the task)"
     ),
+    "grpo_tiny_interpreter": (
+        "GRPO with a sandboxed Python interpreter on three-digit multiplication (CPU; first use "
+        "builds the task)"
+    ),
     "grpo_gsm8k": "GRPO on GSM8K-style math (GPU)",
     "ppo_trainer": "verl's ppo_trainer defaults",
 }

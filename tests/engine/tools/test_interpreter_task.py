@@ -1,0 +1,182 @@
+"""The interpreter task: three-digit multiplication with the sandboxed ``code_interpreter``
+(``engine.tools.tiny_interpreter_task`` on ``engine.tools.tool_task``), its ``tiny://interpreter/*``
+URIs and the ``grpo_tiny_interpreter`` preset, the command measured in docs/results.md.
+
+The full task takes a few CPU minutes to build, so these tests build a small one (a few seeding
+steps, few rows) into a temporary folder, or resolve the URIs against a fake task folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow.parquet as pq
+import pytest
+
+from engine.config import config_to_dict, get_value, load_config, set_value
+from engine.config.keys import resolve_key, schema_keys
+from engine.rewards import default_compute_score
+from engine.rewards.default import KNOWN_DATA_SOURCES
+from engine.roles.model_loading import resolve_path
+from engine.rollout.tool_calls import parse_hermes_tool_calls
+from engine.tiny.recipe import MANIFEST_NAME
+from engine.tools import load_tools, tiny_interpreter_task
+from engine.tools.tiny_interpreter_task import INTERPRETER_TASK
+from engine.tools.tiny_task import tool_tokenizer
+from engine.tools.tiny_uris import INTERPRETER_URIS, resolve_tiny_uri, tiny_uris
+from engine.tools.tool_task import build_task
+
+PRESET = "grpo_tiny_interpreter"
+SOURCE = INTERPRETER_TASK.data_source
+CALL = '<tool_call>{"name": "python", "arguments": {"code": "print(123*456)"}}</tool_call>'
+# docs/results.md, "A code interpreter on the tiny model": what the command adds to the overrides.
+MEASURED = [
+    "data.train_batch_size=16",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+    "trainer.total_training_steps=20",
+    "trainer.test_freq=10",
+    "data.val_max_samples=64",
+    "trainer.save_freq=-1",
+]
+
+
+@pytest.fixture(scope="module")
+def small_task(tmp_path_factory) -> SimpleNamespace:
+    """Build the task with 3 seeding steps on 48 train and 16 validation rows."""
+    folder = tmp_path_factory.mktemp("interpreter")
+    manifest = build_task(INTERPRETER_TASK, folder, train_rows=48, val_rows=16, steps=3)
+    return SimpleNamespace(folder=folder, manifest=manifest)
+
+
+@pytest.fixture
+def fake_task(tmp_path, monkeypatch) -> SimpleNamespace:
+    """Return a fake task ``folder``, which ``ensure_interpreter_task`` now returns, and the data
+    folders it was ``calls``-ed with."""
+    folder = tmp_path / "tiny_interpreter" / "0123456789abcdef"
+    (folder / "model").mkdir(parents=True)
+    (folder / "data").mkdir()
+    for name in ("train", "val"):
+        (folder / "data" / f"{name}.parquet").write_bytes(b"PAR1")
+    (folder / "tools.yaml").write_text(tiny_interpreter_task.TOOLS_YAML)
+    calls = []
+
+    def fake_ensure(data_dir=None):
+        calls.append(data_dir)
+        return folder
+
+    monkeypatch.setattr(tiny_interpreter_task, "ensure_interpreter_task", fake_ensure)
+    return SimpleNamespace(folder=folder, calls=calls)
+
+
+def test_the_build_writes_the_task_and_what_the_seeding_did(small_task):
+    folder, manifest = small_task.folder, small_task.manifest
+    assert (folder / "model" / "config.json").is_file()
+    assert json.loads((folder / MANIFEST_NAME).read_text()) == manifest
+    assert manifest["task"] == "interpreter" and manifest["sft_steps"] == 3
+    assert set(manifest["tool_use"]) == {
+        "sampled_call_rate",
+        "sampled_exact_calls",
+        "greedy_exact_calls",
+    }
+    overrides = (folder / "overrides.txt").read_text().split()
+    assert overrides == INTERPRETER_TASK.overrides(folder)
+    assert f"actor_rollout_ref.model.path={folder / 'model'}" in overrides
+
+
+def test_the_rows_ask_for_products_and_the_splits_share_no_pair(small_task):
+    rows = {
+        split: pq.read_table(small_task.folder / "data" / f"{split}.parquet").to_pylist()
+        for split in ("train", "val")
+    }
+    assert (len(rows["train"]), len(rows["val"])) == (48, 16)
+    questions = {split: {r["prompt"][0]["content"] for r in rs} for split, rs in rows.items()}
+    assert not questions["train"] & questions["val"]
+    for row in rows["train"] + rows["val"]:
+        a, b = row["prompt"][0]["content"].rstrip("=").split("*")
+        assert 100 <= int(a) <= 999 and 100 <= int(b) <= 999
+        assert row["reward_model"]["ground_truth"] == str(int(a) * int(b))
+        assert row["data_source"] == SOURCE
+
+
+def test_the_seeded_call_runs_in_the_sandbox_and_its_output_earns_the_reward(small_task):
+    call_text = INTERPRETER_TASK.call_text("123*456=")
+    assert call_text == CALL
+    (call,) = parse_hermes_tool_calls(call_text)
+    tools = load_tools(str(small_task.folder / "tools.yaml"))
+    printed = tools[call.name].execute(call.arguments, {})
+    # What the seeding transcripts show as the tool's answer is what the sandbox answers.
+    assert printed == INTERPRETER_TASK.reply_template.format(answer=123 * 456) == "56088\n"
+    answered = f"{call_text}<tool_response>{printed}</tool_response>"
+    assert default_compute_score(SOURCE, answered, "56088") == 1.0
+    assert default_compute_score(SOURCE, answered.replace("56088", "56089"), "56088") == 0.0
+    assert default_compute_score(SOURCE, "56088", "56088") == 1.0  # answered directly
+    assert SOURCE in KNOWN_DATA_SOURCES
+
+
+def test_a_seeding_transcript_learns_the_call_and_the_answer_not_the_tools_reply():
+    tokenizer = tool_tokenizer()
+    row = INTERPRETER_TASK.make_rows(1, 0, "train")[0]
+    question, answer = row["prompt"][0]["content"], row["reward_model"]["ground_truth"]
+    ids, labels = INTERPRETER_TASK.transcript(tokenizer, row, tool=True)
+    learned = tokenizer.decode([i for i, lab in zip(ids, labels, strict=True) if lab != -100])
+    assert learned == INTERPRETER_TASK.call_text(question) + "<eos>" + answer + "<eos>"
+    text = tokenizer.decode(ids)
+    assert f"<tool_response>{answer}\n</tool_response>" in text
+    ids, labels = INTERPRETER_TASK.transcript(tokenizer, row, tool=False)
+    assert tokenizer.decode([i for i in labels if i != -100]) == answer + "<eos>"
+
+
+def test_the_cache_key_follows_the_recipe_not_the_declaring_file():
+    same = dataclasses.replace(INTERPRETER_TASK)
+    assert same.recipe_key() == INTERPRETER_TASK.recipe_key()
+    longer = dataclasses.replace(INTERPRETER_TASK, max_response_length=256)
+    assert longer.recipe_key() != INTERPRETER_TASK.recipe_key()
+    with pytest.raises(ValueError, match="ToolTask.op must be one of"):
+        dataclasses.replace(INTERPRETER_TASK, op="^")
+
+
+def test_interpreter_uris_resolve_to_the_built_task(fake_task, tmp_path):
+    folder = fake_task.folder
+    expected = {
+        "tiny://interpreter/model": folder / "model",
+        "tiny://interpreter/train.parquet": folder / "data" / "train.parquet",
+        "tiny://interpreter/val.parquet": folder / "data" / "val.parquet",
+        "tiny://interpreter/tools.yaml": folder / "tools.yaml",
+    }
+    assert set(INTERPRETER_URIS) == set(expected) and set(INTERPRETER_URIS) < set(tiny_uris())
+    for uri, path in expected.items():
+        assert resolve_tiny_uri(uri) == str(path) == resolve_path(uri)
+    assert resolve_tiny_uri("tiny://interpreter/model", tmp_path / "d") == str(folder / "model")
+    assert fake_task.calls[-1] == tmp_path / "d"
+    with pytest.raises(ValueError, match="unknown embedded asset"):
+        resolve_path("tiny://interpreter/nope")
+
+
+def path_keys() -> list[str]:
+    """Return the schema's keys that name a file or folder (``resource="path"``)."""
+    return [
+        key
+        for key in schema_keys()
+        if (field := resolve_key(key).field) is not None
+        and field.metadata.get("resource") == "path"
+    ]
+
+
+def test_the_preset_is_the_measured_command_on_the_tasks_uris(fake_task):
+    preset = load_config(PRESET)
+    named = {key: get_value(preset, key) for key in path_keys() if get_value(preset, key)}
+    assert named == {
+        "data.train_files": "tiny://interpreter/train.parquet",
+        "data.val_files": "tiny://interpreter/val.parquet",
+        "actor_rollout_ref.model.path": "tiny://interpreter/model",
+        "actor_rollout_ref.rollout.multi_turn.tool_config_path": "tiny://interpreter/tools.yaml",
+    }
+    assert preset.custom_reward_function.path is None and not preset.reward.components
+    measured = load_config("grpo_tiny", [*INTERPRETER_TASK.overrides(fake_task.folder), *MEASURED])
+    for key in named:
+        set_value(preset, key, resolve_path(get_value(preset, key)))
+    assert config_to_dict(preset) == config_to_dict(measured)
+    assert all(Path(resolve_path(v)).is_relative_to(fake_task.folder) for v in named.values())
