@@ -89,6 +89,16 @@ def make_experiment(owner: Any, name: str = "tiny grpo", **values: Any) -> Any:
     )
 
 
+def make_run(owner: Any, status: str = "queued", **fields: Any) -> Any:
+    """Return run #1 of a new tiny experiment of ``owner`` (an empty config), as a bare row: no
+    launch message, no files."""
+    from webapp.runs.models import Run
+
+    return Run.objects.create(
+        experiment=make_experiment(owner), owner=owner, number=1, status=status, config={}, **fields
+    )
+
+
 def errors_by_key(exc: Any) -> dict[str, str]:
     """Return a ``ConfigValidationError``'s messages by config key."""
     return {e.key: e.message for e in exc.errors}
