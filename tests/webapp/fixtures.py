@@ -49,6 +49,23 @@ def other_user(django_user_model: Any) -> Any:
 
 
 @pytest.fixture
+def team(owner: Any, django_user_model: Any) -> dict[str, Any]:
+    """Return ``owner``'s project "rl team" with bob an editor and carol a viewer, and the
+    experiment "shared grpo" moved into it (keys project, bob, carol, experiment)."""
+    from webapp.projects.models import Role
+    from webapp.projects.services import experiment_move, member_add, project_create
+
+    bob = django_user_model.objects.create_user("bob", password="bob-pass")
+    carol = django_user_model.objects.create_user("carol", password="carol-pass")
+    project = project_create(owner=owner, name="rl team")
+    member_add(project=project, by=owner, username="bob", role=Role.EDITOR)
+    member_add(project=project, by=owner, username="carol", role=Role.VIEWER)
+    experiment = make_experiment(owner, name="shared grpo")
+    experiment_move(experiment=experiment, by=owner, project=project)
+    return {"project": project, "bob": bob, "carol": carol, "experiment": experiment}
+
+
+@pytest.fixture
 def client_in(client: Any, owner: Any) -> Any:
     """Return Django's test client logged in as ``owner``."""
     client.force_login(owner)
