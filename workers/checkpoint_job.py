@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import shutil
 import sys
+
+from workers.driver import setup_studio_process
 
 logger = logging.getLogger("workers.checkpoint_job")
 
@@ -90,13 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workers.checkpoint_job", description=__doc__)
     parser.add_argument("job_id", type=int, help="primary key of a running checkpoint job")
     args = parser.parse_args(argv)
-    from engine.env import apply_cpu_process_env
-
-    apply_cpu_process_env()
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
-    import django
-
-    django.setup()
+    setup_studio_process()
     logging.basicConfig(level=logging.INFO)
     status = run_job(args.job_id)
     print(f"checkpoint job {args.job_id}: {status}", flush=True)

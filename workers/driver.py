@@ -202,11 +202,9 @@ def drive(run_id: int, publish: bool = True) -> str:
             publisher.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Set up the process (threads, Django) and drive the run named on the command line."""
-    parser = argparse.ArgumentParser(prog="python -m workers.driver", description=__doc__)
-    parser.add_argument("run_id", type=int, help="primary key of a run in the starting state")
-    args = parser.parse_args(argv)
+def setup_studio_process() -> None:
+    """Set up a process the studio started (a driver, a checkpoint job): the engine's CPU thread
+    settings before torch loads, then Django with the studio's settings."""
     from engine.env import apply_cpu_process_env
 
     apply_cpu_process_env()
@@ -214,6 +212,14 @@ def main(argv: list[str] | None = None) -> int:
     import django
 
     django.setup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Set up the process (threads, Django) and drive the run named on the command line."""
+    parser = argparse.ArgumentParser(prog="python -m workers.driver", description=__doc__)
+    parser.add_argument("run_id", type=int, help="primary key of a run in the starting state")
+    args = parser.parse_args(argv)
+    setup_studio_process()
     from django.db import connections
 
     # An unreachable (not refusing) server must not hold a step for minutes on each try.

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import traceback
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -115,13 +116,13 @@ def driver_env() -> dict[str, str]:
     return {**kept, **driver_settings_env()}
 
 
-def spawn_local_driver(run_id: int) -> str:
-    """Start ``python -m workers.driver <run_id>`` in its own session; return ``pid:<n>``."""
-    folder = run_dir(run_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "driver.log", "ab") as log:
+def _spawn_module(module: str, object_id: int, log_path: Path, reaper: str) -> str:
+    """Start ``python -m <module> <object_id>`` in its own session with a driver's environment,
+    its output appended to ``log_path``; return ``pid:<n>``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "workers.driver", str(run_id)],
+            [sys.executable, "-m", module, str(object_id)],
             cwd=settings.BASE_DIR,
             env=driver_env(),
             stdin=subprocess.DEVNULL,
@@ -130,8 +131,14 @@ def spawn_local_driver(run_id: int) -> str:
             start_new_session=True,
         )
     # Reap the child when it exits so a long-lived worker collects no zombies.
-    threading.Thread(target=process.wait, name=f"reap-driver-{run_id}", daemon=True).start()
+    threading.Thread(target=process.wait, name=reaper, daemon=True).start()
     return f"pid:{process.pid}"
+
+
+def spawn_local_driver(run_id: int) -> str:
+    """Start ``python -m workers.driver <run_id>`` in its own session; return ``pid:<n>``."""
+    log_path = run_dir(run_id) / "driver.log"
+    return _spawn_module("workers.driver", run_id, log_path, f"reap-driver-{run_id}")
 
 
 def submit_ray_job(run_id: int, address: str) -> str:
@@ -254,20 +261,7 @@ def spawn_checkpoint_job(job: Any) -> str:
     """
     from webapp.runs.checkpoints import job_log_path
 
-    log_path = job_log_path(job)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "workers.checkpoint_job", str(job.pk)],
-            cwd=settings.BASE_DIR,
-            env=driver_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    threading.Thread(target=process.wait, name=f"reap-job-{job.pk}", daemon=True).start()
-    return f"pid:{process.pid}"
+    return _spawn_module("workers.checkpoint_job", job.pk, job_log_path(job), f"reap-job-{job.pk}")
 
 
 @app.task(name="workers.tasks.dispatch_checkpoint_jobs", ignore_result=True)

@@ -24,6 +24,7 @@ from engine.config.fields import (
     ConfigFieldError,
     Validation,
     _f,
+    _global_micro_batch,
     _inert,
     _refused,
     _rollout_n,
@@ -282,12 +283,8 @@ class ActorConfig(_Section):
     checkpoint: CheckpointConfig = _section(CheckpointConfig, "Actor checkpoint contents.")
     _target_: str = _target("verl.workers.config.FSDPActorConfig")
     rollout_n: int | None = _rollout_n()
-    ppo_micro_batch_size: int | None = _f(
-        None,
-        "Samples per forward pass over all GPUs (verl's deprecated global size): divided by the "
-        "data-parallel size into ppo_micro_batch_size_per_gpu.",
-        gt=0,
-        le=MAX_BATCH,
+    ppo_micro_batch_size: int | None = _global_micro_batch(
+        "forward pass", "ppo_micro_batch_size_per_gpu"
     )
     freeze_vision_tower: bool = _refused(
         False, "Freeze a vision-language model's vision tower.", _MULTIMODAL
@@ -362,12 +359,8 @@ class RefConfig(_Section):
         follows="actor_rollout_ref.actor.strategy",
     )
     use_torch_compile: bool = _inert(True, "torch.compile the entropy computation.")
-    log_prob_micro_batch_size: int | None = _f(
-        None,
-        "Samples per reference forward over all GPUs (verl's deprecated global size): divided "
-        "by the data-parallel size into log_prob_micro_batch_size_per_gpu.",
-        gt=0,
-        le=MAX_BATCH,
+    log_prob_micro_batch_size: int | None = _global_micro_batch(
+        "reference forward", "log_prob_micro_batch_size_per_gpu"
     )
     router_replay: RouterReplayConfig = _section(RouterReplayConfig, "MoE router replay.")
     _target_: str = _target("verl.workers.config.FSDPActorConfig")

@@ -25,6 +25,7 @@ from engine.config.fields import (
     ConfigFieldError,
     Validation,
     _f,
+    _global_micro_batch,
     _inert,
     _refused,
     _rollout_n,
@@ -102,12 +103,8 @@ class CriticConfig(_Section):
     checkpoint: CheckpointConfig = _section(CheckpointConfig, "Critic checkpoint contents.")
     _target_: str = _target("verl.workers.config.FSDPCriticConfig")
     rollout_n: int | None = _rollout_n()
-    ppo_micro_batch_size: int | None = _f(
-        None,
-        "Samples per forward over all GPUs (verl's deprecated global size): divided by the "
-        "data-parallel size into ppo_micro_batch_size_per_gpu.",
-        gt=0,
-        le=MAX_BATCH,
+    ppo_micro_batch_size: int | None = _global_micro_batch(
+        "forward", "ppo_micro_batch_size_per_gpu"
     )
     forward_max_token_len_per_gpu: int | None = _f(
         None,
@@ -116,12 +113,8 @@ class CriticConfig(_Section):
         le=MAX_TOKEN_BUDGET,
     )
     data_loader_seed: int = _f(42, "Seed of the mini-batch shuffle between PPO epochs.")
-    forward_micro_batch_size: int | None = _f(
-        None,
-        "Samples per values forward over all GPUs (verl's deprecated global size): divided by "
-        "the data-parallel size into forward_micro_batch_size_per_gpu.",
-        gt=0,
-        le=MAX_BATCH,
+    forward_micro_batch_size: int | None = _global_micro_batch(
+        "values forward", "forward_micro_batch_size_per_gpu"
     )
     forward_micro_batch_size_per_gpu: int | None = _f(
         None,

@@ -230,6 +230,18 @@ def _target(class_path: str) -> Any:
     )
 
 
+def _global_micro_batch(forward: str, per_gpu: str) -> Any:
+    """Return verl's deprecated global micro-batch size of one ``forward`` of a role, which the
+    data-parallel size divides into its ``per_gpu`` key."""
+    return _f(
+        None,
+        f"Samples per {forward} over all GPUs (verl's deprecated global size): divided by the "
+        f"data-parallel size into {per_gpu}.",
+        gt=0,
+        le=MAX_BATCH,
+    )
+
+
 def _rollout_n() -> Any:
     """Return verl's ``rollout_n`` of a role: derived from ``rollout.n``, never set on its own."""
     return _refused(

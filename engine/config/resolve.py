@@ -32,7 +32,7 @@ from engine.config.keys import (
     config_to_dict,
     matches_type,
 )
-from engine.config.reward import own_reward_pool
+from engine.config.reward_model import own_reward_pool
 from engine.config.schema import PPOConfig
 from engine.config.tree import deep_merge
 from engine.config.yaml_io import yaml_load

@@ -18,6 +18,7 @@ from engine.config.fields import (
     ConfigFieldError,
     Validation,
     _f,
+    _global_micro_batch,
     _inert,
     _refused,
     _Section,
@@ -235,12 +236,8 @@ class RolloutConfig(_Section):
         "(processed_logprobs); keep that",
     )
     load_format: str = _inert("dummy", "vLLM: how initial weights load (synced after).")
-    log_prob_micro_batch_size: int | None = _f(
-        None,
-        "Samples per old-log-prob forward over all GPUs (verl's deprecated global size): "
-        "divided by the data-parallel size into log_prob_micro_batch_size_per_gpu.",
-        gt=0,
-        le=MAX_BATCH,
+    log_prob_micro_batch_size: int | None = _global_micro_batch(
+        "old-log-prob forward", "log_prob_micro_batch_size_per_gpu"
     )
     disable_log_stats: bool = _inert(True, "vLLM: statistics logging.")
     over_sample_rate: float = _inert(

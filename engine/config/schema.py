@@ -24,12 +24,8 @@ from engine.config.async_training import AsyncTrainingConfig, RolloutPoolConfig
 from engine.config.critic import CriticConfig
 from engine.config.data import DataConfig
 from engine.config.fields import _Section, _section
-from engine.config.reward import (
-    CustomRewardFunctionConfig,
-    RewardConfig,
-    RewardManagerConfig,
-    RewardModelConfig,
-)
+from engine.config.reward import CustomRewardFunctionConfig, RewardConfig, RewardManagerConfig
+from engine.config.reward_model import RewardModelConfig
 from engine.config.trainer import RayInitConfig, RayKwargsConfig, TrainerConfig
 from engine.config.unsupported import GlobalProfilerConfig, TransferQueueConfig
 

@@ -30,7 +30,7 @@ from torch.distributed.tensor import DTensor
 
 if TYPE_CHECKING:
     from engine.config.actor import FSDPConfig
-    from engine.config.reward import RewardModelFSDPConfig
+    from engine.config.reward_model import RewardModelFSDPConfig
 
 PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import replace
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -49,7 +48,7 @@ from engine.roles.batch_sizes import epoch_batches, global_batch
 from engine.roles.optim import finish_update, optimizer_step
 from engine.roles.packing import packed_response_logits
 from engine.roles.seqlen_balancing import length_buckets, restore_order, split_micro_batches
-from engine.roles.ulysses import SequenceParallel, use_ulysses_attention
+from engine.roles.ulysses import SequenceParallel, role_forward
 from engine.rollout.sampling import new_kv_cache, shared_prompts, trim_left_padding, with_cache
 
 if TYPE_CHECKING:
@@ -269,18 +268,15 @@ class PolicyActor:
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
         self.remove_padding = remove_padding
-        self.forward: Any = packed_response_logits if remove_padding else response_logits
-        self.sequence_parallel_size = 1
-        if sequence_parallel is not None:
-            if not remove_padding:
-                raise ValueError(
-                    "Ulysses sequence parallelism splits packed rows: set "
-                    "actor_rollout_ref.model.use_remove_padding=True with "
-                    "ulysses_sequence_parallel_size > 1"
-                )
-            use_ulysses_attention(model)
-            self.forward = partial(packed_response_logits, sequence_parallel=sequence_parallel)
-            self.sequence_parallel_size = sequence_parallel.size
+        self.forward, self.sequence_parallel_size = role_forward(
+            model,
+            response_logits,
+            packed_response_logits,
+            remove_padding=remove_padding,
+            sequence_parallel=sequence_parallel,
+            keys="actor_rollout_ref.model.use_remove_padding=True with "
+            "ulysses_sequence_parallel_size > 1",
+        )
 
     def compute_log_prob(
         self,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +27,8 @@ from engine.roles.packing import packed_response_values
 from engine.roles.seqlen_balancing import restore_order, split_micro_batches
 from engine.roles.ulysses import (
     SequenceParallel,
+    role_forward,
     sequence_parallel_group,
-    use_ulysses_attention,
 )
 
 if TYPE_CHECKING:
@@ -74,18 +73,14 @@ class ValueCritic:
         self.config = critic_config
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
-        self.forward: Any = packed_response_values if remove_padding else response_values
-        self.sequence_parallel_size = 1
-        if sequence_parallel is not None:
-            if not remove_padding:
-                raise ValueError(
-                    "Ulysses sequence parallelism splits packed rows: set "
-                    "critic.model.use_remove_padding=True with "
-                    "critic.ulysses_sequence_parallel_size > 1"
-                )
-            use_ulysses_attention(model)
-            self.forward = partial(packed_response_values, sequence_parallel=sequence_parallel)
-            self.sequence_parallel_size = sequence_parallel.size
+        self.forward, self.sequence_parallel_size = role_forward(
+            model,
+            response_values,
+            packed_response_values,
+            remove_padding=remove_padding,
+            sequence_parallel=sequence_parallel,
+            keys="critic.model.use_remove_padding=True with critic.ulysses_sequence_parallel_size > 1",
+        )
 
     @torch.no_grad()
     def compute_values(

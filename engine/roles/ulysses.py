@@ -31,7 +31,9 @@ attention when the call carries ``ulysses_attend`` and is plain ``sdpa`` otherwi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -229,3 +231,26 @@ def use_ulysses_attention(model: Any) -> None:
     AttentionInterface.register(ATTENTION, _ulysses_attention)
     AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # the sdpa fallback's masks
     model.config._attn_implementation = ATTENTION
+
+
+def role_forward(
+    model: Any,
+    padded: Callable[..., Any],
+    packed: Callable[..., Any],
+    *,
+    remove_padding: bool,
+    sequence_parallel: SequenceParallel | None,
+    keys: str,
+) -> tuple[Callable[..., Any], int]:
+    """Return the forward a role runs on its micro-batches and its sequence-parallel size:
+    ``padded`` buckets, or ``packed`` rows with ``remove_padding``, split over the Ulysses group
+    ``sequence_parallel`` when there is one (its attention routed through it).
+
+    Ulysses splits packed rows only; ``keys`` names the role's two keys for that error.
+    """
+    if sequence_parallel is None:
+        return (packed if remove_padding else padded), 1
+    if not remove_padding:
+        raise ValueError(f"Ulysses sequence parallelism splits packed rows: set {keys}")
+    use_ulysses_attention(model)
+    return partial(packed, sequence_parallel=sequence_parallel), sequence_parallel.size

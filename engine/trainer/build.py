@@ -18,7 +18,7 @@ from engine.algorithms.kl import KLController, get_kl_controller
 from engine.config import ConfigValidationError, ModelConfig, PPOConfig
 from engine.config.fields import resolved
 from engine.config.files import paths_of
-from engine.config.reward import in_process_reward_model_problems, uses_judge
+from engine.config.reward_model import in_process_reward_model_problems, uses_judge
 from engine.data.dataset import RLHFDataset
 from engine.data.loader import PromptDataLoader
 from engine.distributed.local_group import LocalWorkerGroup

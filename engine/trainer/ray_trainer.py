@@ -19,7 +19,7 @@ from typing import Any
 
 from engine.config import ConfigValidationError, PPOConfig
 from engine.config.fields import resolved
-from engine.config.reward import own_reward_pool, reward_pool_problems, uses_judge
+from engine.config.reward_model import own_reward_pool, reward_pool_problems, uses_judge
 from engine.data import DataProto
 from engine.distributed.fsdp import check_offload
 from engine.distributed.worker_group import (

@@ -1,1 +1,1 @@
-from tests.webapp.fixtures import client_in, other_user, owner, studio_dirs  # noqa: F401
+from tests.webapp.fixtures import client_in, other_user, owner, studio_dirs, team  # noqa: F401

@@ -49,6 +49,23 @@ def other_user(django_user_model: Any) -> Any:
 
 
 @pytest.fixture
+def team(owner: Any, django_user_model: Any) -> dict[str, Any]:
+    """Return ``owner``'s project "rl team" with bob an editor and carol a viewer, and the
+    experiment "shared grpo" moved into it (keys project, bob, carol, experiment)."""
+    from webapp.projects.models import Role
+    from webapp.projects.services import experiment_move, member_add, project_create
+
+    bob = django_user_model.objects.create_user("bob", password="bob-pass")
+    carol = django_user_model.objects.create_user("carol", password="carol-pass")
+    project = project_create(owner=owner, name="rl team")
+    member_add(project=project, by=owner, username="bob", role=Role.EDITOR)
+    member_add(project=project, by=owner, username="carol", role=Role.VIEWER)
+    experiment = make_experiment(owner, name="shared grpo")
+    experiment_move(experiment=experiment, by=owner, project=project)
+    return {"project": project, "bob": bob, "carol": carol, "experiment": experiment}
+
+
+@pytest.fixture
 def client_in(client: Any, owner: Any) -> Any:
     """Return Django's test client logged in as ``owner``."""
     client.force_login(owner)
@@ -86,6 +103,16 @@ def make_experiment(owner: Any, name: str = "tiny grpo", **values: Any) -> Any:
 
     return experiment_create(
         owner=owner, name=name, config=tiny_config(**values), tags="Tiny, GRPO"
+    )
+
+
+def make_run(owner: Any, status: str = "queued", **fields: Any) -> Any:
+    """Return run #1 of a new tiny experiment of ``owner`` (an empty config), as a bare row: no
+    launch message, no files."""
+    from webapp.runs.models import Run
+
+    return Run.objects.create(
+        experiment=make_experiment(owner), owner=owner, number=1, status=status, config={}, **fields
     )
 
 

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from webapp.asgi import application
+from tests.webapp.asgi import asgi_request
 from webapp.body_limit import FORM_ALLOWANCE_BYTES
 from webapp.datasets.uploads import size_text
 
@@ -42,29 +42,7 @@ class Upload:
 
 async def post(upload: Upload, headers: list[tuple[bytes, bytes]]) -> tuple[int, bytes]:
     """POST ``upload`` to the dataset upload page through the ASGI app; return status and body."""
-    sent: list[dict] = []
-
-    async def send(message: dict) -> None:
-        sent.append(message)
-
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/datasets/upload/",
-        "raw_path": b"/datasets/upload/",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"testserver"), *headers],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
-    await application(scope, upload.receive, send)
-    start = next(m for m in sent if m["type"] == "http.response.start")
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return start["status"], body
+    return await asgi_request("POST", "/datasets/upload/", upload.receive, headers)
 
 
 def assert_refused(status: int, body: bytes) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from tests.webapp.fixtures import make_experiment
+from tests.webapp.fixtures import make_experiment, make_run
 from webapp.runs.models import Run, RunStatus
 
 pytestmark = pytest.mark.django_db
@@ -141,9 +141,7 @@ def test_hostile_text_an_external_run_sends_is_escaped_on_every_page(client_in, 
     assert api.post(f"/external-runs/{run_id}/steps", steps).status_code == 200
     logs = api.post(f"/external-runs/{run_id}/logs", {"offset": 0, "lines": [XSS]})
     assert logs.status_code == 200
-    other = Run.objects.create(
-        experiment=make_experiment(owner), owner=owner, number=1, status="succeeded", config={}
-    )
+    other = make_run(owner, RunStatus.SUCCEEDED)
     index = prompt_index_of(prompt)
     pages = [
         f"/runs/{run_id}/",

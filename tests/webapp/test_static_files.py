@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from urllib.parse import unquote
 
 import pytest
 from django.test import Client
 
-from webapp.asgi import application
+from tests.webapp.asgi import asgi_request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -40,7 +39,6 @@ TRAVERSALS = [
 
 async def asgi_get(raw_path: str) -> tuple[int, bytes]:
     """GET ``raw_path`` through the ASGI app as daphne would; return the status and body."""
-    sent: list[dict] = []
     received = False
 
     async def receive() -> dict:
@@ -50,27 +48,7 @@ async def asgi_get(raw_path: str) -> tuple[int, bytes]:
         received = True
         return {"type": "http.request", "body": b"", "more_body": False}
 
-    async def send(message: dict) -> None:
-        sent.append(message)
-
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": unquote(raw_path),
-        "raw_path": raw_path.encode("ascii"),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"testserver")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
-    await application(scope, receive, send)
-    start = next(m for m in sent if m["type"] == "http.response.start")
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return start["status"], body
+    return await asgi_request("GET", raw_path, receive)
 
 
 @pytest.mark.parametrize("raw_path", TRAVERSALS)

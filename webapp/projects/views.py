@@ -9,6 +9,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from webapp.flash import flash_outcome
 from webapp.projects.access import (
     OWN,
     VIEW,
@@ -38,16 +39,17 @@ from webapp.reports.selectors import report_list_for_user
 @login_required
 def project_list(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
-        try:
-            project = project_create(
+        project = flash_outcome(
+            request,
+            lambda: project_create(
                 owner=request.user,
                 name=request.POST.get("name", ""),
                 description=request.POST.get("description", ""),
-            )
-        except ProjectError as exc:
-            messages.error(request, str(exc))
-        else:
-            messages.success(request, f"Project {project.name} created.")
+            ),
+            ProjectError,
+            lambda created: f"Project {created.name} created.",
+        )
+        if project is not None:
             return redirect(project)
     projects = visible_projects(request.user)
     return render(request, "projects/list.html", {"projects": projects})
@@ -71,17 +73,17 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
 @require_POST
 def member_add_view(request: HttpRequest, project_id: int) -> HttpResponse:
     project = project_for(request.user, project_id, OWN)
-    try:
-        member = member_add(
+    flash_outcome(
+        request,
+        lambda: member_add(
             project=project,
             by=request.user,
             username=request.POST.get("username", ""),
             role=request.POST.get("role", ""),
-        )
-    except ProjectError as exc:
-        messages.error(request, str(exc))
-    else:
-        messages.success(request, f"{member.user.username} added as {member.role}.")
+        ),
+        ProjectError,
+        lambda member: f"{member.user.username} added as {member.role}.",
+    )
     return redirect(project)
 
 
@@ -96,17 +98,17 @@ def _user_id(request: HttpRequest) -> int:
 @require_POST
 def member_role_view(request: HttpRequest, project_id: int) -> HttpResponse:
     project = project_for(request.user, project_id, OWN)
-    try:
-        member = member_set_role(
+    flash_outcome(
+        request,
+        lambda: member_set_role(
             project=project,
             by=request.user,
             user_id=_user_id(request),
             role=request.POST.get("role", ""),
-        )
-    except ProjectError as exc:
-        messages.error(request, str(exc))
-    else:
-        messages.success(request, f"{member.user.username} is now {member.role}.")
+        ),
+        ProjectError,
+        lambda member: f"{member.user.username} is now {member.role}.",
+    )
     return redirect(project)
 
 
@@ -114,12 +116,12 @@ def member_role_view(request: HttpRequest, project_id: int) -> HttpResponse:
 @require_POST
 def member_remove_view(request: HttpRequest, project_id: int) -> HttpResponse:
     project = project_for(request.user, project_id, OWN)
-    try:
-        member_remove(project=project, by=request.user, user_id=_user_id(request))
-    except ProjectError as exc:
-        messages.error(request, str(exc))
-    else:
-        messages.success(request, "Member removed: their open pages of the project closed.")
+    flash_outcome(
+        request,
+        lambda: member_remove(project=project, by=request.user, user_id=_user_id(request)),
+        ProjectError,
+        "Member removed: their open pages of the project closed.",
+    )
     return redirect(project)
 
 

@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST, require_safe
 
+from webapp.flash import flash_outcome
 from webapp.projects.access import EDIT, OWN, VIEW, project_for, report_for, report_may
 from webapp.projects.models import Project
 from webapp.projects.selectors import project_move_targets
@@ -59,19 +60,21 @@ def _whole(request: HttpRequest, name: str, default: int | None) -> int | None:
 def report_list(request: HttpRequest) -> HttpResponse:
     """List the reports the user may read; POST saves a new one (the compare page posts here)."""
     if request.method == "POST":
-        try:
-            report = report_create(
+        report = flash_outcome(
+            request,
+            lambda: report_create(
                 owner=request.user,
                 title=request.POST.get("title", ""),
                 run_ids=_run_ids(request),
                 group_tokens=request.POST.getlist("group"),
                 project=_project(request),
                 notes=request.POST.get("notes", ""),
-            )
-        except ReportError as exc:
-            messages.error(request, f"The report was not saved: {exc}.")
-        else:
-            messages.success(request, f"Report {report.title} saved; its link stays the same.")
+            ),
+            ReportError,
+            lambda saved: f"Report {saved.title} saved; its link stays the same.",
+            failed="The report was not saved: {exc}.",
+        )
+        if report is not None:
             return redirect(report)
     context = {
         "reports": report_list_for_user(user=request.user),
@@ -99,19 +102,20 @@ def report_detail(request: HttpRequest, report_id: str) -> HttpResponse:
 def report_edit(request: HttpRequest, report_id: str) -> HttpResponse:
     """Change the title, notes, metrics and sample table (the report's owner, project editors)."""
     report = report_for(request.user, report_id, EDIT)
-    try:
-        report_update(
+    flash_outcome(
+        request,
+        lambda: report_update(
             report=report,
             title=request.POST.get("title", ""),
             notes=request.POST.get("notes", ""),
             metrics=request.POST.get("metrics", ""),
             sample_count=_whole(request, "samples", report.sample_count) or 0,
             sample_step=_whole(request, "step", None),
-        )
-    except ReportError as exc:
-        messages.error(request, f"The report was not changed: {exc}.")
-    else:
-        messages.success(request, "Report saved.")
+        ),
+        ReportError,
+        "Report saved.",
+        failed="The report was not changed: {exc}.",
+    )
     return redirect(report)
 
 

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db.models import Count, Q
 
 from engine.config import ConfigFieldError, PPOConfig
-from engine.config.reward import own_reward_pool
+from engine.config.reward_model import own_reward_pool
 from webapp.runs.models import ACTIVE_STATUSES, Run, RunStatus
 
 WAITING_STATUSES = (RunStatus.QUEUED, RunStatus.STARTING)

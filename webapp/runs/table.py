@@ -30,9 +30,11 @@ metrics each, 0.65 s for twelve, on a shared 2-core machine.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from operator import attrgetter
+from typing import Any, TypeVar
 
 from django.db import connection
 from django.db.models import F, Func, Q, QuerySet
@@ -105,6 +107,9 @@ class ConfigColumn:
         return self.key.rsplit(".", 1)[-1]
 
 
+C = TypeVar("C", MetricColumn, ConfigColumn)
+
+
 @dataclass(frozen=True)
 class RunTableQuery:
     metrics: tuple[MetricColumn, ...] = ()
@@ -172,6 +177,32 @@ def _config_column(value: str) -> ConfigColumn:
     return ConfigColumn(key)
 
 
+def _read_columns(
+    values: list[str],
+    read: Callable[[str], C],
+    name_of: Callable[[C], str],
+    what: str,
+    most: int,
+    errors: list[str],
+) -> dict[str, C]:
+    """Return the columns ``values`` ask for by their name (the first of a repeated name), at
+    most ``most``; add to ``errors`` each value ``read`` refuses, and a list that is too long."""
+    columns: dict[str, C] = {}
+    for value in values:
+        if not value.strip():  # the column picker's empty "add" box
+            continue
+        try:
+            column = read(value)
+        except ValueError as exc:
+            errors.append(str(exc))
+            continue
+        columns.setdefault(name_of(column), column)
+    if len(columns) > most:
+        errors.append(f"{len(columns)} {what} columns; pick at most {most}")
+        columns = dict(list(columns.items())[:most])
+    return columns
+
+
 def parse_run_table_query(params: QueryDict) -> RunTableQuery:
     """Read the table's query string; RunTableQueryError lists every parameter it cannot read
     and carries the query made of the rest."""
@@ -182,32 +213,22 @@ def parse_run_table_query(params: QueryDict) -> RunTableQuery:
             f"unknown parameter {', '.join(unknown)}; the table reads "
             f"{', '.join(sorted(KNOWN_PARAMS))}"
         )
-    metrics: dict[str, MetricColumn] = {}
-    for value in params.getlist("metric"):
-        if not value.strip():  # the column picker's empty "add" box
-            continue
-        try:
-            column = _metric_column(value)
-        except ValueError as exc:
-            errors.append(str(exc))
-            continue
-        metrics.setdefault(column.name, column)
-    if len(metrics) > MAX_METRIC_COLUMNS:
-        errors.append(f"{len(metrics)} metric columns; pick at most {MAX_METRIC_COLUMNS}")
-        metrics = dict(list(metrics.items())[:MAX_METRIC_COLUMNS])
-    columns: dict[str, ConfigColumn] = {}
-    for value in params.getlist("col"):
-        if not value.strip():
-            continue
-        try:
-            column = _config_column(value)
-        except ValueError as exc:
-            errors.append(str(exc))
-            continue
-        columns.setdefault(column.key, column)
-    if len(columns) > MAX_CONFIG_COLUMNS:
-        errors.append(f"{len(columns)} config columns; pick at most {MAX_CONFIG_COLUMNS}")
-        columns = dict(list(columns.items())[:MAX_CONFIG_COLUMNS])
+    metrics = _read_columns(
+        params.getlist("metric"),
+        _metric_column,
+        attrgetter("name"),
+        "metric",
+        MAX_METRIC_COLUMNS,
+        errors,
+    )
+    columns = _read_columns(
+        params.getlist("col"),
+        _config_column,
+        attrgetter("key"),
+        "config",
+        MAX_CONFIG_COLUMNS,
+        errors,
+    )
     statuses = tuple(dict.fromkeys(s for s in params.getlist("status") if s))
     bad = [s for s in statuses if s not in RunStatus.values]
     if bad:

@@ -29,6 +29,7 @@ from django.views.decorators.http import require_POST
 
 from webapp.experiments.configs import as_config
 from webapp.experiments.views import builder_for_config, yaml_response
+from webapp.flash import flash_outcome
 from webapp.projects.access import EDIT, OWN, VIEW, run_for, run_may
 from webapp.projects.selectors import project_move_targets
 from webapp.runs.bands import GROUP_MAX_POINTS, group_metric_series
@@ -156,15 +157,12 @@ def run_checkpoint_archive(request: HttpRequest, run_id: int, step: int) -> Stre
 @require_POST
 def run_checkpoint_export_view(request: HttpRequest, run_id: int, step: int) -> HttpResponse:
     run = _run(request, run_id, EDIT)
-    try:
-        checkpoint_export(run=run, step=step)
-    except CheckpointJobRefused as exc:
-        messages.error(request, str(exc))
-    else:
-        messages.success(
-            request,
-            f"Preparing the Hugging Face folder of step {step}; its download link shows here.",
-        )
+    flash_outcome(
+        request,
+        lambda: checkpoint_export(run=run, step=step),
+        CheckpointJobRefused,
+        f"Preparing the Hugging Face folder of step {step}; its download link shows here.",
+    )
     return _to_checkpoints(run)
 
 
@@ -177,12 +175,12 @@ def run_checkpoint_evaluate_view(request: HttpRequest, run_id: int, step: int) -
         for field, errors in form.errors.items():
             messages.error(request, f"{field}: {' '.join(errors)}")
         return _to_checkpoints(run)
-    try:
-        checkpoint_evaluate(run=run, step=step, **form.cleaned_data)
-    except CheckpointJobRefused as exc:
-        messages.error(request, str(exc))
-    else:
-        messages.success(request, f"Evaluation of step {step} queued; its figures show here.")
+    flash_outcome(
+        request,
+        lambda: checkpoint_evaluate(run=run, step=step, **form.cleaned_data),
+        CheckpointJobRefused,
+        f"Evaluation of step {step} queued; its figures show here.",
+    )
     return _to_checkpoints(run)
 
 
@@ -561,12 +559,12 @@ def run_table_view(request: HttpRequest) -> HttpResponse:
 @require_POST
 def run_notes_view(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run(request, run_id, EDIT)
-    try:
-        run_set_notes(run=run, notes=request.POST.get("notes", ""))
-    except RunAnnotationError as exc:
-        messages.error(request, str(exc))
-    else:
-        messages.success(request, f"Notes of run #{run.pk} saved.")
+    flash_outcome(
+        request,
+        lambda: run_set_notes(run=run, notes=request.POST.get("notes", "")),
+        RunAnnotationError,
+        f"Notes of run #{run.pk} saved.",
+    )
     return redirect(run)
 
 

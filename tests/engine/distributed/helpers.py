@@ -13,19 +13,27 @@ from engine.config.schema import PPOConfig
 from engine.data import DataProto
 from engine.tiny.tokenizer import build_tokenizer
 
+TINY_SHAPE: dict[str, Any] = {
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 64,
+}
+
+
+def tiny_qwen2_config(vocab_size: int, **overrides: Any) -> Qwen2Config:
+    """Return the config of the tests' small Qwen2 (:data:`TINY_SHAPE`: two layers of width 32,
+    4 attention heads over 2 key/value heads, which split over 2 and 4 Ulysses ranks), with
+    ``overrides`` added."""
+    return Qwen2Config(vocab_size=vocab_size, **TINY_SHAPE, **overrides)
+
 
 def tiny_policy(vocab_size: int, seed: int = 0, *, max_positions: int = 64) -> Qwen2ForCausalLM:
     """Return a random two-layer Qwen2 (about 60k parameters), seeded: the tests' small model."""
     torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=max_positions,
-        tie_word_embeddings=True,
+    config = tiny_qwen2_config(
+        vocab_size, max_position_embeddings=max_positions, tie_word_embeddings=True
     )
     return Qwen2ForCausalLM(config)
 

@@ -144,15 +144,21 @@ class Samples(Recorder):
         self.samples.extend(samples)
 
 
+# The tiny GRPO preset with no validation and two responses a prompt: the runs of this file.
+NO_VALIDATION_TWO_SAMPLES = (
+    "data.val_files=null",
+    "trainer.test_freq=-1",
+    "trainer.val_before_train=False",
+    "actor_rollout_ref.rollout.n=2",
+)
+
+
 def run_config(assets, classifier_dir, tmp_path, *overrides: str) -> PPOConfig:
     return ray_config(
         assets,
         tmp_path,
         "grpo_tiny",
-        "data.val_files=null",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=False",
-        "actor_rollout_ref.rollout.n=2",
+        *NO_VALIDATION_TWO_SAMPLES,
         "reward_model.enable=True",
         f"reward_model.model.path={classifier_dir}",
         "reward_model.micro_batch_size_per_gpu=2",
@@ -274,10 +280,7 @@ def test_a_generative_judge_scores_in_the_driver_while_the_ranks_train(
         assets,
         tmp_path,
         "grpo_tiny",
-        "data.val_files=null",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=False",
-        "actor_rollout_ref.rollout.n=2",
+        *NO_VALIDATION_TWO_SAMPLES,
         "trainer.total_training_steps=1",
         "reward_model.enable=True",
         "reward_model.model.path=tiny://model",

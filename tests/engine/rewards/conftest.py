@@ -30,18 +30,15 @@ def char_tokenizer():
 def reward_model_dirs(tmp_path_factory, char_tokenizer) -> tuple[Path, Path]:
     """Save a randomly initialised one-label Qwen2 classifier and the tokenizer; return both dirs."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForSequenceClassification
+    from transformers import Qwen2ForSequenceClassification
+
+    from tests.engine.distributed.helpers import tiny_qwen2_config
 
     root = tmp_path_factory.mktemp("reward_model")
     model_dir, tokenizer_dir = root / "model", root / "tokenizer"
     torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=len(char_tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+    config = tiny_qwen2_config(
+        len(char_tokenizer),
         max_position_embeddings=256,
         num_labels=1,
         pad_token_id=char_tokenizer.pad_token_id,

@@ -13,14 +13,14 @@ import os
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForTokenClassification
+from transformers import Qwen2ForTokenClassification
 
 from engine.algorithms.names import LOSS_AGG_MODES
 from engine.config.schema import PPOConfig
 from engine.roles.actor import PolicyActor
 from engine.roles.critic import ValueCritic
 from engine.roles.seqlen_balancing import dynamic_micro_batches
-from tests.engine.distributed.helpers import tiny_policy, update_batch
+from tests.engine.distributed.helpers import tiny_policy, tiny_qwen2_config, update_batch
 
 VOCAB = 40
 PROMPT = 4
@@ -87,17 +87,10 @@ def test_the_policy_gradient_does_not_depend_on_how_the_mini_batch_was_cut(mode)
 
 
 def value_model() -> Qwen2ForTokenClassification:
+    """A seeded value model of the tests' small Qwen2 shape, in float64."""
     torch.manual_seed(2)
-    config = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        intermediate_size=32,
-        num_labels=1,
-        classifier_dropout=0.0,  # the update must be deterministic
-    )
+    # No dropout: the update must be deterministic.
+    config = tiny_qwen2_config(VOCAB, num_labels=1, classifier_dropout=0.0)
     return Qwen2ForTokenClassification(config).double()
 
 

@@ -23,14 +23,20 @@ import os
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForTokenClassification
 
 from engine.config.schema import PPOConfig
 from engine.roles.actor import PolicyActor
 from engine.roles.critic import ValueCritic
 from engine.roles.ulysses import check_heads, sequence_parallel_group
 from tests.engine.distributed.helpers import tiny_policy
-from tests.engine.roles.test_dynamic_bsz import VOCAB, actor_config, minus, policy_batch, weights
+from tests.engine.roles.test_dynamic_bsz import (
+    VOCAB,
+    actor_config,
+    minus,
+    policy_batch,
+    value_model,
+    weights,
+)
 
 LENGTHS = [1, 6, 3, 6, 2, 5, 4, 2]  # response tokens of the 8 rows
 LEFT_PADDING = [0, 2, 0, 1, 3, 0, 0, 2]  # prompt padding of each row (prompts of 4 tokens)
@@ -46,22 +52,6 @@ def ulysses_batch():
         mask[row, :pad] = 0
     batch.batch["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
     return batch
-
-
-def value_model() -> Qwen2ForTokenClassification:
-    """A value model with 4 attention heads and 2 key/value heads (splits over 2 and 4 ranks)."""
-    torch.manual_seed(2)
-    config = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        num_labels=1,
-        classifier_dropout=0.0,  # the update must be deterministic
-    )
-    return Qwen2ForTokenClassification(config).double()
 
 
 def critic_config():

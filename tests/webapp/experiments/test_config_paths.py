@@ -21,7 +21,12 @@ from engine.config.fields import RESOURCES
 from engine.config.keys import schema_keys
 from engine.config.yaml_io import MAX_YAML_BYTES
 from tests.engine.config.test_yaml_bounds import alias_bomb
-from tests.webapp.fixtures import builder_data, errors_by_key, make_experiment, tiny_config
+from tests.webapp.fixtures import (
+    builder_data,
+    errors_by_key,
+    make_run,
+    tiny_config,
+)
 from webapp.datasets.services import dataset_create
 from webapp.experiments.configs import (
     STUDIO_MANAGED_KEYS,
@@ -46,13 +51,7 @@ NO_ROOTS = (
 
 def finished_run(user) -> Run:
     """Return a finished run of ``user`` whose folder holds an exported model."""
-    run = Run.objects.create(
-        experiment=make_experiment(user),
-        owner=user,
-        number=1,
-        status=RunStatus.SUCCEEDED,
-        config={},
-    )
+    run = make_run(user, RunStatus.SUCCEEDED)
     model_folder(run_dir(run.pk) / "checkpoints" / "global_step_1" / "huggingface")
     return run
 

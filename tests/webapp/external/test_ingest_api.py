@@ -14,7 +14,7 @@ from channels.layers import get_channel_layer
 from django.utils import timezone
 
 from tests.webapp.api.helpers import ApiClient, errors_of, token_of
-from tests.webapp.fixtures import make_experiment
+from tests.webapp.fixtures import make_experiment, make_run
 from webapp.experiments.models import Experiment
 from webapp.external.models import ExternalRun
 from webapp.external.services import LOG_FILE, prompt_index_of
@@ -264,9 +264,7 @@ def test_a_token_writes_only_its_owners_runs(api, bob, owner):
         assert bob.post(f"/external-runs/{run['id']}/{path}", body).status_code == 404
     assert bob.get(f"/runs/{run['id']}").status_code == 404
     # A studio run is not an external one: its driver is its only writer.
-    studio = Run.objects.create(
-        experiment=make_experiment(owner), owner=owner, number=1, status="running", config={}
-    )
+    studio = make_run(owner, RunStatus.RUNNING)
     steps = {"steps": [{"step": 1, "metrics": {"a": 1.0}}]}
     assert api.post(f"/external-runs/{studio.pk}/steps", steps).status_code == 404
     # The same key of another user is another run.

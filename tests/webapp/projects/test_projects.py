@@ -33,18 +33,6 @@ from webapp.runs.services import run_create
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def team(owner, django_user_model):
-    bob = django_user_model.objects.create_user("bob", password="bob-pass")
-    carol = django_user_model.objects.create_user("carol", password="carol-pass")
-    project = project_create(owner=owner, name="rl team")
-    member_add(project=project, by=owner, username="bob", role=Role.EDITOR)
-    member_add(project=project, by=owner, username="carol", role=Role.VIEWER)
-    experiment = make_experiment(owner, name="shared grpo")
-    experiment_move(experiment=experiment, by=owner, project=project)
-    return {"project": project, "bob": bob, "carol": carol, "experiment": experiment}
-
-
 def test_only_the_owner_changes_members_and_names_are_checked(owner, team, other_user):
     project, bob = team["project"], team["bob"]
     with pytest.raises(PermissionDenied):

@@ -16,8 +16,7 @@ from engine.trainer.reporting import SampleRecord
 from tests.webapp.fixtures import make_experiment
 from tests.webapp.live import record_steps, running_run
 from tests.webapp.runs.test_groups import config_run
-from webapp.projects.models import Role
-from webapp.projects.services import experiment_move, member_add, project_create
+from webapp.projects.services import experiment_move
 from webapp.reports.models import Report
 from webapp.reports.services import ReportError, report_create
 from webapp.runs.driver_writes import samples_write
@@ -30,15 +29,11 @@ SCRIPT = "<script>alert('notes')</script>"
 
 
 @pytest.fixture
-def team(owner, django_user_model, other_user):
-    bob = django_user_model.objects.create_user("bob", password="bob-pass")
-    carol = django_user_model.objects.create_user("carol", password="carol-pass")
-    project = project_create(owner=owner, name="rl team")
-    member_add(project=project, by=owner, username="bob", role=Role.EDITOR)
-    member_add(project=project, by=owner, username="carol", role=Role.VIEWER)
-    shared = make_experiment(owner, name="shared grpo")
-    experiment_move(experiment=shared, by=owner, project=project)
-    run = running_run(owner, experiment=shared)
+def team(team, owner, other_user):
+    """The web fixtures' team, with a run of the shared experiment and one of the owner's own
+    (40 and 10 steps recorded) and the project's report of both."""
+    project = team["project"]
+    run = running_run(owner, experiment=team["experiment"])
     record_steps(run, range(1, 41))
     private = running_run(owner, experiment=make_experiment(owner, name="alice private grpo"))
     record_steps(private, range(1, 11))
@@ -51,9 +46,7 @@ def team(owner, django_user_model, other_user):
         metrics=["critic/score/mean", "actor/kl_loss"],
     )
     return {
-        "project": project,
-        "bob": bob,
-        "carol": carol,
+        **team,
         "mallory": other_user,
         "run": run,
         "private": private,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from engine.trainer.reporting import RunOutcome
-from tests.webapp.fixtures import make_experiment
+from tests.webapp.fixtures import make_run
 from webapp.runs.driver_writes import ALLOWED_TRANSITIONS, transition
-from webapp.runs.models import Run, RunStatus
+from webapp.runs.models import RunStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -26,13 +26,7 @@ def test_the_engine_ends_a_run_in_statuses_the_studio_stores():
 
 
 def test_a_change_the_table_does_not_list_is_refused(owner):
-    run = Run.objects.create(
-        experiment=make_experiment(owner),
-        owner=owner,
-        number=1,
-        status=RunStatus.SUCCEEDED,
-        config={},
-    )
+    run = make_run(owner, RunStatus.SUCCEEDED)
     with pytest.raises(ValueError, match="does not move from succeeded to running"):
         transition(run.pk, [RunStatus.SUCCEEDED], RunStatus.RUNNING)
     with pytest.raises(ValueError, match="does not move from queued to lost"):
@@ -40,13 +34,7 @@ def test_a_change_the_table_does_not_list_is_refused(owner):
 
 
 def test_a_run_moves_only_from_the_statuses_named(owner):
-    run = Run.objects.create(
-        experiment=make_experiment(owner),
-        owner=owner,
-        number=1,
-        status=RunStatus.RUNNING,
-        config={},
-    )
+    run = make_run(owner, RunStatus.RUNNING)
     assert not transition(run.pk, [RunStatus.QUEUED], RunStatus.CANCELLED)
     run.refresh_from_db()
     assert run.status == RunStatus.RUNNING

@@ -15,7 +15,7 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from tests.webapp.fixtures import builder_data, make_experiment, tiny_config
+from tests.webapp.fixtures import builder_data, make_experiment, make_run, tiny_config
 from tests.webapp.runs.launching import closed_broker, private_broker, queued_starts, race
 from webapp.experiments.models import Experiment
 from webapp.runs.driver_writes import run_claim_for_start, run_finish
@@ -139,9 +139,7 @@ def test_a_launch_says_queued_only_once_the_broker_took_the_start(owner):
 
 @pytest.mark.django_db(transaction=True)
 def test_two_deliveries_of_a_start_at_the_same_instant_claim_the_run_once(owner):
-    run = Run.objects.create(
-        experiment=make_experiment(owner), owner=owner, number=1, config={}
-    )  # a queued row with no message sent for it
+    run = make_run(owner)  # a queued row with no message sent for it
     barrier, claims = threading.Barrier(2), []
 
     def deliver() -> None:

@@ -97,6 +97,16 @@ def test_a_grid_with_a_count_and_unreadable_yaml_are_refused_by_the_form(client_
     assert not Experiment.objects.exists()
 
 
+def lr_grid(owner, name: str, learning_rates: list[float], *, concurrency: int):
+    """Return a new grid sweep of ``owner``'s tiny experiment over the learning rate."""
+    return sweep_create(
+        experiment=make_experiment(owner),
+        name=name,
+        spec={"mode": "grid", "params": {LR: learning_rates}},
+        concurrency=concurrency,
+    )
+
+
 def record(run, step, score, val=None):
     metrics = {"critic/score/mean": score, "actor/pg_loss": 0.1}
     if val is not None:
@@ -169,12 +179,7 @@ def test_the_sweep_page_shows_each_members_values_metrics_and_the_chart_data(cli
 
 
 def test_the_sweep_state_follows_its_members_to_their_end(client_in, owner):
-    sweep = sweep_create(
-        experiment=make_experiment(owner),
-        name="lr",
-        spec={"mode": "grid", "params": {LR: [1e-6, 1e-5]}},
-        concurrency=2,
-    )
+    sweep = lr_grid(owner, "lr", [1e-6, 1e-5], concurrency=2)
     first, second = [m.run for m in sweep.members.order_by("index")]
     url = reverse("sweeps:state", kwargs={"sweep_id": sweep.pk})
     state = client_in.get(url).json()
@@ -210,12 +215,7 @@ def test_a_value_spread_over_decades_is_drawn_on_a_log_axis():
 
 
 def test_the_list_shows_a_sweeps_status_and_the_nav_links_to_it(client_in, owner):
-    sweep = sweep_create(
-        experiment=make_experiment(owner),
-        name="my lr sweep",
-        spec={"mode": "grid", "params": {LR: [1e-6, 1e-5]}},
-        concurrency=1,
-    )
+    sweep = lr_grid(owner, "my lr sweep", [1e-6, 1e-5], concurrency=1)
     page = client_in.get(reverse("sweeps:list")).content.decode()
     assert "my lr sweep" in page and "status-running" in page
     assert f'href="{reverse("sweeps:list")}"' in page
@@ -226,24 +226,14 @@ def test_the_list_shows_a_sweeps_status_and_the_nav_links_to_it(client_in, owner
 
 
 def test_cancel_from_the_page_cancels_the_queued_members(client_in, owner):
-    sweep = sweep_create(
-        experiment=make_experiment(owner),
-        name="lr",
-        spec={"mode": "grid", "params": {LR: [1e-6, 1e-5]}},
-        concurrency=1,
-    )
+    sweep = lr_grid(owner, "lr", [1e-6, 1e-5], concurrency=1)
     response = client_in.post(reverse("sweeps:cancel", kwargs={"sweep_id": sweep.pk}))
     assert response.status_code == 302
     assert set(Run.objects.values_list("status", flat=True)) == {RunStatus.CANCELLED}
 
 
 def test_another_user_gets_a_404_and_cancels_nothing(client, owner, other_user):
-    sweep = sweep_create(
-        experiment=make_experiment(owner),
-        name="secret sweep",
-        spec={"mode": "grid", "params": {LR: [1e-6]}},
-        concurrency=1,
-    )
+    sweep = lr_grid(owner, "secret sweep", [1e-6], concurrency=1)
     client.force_login(other_user)
     assert client.get(sweep.get_absolute_url()).status_code == 404
     assert client.get(reverse("sweeps:state", kwargs={"sweep_id": sweep.pk})).status_code == 404

@@ -327,15 +327,23 @@ def field_errors(page: str, field: str) -> list[str]:
     return re.findall(r"<li>(.*?)</li>", found.group(1)) if found else []
 
 
-@pytest.mark.django_db
-def test_the_builder_creates_a_tpe_sweep_with_its_pruner(client_in, owner):
-    data = sweep_post(
+def tpe_post(owner, **fields) -> dict:
+    """Return the builder's POST of a 3-trial TPE search over the learning rate, with ``fields``."""
+    return sweep_post(
         owner,
         mode="tpe",
         params=f"{LR}: {{log_uniform: [1e-6, 1e-4]}}",
         count=3,
         seed=1,
         concurrency=1,
+        **fields,
+    )
+
+
+@pytest.mark.django_db
+def test_the_builder_creates_a_tpe_sweep_with_its_pruner(client_in, owner):
+    data = tpe_post(
+        owner,
         metric=METRIC,
         direction="maximize",
         pruner="successive_halving",
@@ -355,13 +363,8 @@ def test_the_builder_creates_a_tpe_sweep_with_its_pruner(client_in, owner):
 
 @pytest.mark.django_db
 def test_the_builder_shows_each_refused_setting_under_its_field(client_in, owner):
-    data = sweep_post(
+    data = tpe_post(
         owner,
-        mode="tpe",
-        params=f"{LR}: {{log_uniform: [1e-6, 1e-4]}}",
-        count=3,
-        seed=1,
-        concurrency=1,
         metric="val-core/gsm8k/acc/mean@1",
         pruner="median",
         pruner_n_warmup_steps=-2,
