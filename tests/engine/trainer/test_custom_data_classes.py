@@ -7,9 +7,11 @@ import textwrap
 
 import pytest
 
+from engine import main_ppo
 from engine.config import ConfigValidationError, validate_config
 from engine.data.custom import CustomPrompts
 from engine.trainer import PPOTrainer
+from tests.engine.tiny_run import short_run
 from tests.engine.trainer.test_trainer import ListRecorder
 
 # Reads the parquet files itself and keeps the questions starting with a 1 (verl's rows).
@@ -142,3 +144,21 @@ def test_a_sampler_needs_no_loader_workers_and_a_class_needs_its_file(tiny_confi
             "defining it, or drop class_name"
         ),
     }
+
+
+def test_the_command_line_names_a_bad_class_in_one_line(tmp_path, capsys):
+    (tmp_path / "plain.py").write_text("class Plain:\n    pass\n")
+    status = main_ppo.main(
+        [
+            "--config-name",
+            "grpo_tiny",
+            *short_run(tmp_path),
+            f"data.custom_cls.path={tmp_path / 'plain.py'}",
+            "data.custom_cls.name=Plain",
+        ]
+    )
+    assert status == main_ppo.USAGE_ERROR
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: data.custom_cls.name='Plain': Plain in {tmp_path / 'plain.py'} is not a "
+        "subclass of torch.utils.data.dataset.Dataset; derive it from Dataset"
+    )
