@@ -25,17 +25,19 @@ from engine.config.files import file_problems, paths_of
 from engine.config.unsupported import ClassFileConfig
 
 DATA_KEY_MAP_TARGETS = ("prompt", "ground_truth", "data_source", "ability")
+# verl's spellings of a class's module (``load_extern_object``): a file, or an importable module.
+FILE_PREFIX, PACKAGE_PREFIX = "file://", "pkg://"
 
 
 @dataclass
 class CustomDatasetConfig(_Section):
     path: str | None = _f(
         None,
-        "Python file with a dataset class (a torch Dataset subclass) used instead of the "
-        "engine's for the training and validation files; built as verl builds it, "
-        "cls(data_files=, tokenizer=, processor=None, config=<data>, max_samples=). Its code "
-        "runs in the trainer: the studio takes it only from the installed reward modules "
-        "folder.",
+        "Python file (or pkg://module) with a dataset class (a torch Dataset subclass) used "
+        "instead of the engine's for the training and validation files; built as verl builds "
+        "it, cls(data_files=, tokenizer=, processor=None, config=<data>, max_samples=). Its "
+        "code runs in the trainer: the studio takes only a file in the installed reward "
+        "modules folder.",
         resource="code",
     )
     name: str | None = _f(None, "Class name in data.custom_cls.path.")
@@ -45,12 +47,12 @@ class CustomDatasetConfig(_Section):
 class SamplerConfig(_Section):
     class_path: str | None = _f(
         None,
-        "Python file with a sampler class (engine.data.sampler.AbstractSampler, a torch Sampler) "
-        "that orders the training data instead of data.shuffle; built as "
-        "cls(data_source=<dataset>, data_config=<data>). A curriculum sampler "
-        "(AbstractCurriculumSampler) gets update(batch=) after every step. Needs "
+        "Python file (or pkg://module) with a sampler class (engine.data.sampler."
+        "AbstractSampler, a torch Sampler) that orders the training data instead of "
+        "data.shuffle; built as cls(data_source=<dataset>, data_config=<data>). A curriculum "
+        "sampler (AbstractCurriculumSampler) gets update(batch=) after every step. Needs "
         "data.dataloader_num_workers=0, as in verl. Its code runs in the trainer: the studio "
-        "takes it only from the installed reward modules folder.",
+        "takes only a file in the installed reward modules folder.",
         resource="code",
     )
     class_name: str | None = _f(None, "Class name in data.sampler.class_path.")
@@ -250,8 +252,9 @@ def data_problems(v: Validation) -> list[ConfigFieldError]:
 def _class_file_problems(v: Validation) -> list[ConfigFieldError]:
     """Return the errors of data.custom_cls and data.sampler: a class named without its file or
     a file without its class, a sampler with loader workers (verl's rule), and with
-    ``check_files`` a file that is not there. The classes load as the trainer starts
-    (``engine.data.custom``): validating runs no code."""
+    ``check_files`` a file that is not there (a ``pkg://`` module is looked for as the trainer
+    starts). The classes load as the trainer starts (``engine.data.custom``): validating runs no
+    code."""
     data: DataConfig = v.cfg.data
     errors = []
     for section, path, name in (
@@ -280,9 +283,12 @@ def _class_file_problems(v: Validation) -> list[ConfigFieldError]:
                     f"file defining it, or drop {name_key}",
                 )
             )
-        if v.check_files and path_value:
+        if v.check_files and path_value and not path_value.startswith(PACKAGE_PREFIX):
             errors += file_problems(
-                v, f"{section}.{path_key}", path_value, "point it at a Python file"
+                v,
+                f"{section}.{path_key}",
+                path_value.removeprefix(FILE_PREFIX),
+                "point it at a Python file",
             )
     if data.sampler.class_path and data.dataloader_num_workers != 0:
         errors.append(

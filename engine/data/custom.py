@@ -30,12 +30,14 @@ import importlib.util
 import sys
 from collections.abc import Mapping, Sequence, Sized
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
+from engine.config.data import FILE_PREFIX, PACKAGE_PREFIX
 from engine.config.fields import ConfigFieldError
 from engine.data.dataset import PromptDataset, RLHFDataset
 from engine.data.rows import DatasetError, normalise_row
@@ -45,18 +47,62 @@ SAMPLER_CALL = "cls(data_source=dataset, data_config=...)"
 
 
 def load_class(path: str, name: str | None, *, keys: tuple[str, str], base: type) -> type:
-    """Return the class ``name`` defined in the Python file ``path``, a subclass of ``base``.
+    """Return the class ``name`` of the module ``path`` names, a subclass of ``base``.
 
-    ``keys`` are the config keys of the file and of the class name, which the errors name.
+    ``path`` is verl's: a Python file (``file://`` may prefix it), or ``pkg://a.b.c`` (or
+    ``pkg://a/b/c``), a module imported by its name. ``keys`` are the config keys of the module
+    and of the class name, which the errors name.
     """
     path_key, name_key = keys
-    file = Path(path).expanduser().resolve()
+    if not name:
+        raise ConfigFieldError(name_key, name, f"set it to the name of the class in {path}")
+    if path.startswith(PACKAGE_PREFIX):
+        module, where = _import_package(path, path_key), path
+    else:
+        file = Path(path.removeprefix(FILE_PREFIX)).expanduser().resolve()
+        module, where = _import_file(file, path, path_key), str(file)
+    cls = getattr(module, name, None)
+    if cls is None:
+        classes = sorted(n for n, v in vars(module).items() if isinstance(v, type))
+        raise ConfigFieldError(
+            name_key,
+            name,
+            f"{where} defines no {name!r}; its classes: {', '.join(classes) or 'none'}",
+        )
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ConfigFieldError(
+            name_key,
+            name,
+            f"{name} in {where} is not a subclass of {base.__module__}.{base.__qualname__}; "
+            f"derive it from {base.__qualname__}",
+        )
+    return cls
+
+
+def _import_package(path: str, path_key: str) -> ModuleType:
+    """Import the module ``pkg://a.b.c`` names (verl's spelling of an importable module)."""
+    module_name = path.removeprefix(PACKAGE_PREFIX).replace("/", ".")
+    if not all(part.isidentifier() for part in module_name.split(".")):
+        raise ConfigFieldError(
+            path_key, path, "pkg:// names a module by its dotted name, e.g. pkg://my_pkg.samplers"
+        )
+    try:
+        return importlib.import_module(module_name)
+    except Exception as exc:
+        raise ConfigFieldError(
+            path_key,
+            path,
+            f"module {module_name} failed to import: {type(exc).__name__}: {exc}; install it, "
+            "or point the key at its Python file",
+        ) from exc
+
+
+def _import_file(file: Path, path: str, path_key: str) -> ModuleType:
+    """Execute the Python file ``file`` as a module of its own and return it."""
     if not file.is_file():
         raise ConfigFieldError(
             path_key, path, f"{file} is not a file; point it at the Python file defining the class"
         )
-    if not name:
-        raise ConfigFieldError(name_key, name, f"set it to the name of the class in {file}")
     module_name = "posttrain_custom_data_" + hashlib.sha1(str(file).encode()).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(module_name, file)
     if spec is None or spec.loader is None:
@@ -70,22 +116,7 @@ def load_class(path: str, name: str | None, *, keys: tuple[str, str], base: type
         raise ConfigFieldError(
             path_key, path, f"{file} failed to import: {type(exc).__name__}: {exc}; fix the file"
         ) from exc
-    cls = getattr(module, name, None)
-    if cls is None:
-        classes = sorted(n for n, v in vars(module).items() if isinstance(v, type))
-        raise ConfigFieldError(
-            name_key,
-            name,
-            f"{file} defines no {name!r}; its classes: {', '.join(classes) or 'none'}",
-        )
-    if not (isinstance(cls, type) and issubclass(cls, base)):
-        raise ConfigFieldError(
-            name_key,
-            name,
-            f"{name} in {file} is not a subclass of {base.__module__}.{base.__qualname__}; "
-            f"derive it from {base.__qualname__}",
-        )
-    return cls
+    return module
 
 
 def dataset_class(path: str, name: str | None) -> type[Dataset]:

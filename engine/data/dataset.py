@@ -98,6 +98,10 @@ class PromptDataset(Dataset):
                 "(instruct) model's tokenizer or set tokenizer.chat_template"
             )
 
+    def __len__(self) -> int:
+        """Return the number of prompts (the subclass's records)."""
+        raise NotImplementedError
+
     def prompt_text(self, messages: list[dict[str, Any]]) -> str:
         """Return the messages rendered by the tokenizer's chat template, ready for generation."""
         return self.tokenizer.apply_chat_template(

@@ -39,7 +39,7 @@ from engine.config import (
 from engine.config.fields import resolved
 from engine.data import DataProto
 from engine.data.dataset import collate_prompts
-from engine.data.sampler import AbstractCurriculumSampler
+from engine.data.sampler import is_curriculum
 from engine.device_info import get_device_info, summary_line
 from engine.env import apply_cpu_process_env, seed_everything
 from engine.perf import ProcessMeter, driver_system_metrics, reduce_rank_metrics
@@ -547,7 +547,7 @@ class PPOTrainer:
         keeps it; ``on_batch_end`` of a custom dataset (``data.custom_cls``; verl's experimental
         hook) after every step but the last."""
         sampler = self.train_loader.sampler
-        if isinstance(sampler, AbstractCurriculumSampler):
+        if is_curriculum(sampler):
             sampler.update(batch=batch)
         dataset: Any = getattr(self.train_dataset, "source", self.train_dataset)
         if not last and callable(getattr(dataset, "on_batch_end", None)):

@@ -23,7 +23,7 @@ from engine.data.custom import (
 from engine.data.dataset import RLHFDataset, collate_prompts
 from engine.data.loader import PromptDataLoader
 from engine.data.rows import DatasetError
-from engine.data.sampler import AbstractCurriculumSampler, AbstractSampler
+from engine.data.sampler import AbstractCurriculumSampler, AbstractSampler, is_curriculum
 from tests.engine.data.helpers import TEMPLATE_TOKENS, data_config, verl_row, write_jsonl
 
 ROWS_DATASET = """
@@ -312,3 +312,35 @@ def test_rows_of_a_custom_dataset_flow_through_the_loader(tmp_path, char_tokeniz
     )
     (batch,) = list(loader)
     assert list(batch.non_tensor_batch["data_source"]) == ["Rows", "sums"]
+
+
+def test_verls_module_spellings_load_a_file_or_an_importable_module(tmp_path):
+    path = write(tmp_path, ROWS_DATASET)
+    assert dataset_class(f"file://{path}", "Rows").__name__ == "Rows"
+    # verl's curriculum examples name a module of its tests: pkg://tests.utils.dataset...
+    for spelling in (
+        "pkg://tests.engine.data.test_custom_classes",
+        "pkg://tests/engine/data/test_custom_classes",
+    ):
+        sampler = build_sampler(spelling, "Reversed", [1, 2, 3], None)
+        assert list(sampler) == [2, 1, 0]
+    error = failure(lambda: build_sampler("pkg://../rewards/evil", "Reversed", [], None))
+    assert (error.key, error.message) == (
+        "data.sampler.class_path",
+        "pkg:// names a module by its dotted name, e.g. pkg://my_pkg.samplers",
+    )
+    error = failure(lambda: dataset_class("pkg://no_such_module_here", "Rows"))
+    assert error.key == "data.custom_cls.path"
+    assert "module no_such_module_here failed to import: ModuleNotFoundError" in error.message
+
+
+def test_a_curriculum_sampler_is_ours_or_verls():
+    class AbstractCurriculumSampler(AbstractSampler):  # verl's, where verl is installed
+        pass
+
+    class VerlCurriculum(AbstractCurriculumSampler):
+        def __init__(self, data_source, data_config):
+            pass
+
+    assert is_curriculum(VerlCurriculum([], None)) and is_curriculum(Hardest([], None))
+    assert not is_curriculum(Reversed([], None)) and not is_curriculum(None)

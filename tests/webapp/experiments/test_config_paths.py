@@ -271,7 +271,11 @@ def test_a_dataset_or_sampler_class_runs_only_from_the_reward_modules(
     own.write_text("from torch.utils.data import Dataset\n\nclass Mine(Dataset):\n    pass\n")
     values = {name_key.replace(".", "__"): "Mine"}
     values |= {key.replace(".", "__"): value for key, value in more.items()}
-    for path in (str(own), f"{rewards}/../data/uploads/my_classes.py"):
+    for path in (
+        str(own),
+        f"{rewards}/../data/uploads/my_classes.py",
+        "pkg://engine.data.sampler",  # verl's spelling of an importable module
+    ):
         found = studio_errors(owner, **{path_key.replace(".", "__"): path}, **values)
         assert found == {
             path_key: f"code runs only from the reward modules installed in {rewards}; choose "
