@@ -204,7 +204,7 @@ class CustomPrompts(PromptDataset):
             raw, location=location, key_map={}, prompt_key=prompt_key, default_source=self.name
         )
         self.add_reward_key(record, list(raw), location)
-        record["index"] = index if isinstance(index, int) else i
+        record["index"] = int(index) if isinstance(index, int | np.integer) else i
         return self.prompt_item(record, location)
 
 
