@@ -5,7 +5,9 @@
 
 The config is loaded, resolved and validated before anything heavy is imported, so a mistake
 costs a second, not a model load: each problem is printed on its own line (no traceback) and the
-exit status is 2, as for any usage error. ``--cfg job`` prints the resolved YAML and exits.
+exit status is 2, as for any usage error. A key found wrong only as the trainer builds (a
+``data.custom_cls`` or ``data.sampler`` class file's class) is printed the same way.
+``--cfg job`` prints the resolved YAML and exits.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import warnings
 
 from engine.config import (
     ConfigError,
+    ConfigFieldError,
     ConfigValidationError,
     config_to_yaml,
     load_config,
@@ -93,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    run_training(config)
+    try:
+        run_training(config)
+    except ConfigFieldError as exc:  # a key found wrong as the trainer builds (a class file's)
+        return _fail([str(exc)])
     return 0
 
 

@@ -209,9 +209,15 @@ NO_SGLANG_MODE = (
     "the script's fault: verl main's RolloutConfig has no such field since verl PR #4422"
 )
 SAME_ASSERT = "the script's fault: verl's FSDP worker asserts the same divisibility"
+ROLLOUT_NAME = "actor_rollout_ref.rollout.name"
+VERL_SAMPLER = (
+    "then its `data.sampler` class, verl's test module `pkg://tests.utils.dataset."
+    "test_create_rl_sampler_on_cpu`, imports verl: it loads where verl is installed, else copy "
+    "the class importing `engine.data.sampler`"
+)
 # Why a script meets a refusal, where the script is at fault (verl stops too) or the refusal
-# follows from another; keyed by the script (under examples/) and the refused key.
-# markdown() fails when one no longer occurs.
+# follows from another, or what the script meets after it; keyed by the script (under
+# examples/) and the refused key. markdown() fails when one no longer occurs.
 SCRIPT_NOTES = {
     ("ppo_trainer/run_deepseek7b_llm_pfppo.sh", ""): (
         "the script's fault: line 6 ends in `\\  # [...]`: bash passes a lone space as an "
@@ -245,6 +251,15 @@ SCRIPT_NOTES = {
     ("sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn_server.sh", SGLANG_MODE): NO_SGLANG_MODE,
     ("sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn_4xgpu_server.sh", SGLANG_MODE): (
         NO_SGLANG_MODE
+    ),
+    ("sglang_multiturn/run_qwen0.5b_gsm8k_multiturn_curriculum.sh", ROLLOUT_NAME): VERL_SAMPLER,
+    (
+        "sglang_multiturn/gsm8k_toolcall_shaping/run_gsm8k_grpo_toolcall_shaping.sh",
+        ROLLOUT_NAME,
+    ): VERL_SAMPLER,
+    ("sglang_multiturn/run_qwen3_4b_dapo_multiturn.sh", ROLLOUT_NAME): (
+        "then its `data.custom_cls`, `recipe/retool/retool.py` in verl's recipe submodule, "
+        "derives from verl's dataset: it loads where verl is installed"
     ),
     ("rollout_correction/run_with_rollout_corr.sh", MICRO_BATCH): SAME_ASSERT,
     ("rollout_correction/run_with_rollout_corr_multi_rs.sh", MICRO_BATCH): SAME_ASSERT,

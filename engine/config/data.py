@@ -22,9 +22,40 @@ from engine.config.fields import (
     _section,
 )
 from engine.config.files import file_problems, paths_of
-from engine.config.unsupported import ClassFileConfig, SamplerConfig
+from engine.config.unsupported import ClassFileConfig
 
 DATA_KEY_MAP_TARGETS = ("prompt", "ground_truth", "data_source", "ability")
+# verl's spellings of a class's module (``load_extern_object``): a file, or an importable module.
+FILE_PREFIX, PACKAGE_PREFIX = "file://", "pkg://"
+
+
+@dataclass
+class CustomDatasetConfig(_Section):
+    path: str | None = _f(
+        None,
+        "Python file (or pkg://module) with a dataset class (a torch Dataset subclass) used "
+        "instead of the engine's for the training and validation files; built as verl builds "
+        "it, cls(data_files=, tokenizer=, processor=None, config=<data>, max_samples=). Its "
+        "code runs in the trainer: the studio takes only a file in the installed reward "
+        "modules folder.",
+        resource="code",
+    )
+    name: str | None = _f(None, "Class name in data.custom_cls.path.")
+
+
+@dataclass
+class SamplerConfig(_Section):
+    class_path: str | None = _f(
+        None,
+        "Python file (or pkg://module) with a sampler class (engine.data.sampler."
+        "AbstractSampler, a torch Sampler) that orders the training data instead of "
+        "data.shuffle; built as cls(data_source=<dataset>, data_config=<data>). A curriculum "
+        "sampler (AbstractCurriculumSampler) gets update(batch=) after every step. Needs "
+        "data.dataloader_num_workers=0, as in verl. Its code runs in the trainer: the studio "
+        "takes only a file in the installed reward modules folder.",
+        resource="code",
+    )
+    class_name: str | None = _f(None, "Class name in data.sampler.class_path.")
 
 
 @dataclass
@@ -70,8 +101,12 @@ class DataConfig(_Section):
         False, "Shuffle the validation data (validation scores every row either way)."
     )
     seed: int | None = _f(1, "Seed of the training data shuffle; null: trainer.seed.")
-    dataloader_num_workers: int = _inert(
-        8, "Data loader worker processes (0: load in the driver).", ge=0, le=MAX_WORKERS
+    dataloader_num_workers: int = _f(
+        8,
+        "Data loader worker processes, as verl; this engine reads the data in the driver, so "
+        "only verl's rule is read: data.sampler needs 0.",
+        ge=0,
+        le=MAX_WORKERS,
     )
     truncation: str = _f(
         "error",
@@ -119,7 +154,7 @@ class DataConfig(_Section):
     filter_overlong_prompts_workers: int = _inert(1, "Processes filtering overlong prompts.")
     image_key: str = _refused("images", "Column holding a row's images.", _MULTIMODAL)
     video_key: str = _refused("videos", "Column holding a row's videos.", _MULTIMODAL)
-    custom_cls: ClassFileConfig = _section(ClassFileConfig, "A custom dataset class.")
+    custom_cls: CustomDatasetConfig = _section(CustomDatasetConfig, "A custom dataset class.")
     return_multi_modal_inputs: bool = _inert(True, "Return multimodal inputs with each row.")
     sampler: SamplerConfig = _section(SamplerConfig, "A custom (curriculum) sampler.")
     datagen: ClassFileConfig = _section(ClassFileConfig, "A dynamic data generator.")
@@ -199,6 +234,7 @@ def data_problems(v: Validation) -> list[ConfigFieldError]:
                 "batch should be able to fill the step (DAPO generates about 3x as many)",
             )
         )
+    errors += _class_file_problems(v)
     if v.check_files:
         for key, files in (
             ("data.train_files", data.train_files),
@@ -210,4 +246,58 @@ def data_problems(v: Validation) -> list[ConfigFieldError]:
             errors += file_problems(
                 v, "data.tokenizer", data.tokenizer, "point it at a tokenizer folder"
             )
+    return errors
+
+
+def _class_file_problems(v: Validation) -> list[ConfigFieldError]:
+    """Return the errors of data.custom_cls and data.sampler: a class named without its file or
+    a file without its class, a sampler with loader workers (verl's rule), and with
+    ``check_files`` a file that is not there (a ``pkg://`` module is looked for as the trainer
+    starts). The classes load as the trainer starts (``engine.data.custom``): validating runs no
+    code."""
+    data: DataConfig = v.cfg.data
+    errors = []
+    for section, path, name in (
+        ("data.custom_cls", ("path", data.custom_cls.path), ("name", data.custom_cls.name)),
+        (
+            "data.sampler",
+            ("class_path", data.sampler.class_path),
+            ("class_name", data.sampler.class_name),
+        ),
+    ):
+        (path_key, path_value), (name_key, name_value) = path, name
+        if path_value and not name_value:
+            errors.append(
+                ConfigFieldError(
+                    f"{section}.{name_key}",
+                    name_value,
+                    f"set it to the name of the class in {section}.{path_key}={path_value!r}",
+                )
+            )
+        if name_value and not path_value:
+            errors.append(
+                ConfigFieldError(
+                    f"{section}.{path_key}",
+                    path_value,
+                    f"{section}.{name_key}={name_value!r} is set; set {path_key} to the Python "
+                    f"file defining it, or drop {name_key}",
+                )
+            )
+        if v.check_files and path_value and not path_value.startswith(PACKAGE_PREFIX):
+            errors += file_problems(
+                v,
+                f"{section}.{path_key}",
+                path_value.removeprefix(FILE_PREFIX),
+                "point it at a Python file",
+            )
+    if data.sampler.class_path and data.dataloader_num_workers != 0:
+        errors.append(
+            ConfigFieldError(
+                "data.dataloader_num_workers",
+                data.dataloader_num_workers,
+                "must be 0 with data.sampler.class_path, as verl requires: a loader that reads "
+                "ahead would hand out batches before a curriculum sampler's update could "
+                "reorder them; set data.dataloader_num_workers=0",
+            )
+        )
     return errors

@@ -346,30 +346,15 @@ class ClassFileConfig(_Section):
     path: str | None = _refused(
         None,
         "Python file with the class.",
-        "custom dataset and data generator classes are not loaded; bring the data as parquet, "
-        "JSONL or CSV and map its columns with data.data_key_map",
+        "data generator classes are not loaded; bring the data as parquet, JSONL or CSV (or a "
+        "dataset class, data.custom_cls)",
         resource="code",
     )
     name: str | None = _refused(
         None,
         "Class name in that file.",
-        "custom dataset and data generator classes are not loaded; map columns with "
-        "data.data_key_map",
-    )
-
-
-@dataclass
-class SamplerConfig(_Section):
-    class_path: str | None = _refused(
-        None,
-        "Python file with a curriculum sampler.",
-        "custom samplers are not loaded; the data is shuffled by data.shuffle and data.seed",
-        resource="code",
-    )
-    class_name: str | None = _refused(
-        None,
-        "Class of the curriculum sampler.",
-        "custom samplers are not loaded; the data is shuffled by data.shuffle and data.seed",
+        "data generator classes are not loaded; bring the data as parquet, JSONL or CSV (or a "
+        "dataset class, data.custom_cls)",
     )
 
 

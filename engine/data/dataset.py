@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.utils.data import Dataset
 
 from engine.data.proto import DataProto, as_object_array
 from engine.data.rows import (
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMATS",
+    "PromptDataset",
     "MAP_TARGETS",
     "RECORD_KEYS",
     "TRUNCATION_MODES",
@@ -62,32 +64,17 @@ def _setting(config: DataConfig, name: str, default: Any) -> Any:
     return default if value is None else value
 
 
-class RLHFDataset:
-    """Prompts from one or more files, read by verl's ``data.*`` settings.
+class PromptDataset(Dataset):
+    """Records made into prompts by verl's ``data.*`` settings; the subclass says where the
+    records come from.
 
-    ``config`` is the ``data`` section (``DataConfig``); of its keys the dataset reads
-    ``prompt_key``, ``max_prompt_length``, ``truncation``, ``filter_overlong_prompts``,
-    ``data_key_map``, ``reward_fn_key``, ``return_raw_chat``, ``apply_chat_template_kwargs``,
-    ``shuffle`` and ``seed``, and a null one takes verl's default. ``item["index"]`` is the row's position in the concatenated files
-    before selection and filtering, so it names the same prompt whatever is dropped. Every item carries
-    the prompt's chat messages as ``raw_prompt`` (as verl 0.7's dataset does); with
-    ``return_raw_chat`` its ``extra_info`` also holds them under ``raw_prompt``, so the reward
-    function sees the conversation, not only the response. ``max_samples`` > 0 keeps that many
-    rows (all when the files hold fewer); -1 or 0 keeps all.
+    ``config`` is the ``data`` section (``DataConfig``, or verl's ``DictConfig`` of it); of its
+    keys this reads ``prompt_key``, ``max_prompt_length``, ``truncation``,
+    ``filter_overlong_prompts``, ``data_key_map``, ``reward_fn_key``, ``return_raw_chat`` and
+    ``apply_chat_template_kwargs``, and a null one takes verl's default.
     """
 
-    def __init__(
-        self,
-        data_files: str | Path | Sequence[str | Path],
-        tokenizer: Any,
-        config: DataConfig,
-        max_samples: int = -1,
-        names: Sequence[str] | None = None,
-    ):
-        """``names``: the files as the config names them (``tiny://val.parquet``), one per file,
-        for ``data.file_key_maps`` and ``data.file_data_sources``; default: the paths."""
-        files = [data_files] if isinstance(data_files, str | Path) else list(data_files)
-        names = [str(f) for f in files] if names is None else list(names)
+    def __init__(self, tokenizer: Any, config: DataConfig):
         self.tokenizer = tokenizer
         self.prompt_key: str = _setting(config, "prompt_key", "prompt")
         self.max_prompt_length: int = int(_setting(config, "max_prompt_length", 1024))
@@ -95,10 +82,6 @@ class RLHFDataset:
         self.filter_overlong_prompts = bool(_setting(config, "filter_overlong_prompts", False))
         self.reward_fn_key: str = _setting(config, "reward_fn_key", "data_source")
         self.key_map = check_key_map(_setting(config, "data_key_map", None))
-        self.file_key_maps = {
-            str(k): check_key_map(v) for k, v in _setting(config, "file_key_maps", {}).items()
-        }
-        self.file_data_sources = dict(_setting(config, "file_data_sources", {}))
         self.return_raw_chat = bool(_setting(config, "return_raw_chat", False))
         self.chat_template_kwargs = dict(_setting(config, "apply_chat_template_kwargs", {}))
         if self.truncation not in TRUNCATION_MODES:
@@ -114,6 +97,92 @@ class RLHFDataset:
                 "the tokenizer has no chat_template, so prompts cannot be formatted; use a chat "
                 "(instruct) model's tokenizer or set tokenizer.chat_template"
             )
+
+    def __len__(self) -> int:
+        """Return the number of prompts (the subclass's records)."""
+        raise NotImplementedError
+
+    def prompt_text(self, messages: list[dict[str, Any]]) -> str:
+        """Return the messages rendered by the tokenizer's chat template, ready for generation."""
+        return self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs
+        )
+
+    def add_reward_key(self, record: dict[str, Any], columns: list[str], location: str) -> None:
+        """Give ``record`` its ``data.reward_fn_key`` column when that is not a record key: the
+        row's extra column of that name; ``columns`` (the row's) are named when it has none."""
+        if self.reward_fn_key in RECORD_KEYS:
+            return
+        if self.reward_fn_key not in record["extra_info"]:
+            raise DatasetError(
+                f"{location}: no column '{self.reward_fn_key}' for data.reward_fn_key; "
+                f"columns are {columns}; set data.reward_fn_key=data_source"
+            )
+        record[self.reward_fn_key] = record["extra_info"][self.reward_fn_key]
+
+    def prompt_item(self, row: dict[str, Any], location: str) -> dict[str, Any]:
+        """Return one prompt: ``input_ids`` (prompt_len,) unpadded, plus the record's fields.
+
+        ``row`` is a record (``RECORD_KEYS``, ``index`` and the ``reward_fn_key`` column) found
+        at ``location``; ``prompt_text`` is the templated string before truncation.
+        """
+        text = self.prompt_text(row["raw_prompt"])
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) > self.max_prompt_length and self.truncation == "error":
+            raise DatasetError(
+                f"{location}: prompt is {len(ids)} tokens, longer than data.max_prompt_length="
+                f"{self.max_prompt_length}; raise data.max_prompt_length or set "
+                "data.truncation=left|right|middle"
+            )
+        ids = truncate_ids(ids, self.max_prompt_length, self.truncation)
+        item = {
+            "input_ids": torch.tensor(ids, dtype=torch.long),
+            "prompt_text": text,
+            **{key: row[key] for key in RECORD_KEYS},
+            "index": row["index"],
+        }
+        if self.reward_fn_key not in item:
+            item[self.reward_fn_key] = row[self.reward_fn_key]
+        if self.return_raw_chat:
+            # The column is always in the batch (multi-turn rollouts start from it); the flag
+            # also hands the messages to the reward function, in its extra_info.
+            item["extra_info"] = {**(row["extra_info"] or {}), "raw_prompt": row["raw_prompt"]}
+        return item
+
+
+class RLHFDataset(PromptDataset):
+    """Prompts from one or more files, read by verl's ``data.*`` settings.
+
+    Besides ``PromptDataset``'s keys it reads ``file_key_maps``, ``file_data_sources``,
+    ``shuffle`` and ``seed``. ``item["index"]`` is the row's position in the concatenated files
+    before selection and filtering, so it names the same prompt whatever is dropped. Every item carries
+    the prompt's chat messages as ``raw_prompt`` (as verl 0.7's dataset does); with
+    ``return_raw_chat`` its ``extra_info`` also holds them under ``raw_prompt``, so the reward
+    function sees the conversation, not only the response. ``max_samples`` > 0 keeps that many
+    rows (all when the files hold fewer); -1 or 0 keeps all. ``processor`` is verl's argument
+    for multimodal data, which this engine refuses; it is taken so that verl's call
+    (``data.custom_cls``: ``cls(data_files=, tokenizer=, processor=, config=, max_samples=)``)
+    builds a subclass.
+    """
+
+    def __init__(
+        self,
+        data_files: str | Path | Sequence[str | Path],
+        tokenizer: Any,
+        config: DataConfig,
+        processor: Any = None,
+        max_samples: int = -1,
+        names: Sequence[str] | None = None,
+    ):
+        """``names``: the files as the config names them (``tiny://val.parquet``), one per file,
+        for ``data.file_key_maps`` and ``data.file_data_sources``; default: the paths."""
+        super().__init__(tokenizer, config)
+        files = [data_files] if isinstance(data_files, str | Path) else list(data_files)
+        names = [str(f) for f in files] if names is None else list(names)
+        self.file_key_maps = {
+            str(k): check_key_map(v) for k, v in _setting(config, "file_key_maps", {}).items()
+        }
+        self.file_data_sources = dict(_setting(config, "file_data_sources", {}))
         if not files:
             raise DatasetError("no data files given; set data.train_files (and data.val_files)")
         self.rows: list[dict[str, Any]] = []
@@ -145,13 +214,7 @@ class RLHFDataset:
                 prompt_key=self.prompt_key,
                 default_source=self.file_data_sources.get(name) or path.stem,
             )
-            if self.reward_fn_key not in RECORD_KEYS:
-                if self.reward_fn_key not in record["extra_info"]:
-                    raise DatasetError(
-                        f"{location}: no column '{self.reward_fn_key}' for data.reward_fn_key; "
-                        f"columns are {list(raw)}; set data.reward_fn_key=data_source"
-                    )
-                record[self.reward_fn_key] = record["extra_info"][self.reward_fn_key]
+            self.add_reward_key(record, list(raw), location)
             record["index"] = len(self.rows)
             self.rows.append(record)
             self.locations.append(location)
@@ -192,37 +255,12 @@ class RLHFDataset:
                 "or set data.filter_overlong_prompts=True (or data.truncation=left|right|middle)"
             )
 
-    def prompt_text(self, messages: list[dict[str, Any]]) -> str:
-        """Return the messages rendered by the tokenizer's chat template, ready for generation."""
-        return self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs
-        )
-
     def __len__(self) -> int:
         return len(self.rows)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        """Return one prompt: ``input_ids`` (prompt_len,) unpadded, plus its record fields.
-
-        ``prompt_text`` is the templated string before truncation.
-        """
-        row = self.rows[i]
-        text = self.prompt_text(row["raw_prompt"])
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        ids = truncate_ids(ids, self.max_prompt_length, self.truncation)
-        item = {
-            "input_ids": torch.tensor(ids, dtype=torch.long),
-            "prompt_text": text,
-            **{key: row[key] for key in RECORD_KEYS},
-            "index": row["index"],
-        }
-        if self.reward_fn_key not in item:
-            item[self.reward_fn_key] = row[self.reward_fn_key]
-        if self.return_raw_chat:
-            # The column is always in the batch (multi-turn rollouts start from it); the flag
-            # also hands the messages to the reward function, in its extra_info.
-            item["extra_info"] = {**(row["extra_info"] or {}), "raw_prompt": row["raw_prompt"]}
-        return item
+        """Return one prompt (``PromptDataset.prompt_item``)."""
+        return self.prompt_item(self.rows[i], self.locations[i])
 
 
 def collate_prompts(items: Sequence[dict[str, Any]], pad_token_id: int | None) -> DataProto:

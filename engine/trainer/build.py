@@ -18,8 +18,10 @@ from engine.algorithms.kl import KLController, get_kl_controller
 from engine.config import ConfigValidationError, ModelConfig, PPOConfig
 from engine.config.fields import resolved
 from engine.config.files import paths_of
+from engine.config.keys import config_to_dict
 from engine.config.reward_model import in_process_reward_model_problems, uses_judge
-from engine.data.dataset import RLHFDataset
+from engine.data.custom import CustomPrompts, build_custom_dataset, build_sampler, dataset_class
+from engine.data.dataset import PromptDataset, RLHFDataset
 from engine.data.loader import PromptDataLoader
 from engine.distributed.local_group import LocalWorkerGroup
 from engine.distributed.worker_group import ActorRolloutRefGroup, CriticGroup
@@ -85,27 +87,38 @@ def load_data_tokenizer(config: PPOConfig, policy_tokenizer: Any) -> Any:
     return tokenizer
 
 
-def build_datasets(config: PPOConfig, tokenizer: Any) -> tuple[RLHFDataset, RLHFDataset | None]:
-    """Return the training dataset and the validation one (None without ``data.val_files``)."""
+def verl_data_config(config: PPOConfig) -> Any:
+    """Return the ``data`` section as verl hands it to a dataset or sampler class: an OmegaConf
+    ``DictConfig`` (``config.get(key, default)``, attribute and item access)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create(config_to_dict(config)["data"])
+
+
+def build_datasets(config: PPOConfig, tokenizer: Any) -> tuple[PromptDataset, PromptDataset | None]:
+    """Return the training dataset and the validation one (None without ``data.val_files``):
+    ``RLHFDataset``, or the class ``data.custom_cls`` names (``engine.data.custom``)."""
     data = config.data
-    train = RLHFDataset(
-        resolve_files(resolved(data.train_files, "data.train_files")),
-        tokenizer,
-        data,
-        max_samples=data.train_max_samples,
-        names=paths_of(data.train_files),
-    )
-    val = (
-        RLHFDataset(
-            resolve_files(paths_of(data.val_files)),
+    custom = data.custom_cls
+    custom_cls = dataset_class(custom.path, custom.name) if custom.path else None
+
+    def dataset(files: Sequence[str], max_samples: int) -> PromptDataset:
+        if custom_cls is None:
+            return RLHFDataset(
+                resolve_files(files), tokenizer, data, max_samples=max_samples, names=list(files)
+            )
+        return build_custom_dataset(
+            custom_cls,
+            resolve_files(files),
             tokenizer,
-            data,
-            max_samples=data.val_max_samples,
-            names=paths_of(data.val_files),
+            verl_data_config(config),
+            max_samples=max_samples,
+            prompt_settings=data,
         )
-        if data.val_files
-        else None
-    )
+
+    resolved(data.train_files, "data.train_files")  # null: an error naming the key
+    train = dataset(paths_of(data.train_files), data.train_max_samples)
+    val = dataset(paths_of(data.val_files), data.val_max_samples) if data.val_files else None
     if config.trainer.val_only and val is None:
         raise ValueError(
             "trainer.val_only=True validates and stops, but data.val_files is not set; "
@@ -114,10 +127,19 @@ def build_datasets(config: PPOConfig, tokenizer: Any) -> tuple[RLHFDataset, RLHF
     return train, val
 
 
-def build_train_loader(config: PPOConfig, dataset: RLHFDataset, collate: Any) -> PromptDataLoader:
+def build_train_loader(config: PPOConfig, dataset: PromptDataset, collate: Any) -> PromptDataLoader:
     """Return the training loader: ``data.gen_batch_size`` (else ``train_batch_size``) prompts a
-    batch, full batches only, shuffled with ``data.seed``."""
+    batch, full batches only, in ``data.sampler``'s order, else shuffled with ``data.seed``.
+
+    A custom dataset's sampler sees the user's dataset (``CustomPrompts.source``), as in verl.
+    """
     data = config.data
+    sampler = None
+    if data.sampler.class_path:
+        source = dataset.source if isinstance(dataset, CustomPrompts) else dataset
+        sampler = build_sampler(
+            data.sampler.class_path, data.sampler.class_name, source, verl_data_config(config)
+        )
     return PromptDataLoader(
         dataset,
         data.gen_batch_size or data.train_batch_size,
@@ -125,6 +147,7 @@ def build_train_loader(config: PPOConfig, dataset: RLHFDataset, collate: Any) ->
         seed=resolved(data.seed, "data.seed"),
         drop_last=True,
         collate_fn=collate,
+        sampler=sampler,
     )
 
 

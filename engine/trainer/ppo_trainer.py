@@ -39,6 +39,7 @@ from engine.config import (
 from engine.config.fields import resolved
 from engine.data import DataProto
 from engine.data.dataset import collate_prompts
+from engine.data.sampler import is_curriculum
 from engine.device_info import get_device_info, summary_line
 from engine.env import apply_cpu_process_env, seed_everything
 from engine.perf import ProcessMeter, driver_system_metrics, reduce_rank_metrics
@@ -499,6 +500,8 @@ class PPOTrainer:
             for prompts in batches:
                 self.global_step += 1
                 metrics, batch, reward_info = self.train_step(prompts, batches)
+                last = self.global_step >= self.total_steps
+                self.update_data(batch, last=last)
                 self.report.on_samples(
                     self.global_step,
                     sample_records(
@@ -510,7 +513,6 @@ class PPOTrainer:
                         n=config.actor_rollout_ref.rollout.n,
                     ),
                 )
-                last = self.global_step >= self.total_steps
                 test_freq = trainer_cfg.test_freq
                 if (
                     self.val_dataset is not None
@@ -538,6 +540,18 @@ class PPOTrainer:
     def train(self) -> RunOutcome:
         """Train: :meth:`fit` under the name Python tutorials call (subclasses override fit)."""
         return self.fit()
+
+    def update_data(self, batch: DataProto, *, last: bool) -> None:
+        """Hand a finished step's batch to the data, as verl does: ``update`` of a curriculum
+        sampler (``data.sampler``) after every step, before the step's checkpoint, so a resume
+        keeps it; ``on_batch_end`` of a custom dataset (``data.custom_cls``; verl's experimental
+        hook) after every step but the last."""
+        sampler = self.train_loader.sampler
+        if is_curriculum(sampler):
+            sampler.update(batch=batch)
+        dataset: Any = getattr(self.train_dataset, "source", self.train_dataset)
+        if not last and callable(getattr(dataset, "on_batch_end", None)):
+            dataset.on_batch_end(batch=batch)
 
     def prompt_batches(self) -> Iterator[DataProto]:
         """Yield the training loader's batches epoch after epoch, without end."""

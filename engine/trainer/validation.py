@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engine.data import DataProto
-from engine.data.dataset import RLHFDataset
+from engine.data.dataset import PromptDataset
 from engine.roles.protocols import ActorRolloutRef
 from engine.trainer.metrics import compute_validation_metrics
 from engine.trainer.reporting import Recorder, SampleRecord
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 def validate(
     arr: ActorRolloutRef,
-    dataset: RLHFDataset,
+    dataset: PromptDataset,
     reward_fn: Any,
     *,
     collate: Callable[[list[dict[str, Any]]], DataProto],

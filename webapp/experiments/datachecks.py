@@ -16,7 +16,8 @@ preview's memory-limited child process: uploads are untrusted) and reports:
   template), with how many and by how much, offering verl's ``data.filter_overlong_prompts``.
 
 Only files and tokenizers that passed the studio's path checks are read (``skip`` names the
-keys that did not).
+keys that did not). With a dataset class (``data.custom_cls``, from the installed modules) the
+files are the class's to read, so none is read here.
 """
 
 from __future__ import annotations
@@ -191,6 +192,12 @@ def data_contract_problems(
     except ConfigFieldError:
         return [], []
     data = config.data
+    if data.custom_cls.path and "data.custom_cls.path" not in skip:
+        return [], [
+            "the data files were not checked against their key maps, rewards and "
+            "data.max_prompt_length: data.custom_cls reads them with its own dataset class, "
+            "which the run builds as it starts"
+        ]
     errors: list[ConfigFieldError] = []
     warnings: list[str] = []
     prompts: list[list[dict[str, Any]]] = []

@@ -101,12 +101,12 @@ def test_every_schema_key_that_names_a_file_folder_code_or_host_is_classified():
         "custom_reward_function.path",
         "actor_rollout_ref.rollout.multi_turn.interaction_path",
         "actor_rollout_ref.rollout.multi_turn.interaction_config_path",  # imports its class_names
+        "data.custom_cls.path",  # a dataset class
+        "data.sampler.class_path",  # a sampler class
         # Refused keys: verl's custom classes and servers are never loaded.
         "actor_rollout_ref.rollout.agent.agent_loop_config_path",
         "actor_rollout_ref.rollout.agent.custom_async_server.path",
-        "data.custom_cls.path",
         "data.datagen.path",
-        "data.sampler.class_path",
         "reward_manager.module.path",
         "reward_model.reward_loop_module_path",
     }
@@ -250,6 +250,39 @@ def test_code_runs_only_from_the_reward_modules_after_interpolation(owner, studi
     assert (
         studio_errors(owner, actor_rollout_ref__rollout__multi_turn__interaction_path=inside) == {}
     )
+
+
+@pytest.mark.parametrize(
+    ("path_key", "name_key", "more"),
+    [
+        ("data.custom_cls.path", "data.custom_cls.name", {}),
+        ("data.sampler.class_path", "data.sampler.class_name", {"data.dataloader_num_workers": 0}),
+    ],
+)
+def test_a_dataset_or_sampler_class_runs_only_from_the_reward_modules(
+    owner, studio_dirs, path_key, name_key, more
+):
+    """The command line loads a member's own file (engine.data.custom); the studio refuses it,
+    wherever it lies, as every code key: only the installed modules folder is read."""
+    rewards = studio_dirs / "rewards"
+    own = studio_dirs / "data" / "uploads" / "my_classes.py"
+    own.parent.mkdir(parents=True, exist_ok=True)
+    own.write_text("from torch.utils.data import Dataset\n\nclass Mine(Dataset):\n    pass\n")
+    values = {name_key.replace(".", "__"): "Mine"}
+    values |= {key.replace(".", "__"): value for key, value in more.items()}
+    for path in (
+        str(own),
+        f"{rewards}/../data/uploads/my_classes.py",
+        "pkg://engine.data.sampler",  # verl's spelling of an importable module
+    ):
+        found = studio_errors(owner, **{path_key.replace(".", "__"): path}, **values)
+        assert found == {
+            path_key: f"code runs only from the reward modules installed in {rewards}; choose "
+            "one of them (an administrator adds new ones there)"
+        }
+    (rewards / "house_data.py").write_text(own.read_text())
+    inside = str(rewards / "house_data.py")
+    assert studio_errors(owner, **{path_key.replace(".", "__"): inside}, **values) == {}
 
 
 @pytest.mark.parametrize(

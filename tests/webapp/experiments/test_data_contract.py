@@ -84,6 +84,24 @@ def _house_rewards():
     return reward_modules_dir() / "house_rewards.py"
 
 
+def test_a_dataset_class_reads_the_files_its_own_way(owner):
+    dataset = upload(owner, SUMS)
+    classes = _house_rewards().parent / "house_data.py"
+    classes.write_text("from torch.utils.data import Dataset\n\nclass Sums(Dataset):\n    pass\n")
+    mapped = {"data__train_files": dataset.path, "data__data_key_map": QA_MAP}
+    with pytest.raises(ConfigValidationError):  # the key map does not fit tiny://val.parquet
+        config_check(owner=owner, config=tiny_config(**mapped))
+    config = tiny_config(
+        **mapped, data__custom_cls__path=str(classes), data__custom_cls__name="Sums"
+    )
+    warnings = config_check(owner=owner, config=config)
+    assert (
+        "the data files were not checked against their key maps, rewards and "
+        "data.max_prompt_length: data.custom_cls reads them with its own dataset class, which "
+        "the run builds as it starts"
+    ) in warnings
+
+
 def test_prompts_over_max_prompt_length_are_counted_and_filter_overlong_is_offered(owner):
     long = [{"question": "1+" * 40 + "1=", "answer": "41"}] * 3
     dataset = upload(owner, SUMS + long)
