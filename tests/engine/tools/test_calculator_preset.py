@@ -14,13 +14,13 @@ from types import SimpleNamespace
 import pytest
 
 from engine.config import config_to_dict, get_value, load_config, set_value
-from engine.config.keys import resolve_key, schema_keys
 from engine.rewards import default_compute_score, tiny_calculator
 from engine.rewards.default import KNOWN_DATA_SOURCES
 from engine.roles.model_loading import resolve_path
 from engine.tools import load_tools, tiny_task
 from engine.tools.tiny_uris import CALCULATOR_URIS, resolve_tiny_uri, tiny_uris
 from tests.engine.command_line import metric_rows, train_from_command_line
+from tests.engine.tools.task_fixtures import fake_task_folder, path_keys
 
 PRESET = "grpo_tiny_calculator"
 # docs/results.md, "Tool calling on the tiny model": what the command adds to the overrides.
@@ -38,32 +38,14 @@ CALL = '<tool_call>{"name": "calc", "arguments": {"expr": "123+456"}}</tool_call
 
 @pytest.fixture
 def task(tmp_path, monkeypatch) -> SimpleNamespace:
-    """Return a fake calculator task ``folder``, which ``ensure_calculator_task`` now returns,
-    and the data folders it was ``calls``-ed with."""
-    folder = tmp_path / "tiny_calculator" / "0123456789abcdef"
-    (folder / "model").mkdir(parents=True)
-    (folder / "data").mkdir()
-    for name in ("train", "val"):
-        (folder / "data" / f"{name}.parquet").write_bytes(b"PAR1")
-    (folder / "tools.yaml").write_text(tiny_task.TOOLS_YAML)
-    calls = []
-
-    def fake_ensure(data_dir=None):
-        calls.append(data_dir)
-        return folder
-
-    monkeypatch.setattr(tiny_task, "ensure_calculator_task", fake_ensure)
-    return SimpleNamespace(folder=folder, calls=calls)
-
-
-def path_keys() -> list[str]:
-    """Return the schema's keys that name a file or folder (``resource="path"``)."""
-    return [
-        key
-        for key in schema_keys()
-        if (field := resolve_key(key).field) is not None
-        and field.metadata.get("resource") == "path"
-    ]
+    """Return a fake calculator task, which ``ensure_calculator_task`` now returns."""
+    return fake_task_folder(
+        monkeypatch,
+        tmp_path / "tiny_calculator",
+        tiny_task,
+        "ensure_calculator_task",
+        tiny_task.TOOLS_YAML,
+    )
 
 
 def test_calculator_uris_resolve_to_the_built_task(task, tmp_path):

@@ -17,7 +17,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from engine.config import config_to_dict, get_value, load_config, set_value
-from engine.config.keys import resolve_key, schema_keys
 from engine.rewards import default_compute_score
 from engine.rewards.default import KNOWN_DATA_SOURCES
 from engine.roles.model_loading import resolve_path
@@ -28,6 +27,7 @@ from engine.tools.tiny_interpreter_task import INTERPRETER_TASK
 from engine.tools.tiny_task import tool_tokenizer
 from engine.tools.tiny_uris import INTERPRETER_URIS, resolve_tiny_uri, tiny_uris
 from engine.tools.tool_task import build_task
+from tests.engine.tools.task_fixtures import fake_task_folder, path_keys
 
 PRESET = "grpo_tiny_interpreter"
 SOURCE = INTERPRETER_TASK.data_source
@@ -53,22 +53,14 @@ def small_task(tmp_path_factory) -> SimpleNamespace:
 
 @pytest.fixture
 def fake_task(tmp_path, monkeypatch) -> SimpleNamespace:
-    """Return a fake task ``folder``, which ``ensure_interpreter_task`` now returns, and the data
-    folders it was ``calls``-ed with."""
-    folder = tmp_path / "tiny_interpreter" / "0123456789abcdef"
-    (folder / "model").mkdir(parents=True)
-    (folder / "data").mkdir()
-    for name in ("train", "val"):
-        (folder / "data" / f"{name}.parquet").write_bytes(b"PAR1")
-    (folder / "tools.yaml").write_text(tiny_interpreter_task.TOOLS_YAML)
-    calls = []
-
-    def fake_ensure(data_dir=None):
-        calls.append(data_dir)
-        return folder
-
-    monkeypatch.setattr(tiny_interpreter_task, "ensure_interpreter_task", fake_ensure)
-    return SimpleNamespace(folder=folder, calls=calls)
+    """Return a fake interpreter task, which ``ensure_interpreter_task`` now returns."""
+    return fake_task_folder(
+        monkeypatch,
+        tmp_path / "tiny_interpreter",
+        tiny_interpreter_task,
+        "ensure_interpreter_task",
+        tiny_interpreter_task.TOOLS_YAML,
+    )
 
 
 def test_the_build_writes_the_task_and_what_the_seeding_did(small_task):
@@ -153,16 +145,6 @@ def test_interpreter_uris_resolve_to_the_built_task(fake_task, tmp_path):
     assert fake_task.calls[-1] == tmp_path / "d"
     with pytest.raises(ValueError, match="unknown embedded asset"):
         resolve_path("tiny://interpreter/nope")
-
-
-def path_keys() -> list[str]:
-    """Return the schema's keys that name a file or folder (``resource="path"``)."""
-    return [
-        key
-        for key in schema_keys()
-        if (field := resolve_key(key).field) is not None
-        and field.metadata.get("resource") == "path"
-    ]
 
 
 def test_the_preset_is_the_measured_command_on_the_tasks_uris(fake_task):
