@@ -38,7 +38,7 @@ CPU_ONLY = (
     "actor_rollout_ref.hybrid_engine=False runs its rollout worker process on a CPU; set "
     "trainer.device=cpu, or keep actor_rollout_ref.hybrid_engine=True on a GPU"
 )
-ONE_ROLLOUT_WORKER = Limit(1, "the one-step-off trainer starts one rollout worker process")
+ONE_ROLLOUT_WORKER = Limit(1, "the asynchronous trainers start one rollout worker process")
 # verl's fully_async_ppo_trainer.yaml values of the keys that select the trainer.
 FULLY_ASYNC_DEFAULTS = {
     "staleness_threshold": 0.1,

@@ -141,6 +141,9 @@ class RolloutWorkerProcess:
         if self.process.is_alive():
             self.process.terminate()
             self.process.join(_STOP_S)
+        # Requests the worker never read would block the feeder thread at exit (the pipe is full
+        # and no one reads it): drop them.
+        self.requests.cancel_join_thread()
         self.requests.close()
         self.replies.close()
 

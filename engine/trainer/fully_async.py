@@ -24,7 +24,8 @@ submitted at a sync sits at most ``queue_chunks`` chunks from the queue's head, 
 actor by at most ``max_staleness`` = ceil(queue_chunks / require_batches) - 1 updates. The
 trainer drops a chunk older than that (``async/dropped_stale_samples``), which the budget above
 never lets happen; the check makes the bound a guarantee of what is trained on, not only of the
-accounting, and a dropped chunk is replaced by a fresh one. Stale samples are corrected as the
+accounting, and a dropped chunk is replaced by one generated with the actor's weights (sent to
+the worker again then). Stale samples are corrected as the
 one-step-off trainer corrects them (``engine.trainer.one_step_off``): pi_old is the rollout's
 log-probs (``use_rollout_log_probs``, bypass mode) or recomputed by the current actor, and
 ``algorithm.rollout_correction`` weighs pi_old / pi_rollout.
@@ -106,14 +107,18 @@ class FullyAsyncPPOTrainer(OneStepOffPPOTrainer):
 
     def sync_and_top_up(self) -> None:
         """Send the actor's weights to the worker, then submit chunks up to the budget."""
-        assert self.rollout_worker is not None
-        start = time.perf_counter()
-        self.rollout_worker.sync_weights(self.policy, self.global_step)
-        self.synced_version = self.global_step
-        self._sync_s = time.perf_counter() - start
+        self.sync_weights(self.global_step)
         still_needed = (self.total_steps - self.global_step) * self.settings.require_batches
         while len(self.in_flight) < min(self.settings.queue_chunks, still_needed):
             self.submit_chunk()
+
+    def sync_weights(self, version: int) -> None:
+        """Send the actor's weights (after ``version`` updates) to the worker."""
+        assert self.rollout_worker is not None
+        start = time.perf_counter()
+        self.rollout_worker.sync_weights(self.policy, version)
+        self.synced_version = version
+        self._sync_s += time.perf_counter() - start
 
     def submit_chunk(self) -> None:
         """Submit the next chunk of prompts to the worker."""
@@ -143,6 +148,10 @@ class FullyAsyncPPOTrainer(OneStepOffPPOTrainer):
             gen_s += seconds
             gen_cpu_s += gen.meta_info.pop("rollout_worker_cpu_s", 0.0)
             if current - version > self.settings.max_staleness:
+                # The replacement is generated with the actor's weights, sent again whatever the
+                # worker was sent before: it cannot be dropped in its turn.
+                if not dropped:
+                    self.sync_weights(current)
                 dropped += len(batch)
                 self.submit_chunk()
                 continue
