@@ -330,7 +330,21 @@ def fully_async_problems(v: Validation) -> list[ConfigFieldError]:
         else actor.use_rollout_log_probs
     )
     total_rollout = cfg.rollout.total_rollout_steps
+    total_steps = (
+        total_rollout // cfg.data.train_batch_size
+        if total_rollout is not None
+        else cfg.trainer.total_training_steps
+    )
+    sync_step = settings.trigger_parameter_sync_step
     checks = [
+        (
+            "async_training.trigger_parameter_sync_step",
+            sync_step,
+            bool(total_steps) and 1 < total_steps <= sync_step,
+            f"the run trains {total_steps} steps, so the rollouter would never receive an update "
+            f"and every sample would come from the initial policy; set at most "
+            f"{max(total_steps - 1, 1) if total_steps else 1}",
+        ),
         (
             "data.train_batch_size",
             cfg.data.train_batch_size,

@@ -174,6 +174,11 @@ def test_the_queue_and_the_staleness_bound_follow_verls_budget(
             "set one value",
         ),
         (["rollout.total_rollout_steps=8"], "rollout.total_rollout_steps", "at least 32"),
+        (
+            ["async_training.trigger_parameter_sync_step=5", "trainer.total_training_steps=5"],
+            "async_training.trigger_parameter_sync_step",
+            "set at most 4",
+        ),
         (["rollout.total_epochs=2"], "rollout.total_epochs", "trainer.total_epochs"),
         (["rollout.n=4"], "rollout.n", "actor_rollout_ref.rollout.n"),
         (["critic.enable=True"], "critic.enable", "older policy"),
