@@ -16,8 +16,11 @@ Arms, alternated ``--repeats`` times so both see the same machine load:
 Each arm runs in its own process (``python -m bench.training.async_compare arm <name> ...``) and
 prints one JSON line. A step's time is the wall time between the ends of consecutive steps; the
 medians skip ``--skip`` warm-up steps (the rollout worker's start falls in the first) and the last
-step (it validates). ``trainer_cpu_s_per_step`` and ``worker_gen_cpu_s`` are CPU seconds: on a
-shared machine the wall time less the CPU time is the wait for a core. Samples/s is ``train_batch_size x rollout.n`` over the median step. The
+step (it validates); ``total_s`` is the whole run, the worker's start included.
+``sync_weights_s_per_step`` is the trainer's time sending its weights, averaged over the steps.
+``trainer_cpu_s_per_step`` and ``worker_gen_cpu_s`` are CPU seconds: on a shared machine the
+wall time less the CPU time is the wait for a core (and two processes get a larger share of a
+loaded machine than one). Samples/s is ``train_batch_size x rollout.n`` over the median step. The
 limit of the overlap is the slower side: the worker's generation (``timing_s/rollout_worker_gen``)
 or the trainer's work (the step less its wait for the batch, ``timing_s/gen``); ``bound_s`` is the
 larger, and ``of_bound`` says how close the step gets to it. ``heldout_reward`` is the validation
@@ -136,6 +139,10 @@ def run_arm(args: Any) -> dict[str, Any]:
             "of_bound": round(bound / median, 3),
             "staleness_mean": median_of(rows, "async/staleness_mean"),
             "staleness_max": max(m["async/staleness_max"] for m in clock.metrics),
+            # Per step on average: one-step-off syncs every step, fully-async every T steps.
+            "sync_weights_s_per_step": round(
+                statistics.mean(m["timing_s/sync_rollout_weights"] for m in rows), 4
+            ),
         }
     if args.arm == "fully_async":
         result |= {

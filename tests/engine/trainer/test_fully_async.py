@@ -189,3 +189,18 @@ def test_a_cancel_stops_the_rollouter_with_chunks_in_flight(make_config):
     assert len(recorder.steps) == 1
     assert trainer.rollout_worker is None
     assert not process.is_alive()
+
+
+def test_verls_rollout_keys_set_the_runs_length_and_its_validation(make_config):
+    recorder = ListRecorder()
+    config = make_config(
+        "grpo_tiny",
+        *fully_async(0, 1),
+        "rollout.total_rollout_steps=13",  # 13 prompts // 4 a step: three steps
+        "rollout.test_freq=2",  # every two syncs, one a step: step 2, and the last
+        "data.val_max_samples=8",
+    )
+    assert run_training(config, recorder) == "succeeded"
+    assert [step for step, _ in recorder.steps] == [1, 2, 3]
+    validated = [any(k.startswith("val-core/") for k in m) for _, m in recorder.steps]
+    assert validated == [False, True, True]
