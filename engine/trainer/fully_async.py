@@ -25,10 +25,11 @@ actor by at most ``max_staleness`` = ceil(queue_chunks / require_batches) - 1 up
 trainer drops a chunk older than that (``async/dropped_stale_samples``), which the budget above
 never lets happen; the check makes the bound a guarantee of what is trained on, not only of the
 accounting, and a dropped chunk is replaced by one generated with the actor's weights (sent to
-the worker again then). Stale samples are corrected as the
-one-step-off trainer corrects them (``engine.trainer.one_step_off``): pi_old is the rollout's
-log-probs (``use_rollout_log_probs``, bypass mode) or recomputed by the current actor, and
-``algorithm.rollout_correction`` weighs pi_old / pi_rollout.
+the worker again then). Stale samples are corrected as the one-step-off trainer corrects them
+(``engine.trainer.one_step_off``): pi_old is the rollout's log-probs (``use_rollout_log_probs``,
+bypass mode) or recomputed by the current actor, and ``algorithm.rollout_correction`` weighs
+pi_old / pi_rollout. A checkpoint holds the trained steps; the chunks in flight when it was
+written are not in it, and a resumed run syncs and refills the queue at its first step.
 
 With ``staleness_threshold=0`` and ``trigger_parameter_sync_step=1`` the budget is one step: each
 step's chunks are submitted after the previous update, and the samples and updates are those of

@@ -204,3 +204,26 @@ def test_verls_rollout_keys_set_the_runs_length_and_its_validation(make_config):
     assert [step for step, _ in recorder.steps] == [1, 2, 3]
     validated = [any(k.startswith("val-core/") for k in m) for _, m in recorder.steps]
     assert validated == [False, True, True]
+
+
+def test_a_cancelled_run_resumes_with_the_checkpoints_weights_in_the_rollouter(
+    make_config, tmp_path
+):
+    common = (
+        *fully_async(1, 2),  # a queue of four chunks: the whole run is in flight at the start
+        "trainer.total_training_steps=3",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        "algorithm.rollout_correction.rollout_is=token",
+        "actor_rollout_ref.actor.optim.lr=1e-2",  # a worker left on other weights would show
+    )
+    first = FullyAsyncPPOTrainer(make_config("grpo_tiny", *common), ListRecorder(stop_after=2))
+    assert first.fit() == "cancelled"
+    assert first.recorder.checkpoints[-1][0] == 2
+    second = FullyAsyncPPOTrainer(make_config("grpo_tiny", *common), ListRecorder())
+    assert second.fit() == "succeeded"
+    ((step, metrics),) = second.recorder.steps
+    assert step == 3
+    # The resumed rollouter got the checkpoint's weights (version 2) before its first chunk.
+    assert metrics["async/rollout_policy_version"] == 2.0
+    assert metrics["async/staleness_max"] == 0.0
+    assert metrics["rollout_corr/rollout_is_mean"] == pytest.approx(1.0, abs=1e-3)
