@@ -1,4 +1,4 @@
-"""Synchronous against one-step-off GRPO on the tiny task, side by side in one run.
+"""Synchronous, one-step-off and fully-async GRPO on the tiny task, side by side in one run.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.training.async_compare --steps 12 --repeats 2
 
@@ -8,12 +8,19 @@ Arms, alternated ``--repeats`` times so both see the same machine load:
   one process with one thread.
 - ``one_step_off``: ``OneStepOffPPOTrainer`` (``hybrid_engine=False``): a rollout worker process
   (one thread) generates batch t+1 while the trainer (one thread) trains on batch t.
+- ``fully_async``: ``FullyAsyncPPOTrainer`` (``hybrid_engine=False`` with ``async_training.*``):
+  the worker streams batches into a queue of floor(T x (1 + ``--staleness``)) batches, the
+  weights sync every T = ``--sync-step`` steps (``require_batches=1``: a step is one batch, as in
+  the other arms, so all three train on the same number of samples).
 
 Each arm runs in its own process (``python -m bench.training.async_compare arm <name> ...``) and
 prints one JSON line. A step's time is the wall time between the ends of consecutive steps; the
 medians skip ``--skip`` warm-up steps (the rollout worker's start falls in the first) and the last
-step (it validates). ``trainer_cpu_s_per_step`` and ``worker_gen_cpu_s`` are CPU seconds: on a
-shared machine the wall time less the CPU time is the wait for a core. Samples/s is ``train_batch_size x rollout.n`` over the median step. The
+step (it validates); ``total_s`` is the whole run, the worker's start included.
+``sync_weights_s_per_step`` is the trainer's time sending its weights, averaged over the steps.
+``trainer_cpu_s_per_step`` and ``worker_gen_cpu_s`` are CPU seconds: on a shared machine the
+wall time less the CPU time is the wait for a core (and two processes get a larger share of a
+loaded machine than one). Samples/s is ``train_batch_size x rollout.n`` over the median step. The
 limit of the overlap is the slower side: the worker's generation (``timing_s/rollout_worker_gen``)
 or the trainer's work (the step less its wait for the batch, ``timing_s/gen``); ``bound_s`` is the
 larger, and ``of_bound`` says how close the step gets to it. ``heldout_reward`` is the validation
@@ -32,18 +39,29 @@ import time
 from pathlib import Path
 from typing import Any
 
-ARMS = ("sync", "one_step_off")
+ARMS = ("sync", "one_step_off", "fully_async")
+ASYNC_ARMS = ("one_step_off", "fully_async")
 
 
 def overrides(args: Any, arm: str, out_dir: Path) -> list[str]:
     """Return the verl overrides of ``arm`` on the tiny GRPO preset.
 
-    One-step-off takes pi_old from the rollout (``actor.use_rollout_log_probs``, as verl's
-    one-step-off preset does with bypass mode) unless ``--recompute-old``: then the trainer
-    recomputes it for every stale batch, a forward pass the synchronous on-policy step skips.
+    The asynchronous arms take pi_old from the rollout (``actor.use_rollout_log_probs``, as
+    verl's one-step-off preset does with bypass mode and its fully-async config by default)
+    unless ``--recompute-old``: then the trainer recomputes it for every stale batch, a forward
+    pass the synchronous on-policy step skips.
     """
-    pi_old_from_rollout = arm == "one_step_off" and not args.recompute_old
-    return [
+    pi_old_from_rollout = arm in ASYNC_ARMS and not args.recompute_old
+    fully_async = (
+        [
+            f"async_training.staleness_threshold={args.staleness}",
+            f"async_training.trigger_parameter_sync_step={args.sync_step}",
+            "async_training.require_batches=1",
+        ]
+        if arm == "fully_async"
+        else []
+    )
+    return fully_async + [
         f"actor_rollout_ref.actor.use_rollout_log_probs={pi_old_from_rollout}",
         f"data.train_batch_size={args.batch}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.batch}",
@@ -72,6 +90,7 @@ def run_arm(args: Any) -> dict[str, Any]:
     """Train one arm in this process; return its figures."""
     from bench.training.step_clock import StepClock
     from engine.config import load_config
+    from engine.trainer.fully_async import FullyAsyncPPOTrainer
     from engine.trainer.one_step_off import OneStepOffPPOTrainer
     from engine.trainer.ppo_trainer import PPOTrainer
 
@@ -79,7 +98,11 @@ def run_arm(args: Any) -> dict[str, Any]:
     config = load_config("grpo_tiny.yaml", overrides=overrides(args, args.arm, out_dir))
     clock = StepClock()
     start = time.perf_counter()
-    trainer_cls = PPOTrainer if args.arm == "sync" else OneStepOffPPOTrainer
+    trainer_cls = {
+        "sync": PPOTrainer,
+        "one_step_off": OneStepOffPPOTrainer,
+        "fully_async": FullyAsyncPPOTrainer,
+    }[args.arm]
     status = trainer_cls(config, clock).fit()
     total = time.perf_counter() - start
     steady = slice(args.skip, len(clock.wall) - 1)  # the last step validates
@@ -104,7 +127,7 @@ def run_arm(args: Any) -> dict[str, Any]:
         ),
         "reward_all_steps": [round(m["critic/score/mean"], 4) for m in clock.metrics],
     }
-    if args.arm == "one_step_off":
+    if args.arm in ASYNC_ARMS:
         gen = [m["timing_s/rollout_worker_gen"] for m in rows]
         train = [m["timing_s/step"] - m["timing_s/gen"] for m in rows]
         bound = statistics.median([max(g, t) for g, t in zip(gen, train, strict=True)])
@@ -115,6 +138,16 @@ def run_arm(args: Any) -> dict[str, Any]:
             "bound_s": round(bound, 4),
             "of_bound": round(bound / median, 3),
             "staleness_mean": median_of(rows, "async/staleness_mean"),
+            "staleness_max": max(m["async/staleness_max"] for m in clock.metrics),
+            # Per step on average: one-step-off syncs every step, fully-async every T steps.
+            "sync_weights_s_per_step": round(
+                statistics.mean(m["timing_s/sync_rollout_weights"] for m in rows), 4
+            ),
+        }
+    if args.arm == "fully_async":
+        result |= {
+            "queue_size_median": median_of(rows, "async/queue_size"),
+            "dropped_stale_samples": clock.metrics[-1]["async/dropped_stale_samples_total"],
         }
     return result
 
@@ -135,6 +168,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--recompute-old", action="store_true", help="one-step-off recomputes pi_old"
     )
+    parser.add_argument(
+        "--staleness", type=float, default=0.5, help="fully_async: staleness_threshold"
+    )
+    parser.add_argument(
+        "--sync-step", type=int, default=2, help="fully_async: trigger_parameter_sync_step"
+    )
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms to run")
     parser.add_argument("--root", default="/tmp/async_compare")
     parser.add_argument("--out", default=None, help="write the results here as JSON")
     return parser.parse_args(argv)
@@ -152,8 +192,12 @@ def main(argv: list[str]) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     load = os.getloadavg()[0]
     results = []
+    arms = args.arms.split(",")
+    unknown = sorted(set(arms) - set(ARMS))
+    if unknown or "sync" not in arms:
+        raise SystemExit(f"--arms: {', '.join(ARMS)}, sync among them (got {args.arms})")
     for repeat in range(args.repeats):
-        for arm in ARMS:
+        for arm in arms:
             done = subprocess.run(
                 [sys.executable, "-m", "bench.training.async_compare", "arm", arm, *argv],
                 env=env,
@@ -167,11 +211,13 @@ def main(argv: list[str]) -> None:
             row["repeat"] = repeat
             results.append(row)
             print(json.dumps({k: v for k, v in row.items() if not k.endswith("all_s")}))
-    summary = {}
-    for arm in ARMS:
+    summary: dict[str, float] = {}
+    for arm in arms:
         rates = [r["samples_per_s"] for r in results if r["arm"] == arm]
         summary[arm] = round(statistics.median(rates), 2)
-    summary["speedup"] = round(summary["one_step_off"] / summary["sync"], 3)
+    for arm in arms:
+        if arm != "sync":
+            summary[f"{arm}_speedup"] = round(summary[arm] / summary["sync"], 3)
     summary["load_average_at_start"] = round(load, 2)
     summary["load_average_at_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps({"samples_per_s_median": summary}))

@@ -375,7 +375,8 @@ class ActorRolloutRefConfig(_Section):
     hybrid_engine: bool = _f(
         True,
         "Actor, rollout and reference share devices and take turns; False: one-step-off "
-        "(the next batch generates while this one trains).",
+        "(the next batch generates while this one trains), or fully-async with "
+        "async_training.staleness_threshold, trigger_parameter_sync_step or require_batches set.",
     )
     nccl_timeout: int = _inert(600, "Seconds before a stuck NCCL collective fails.")
     model: ModelConfig = _section(ModelConfig, "The policy model.")

@@ -48,10 +48,11 @@ class PPOConfig(_Section):
     ray_kwargs: RayKwargsConfig = _section(RayKwargsConfig, "Ray start-up (verl 0.7's place).")
     reward_manager: RewardManagerConfig = _section(RewardManagerConfig, "The reward manager.")
     rollout: RolloutPoolConfig = _section(
-        RolloutPoolConfig, "The one-step-off trainer's rollout worker (hybrid_engine=False)."
+        RolloutPoolConfig,
+        "The rollout worker of the one-step-off and fully-async trainers (hybrid_engine=False).",
     )
     async_training: AsyncTrainingConfig = _section(
-        AsyncTrainingConfig, "verl's fully-async trainer (not implemented: refused)."
+        AsyncTrainingConfig, "verl's fully-async trainer (hybrid_engine=False with these keys)."
     )
     global_profiler: GlobalProfilerConfig = _section(GlobalProfilerConfig, "Profiling.")
     transfer_queue: TransferQueueConfig = _section(TransferQueueConfig, "verl's TransferQueue.")

@@ -26,7 +26,7 @@ from typing import Any
 
 from engine.config.actor import actor_problems
 from engine.config.algorithm import algorithm_problems
-from engine.config.async_training import one_step_off_problems
+from engine.config.async_training import fully_async_problems, one_step_off_problems
 from engine.config.critic import critic_problems
 from engine.config.data import data_problems
 from engine.config.fields import (
@@ -62,6 +62,7 @@ SECTION_RULES = (
     algorithm_problems,
     trainer_problems,
     one_step_off_problems,
+    fully_async_problems,
 )
 
 

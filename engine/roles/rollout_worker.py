@@ -7,7 +7,11 @@ The trainer talks to it through two queues, and the worker answers in the order 
 ``sync_weights`` (the policy's parameters and their version: how many updates made them),
 ``submit`` (generate a batch with the weights last synced) and ``result`` (the oldest submitted
 batch, stamped with the version that produced it). Sending never waits for the worker: a queue's
-feeder thread writes while the worker generates. Everything travels as ``torch.save`` bytes, so
+feeder thread writes while the worker generates. Between two batches the worker reads every
+request already sent, so weights synced while batches wait their turn are the ones those
+batches are generated with (a batch in flight finishes with the weights it started with, as
+verl's rollouter without partial rollout). ``queue_size`` bounds the finished batches waiting for
+the trainer (the fully-async trainer's queue): a worker that fills it waits. Everything travels as ``torch.save`` bytes, so
 no tensor in either process shares memory with the other (a shared tensor breaks once its
 process exits). Sampling draws from the worker's own generator seeded as the in-process
 rollout's (``trainer.seed``), so with the same weights it samples the same tokens.
@@ -20,6 +24,7 @@ import multiprocessing as mp
 import queue
 import time
 import traceback
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -61,11 +66,14 @@ class RolloutWorkerProcess:
         *,
         max_new_tokens: int,
         seed: int,
+        queue_size: int = 0,
     ) -> None:
         context = mp.get_context("spawn")
         self.requests: Any = context.Queue()
-        self.replies: Any = context.Queue()
+        self.replies: Any = context.Queue(maxsize=queue_size)
         self.in_flight = 0
+        # Replies read off the queue by ``ready`` and not yet returned by ``result``.
+        self.received: deque[tuple[str, Any]] = deque()  # (kind, bytes or traceback)
         setup = {
             "model_config": model.config,
             "generation_config": getattr(model, "generation_config", None),
@@ -101,21 +109,29 @@ class RolloutWorkerProcess:
         """
         if self.in_flight == 0:
             raise RuntimeError("no rollout was submitted to the rollout worker")
-        while True:
+        while not self.received:
             try:
-                kind, payload = self.replies.get(timeout=_POLL_S)
-                break
+                self.received.append(self.replies.get(timeout=_POLL_S))
             except queue.Empty:
                 if not self.process.is_alive():
                     raise RuntimeError(
                         f"the rollout worker process exited (code {self.process.exitcode}) "
                         "with a batch in flight; see its output above"
                     ) from None
+        kind, payload = self.received.popleft()
         if kind == "error":
             raise RuntimeError(f"the rollout worker failed:\n{payload}")
         self.in_flight -= 1
         out, version, seconds = _unpack(payload)
         return out, version, seconds
+
+    def ready(self) -> int:
+        """Return how many submitted batches are generated and not yet taken by ``result``."""
+        while True:
+            try:
+                self.received.append(self.replies.get_nowait())
+            except queue.Empty:
+                return len(self.received)
 
     def close(self) -> None:
         """Stop the worker process (terminated if it does not exit in time)."""
@@ -125,6 +141,9 @@ class RolloutWorkerProcess:
         if self.process.is_alive():
             self.process.terminate()
             self.process.join(_STOP_S)
+        # Requests the worker never read would block the feeder thread at exit (the pipe is full
+        # and no one reads it): drop them.
+        self.requests.cancel_join_thread()
         self.requests.close()
         self.replies.close()
 
@@ -133,14 +152,25 @@ def _serve(requests: Any, replies: Any, setup_bytes: bytes) -> None:
     """The worker process: build the policy copy, then answer requests in order until stopped."""
     try:
         worker = _RolloutWorker(_unpack(setup_bytes))
+        waiting: deque[bytes] = deque()  # batches to generate, in the order submitted
         while True:
-            kind, payload = requests.get()
-            if kind == "stop":
-                return
-            if kind == "weights":
-                worker.load(*_unpack(payload))
-            elif kind == "generate":
-                replies.put(("ok", _pack(worker.generate(_unpack(payload)))))
+            # Wait for a request only when idle; otherwise read what has come, so the newest
+            # weights are loaded before the next batch starts.
+            pending = [] if waiting else [requests.get()]
+            while True:
+                try:
+                    pending.append(requests.get_nowait())
+                except queue.Empty:
+                    break
+            for kind, payload in pending:
+                if kind == "stop":
+                    return
+                if kind == "weights":
+                    worker.load(*_unpack(payload))
+                elif kind == "generate":
+                    waiting.append(payload)
+            if waiting:
+                replies.put(("ok", _pack(worker.generate(_unpack(waiting.popleft())))))
     except BaseException:
         replies.put(("error", traceback.format_exc()))
 

@@ -47,6 +47,9 @@ VERSION_KEY = "rollout_policy_version"
 class OneStepOffPPOTrainer(PPOTrainer):
     """Train with a rollout worker process generating one batch ahead (see the module doc)."""
 
+    # Generated batches the worker may hold for the trainer (0: unbounded; one-step-off's two).
+    rollout_queue_size = 0
+
     def __init__(
         self, config: PPOConfig, recorder: Recorder | None = None, *, overlap: bool = True
     ):
@@ -76,6 +79,7 @@ class OneStepOffPPOTrainer(PPOTrainer):
             arr.rollout,
             max_new_tokens=arr.rollout.response_length or self.config.data.max_response_length,
             seed=self.config.trainer.seed,
+            queue_size=self.rollout_queue_size,
         )
 
     def close(self) -> None:

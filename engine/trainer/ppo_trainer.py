@@ -364,12 +364,26 @@ class PPOTrainer:
         self, prompts: DataProto, batch: DataProto, gen: DataProto, *, timing: dict[str, float]
     ) -> tuple[DataProto, dict]:
         """Join the rollout ``gen`` to its input ``batch`` and score it (``generate_and_score``)."""
-        n = self.config.actor_rollout_ref.rollout.n
+        return self.score_joined(
+            prompts, self.join_rollout(batch, gen, timing=timing), timing=timing
+        )
+
+    def join_rollout(
+        self, batch: DataProto, gen: DataProto, *, timing: dict[str, float]
+    ) -> DataProto:
+        """Return the rollout input ``batch`` with its prompt tensors replaced by ``gen``'s."""
         timing["update_weights"] = timing.get("update_weights", 0.0) + gen.meta_info.pop(
             "timing_s/update_weights", 0.0
         )
         batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
-        batch = batch.union(gen.to("cpu") if self.device.type != "cpu" else gen)
+        return batch.union(gen.to("cpu") if self.device.type != "cpu" else gen)
+
+    def score_joined(
+        self, prompts: DataProto, batch: DataProto, *, timing: dict[str, float]
+    ) -> tuple[DataProto, dict]:
+        """Add ``token_level_scores`` (and ReMax's baselines) to a joined rollout; return it
+        with the reward info."""
+        n = self.config.actor_rollout_ref.rollout.n
         if self.config.algorithm.adv_estimator == "remax":
             with timer("gen_max", timing):
                 batch.batch["reward_baselines"] = self.greedy_baselines(prompts, n)

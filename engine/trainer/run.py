@@ -3,7 +3,9 @@
 ``trainer.controller=local`` trains in this process (``PPOTrainer``; on a CUDA device its
 workers are FSDP2 ranks of a one-rank group), ``ray`` over Ray worker groups of FSDP2 ranks
 (``RayPPOTrainer``); ``actor_rollout_ref.hybrid_engine=False`` trains one batch ahead with a
-rollout worker process (``OneStepOffPPOTrainer``). This module knows them all; the trainers know nothing of each other's choice.
+rollout worker process (``OneStepOffPPOTrainer``), or, with ``async_training.*`` keys set, from
+the bounded queue that process streams into (``FullyAsyncPPOTrainer``). This module knows them
+all; the trainers know nothing of each other's choice.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import traceback
 from typing import TYPE_CHECKING
 
+from engine.config.async_training import is_fully_async
+from engine.trainer.fully_async import FullyAsyncPPOTrainer
 from engine.trainer.one_step_off import OneStepOffPPOTrainer
 from engine.trainer.ppo_trainer import PPOTrainer
 from engine.trainer.ray_trainer import RayPPOTrainer
@@ -33,6 +37,8 @@ def run_training(config: PPOConfig, recorder: Recorder | None = None) -> RunOutc
         trainer_cls: type[PPOTrainer] = PPOTrainer
         if config.trainer.controller == "ray":
             trainer_cls = RayPPOTrainer
+        elif is_fully_async(config):
+            trainer_cls = FullyAsyncPPOTrainer
         elif not config.actor_rollout_ref.hybrid_engine:
             trainer_cls = OneStepOffPPOTrainer
         trainer = trainer_cls(config, recorder)
