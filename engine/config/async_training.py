@@ -199,10 +199,10 @@ def one_step_off_problems(v: Validation) -> list[ConfigFieldError]:
     """Return an error for each setting the one-step-off trainer cannot honour.
 
     Only with ``actor_rollout_ref.hybrid_engine=False``: its rollout worker is one CPU process
-    with the ``hf`` backend under the local controller (``trainer.device=auto`` is checked when
-    the run starts, where the machine says whether it is a GPU), generating single-turn responses from a
-    full copy of the policy; a critic, ReMax's greedy baselines and dynamic sampling are not
-    wired into its one-batch-ahead loop.
+    with the ``hf`` or ``vllm`` backend (single- or multi-turn) under the local controller
+    (``trainer.device=auto`` is checked when the run starts, where the machine says whether it
+    is a GPU), generating from a full copy of the policy; a critic, ReMax's greedy baselines and
+    dynamic sampling are not wired into its one-batch-ahead loop.
     """
     cfg = v.cfg
     arr = cfg.actor_rollout_ref
@@ -225,16 +225,9 @@ def one_step_off_problems(v: Validation) -> list[ConfigFieldError]:
         (
             "actor_rollout_ref.rollout.name",
             arr.rollout.name,
-            arr.rollout.name != "hf",
-            f"{key} generates with the hf backend in its worker process; set "
-            "actor_rollout_ref.rollout.name=hf",
-        ),
-        (
-            "actor_rollout_ref.rollout.multi_turn.enable",
-            arr.rollout.multi_turn.enable,
-            arr.rollout.multi_turn.enable,
-            f"{key} generates single-turn responses; turn multi_turn off or keep "
-            "actor_rollout_ref.hybrid_engine=True",
+            arr.rollout.name == "sglang",
+            f"{key} runs its rollout worker process on a CPU, where SGLang does not run; set "
+            "actor_rollout_ref.rollout.name=hf or vllm",
         ),
         (
             "actor_rollout_ref.model.lora_rank",

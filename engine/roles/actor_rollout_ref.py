@@ -85,6 +85,26 @@ def get_rollout(
     return rollout
 
 
+def rollout_build_arguments(config: PPOConfig) -> dict[str, Any]:
+    """Return :func:`get_rollout`'s keyword arguments that come from the run's config (all but
+    ``seed``): a served engine (``vllm``, ``sglang``) loads the model itself from
+    ``model_path``, built as the policy with its ``override_config``."""
+    arr = config.actor_rollout_ref
+    served = arr.rollout.name in ("vllm", "sglang")  # engines that load the model themselves
+    model_path = resolve_path(arr.model.path) if served else None
+    return {
+        "model_path": model_path,
+        "chat_template_kwargs": config.data.apply_chat_template_kwargs,
+        "model_overrides": (
+            changed_config_attributes(
+                model_path, arr.model, "actor_rollout_ref.model.override_config"
+            )
+            if model_path
+            else None
+        ),
+    }
+
+
 def sampling_params(rollout: Any, validate: bool) -> dict[str, Any]:
     """Return the sampling keyword arguments of ``actor_rollout_ref.rollout`` for training or
     validation (``val_kwargs``) rollouts."""
@@ -150,23 +170,13 @@ class ActorRolloutRefWorker:
             remove_padding=arr.model.use_remove_padding,
             sequence_parallel=sp,
         )
-        served = arr.rollout.name in ("vllm", "sglang")  # engines that load the model themselves
-        model_path = resolve_path(arr.model.path) if served else None
         self.rollout = get_rollout(
             arr.rollout.name,
             self.model,
             self.tokenizer,
             arr.rollout,
-            model_path=model_path,
-            chat_template_kwargs=config.data.apply_chat_template_kwargs,
             seed=config.trainer.seed + rank,
-            model_overrides=(
-                changed_config_attributes(
-                    model_path, arr.model, "actor_rollout_ref.model.override_config"
-                )
-                if model_path
-                else None
-            ),
+            **rollout_build_arguments(config),
         )
         # Each rank samples its own prompts: give each its own random stream.
         self.generator = torch.Generator(device="cpu").manual_seed(config.trainer.seed + rank)

@@ -1,7 +1,13 @@
-"""The detached rollout worker: a process of its own holding a copy of the policy and the ``hf``
-rollout, so generation really runs beside training (verl's ``DetachAsyncRolloutWorker`` of
+"""The detached rollout worker: a process of its own holding a copy of the policy and its rollout
+engine, so generation really runs beside training (verl's ``DetachAsyncRolloutWorker`` of
 ``verl/experimental/one_step_off_policy``; on a CPU a process, not a thread: the GIL and torch's
 intra-op pool would serialise a thread).
+
+The engine is the run's ``actor_rollout_ref.rollout.name``, built as the trainer builds its own
+(``get_rollout``): ``hf`` samples from the policy copy, ``vllm`` runs a vLLM engine in the worker
+that loads each synced copy through its ``load_weights`` (the colocated path's bucketed reload),
+and with ``multi_turn.enable`` either is wrapped in the multi-turn loop, whose tool calls and
+interactions run in the worker too.
 
 The trainer talks to it through two queues, and the worker answers in the order it was asked:
 ``sync_weights`` (the policy's parameters and their version: how many updates made them),
@@ -67,7 +73,11 @@ class RolloutWorkerProcess:
         max_new_tokens: int,
         seed: int,
         queue_size: int = 0,
+        build_arguments: dict[str, Any] | None = None,
     ) -> None:
+        """Start the worker; ``build_arguments`` are ``get_rollout``'s besides the seed
+        (``engine.roles.actor_rollout_ref.rollout_build_arguments``: a served engine's model path
+        and overrides, the chat template's arguments)."""
         context = mp.get_context("spawn")
         self.requests: Any = context.Queue()
         self.replies: Any = context.Queue(maxsize=queue_size)
@@ -82,6 +92,7 @@ class RolloutWorkerProcess:
             "rollout_config": rollout_config,
             "max_new_tokens": max_new_tokens,
             "seed": seed,
+            "build_arguments": build_arguments or {},
         }
         self.process = context.Process(
             target=_serve,
@@ -176,7 +187,7 @@ def _serve(requests: Any, replies: Any, setup_bytes: bytes) -> None:
 
 
 class _RolloutWorker:
-    """What the worker process holds: the policy copy, its ``hf`` rollout and its generator."""
+    """What the worker process holds: the policy copy, its rollout engine and its generator."""
 
     def __init__(self, setup: dict[str, Any]) -> None:
         from transformers import AutoModelForCausalLM
@@ -191,7 +202,14 @@ class _RolloutWorker:
         model.config.use_cache = True
         self.model = model.eval()
         self.config = setup["rollout_config"]
-        self.rollout = get_rollout("hf", self.model, setup["tokenizer"], self.config)
+        self.rollout = get_rollout(
+            self.config.name,
+            self.model,
+            setup["tokenizer"],
+            self.config,
+            seed=setup["seed"],
+            **setup["build_arguments"],
+        )
         self.max_new_tokens = setup["max_new_tokens"]
         self.generator = torch.Generator(device="cpu").manual_seed(setup["seed"])
         self.version = -1  # no weights yet: the trainer syncs before its first batch
@@ -199,6 +217,7 @@ class _RolloutWorker:
     def load(self, state: dict[str, torch.Tensor], version: int) -> None:
         """Load the policy's weights after ``version`` updates."""
         self.model.load_state_dict(state)
+        self.rollout.load_weights(self.model)  # a served engine copies them into its own model
         self.version = version
 
     def generate(self, prompts: DataProto) -> tuple[DataProto, int, float]:

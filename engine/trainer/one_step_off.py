@@ -35,7 +35,7 @@ from engine.config import PPOConfig
 from engine.config.async_training import CPU_ONLY
 from engine.config.fields import ConfigFieldError
 from engine.data import DataProto
-from engine.roles.actor_rollout_ref import ActorRolloutRefWorker
+from engine.roles.actor_rollout_ref import ActorRolloutRefWorker, rollout_build_arguments
 from engine.roles.rollout_worker import RolloutWorkerProcess
 from engine.trainer.metrics import timer
 from engine.trainer.ppo_trainer import PPOTrainer
@@ -80,6 +80,7 @@ class OneStepOffPPOTrainer(PPOTrainer):
             max_new_tokens=arr.rollout.response_length or self.config.data.max_response_length,
             seed=self.config.trainer.seed,
             queue_size=self.rollout_queue_size,
+            build_arguments=rollout_build_arguments(self.config),
         )
 
     def close(self) -> None:

@@ -44,9 +44,9 @@ def test_one_step_off_on_the_tiny_preset_is_valid():
         ),
         (["actor_rollout_ref.model.lora_rank=4"], "actor_rollout_ref.model.lora_rank", "=0"),
         (
-            ["actor_rollout_ref.rollout.multi_turn.enable=True"],
-            "actor_rollout_ref.rollout.multi_turn.enable",
-            "turn multi_turn off",
+            ["actor_rollout_ref.rollout.name=sglang"],
+            "actor_rollout_ref.rollout.name",
+            "set actor_rollout_ref.rollout.name=hf or vllm",
         ),
     ],
 )
@@ -55,6 +55,19 @@ def test_a_setting_one_step_off_cannot_honour_is_refused_by_name(overrides, key,
     assert key in errors, errors
     assert "actor_rollout_ref.hybrid_engine=False" in errors[key]
     assert fix in errors[key]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["actor_rollout_ref.rollout.name=vllm"],
+        ["actor_rollout_ref.rollout.multi_turn.enable=True"],
+        ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.multi_turn.enable=True"],
+    ],
+)
+def test_the_worker_runs_vllm_and_multi_turn_rollouts(overrides):
+    config = load_config("grpo_tiny.yaml", overrides=[ONE_STEP_OFF, *overrides])
+    assert validate_config(config, check_files=False) == []
 
 
 def test_the_same_settings_are_fine_in_the_synchronous_trainer():

@@ -13,10 +13,14 @@ import torch
 from engine.data import DataProto
 from engine.roles.actor import response_logits
 from engine.roles.rollout_worker import RolloutWorkerProcess, policy_state
+from engine.tools.tiny_task import calculator_overrides, ensure_calculator_task
 from engine.trainer import PPOTrainer
 from engine.trainer.one_step_off import VERSION_KEY, OneStepOffPPOTrainer
 from engine.trainer.run import run_training
+from tests.engine.rollout.test_vllm_engine import LOGP_ATOL
 from tests.engine.trainer.test_trainer import ListRecorder
+from tests.engine.trainer.test_vllm_training import VLLM
+from tests.vllm_tests import requires_vllm
 
 ONE_STEP_OFF = "actor_rollout_ref.hybrid_engine=False"
 
@@ -188,3 +192,49 @@ def test_a_cancelled_run_resumes_with_the_checkpoints_weights_in_the_worker(make
     assert metrics["async/staleness_max"] == 0.0
     assert metrics["rollout_corr/rollout_is_mean"] == pytest.approx(1.0, abs=1e-3)
     assert metrics["rollout_corr/kl"] == pytest.approx(0.0, abs=1e-4)
+
+
+@pytest.mark.slow
+@requires_vllm
+def test_the_worker_generates_with_vllm_on_the_weights_last_synced(make_config):
+    # Without the overlap every batch is generated on the weights of the step before it; a
+    # large step moves them far, so a vLLM engine left on older weights would show in the
+    # rollout's log-probs against the actor's recomputation.
+    recorder = ListRecorder()
+    trainer = OneStepOffPPOTrainer(
+        make_config(
+            "grpo_tiny",
+            ONE_STEP_OFF,
+            *VLLM,
+            "actor_rollout_ref.rollout.calculate_log_probs=True",
+            "trainer.total_training_steps=3",
+            "actor_rollout_ref.actor.optim.lr=1e-2",
+        ),
+        recorder,
+        overlap=False,
+    )
+    assert trainer.fit() == "succeeded"
+    assert [step for step, _ in recorder.steps] == [1, 2, 3]
+    for step, metrics in recorder.steps:
+        assert metrics["async/rollout_policy_version"] == step - 1
+        assert metrics["training/rollout_probs_diff_max"] <= LOGP_ATOL
+
+
+@pytest.mark.slow
+def test_multi_turn_tool_calls_run_in_the_worker(make_config):
+    task = ensure_calculator_task()  # built once per recipe, then cached (the calculator tests')
+    recorder = ListRecorder()
+    config = make_config(
+        "grpo_tiny",
+        ONE_STEP_OFF,
+        *calculator_overrides(task),
+        "data.train_batch_size=8",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+    )
+    assert run_training(config, recorder) == "succeeded"
+    steps = [metrics for _, metrics in recorder.steps]
+    assert [m["async/staleness_max"] for m in steps] == [0.0, 1.0]
+    # The seeded model calls the calculator in about a third of its answers; the worker ran
+    # those calls and went on to a second turn.
+    assert all(m["tool_call_counts/mean"] > 0 for m in steps)
+    assert all(m["num_turns/max"] == 2.0 for m in steps)
