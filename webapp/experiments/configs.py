@@ -303,6 +303,10 @@ PRESET_LABELS = {
     "grpo_tiny_one_step_off": (
         "GRPO one step off-policy: the next batch generates while this one trains (CPU)"
     ),
+    "grpo_tiny_fully_async": (
+        "GRPO fully async: a rollout worker streams into a bounded queue, at most two updates "
+        "stale (CPU)"
+    ),
     "grpo_tiny_calculator": (
         "GRPO with a calculator tool on three-digit addition (CPU; first use builds the task)"
     ),

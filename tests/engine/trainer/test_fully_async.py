@@ -227,3 +227,20 @@ def test_a_cancelled_run_resumes_with_the_checkpoints_weights_in_the_rollouter(
     assert metrics["async/rollout_policy_version"] == 2.0
     assert metrics["async/staleness_max"] == 0.0
     assert metrics["rollout_corr/rollout_is_mean"] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_the_fully_async_preset_trains_on_the_tiny_task(make_config):
+    config = make_config(
+        "grpo_tiny_fully_async", "trainer.total_training_steps=4", "data.train_batch_size=8"
+    )
+    config.actor_rollout_ref.actor.ppo_mini_batch_size = 8  # one chunk a step, as the preset's
+    recorder = ListRecorder()
+    assert run_training(config, recorder) == "succeeded"
+    steps = [metrics for _, metrics in recorder.steps]
+    assert len(steps) == 4
+    # The preset's budget: a 3-chunk queue, so at most two updates stale, and nothing dropped.
+    assert all(m["async/max_allowed_staleness"] == 2.0 for m in steps)
+    assert max(m["async/staleness_max"] for m in steps) == 2.0
+    assert sum(m["async/dropped_stale_samples"] for m in steps) == 0
+    for metrics in steps:
+        assert "timing_s/old_log_prob" not in metrics  # pi_old is the rollout's (bypass)
