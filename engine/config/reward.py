@@ -114,7 +114,7 @@ def reward_problems(v: Validation) -> list[ConfigFieldError]:
     errors += _component_problems(v)
     errors += reward_pool_problems(cfg)
     if cfg.trainer.controller != "ray":
-        errors += in_process_reward_model_problems(cfg)
+        errors += in_process_reward_model_problems(cfg, cfg.trainer.device)
     errors += _manager_problems(v)
     errors += _reward_kwargs_problems(v)
     errors += _sandbox_fusion_problems(v)

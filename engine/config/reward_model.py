@@ -40,8 +40,10 @@ class RewardModelFSDPConfig(_Section):
     wrap_policy: WrapPolicyConfig = _section(WrapPolicyConfig, "Which modules FSDP wraps.")
     param_offload: bool = _f(
         False,
-        "Keep the reward model's parameters on the CPU between forwards (trainer.controller=ray "
-        "on a GPU; an error on a CPU or with trainer.controller=local).",
+        "Keep the reward model's parameters on the CPU between forwards, on a GPU (FSDP2's "
+        "offload on Ray ranks; the single-process trainer moves its classifier to the GPU for "
+        "each scoring). An error on a CPU, and for a generative judge under the local "
+        "controller.",
     )
     reshard_after_forward: bool = _f(
         True,
@@ -345,21 +347,33 @@ def reward_pool_problems(cfg: WithRewardModel) -> list[ConfigFieldError]:
     ]
 
 
-def in_process_reward_model_problems(cfg: WithRewardModel) -> list[ConfigFieldError]:
-    """Return an error for each reward-model key that only its Ray role reads, set True: the
-    single-process trainer loads the reward model whole in its own process.
+IN_PROCESS_OFFLOAD_ON_CPU = (
+    "keeps the reward model in CPU memory between scorings to give a GPU's memory back to "
+    "training, but trainer.device=cpu has no GPU memory to give back; set it False"
+)
 
-    The validator asks with ``trainer.controller=local``; ``build_reward_scorer`` raises them
-    before it loads the model.
+
+def in_process_reward_model_problems(
+    cfg: WithRewardModel, device: str | None = None
+) -> list[ConfigFieldError]:
+    """Return an error for each reward-model key the single-process trainer cannot honour: it
+    loads the reward model whole in its own process.
+
+    ``enable_resource_pool`` places the Ray role. ``model.fsdp_config.param_offload`` is
+    honoured for a classifier (its parameters wait in CPU memory between scorings) on a GPU
+    only: on ``device`` (``trainer.device``, or the resolved device when the run starts) ``cpu``
+    it would change nothing. A generative judge generates through a rollout backend, which has
+    no such offload. The validator asks with ``trainer.controller=local``;
+    ``build_reward_scorer`` raises them before it loads the model.
     """
     rm = cfg.reward_model
     if not rm.enable:
         return []
-    ray_only = {
-        "reward_model.enable_resource_pool": rm.enable_resource_pool,
-        "reward_model.model.fsdp_config.param_offload": rm.model.fsdp_config.param_offload,
-    }
-    return [
+    offload_key = "reward_model.model.fsdp_config.param_offload"
+    ray_only = {"reward_model.enable_resource_pool": rm.enable_resource_pool}
+    if uses_judge(cfg):
+        ray_only[offload_key] = rm.model.fsdp_config.param_offload
+    problems = [
         ConfigFieldError(
             key,
             value,
@@ -370,6 +384,9 @@ def in_process_reward_model_problems(cfg: WithRewardModel) -> list[ConfigFieldEr
         for key, value in ray_only.items()
         if value
     ]
+    if rm.model.fsdp_config.param_offload and not uses_judge(cfg) and device == "cpu":
+        problems.append(ConfigFieldError(offload_key, True, IN_PROCESS_OFFLOAD_ON_CPU))
+    return problems
 
 
 def uses_judge(cfg: WithRewardModel) -> bool:

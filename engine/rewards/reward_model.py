@@ -15,11 +15,14 @@ Where it runs: with ``trainer.controller=local`` the trainer's process holds the
 config, through ``engine.roles.model_loading.load_reward_model``), its classifier sharded with FSDP2,
 and the controller's ``engine.distributed.worker_group.RewardModelGroup`` splits each batch over
 them. The text each rank scores is made by the same :meth:`RewardModelScorer.format_text`.
+``reward_model.model.fsdp_config.param_offload`` keeps the in-process scorer's parameters in CPU
+memory between scorings (the Ray ranks offload through FSDP2 instead).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +41,11 @@ class RewardModelScorer:
         *,
         max_length: int = 2048,
         trust_remote_code: bool = False,
+        offload: bool = False,
     ) -> None:
+        """Load the classifier on ``device``; with ``offload`` (verl's
+        ``reward_model.model.fsdp_config.param_offload``) its parameters stay in CPU memory and
+        go to ``device`` only while :meth:`score` runs, giving the memory back to training."""
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         if micro_batch_size < 1:
@@ -71,7 +78,8 @@ class RewardModelScorer:
         # Truncate from the left: the end of the response is what the score is about.
         self.tokenizer.truncation_side = "left"
         self._has_template = bool(getattr(self.tokenizer, "chat_template", None))
-        self.model.to(self.device).eval()
+        self.offload = offload
+        self.model.to("cpu" if offload else self.device).eval()
 
     def format_text(self, prompt: str | Sequence[dict[str, Any]], response: str) -> str:
         """Return the text the model scores for one (prompt text or messages, response) pair."""
@@ -97,6 +105,24 @@ class RewardModelScorer:
         if len(prompts) != len(responses):
             raise ValueError(f"got {len(prompts)} prompts but {len(responses)} responses")
         texts = [self.format_text(p, r) for p, r in zip(prompts, responses, strict=True)]
+        with self._on_device():
+            return self._score_texts(texts)
+
+    @contextmanager
+    def _on_device(self) -> Iterator[None]:
+        """Hold the parameters on the scoring device for the block (with ``offload``, only then)."""
+        if not self.offload:
+            yield
+            return
+        self.model.to(self.device)
+        try:
+            yield
+        finally:
+            self.model.to("cpu")
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    def _score_texts(self, texts: list[str]) -> list[float]:
         scores: list[float] = []
         for start in range(0, len(texts), self.micro_batch_size):
             enc = self.tokenizer(

@@ -223,8 +223,11 @@ def load_critic(
     return model.to(device)
 
 
-def load_reward_model(config: PPOConfig, device: str | torch.device = "cpu") -> RewardModelScorer:
-    """Return the scorer ``config.reward_model`` describes, on ``device``.
+def load_reward_model(
+    config: PPOConfig, device: str | torch.device = "cpu", *, offload: bool = False
+) -> RewardModelScorer:
+    """Return the scorer ``config.reward_model`` describes, on ``device`` (with ``offload``, in
+    CPU memory between scorings: the single-process trainer's ``param_offload``).
 
     ``micro_batch_size_per_gpu`` samples go through each forward (null with verl's reward loop,
     ``use_reward_loop``: ``reward_model.rollout.max_num_seqs``, its server's sequences per step;
@@ -253,4 +256,5 @@ def load_reward_model(config: PPOConfig, device: str | torch.device = "cpu") -> 
         device=str(device),
         max_length=rm.max_length or data.max_prompt_length + data.max_response_length,
         trust_remote_code=rm.model.trust_remote_code,
+        offload=offload,
     )

@@ -224,12 +224,14 @@ def build_reward_scorer(config: PPOConfig, device: str | torch.device = "cpu") -
     """
     if not config.reward_model.enable:
         return None
-    problems = in_process_reward_model_problems(config)
+    problems = in_process_reward_model_problems(config, torch.device(device).type)
     if problems:
         raise ConfigValidationError(problems)
     if uses_judge(config):  # a generative judge (engine.rewards.judge)
         return load_judge(config, device)
-    return load_reward_model(config, device)
+    return load_reward_model(
+        config, device, offload=config.reward_model.model.fsdp_config.param_offload
+    )
 
 
 def build_reward_manager(

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from engine.config import ConfigValidationError, load_config, resolve_config, validate_config
+from engine.config.reward_model import IN_PROCESS_OFFLOAD_ON_CPU
 from engine.tools.names import EMBEDDED_URIS, TINY_URIS
 
 RM = [
@@ -64,16 +65,29 @@ def test_the_ray_trainer_raises_the_validators_pool_error_before_asking_for_pool
 
 def test_the_single_process_trainer_refuses_the_keys_only_the_ray_role_reads():
     local = [*RM, "reward_model.enable_resource_pool=True", "reward_model.nnodes=1"]
-    offload = "reward_model.model.fsdp_config.param_offload"
-    found = errors([*local, f"{offload}=True"])
-    assert found.keys() == {"reward_model.enable_resource_pool", offload}
-    assert found[offload] == (
-        "read where the reward model is a role on Ray ranks, but the single-process trainer "
-        "(trainer.controller=local) loads it whole in its own process; set "
-        f"trainer.controller=ray, or {offload}=False"
-    )
-    assert errors([*local, f"{offload}=True", "trainer.controller=ray"]) == {}
-    assert errors(["reward_model.enable_resource_pool=True", f"{offload}=True"]) == {}
+    pool = "reward_model.enable_resource_pool"
+    found = errors(local)
+    assert found == {
+        pool: "read where the reward model is a role on Ray ranks, but the single-process "
+        "trainer (trainer.controller=local) loads it whole in its own process; set "
+        f"trainer.controller=ray, or {pool}=False"
+    }
+    assert errors([*local, "trainer.controller=ray"]) == {}
+    assert errors(["reward_model.enable_resource_pool=True"]) == {}
+
+
+def test_the_single_process_trainer_offloads_its_reward_model_on_a_gpu_only():
+    offload = "reward_model.model.fsdp_config.param_offload=True"
+    auto = [*RM, offload, "trainer.device=auto"]
+    assert errors(auto) == {}  # asked again when the run starts on a device
+    assert errors([*RM, offload, "trainer.device=cuda"]) == {}
+    found = errors([*RM, offload, "trainer.device=cpu"])
+    assert found == {"reward_model.model.fsdp_config.param_offload": IN_PROCESS_OFFLOAD_ON_CPU}
+    from engine.trainer.build import build_reward_scorer
+
+    with pytest.raises(ConfigValidationError) as caught:  # auto resolved to this CPU
+        build_reward_scorer(load_config("grpo_tiny", auto), "cpu")
+    assert raised(caught.value) == found
 
 
 def test_the_in_process_scorer_raises_the_validators_errors_before_loading_a_model():

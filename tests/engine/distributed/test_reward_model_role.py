@@ -256,7 +256,9 @@ def test_param_offload_of_the_reward_model_on_cpu_ranks_fails_before_any_actor_s
         RayPPOTrainer(config)
 
 
-def test_an_own_reward_pool_and_offload_need_the_ray_controller(assets, classifier_dir, tmp_path):
+def test_an_own_reward_pool_needs_the_ray_controller_and_offload_a_gpu(
+    assets, classifier_dir, tmp_path
+):
     # reward_model.nnodes defaults to 0 (verl's default): a pool of no ranks.
     config = run_config(assets, classifier_dir, tmp_path, "reward_model.enable_resource_pool=True")
     with pytest.raises(ValueError, match=r"reward_model\.nnodes x reward_model\.n_gpus_per_node"):
@@ -266,8 +268,8 @@ def test_an_own_reward_pool_and_offload_need_the_ray_controller(assets, classifi
     with pytest.raises(ValueError, match="enable_resource_pool=True: read where"):
         build_reward_scorer(config)
     config.reward_model.enable_resource_pool = False
-    config.reward_model.model.fsdp_config.param_offload = True
-    with pytest.raises(ValueError, match="fsdp_config.param_offload=True: read where"):
+    config.reward_model.model.fsdp_config.param_offload = True  # honoured on a GPU only
+    with pytest.raises(ValueError, match="fsdp_config.param_offload=True: keeps the reward model"):
         build_reward_scorer(config)
 
 

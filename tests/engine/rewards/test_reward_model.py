@@ -40,3 +40,55 @@ def test_mismatched_lengths_and_bad_settings_are_errors(reward_model_scorer, rew
         RewardModelScorer(
             reward_model_dirs[0], tokenizer_path=reward_model_dirs[1], micro_batch_size=0
         )
+
+
+def test_with_offload_the_parameters_go_to_the_device_only_while_scoring(
+    reward_model_dirs, monkeypatch
+):
+    scorer = RewardModelScorer(
+        reward_model_dirs[0], tokenizer_path=reward_model_dirs[1], micro_batch_size=2, offload=True
+    )
+    expected = RewardModelScorer(
+        reward_model_dirs[0], tokenizer_path=reward_model_dirs[1], micro_batch_size=2
+    ).score(PROMPTS, RESPONSES)
+    moves = []
+    forward = scorer.model.forward
+    to = scorer.model.to
+
+    def spy_to(device):
+        moves.append(str(device))
+        return to(device)
+
+    def spy_forward(*args, **kwargs):
+        moves.append("forward")
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(scorer.model, "to", spy_to)
+    monkeypatch.setattr(scorer.model, "forward", spy_forward)
+    assert scorer.score(PROMPTS, RESPONSES) == pytest.approx(expected, abs=1e-6)
+    # On this CPU the scoring device is the CPU too; the order is what a GPU run does: to the
+    # device, every micro-batch's forward, back to the CPU.
+    assert moves == ["cpu", "forward", "forward", "forward", "cpu"]
+    with pytest.raises(ValueError, match="2 prompts but 1 responses"):
+        scorer.score(["a", "b"], ["c"])
+    assert moves[-1] == "cpu"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_with_offload_the_gpu_holds_the_reward_model_only_while_scoring(reward_model_dirs):
+    scorer = RewardModelScorer(
+        reward_model_dirs[0],
+        tokenizer_path=reward_model_dirs[1],
+        micro_batch_size=2,
+        device="cuda",
+        offload=True,
+    )
+    assert all(p.device.type == "cpu" for p in scorer.model.parameters())
+    on_gpu = RewardModelScorer(
+        reward_model_dirs[0], tokenizer_path=reward_model_dirs[1], micro_batch_size=2, device="cuda"
+    )
+    assert scorer.score(PROMPTS, RESPONSES) == pytest.approx(
+        on_gpu.score(PROMPTS, RESPONSES), abs=1e-4
+    )
+    assert all(p.device.type == "cpu" for p in scorer.model.parameters())
