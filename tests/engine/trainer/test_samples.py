@@ -6,12 +6,14 @@ import numpy as np
 import torch
 
 from engine.data import DataProto
+from engine.trainer.run import run_training
 from engine.trainer.samples import (
     IS_WEIGHT,
     POLICY_VERSION,
     sample_records,
     sample_staleness,
 )
+from tests.engine.trainer.test_trainer import ListRecorder
 
 
 class CharTokenizer:
@@ -81,3 +83,19 @@ def test_staleness_counts_the_updates_before_the_step_as_the_trainers_metrics_do
     # At step 4 the actor has made 3 updates: a sample of version 2 is one update behind.
     assert sample_staleness(4, 2) == 1
     assert sample_staleness(1, 0) == 0
+
+
+def test_a_one_step_off_runs_samples_carry_their_version_and_is_weight(make_config):
+    config = make_config(
+        "grpo_tiny",
+        "actor_rollout_ref.hybrid_engine=False",
+        "algorithm.rollout_correction.rollout_is=token",
+    )
+    recorder = ListRecorder()
+    assert run_training(config, recorder) == "succeeded"
+    for step, metrics in recorder.steps:
+        train = [s for s in recorder.samples if s.step == step and s.split == "train"]
+        stale = [sample_staleness(step, s.reward_parts[POLICY_VERSION]) for s in train]
+        # The samples' staleness is the step's async/staleness_* (0, then one update behind).
+        assert max(stale) == metrics["async/staleness_max"] == step - 1
+        assert all(isinstance(s.reward_parts[IS_WEIGHT], float) for s in train)
