@@ -201,6 +201,7 @@ class ExperimentForm(forms.Form):
         help_text="A function from the reward modules installed on the server.",
     )
     training_mode = forms.ChoiceField(
+        label="Mode",
         choices=[(name, mode.label) for name, mode in TRAINING_MODES.items()],
         required=False,
         widget=forms.RadioSelect,
@@ -248,7 +249,6 @@ class ExperimentForm(forms.Form):
         for spec in iter_field_specs():
             if spec.key in STALENESS_KEYS:
                 field = self.fields[field_name(spec.key)] = _schema_field(spec)
-                field.label = spec.key
                 field.widget.attrs["placeholder"] = f"verl: {VERL_STALENESS_DEFAULTS[spec.key]}"
 
     # -- initial values ------------------------------------------------------------------------
@@ -467,7 +467,8 @@ class ExperimentForm(forms.Form):
         ):
             bound = self[name]
             spec_key = name.replace("__", ".")
-            what = spec_key if spec_key in {s.key for s in self.specs} else str(bound.label)
+            keys = {*(s.key for s in self.specs), *STALENESS_KEYS}
+            what = spec_key if spec_key in keys else str(bound.label)
             summary += [(bound.auto_id or "", what, str(m)) for m in self.errors[name]]
         return summary
 

@@ -9,6 +9,7 @@ from engine.config import ConfigValidationError, config_to_dict, get_value, load
 from tests.webapp.fixtures import builder_data, tiny_config
 from webapp.experiments.configs import config_check
 from webapp.experiments.forms import ExperimentForm, field_name
+from webapp.experiments.models import Experiment
 from webapp.experiments.modes import (
     FULLY_ASYNC,
     HYBRID_ENGINE,
@@ -112,3 +113,20 @@ def test_the_builder_page_offers_the_modes_and_hides_the_staleness_boxes_until_p
     assert 'placeholder="verl: 0.1"' in html
     # Nothing else in the form sets hybrid_engine: the radio buttons are its one control.
     assert 'name="actor_rollout_ref__hybrid_engine"' not in html
+
+
+@pytest.mark.django_db
+def test_a_refused_staleness_setting_is_named_by_its_key_at_the_top_and_creates_nothing(
+    client_in, owner
+):
+    data = builder_data(
+        load_config("grpo_tiny_one_step_off"),
+        owner,
+        training_mode=FULLY_ASYNC,
+        **{THRESHOLD: "-1"},
+    )
+    response = client_in.post(reverse("experiments:new"), data)
+    assert response.status_code == 400 and not Experiment.objects.exists()
+    form = response.context["form"]
+    [(anchor, what, message)] = [row for row in form.error_summary() if row[0] == f"id_{THRESHOLD}"]
+    assert what == STALENESS_KEYS[0] and message == form.errors[THRESHOLD][0]
