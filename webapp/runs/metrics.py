@@ -86,6 +86,11 @@ PANEL_RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
         ),
         ("async_version", "Async · rollout policy version", r"^async/rollout_policy_version$"),
         (
+            "async_utilisation",
+            "Async · busy share of the step (rollout, trainer)",
+            r"^async/\w+_utilisation$",
+        ),
+        (
             "async_time",
             "Async · rollout vs training time (s)",
             r"^timing_s/(rollout_worker_gen\w*|sync_rollout_weights)$",

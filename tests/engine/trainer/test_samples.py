@@ -99,3 +99,9 @@ def test_a_one_step_off_runs_samples_carry_their_version_and_is_weight(make_conf
         # The samples' staleness is the step's async/staleness_* (0, then one update behind).
         assert max(stale) == metrics["async/staleness_max"] == step - 1
         assert all(isinstance(s.reward_parts[IS_WEIGHT], float) for s in train)
+        # Each side's busy share of the step, from the step's own timings.
+        step_s = metrics["timing_s/step"]
+        assert metrics["async/rollout_utilisation"] == (
+            metrics["timing_s/rollout_worker_gen"] / step_s
+        )
+        assert metrics["async/trainer_utilisation"] == (step_s - metrics["timing_s/gen"]) / step_s

@@ -98,6 +98,8 @@ def test_an_async_runs_metrics_are_charted_in_the_async_panels():
         "async/dropped_stale_samples",
         "async/dropped_stale_samples_total",
         "async/rollout_policy_version",
+        "async/rollout_utilisation",
+        "async/trainer_utilisation",
         "timing_s/rollout_worker_gen",
         "timing_s/rollout_worker_gen_cpu",
         "timing_s/sync_rollout_weights",
@@ -117,6 +119,10 @@ def test_an_async_runs_metrics_are_charted_in_the_async_panels():
         "async/dropped_stale_samples_total",
     ]
     assert panels["async_version"]["names"] == ["async/rollout_policy_version"]
+    assert panels["async_utilisation"]["names"] == [
+        "async/rollout_utilisation",
+        "async/trainer_utilisation",
+    ]
     # The rollout worker's time beside the trainer's wait for it, its update and its step,
     # which stay in the timing breakdown too.
     assert panels["async_time"]["names"] == [
