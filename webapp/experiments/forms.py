@@ -5,11 +5,12 @@ help text, choices, bounds (a number input's ``min`` and ``max``) and basic/adva
 from the schema), named by its dotted key with
 ``__`` for the dots. Values stay text until ``engine.config.set_value`` converts them, so a bad
 value is reported in the engine's words next to its field; the studio's own widgets pick the
-dataset, the custom reward function from the installed modules, and the weighted reward
-components (every name ``reward.components`` accepts, the reward model's score and the custom
-function included, in the config's order). ``clean`` runs the engine's validator (through
-``config_check``) so every error shows at once; the service checks again when it stores the
-experiment.
+dataset, the custom reward function from the installed modules, the weighted reward components
+(every name ``reward.components`` accepts, the reward model's score and the custom function
+included, in the config's order) and the training mode with its staleness settings
+(``webapp.experiments.modes``: synchronous, one-step-off or fully-async). ``clean`` runs the
+engine's validator (through ``config_check``) so every error shows at once; the service checks
+again when it stores the experiment.
 """
 
 from __future__ import annotations
@@ -206,7 +207,7 @@ class ExperimentForm(forms.Form):
         required=False,
         widget=forms.RadioSelect,
         help_text="Sets actor_rollout_ref.hybrid_engine (and, fully asynchronous, the "
-        "async_training staleness keys below); empty: synchronous.",
+        "async_training staleness keys below).",
     )
     # The weighted components' names in the config's order (a weighted sum does not depend on
     # it, but a config that came back reordered would show as changed).
