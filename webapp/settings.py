@@ -383,6 +383,9 @@ POSTTRAIN_HEALTH_GRAD_NORM_FACTOR = _env_positive("POSTTRAIN_HEALTH_GRAD_NORM_FA
 POSTTRAIN_HEALTH_GRAD_NORM_WINDOW = _env_count("POSTTRAIN_HEALTH_GRAD_NORM_WINDOW", 20)
 POSTTRAIN_HEALTH_REWARD_ERROR_RATE = _env_positive("POSTTRAIN_HEALTH_REWARD_ERROR_RATE", 0.1)
 POSTTRAIN_HEALTH_MEMORY_WINDOW = _env_count("POSTTRAIN_HEALTH_MEMORY_WINDOW", 10)
+POSTTRAIN_HEALTH_STALE_DROP_RATE = _env_positive("POSTTRAIN_HEALTH_STALE_DROP_RATE", 0.5)
+POSTTRAIN_HEALTH_WAIT_SHARE = _env_positive("POSTTRAIN_HEALTH_WAIT_SHARE", 0.5)
+POSTTRAIN_HEALTH_WAIT_STEPS = _env_count("POSTTRAIN_HEALTH_WAIT_STEPS", 5)
 
 # Alerts (webapp/alerts): webhooks to private addresses only where the administrator allows it
 # (an intranet Mattermost); a member's messages per minute; attempts of one message and the

@@ -72,12 +72,30 @@ def timer(name: str, timing: dict[str, float]) -> Iterator[None]:
 
 
 def compute_timing_metrics(timing: dict[str, float], num_tokens: int) -> dict[str, float]:
-    """Return ``timing_s/<stage>`` and per-token ``timing_per_token_ms/<stage>``."""
+    """Return ``timing_s/<stage>``, per-token ``timing_per_token_ms/<stage>`` and, for an
+    asynchronous trainer's step, :func:`compute_utilisation_metrics`."""
     metrics = {f"timing_s/{name}": seconds for name, seconds in timing.items()}
     for name, seconds in timing.items():
         if num_tokens:
             metrics[f"timing_per_token_ms/{name}"] = 1000.0 * seconds / num_tokens
-    return metrics
+    return {**metrics, **compute_utilisation_metrics(timing)}
+
+
+def compute_utilisation_metrics(timing: dict[str, float]) -> dict[str, float]:
+    """Return how busy each side of an asynchronous trainer was over the step: busy time / step.
+
+    ``async/rollout_utilisation`` is the rollout worker's generation of the step's samples
+    (``rollout_worker_gen``) over the step, ``async/trainer_utilisation`` the share of the step
+    the trainer did not spend waiting for them (``gen``). Empty for a synchronous step, whose
+    timing has no rollout worker (and whose ``gen`` is the generation itself, not a wait).
+    """
+    step = timing.get("step", 0.0)
+    if "rollout_worker_gen" not in timing or step <= 0:
+        return {}
+    return {
+        "async/rollout_utilisation": timing["rollout_worker_gen"] / step,
+        "async/trainer_utilisation": (step - timing.get("gen", 0.0)) / step,
+    }
 
 
 def compute_throughput_metrics(

@@ -3,6 +3,12 @@
 One record per response, keyed by (step, split, prompt_index, sample_index), with its text,
 reward and parts, advantage and per-token log-probs, read off a scored ``DataProto`` batch. The
 trainer hands a training step's records and a validation pass's to its recorder.
+
+A sample an asynchronous trainer generated (``engine.trainer.one_step_off`` and the fully-async
+trainer) also keeps, among its reward parts, the version of the policy that generated it
+(``rollout_policy_version``, the updates its weights had seen) and, when rollout correction
+weighs the batch, its importance weight (``rollout_is_weight``: the mean of its tokens'
+``rollout_is_weights``); the studio stores the parts as JSON and shows these two apart.
 """
 
 from __future__ import annotations
@@ -15,6 +21,16 @@ import torch
 from engine.algorithms.torch_functional import mask_span_end
 from engine.data import DataProto
 from engine.trainer.reporting import SampleRecord
+
+POLICY_VERSION = "rollout_policy_version"  # the batch's non-tensor key, as verl names it
+IS_WEIGHT = "rollout_is_weight"
+ROLLOUT_PARTS = (POLICY_VERSION, IS_WEIGHT)
+
+
+def sample_staleness(step: int, version: int) -> int:
+    """Return the updates between a sample's policy ``version`` and the actor that trains on it
+    at ``step`` (``step - 1`` updates made), as the trainers' ``async/staleness_*`` count."""
+    return step - 1 - version
 
 
 def sample_records(
@@ -45,6 +61,12 @@ def sample_records(
         reward_model = nt["reward_model"][i] or {}
         extra = nt["extra_info"][i] or {}
         parts = {k: _json_safe(reward_info[k][i]) for k in part_keys}
+        if POLICY_VERSION in nt:
+            parts[POLICY_VERSION] = int(nt[POLICY_VERSION][i])
+        if "rollout_is_weights" in b:
+            mask = b["response_mask"][i, :length]  # (length,)
+            weighed = (b["rollout_is_weights"][i, :length] * mask).sum()
+            parts[IS_WEIGHT] = float(weighed / mask.sum()) if mask.sum() else None
         adv_tokens = b["advantages"][i, :length].tolist() if has_adv else None
         logp_key = "old_log_probs" if "old_log_probs" in b else "rollout_log_probs"
         records.append(

@@ -73,6 +73,18 @@ function start() {
     });
   }
 
+  // The fully-async mode's staleness boxes show only while that mode is picked (the server
+  // writes them in that mode only).
+  const staleness = document.getElementById("staleness-settings");
+  if (staleness) {
+    const showStaleness = () => {
+      const mode = form.querySelector("input[name=training_mode]:checked");
+      staleness.hidden = !mode || mode.value !== staleness.dataset.shownFor;
+    };
+    form.addEventListener("change", showStaleness);
+    showStaleness();
+  }
+
   document.getElementById("yaml-download").addEventListener("click", () => {
     const blob = new Blob([last.yaml], {type: "application/yaml"});
     const name = (form.elements.name.value || "experiment").replace(/[^\w.-]+/g, "_");

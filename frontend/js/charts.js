@@ -118,9 +118,9 @@ export class ChartGrid {
     }
   }
 
-  panelOf(name) {
-    for (const panel of this.panels.values()) if (panel.names.includes(name)) return panel;
-    return null;
+  // A metric may be drawn in two panels (a panel's companions, webapp/runs/metrics.py).
+  panelsOf(name) {
+    return [...this.panels.values()].filter((panel) => panel.names.includes(name));
   }
 
   // The panel's traces (traces.js), with the EMA states that extend() carries on from.
@@ -192,7 +192,7 @@ export class ChartGrid {
   setSeries(sourceId, panels, series, lastStep) {
     this.addPanels(panels);
     this.source(sourceId).store.replace(series, lastStep);
-    const keys = new Set(Object.keys(series).map((name) => this.panelOf(name)?.key).filter(Boolean));
+    const keys = new Set(Object.keys(series).flatMap((name) => this.panelsOf(name).map((panel) => panel.key)));
     // The first chart is drawn now, not on the next frame: the page's first paint waits for it.
     for (const key of keys) this.draw(this.panels.get(key));
   }
@@ -202,8 +202,7 @@ export class ChartGrid {
     if (panels) this.addPanels(panels);
     const added = this.source(sourceId).store.append(points);
     for (const point of added) {
-      const panel = this.panelOf(point.name);
-      if (panel) this.changed.add(panel.key);
+      for (const panel of this.panelsOf(point.name)) this.changed.add(panel.key);
       this.steps.add(point.step);
     }
     this.schedule();

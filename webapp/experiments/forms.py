@@ -5,11 +5,12 @@ help text, choices, bounds (a number input's ``min`` and ``max``) and basic/adva
 from the schema), named by its dotted key with
 ``__`` for the dots. Values stay text until ``engine.config.set_value`` converts them, so a bad
 value is reported in the engine's words next to its field; the studio's own widgets pick the
-dataset, the custom reward function from the installed modules, and the weighted reward
-components (every name ``reward.components`` accepts, the reward model's score and the custom
-function included, in the config's order). ``clean`` runs the engine's validator (through
-``config_check``) so every error shows at once; the service checks again when it stores the
-experiment.
+dataset, the custom reward function from the installed modules, the weighted reward components
+(every name ``reward.components`` accepts, the reward model's score and the custom function
+included, in the config's order) and the training mode with its staleness settings
+(``webapp.experiments.modes``: synchronous, one-step-off or fully-async). ``clean`` runs the
+engine's validator (through ``config_check``) so every error shows at once; the service checks
+again when it stores the experiment.
 """
 
 from __future__ import annotations
@@ -35,6 +36,15 @@ from engine.config.fields import HONOURED
 from engine.config.yaml_io import MAX_YAML_BYTES, YamlLimitError, yaml_load
 from webapp.datasets.selectors import dataset_list_for_user
 from webapp.experiments.configs import STUDIO_MANAGED_KEYS, config_check
+from webapp.experiments.modes import (
+    HYBRID_ENGINE,
+    STALENESS_KEYS,
+    SYNC,
+    TRAINING_MODES,
+    VERL_STALENESS_DEFAULTS,
+    training_mode_of,
+    training_mode_values,
+)
 from webapp.experiments.rewards import (
     COMPONENT_NOTES,
     list_reward_functions,
@@ -50,7 +60,15 @@ COMPONENTS_KEY = "reward.components"
 # Each upload's own key map and data_source come from its dataset (``attach_dataset_maps``).
 DATASET_KEYS = ("data.file_key_maps", "data.file_data_sources")
 DATASET_PICKERS = {"data.train_files": "train_dataset", "data.val_files": "val_dataset"}
-HIDDEN_KEYS = (*STUDIO_MANAGED_KEYS, *CUSTOM_REWARD_KEYS, COMPONENTS_KEY, *DATASET_KEYS)
+# The training mode's radio buttons and staleness boxes set these (``webapp.experiments.modes``).
+MODE_KEYS = (HYBRID_ENGINE, *STALENESS_KEYS)
+HIDDEN_KEYS = (
+    *STUDIO_MANAGED_KEYS,
+    *CUSTOM_REWARD_KEYS,
+    COMPONENTS_KEY,
+    *DATASET_KEYS,
+    *MODE_KEYS,
+)
 
 
 def shown_in_form(spec: FieldSpec) -> bool:
@@ -76,6 +94,7 @@ GROUP_LABELS = {
     "algorithm": "Algorithm",
     "trainer": "Trainer",
     "ray_init": "Ray",
+    "async_training": "Asynchronous training",
 }
 
 
@@ -182,6 +201,14 @@ class ExperimentForm(forms.Form):
         required=False,
         help_text="A function from the reward modules installed on the server.",
     )
+    training_mode = forms.ChoiceField(
+        label="Mode",
+        choices=[(name, mode.label) for name, mode in TRAINING_MODES.items()],
+        required=False,
+        widget=forms.RadioSelect,
+        help_text="Sets actor_rollout_ref.hybrid_engine (and, fully asynchronous, the "
+        "async_training staleness keys below).",
+    )
     # The weighted components' names in the config's order (a weighted sum does not depend on
     # it, but a config that came back reordered would show as changed).
     reward_order = forms.CharField(widget=forms.HiddenInput, required=False)
@@ -220,6 +247,10 @@ class ExperimentForm(forms.Form):
         self.specs = [s for s in iter_field_specs() if shown_in_form(s)]
         for spec in self.specs:
             self.fields[field_name(spec.key)] = _schema_field(spec)
+        for spec in iter_field_specs():
+            if spec.key in STALENESS_KEYS:
+                field = self.fields[field_name(spec.key)] = _schema_field(spec)
+                field.widget.attrs["placeholder"] = f"verl: {VERL_STALENESS_DEFAULTS[spec.key]}"
 
     # -- initial values ------------------------------------------------------------------------
     @classmethod
@@ -236,6 +267,9 @@ class ExperimentForm(forms.Form):
             if spec.type is bool and spec.nullable and value is not None:
                 value = "true" if value else "false"
             initial[field_name(spec.key)] = value_text(value)
+        initial["training_mode"] = training_mode_of(config)
+        for key in STALENESS_KEYS:
+            initial[field_name(key)] = value_text(get_value(config, key))
         datasets = {d.path: d for d in dataset_list_for_user(user=owner)}
         for key, name in (("data.train_files", "train_dataset"), ("data.val_files", "val_dataset")):
             value = get_value(config, key)
@@ -349,6 +383,10 @@ class ExperimentForm(forms.Form):
             dataset = cleaned.get(name)
             if dataset is not None:  # its key map and data_source: ``config_check``
                 self._set(config, key, dataset.path, name)
+        staleness = {key: cleaned.get(field_name(key)) for key in STALENESS_KEYS}
+        mode = cleaned.get("training_mode") or SYNC
+        for key, value in training_mode_values(mode, staleness).items():
+            self._set(config, key, value, self.field_for_key(key) or "training_mode")
         function = self.reward_functions.get(cleaned.get("custom_reward") or "")
         if function is not None:
             self._set(config, "custom_reward_function.path", function.path, "custom_reward")
@@ -380,6 +418,8 @@ class ExperimentForm(forms.Form):
             return f"{box}__{active[index]}" if index < len(active) else None
         if key in CUSTOM_REWARD_KEYS:
             return "custom_reward"
+        if key == HYBRID_ENGINE:
+            return "training_mode"
         picker = DATASET_PICKERS.get(key)
         if picker and getattr(self, "cleaned_data", {}).get(picker) is not None:
             return picker  # the file is the dataset picked there
@@ -416,6 +456,7 @@ class ExperimentForm(forms.Form):
             "name", "description", "tags", "train_dataset", "val_dataset",
             *(f"reward_weight__{n}" for n in self.reward_names),
             *(f"reward_kwargs__{n}" for n in self.reward_names), "custom_reward",
+            "training_mode", *(field_name(k) for k in STALENESS_KEYS),
             *(field_name(s.key) for s in self.specs if not s.advanced and s.group == "algorithm"),
             *(field_name(s.key) for s in self.specs if not s.advanced and s.group != "algorithm"),
             *(field_name(s.key) for s in self.specs if s.advanced),
@@ -427,9 +468,14 @@ class ExperimentForm(forms.Form):
         ):
             bound = self[name]
             spec_key = name.replace("__", ".")
-            what = spec_key if spec_key in {s.key for s in self.specs} else str(bound.label)
+            keys = {*(s.key for s in self.specs), *STALENESS_KEYS}
+            what = spec_key if spec_key in keys else str(bound.label)
             summary += [(bound.auto_id or "", what, str(m)) for m in self.errors[name]]
         return summary
+
+    def staleness_fields(self) -> list[forms.BoundField]:
+        """Return the fully-async mode's staleness boxes, in ``STALENESS_KEYS``' order."""
+        return [self[field_name(key)] for key in STALENESS_KEYS]
 
     def reward_rows(self) -> list[tuple[forms.BoundField, forms.BoundField]]:
         """Return (weight, kwargs) bound fields per built-in reward, for the composite table."""

@@ -32,6 +32,14 @@ set by the ``POSTTRAIN_HEALTH_*`` settings, see docs/health.md):
   least-squares slope over the last ``memory_window`` steps after the first ``baseline_steps``,
   times the run's remaining steps), it would add more than the memory still available on the
   machine (``perf/min_memory_available_gb``): the run would die of memory before it ends.
+- ``stale_drops`` (asynchronous training): ``async/dropped_stale_samples`` (samples the trainer
+  threw away as too old for ``async/max_allowed_staleness``) over ``stale_drop_rate`` of the
+  step's samples (train_batch_size x rollout.n): most of the rollout's work is wasted.
+- ``trainer_starved`` (asynchronous training, the steps that record the rollout worker's
+  ``timing_s/rollout_worker_gen``): the trainer's wait for rollouts ``timing_s/gen`` over
+  ``wait_share`` of ``timing_s/step`` in each of the last ``wait_steps`` steps: generation is
+  the bottleneck and the overlap does not hide it (in a synchronous run ``timing_s/gen`` is the
+  generation itself, a large share by nature, and is not judged).
 """
 
 from __future__ import annotations
@@ -55,6 +63,8 @@ CHECKS: dict[str, str] = {
     "grad_norm_spike": "grad-norm spike",
     "reward_errors": "reward errors",
     "memory_growth": "memory runs out",
+    "stale_drops": "stale samples dropped",
+    "trainer_starved": "trainer waits for rollouts",
 }
 
 ENTROPY = "actor/entropy"
@@ -68,6 +78,10 @@ GRAD_NORM = "actor/grad_norm"
 REWARD_FAILED = "reward/failed"
 RSS_METRICS = ("perf/driver/rss_gb", "perf/max_rss_gb")
 MEMORY_AVAILABLE = "perf/min_memory_available_gb"
+STALE_DROPPED = "async/dropped_stale_samples"
+TRAINER_WAIT = "timing_s/gen"
+STEP_TIME = "timing_s/step"
+ROLLOUT_WORKER_GEN = "timing_s/rollout_worker_gen"  # recorded by the asynchronous trainers only
 # A metric whose non-finite value means the update itself broke.
 NON_FINITE = re.compile(r"^(actor|critic)/(.*loss|grad_norm)$")
 
@@ -92,6 +106,9 @@ class Thresholds:
     grad_norm_window: int
     reward_error_rate: float
     memory_window: int  # the last steps whose resident memory gives its growth per step
+    stale_drop_rate: float
+    wait_share: float
+    wait_steps: int  # steps in a row the trainer's wait must exceed wait_share
 
 
 @dataclass(frozen=True)
@@ -132,6 +149,7 @@ class HealthState:
     validations: dict[str, list[list[float]]] = field(default_factory=dict)
     # resident-memory metric -> [[step, GiB]] of its last memory_window steps after warm-up
     memory: dict[str, list[list[float]]] = field(default_factory=dict)
+    wait_streak: int = 0  # asynchronous steps in a row the trainer waited over wait_share
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -385,6 +403,47 @@ def check_memory_growth(
     return None
 
 
+def check_stale_drops(
+    state: HealthState, step: int, metrics: Metrics, context: RunContext, t: Thresholds
+) -> Finding | None:
+    dropped = _finite(metrics, STALE_DROPPED)
+    if not dropped or not context.samples_per_step:
+        return None
+    rate = dropped / context.samples_per_step
+    if rate > t.stale_drop_rate:
+        return Finding(
+            "stale_drops",
+            step,
+            f"{dropped:.0f} samples were dropped as stale beside the step's "
+            f"{context.samples_per_step} ({rate:.0%}, over {t.stale_drop_rate:.0%}): the "
+            "rollout's work is wasted; sync the weights more often "
+            "(async_training.trigger_parameter_sync_step) or let the rollout run less far "
+            "ahead (async_training.staleness_threshold)",
+        )
+    return None
+
+
+def check_trainer_starved(
+    state: HealthState, step: int, metrics: Metrics, context: RunContext, t: Thresholds
+) -> Finding | None:
+    wait, total = _finite(metrics, TRAINER_WAIT), _finite(metrics, STEP_TIME)
+    if ROLLOUT_WORKER_GEN not in metrics or wait is None or not total:
+        return None
+    share = wait / total
+    state.wait_streak = state.wait_streak + 1 if share > t.wait_share else 0
+    if state.wait_streak < t.wait_steps:
+        return None
+    return Finding(
+        "trainer_starved",
+        step,
+        f"the trainer waited for rollouts {share:.0%} of step {step} ({TRAINER_WAIT} "
+        f"{_g(wait)} s of {STEP_TIME} {_g(total)} s), over {t.wait_share:.0%} in each of the "
+        f"last {t.wait_steps} steps: generation is the bottleneck the overlap cannot hide; "
+        "shorten the responses, give the rollout more resources, or let it run further ahead "
+        "(async_training.staleness_threshold)",
+    )
+
+
 # In the order of CHECKS; each updates the state it keeps and returns a finding or None.
 CHECK_FUNCTIONS: tuple[Callable[..., Finding | None], ...] = (
     check_entropy,
@@ -397,6 +456,8 @@ CHECK_FUNCTIONS: tuple[Callable[..., Finding | None], ...] = (
     check_grad_norm,
     check_reward_errors,
     check_memory_growth,
+    check_stale_drops,
+    check_trainer_starved,
 )
 
 

@@ -71,11 +71,39 @@ PANEL_RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
             r"|min_memory_available_gb)$",
         ),
         ("cpu", "CPU (% of one core)", r"^perf/(driver/cpu_percent|max_cpu_percent)$"),
+        # Asynchronous training (one-step-off, fully-async): the trainers' ``async/`` metrics
+        # and the rollout worker's own timings.
+        (
+            "async_staleness",
+            "Async · staleness (updates behind the actor)",
+            r"^async/(staleness_\w+|max_allowed_staleness)$",
+        ),
+        ("async_queue", "Async · rollout queue (samples waiting)", r"^async/queue_size$"),
+        (
+            "async_dropped",
+            "Async · samples dropped as stale",
+            r"^async/dropped_stale_samples(_total)?$",
+        ),
+        ("async_version", "Async · rollout policy version", r"^async/rollout_policy_version$"),
+        (
+            "async_utilisation",
+            "Async · busy share of the step (rollout, trainer)",
+            r"^async/\w+_utilisation$",
+        ),
+        (
+            "async_time",
+            "Async · rollout vs training time (s)",
+            r"^timing_s/(rollout_worker_gen\w*|sync_rollout_weights)$",
+        ),
         ("timing", "Timing breakdown (s)", r"^timing_s/"),
         ("timing_per_token", "Timing per token (ms)", r"^timing_per_token_ms/"),
     )
 )
 STAT_SUFFIXES = frozenset({"mean", "max", "min", "std"})
+# Metrics a panel draws beside its own, once one of its own exists (they stay in their own
+# panel too): the rollout worker's time reads against the trainer's wait for it
+# (``timing_s/gen``), its update and its whole step.
+PANEL_COMPANIONS = {"async_time": ("timing_s/gen", "timing_s/update_actor", "timing_s/step")}
 
 
 def metric_panel(name: str) -> dict[str, Any]:
@@ -89,13 +117,14 @@ def metric_panel(name: str) -> dict[str, Any]:
 
 
 def metric_panels(names: Iterable[str]) -> list[dict[str, Any]]:
-    """Return the panels for ``names`` in page order, each with its sorted ``names``."""
+    """Return the panels for ``names`` in page order, each with its sorted ``names`` and the
+    ``PANEL_COMPANIONS`` it draws too (the charts skip one the run has not recorded)."""
     panels: dict[str, dict[str, Any]] = {}
     for name in names:
         panel = metric_panel(name)
         panels.setdefault(panel["key"], {**panel, "names": []})["names"].append(name)
-    for panel in panels.values():
-        panel["names"].sort()
+    for key, panel in panels.items():
+        panel["names"] = sorted({*panel["names"], *PANEL_COMPANIONS.get(key, ())})
     return sorted(panels.values(), key=lambda p: (p["order"], p["key"]))
 
 

@@ -23,6 +23,7 @@ from webapp.experiments.configs import (
 )
 from webapp.experiments.forms import ExperimentForm, field_name
 from webapp.experiments.models import Experiment
+from webapp.experiments.modes import STALENESS_KEYS
 from webapp.experiments.rewards import list_reward_functions, unreadable_reward_modules
 from webapp.runs.models import Run
 
@@ -40,9 +41,12 @@ def test_every_honoured_schema_field_but_the_studio_managed_ones_is_in_the_form(
         "reward.components",
         "data.file_key_maps",  # from the datasets picked (attach_dataset_maps)
         "data.file_data_sources",
+        "actor_rollout_ref.hybrid_engine",  # the training mode's radio buttons
     }
-    # Keys with no effect here, or refused, stay at their defaults: the form does not show them.
+    # Keys with no effect here, or refused, stay at their defaults: the form does not show them
+    # (the training mode's staleness boxes excepted: the engine judges them in that mode).
     others = {spec.key for spec in iter_field_specs() if spec.effect != HONOURED}
+    others -= set(STALENESS_KEYS)
     assert others and not any(field_name(k) in form.fields for k in others)
     spec = next(s for s in iter_field_specs() if s.key == "algorithm.adv_estimator")
     field = form.fields["algorithm__adv_estimator"]

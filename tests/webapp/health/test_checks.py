@@ -287,3 +287,49 @@ def test_flat_or_affordable_memory_does_not_fire(thresholds):
     assert run_stream(memory_stream(0.1), thresholds, short) == []
     # Without the run's length there is nothing to extrapolate to.
     assert run_stream(memory_stream(0.1), thresholds) == []
+
+
+def async_stream(waits: list[float], dropped: float = 0.0):
+    """Yield (step, metrics) of an asynchronous run's healthy stream with the trainer's wait
+    ``timing_s/gen`` of each step (of a 10 s step) and ``dropped`` stale samples per step."""
+    for (step, metrics), wait in zip(healthy(steps=len(waits)), [0.0, *waits], strict=False):
+        if step:
+            metrics = {
+                **metrics,
+                "timing_s/gen": wait,
+                "timing_s/step": 10.0,
+                "timing_s/rollout_worker_gen": 9.0,
+                "async/dropped_stale_samples": dropped,
+            }
+        yield step, metrics
+
+
+def test_stale_drops_fire_when_most_of_the_steps_samples_are_dropped(thresholds):
+    assert run_stream(async_stream([1.0] * 10, dropped=32.0), thresholds) == []  # 50%: not over
+    [finding] = run_stream(async_stream([1.0] * 10, dropped=40.0), thresholds)
+    assert (finding.check, finding.step) == ("stale_drops", 1)
+    assert "40 samples were dropped as stale beside the step's 64 (62%, over 50%)" in (
+        finding.message
+    )
+    assert "async_training.trigger_parameter_sync_step" in finding.message
+
+
+def test_a_starved_trainer_fires_after_enough_steps_in_a_row(thresholds):
+    # Over half of each step waiting: steps 1-4 are not enough, a short wait at step 5 breaks
+    # the streak, and steps 6-10 make five in a row.
+    waits = [6.0, 7.0, 8.0, 6.0, 2.0, 6.0, 6.0, 6.0, 6.0, 9.0, 9.0]
+    [finding] = run_stream(async_stream(waits), thresholds)
+    assert (finding.check, finding.step) == ("trainer_starved", 10)
+    assert finding.message.startswith(
+        "the trainer waited for rollouts 90% of step 10 (timing_s/gen 9 s of timing_s/step 10 s), "
+        "over 50% in each of the last 5 steps"
+    )
+
+
+def test_a_synchronous_runs_generation_time_is_no_starved_trainer(thresholds):
+    # Without the rollout worker's timing, timing_s/gen is the generation itself.
+    stream = (
+        (step, {**m, "timing_s/gen": 9.0, "timing_s/step": 10.0} if step else m)
+        for step, m in healthy(steps=20)
+    )
+    assert run_stream(stream, thresholds) == []

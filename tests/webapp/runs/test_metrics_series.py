@@ -89,6 +89,58 @@ def test_panels_follow_verl_names_and_group_unknown_families():
     ]
 
 
+def test_an_async_runs_metrics_are_charted_in_the_async_panels():
+    names = [
+        "async/staleness_mean",
+        "async/staleness_max",
+        "async/max_allowed_staleness",
+        "async/queue_size",
+        "async/dropped_stale_samples",
+        "async/dropped_stale_samples_total",
+        "async/rollout_policy_version",
+        "async/rollout_utilisation",
+        "async/trainer_utilisation",
+        "timing_s/rollout_worker_gen",
+        "timing_s/rollout_worker_gen_cpu",
+        "timing_s/sync_rollout_weights",
+        "timing_s/gen",
+        "timing_s/update_actor",
+        "timing_s/step",
+    ]
+    panels = {p["key"]: p for p in metric_panels(names)}
+    assert panels["async_staleness"]["names"] == [
+        "async/max_allowed_staleness",
+        "async/staleness_max",
+        "async/staleness_mean",
+    ]
+    assert panels["async_queue"]["names"] == ["async/queue_size"]
+    assert panels["async_dropped"]["names"] == [
+        "async/dropped_stale_samples",
+        "async/dropped_stale_samples_total",
+    ]
+    assert panels["async_version"]["names"] == ["async/rollout_policy_version"]
+    assert panels["async_utilisation"]["names"] == [
+        "async/rollout_utilisation",
+        "async/trainer_utilisation",
+    ]
+    # The rollout worker's time beside the trainer's wait for it, its update and its step,
+    # which stay in the timing breakdown too.
+    assert panels["async_time"]["names"] == [
+        "timing_s/gen",
+        "timing_s/rollout_worker_gen",
+        "timing_s/rollout_worker_gen_cpu",
+        "timing_s/step",
+        "timing_s/sync_rollout_weights",
+        "timing_s/update_actor",
+    ]
+    assert panels["timing"]["names"] == ["timing_s/gen", "timing_s/step", "timing_s/update_actor"]
+    assert all(panels[k]["title"].startswith("Async · ") for k in panels if k.startswith("async"))
+    # A synchronous run has none of them.
+    assert not [
+        p for p in metric_panels(["timing_s/gen", "timing_s/step"]) if p["key"].startswith("async")
+    ]
+
+
 @pytest.mark.django_db
 def test_series_are_downsampled_per_metric_and_refined_on_a_step_range(owner):
     run = running_run(owner)
