@@ -34,6 +34,7 @@ from engine.roles.protocols import RolloutEngine
 from engine.roles.ulysses import sequence_parallel_group
 from engine.rollout import get_rollout_builder
 from engine.rollout.multi_turn import MultiTurnRollout
+from engine.rollout.tensor_parallel import TensorParallelShare, engine_seed, tensor_parallel_group
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -151,6 +152,13 @@ class ActorRolloutRefWorker:
             sequence_parallel=sp,
         )
         served = arr.rollout.name in ("vllm", "sglang")  # engines that load the model themselves
+        # vLLM over several ranks: one engine per tensor_model_parallel_size consecutive ranks.
+        tensor_parallel = (
+            arr.rollout.tensor_model_parallel_size if arr.rollout.name == "vllm" else 1
+        )
+        group = tensor_parallel_group(
+            tensor_parallel, "actor_rollout_ref.rollout.tensor_model_parallel_size"
+        )
         model_path = resolve_path(arr.model.path) if served else None
         self.rollout = get_rollout(
             arr.rollout.name,
@@ -159,7 +167,7 @@ class ActorRolloutRefWorker:
             arr.rollout,
             model_path=model_path,
             chat_template_kwargs=config.data.apply_chat_template_kwargs,
-            seed=config.trainer.seed + rank,
+            seed=engine_seed(config.trainer.seed, rank, tensor_parallel),
             model_overrides=(
                 changed_config_attributes(
                     model_path, arr.model, "actor_rollout_ref.model.override_config"
@@ -168,6 +176,8 @@ class ActorRolloutRefWorker:
                 else None
             ),
         )
+        if group is not None:
+            self.rollout = TensorParallelShare(self.rollout, group)
         # Each rank samples its own prompts: give each its own random stream.
         self.generator = torch.Generator(device="cpu").manual_seed(config.trainer.seed + rank)
         self.meter = ProcessMeter()
