@@ -46,9 +46,17 @@ class TensorParallelShare:
 
         The group's shares are gathered in rank order (they may differ in size, not in prompt
         width), the engine generates them all and this rank keeps its own rows, in its order.
+        Its responses are as wide as the group's longest, the rest right-padding (as the
+        controller pads every rank's rollout to the longest of all).
         """
         device = next(iter(prompts.batch.values())).device if prompts.batch else None
         shares = gather_shares(prompts, self.group)
+        widths = [tuple(share.batch["input_ids"].shape[1:]) for share in shares]
+        if len(set(widths)) > 1:
+            raise ValueError(
+                f"the ranks of one rollout engine hold prompts of widths {widths}; left-pad every "
+                "rank's prompts to one width (the controller's shares of one batch have it)"
+            )
         gathered = DataProto.concat(shares)
         gathered.meta_info = prompts.meta_info
         if device is not None:

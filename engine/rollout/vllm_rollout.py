@@ -34,10 +34,12 @@ Choices, and why:
   at a time (``full_tensor``), so every rank must iterate the same names in the same order.
 - Under an initialised ``torch.distributed`` world of several ranks (the Ray path), the engine is
   started with ``distributed_executor_backend="external_launcher"``, vLLM's mode for engines
-  started inside an existing group (verl's choice). With ``tensor_model_parallel_size=1`` (the
-  trainer's only setting: each rank generates its own share of the batch) every rank has an
-  engine of its own; with more, the ranks of a tensor-parallel group are one engine and must ask
-  it for the same prompts.
+  started inside an existing group (verl's choice). With ``tensor_model_parallel_size=1`` every
+  rank has an engine of its own and generates its own share of the batch; with more, the ranks
+  of a tensor-parallel group (consecutive ranks) are one engine, each holding a shard, and must
+  ask it for the same prompts: the trainer's worker wraps this rollout in
+  :class:`engine.rollout.tensor_parallel.TensorParallelShare`, which gathers them. Weight sync
+  is the same on every rank: whole tensors in, the model's ``load_weights`` keeps its shard.
 - On a CPU, ``gpu_memory_utilization`` would be read by vLLM as a fraction of the machine's RAM;
   the KV cache is sized by ``engine_kwargs.vllm.kv_cache_memory_bytes`` instead (default
   :data:`CPU_KV_CACHE_BYTES`), and setting ``gpu_memory_utilization`` there is an error.
@@ -45,6 +47,7 @@ Choices, and why:
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -142,6 +145,30 @@ def _distributed_world() -> int:
     import torch.distributed as dist
 
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def clear_stale_cpu_shared_memory(tensor_parallel_size: int, folder: str = "/dev/shm") -> None:
+    """Remove the shared memory a killed engine over this rank's tensor-parallel group left.
+
+    vLLM's CPU build joins the ranks of a tensor-parallel group through shared memory named
+    after the group alone under ``external_launcher`` (``-tp:0-[0-1]-cpushm_<i>``: the name
+    would carry the init method, which is ``env://`` there) and creates it exclusively, so memory
+    left by ranks that were killed (Ray ends its actors so at shutdown) makes the next engine
+    over the same ranks fail with ``create shm in SHMManager failed. errno: 17``. The group's
+    first rank removes the names (an engine still running keeps its mapping), then every rank
+    waits for it before vLLM creates its own.
+    """
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
+    first = rank - rank % tensor_parallel_size
+    if rank == first and os.path.isdir(folder):
+        ranks = "-".join(str(r) for r in range(first, first + tensor_parallel_size))
+        for name in os.listdir(folder):
+            if "tp:" in name and f"-[{ranks}]-cpushm_" in name:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(folder, name))
+    dist.barrier()
 
 
 def reload_in_buckets(
@@ -256,6 +283,8 @@ class VLLMRollout(ServedEngineRollout):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if kwargs.get("distributed_executor_backend") == "external_launcher":
             self._launcher_environment()
+            if self.on_cpu and self.config.tensor_model_parallel_size > 1:
+                clear_stale_cpu_shared_memory(self.config.tensor_model_parallel_size)
         # apply_model sends a Python function to the workers; allow it when they are processes.
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         if self.sampling_params_cls is None:

@@ -69,7 +69,15 @@ def _rank(rank: int, port: int, out: str) -> None:
     engine = RecordingEngine()
     rollout = TensorParallelShare(engine, group)
     out_rows = rollout.generate_sequences(share(rank), max_new_tokens=5, sampling={})
+    uneven = share(rank)
+    uneven.batch["input_ids"] = torch.nn.functional.pad(uneven.batch["input_ids"], (rank % 2, 0))
+    try:
+        rollout.generate_sequences(uneven, max_new_tokens=5, sampling={})
+        uneven_refused = ""
+    except ValueError as error:
+        uneven_refused = str(error)
     result = {
+        "uneven_refused": uneven_refused,
         "asked": engine.asked,
         "meta_in": engine.meta,
         "responses": out_rows.batch["responses"][:, 1].tolist(),
@@ -96,6 +104,9 @@ def test_the_ranks_of_an_engine_generate_the_groups_prompts_and_keep_their_own(t
         assert result["uids"] == share(rank).non_tensor_batch["uid"].tolist()
         assert result["meta_out"] == {"max_new_tokens": 5}
         assert result["loaded"] and result["no_group_for_one"]
+        assert result["uneven_refused"].startswith(
+            "the ranks of one rollout engine hold prompts of widths [(3,), (4,)]"
+        )
         assert result["refused"] == (
             f"{KEY}=3 must divide the 4 ranks of the actor (trainer.nnodes x "
             "trainer.n_gpus_per_node): each rollout engine is that many consecutive ranks"
