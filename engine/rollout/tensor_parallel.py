@@ -7,11 +7,14 @@ layer, and each of them must ask that engine for the same prompts. So, as verl's
 sharding manager does, :class:`TensorParallelShare` gathers the group's prompts on every rank of
 it, in rank order, generates them all once, and hands each rank back the rows of its own share.
 Weight sync needs nothing of it: every rank passes whole tensors to the model's ``load_weights``,
-which keeps the shard of its tensor-parallel rank.
+which keeps the shard of its tensor-parallel rank. On a CPU, vLLM's shared memory for a group
+has a fixed name: :func:`clear_stale_cpu_shared_memory` removes what killed ranks left.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 from typing import Any
 
 import torch.distributed as dist
@@ -108,3 +111,26 @@ def engine_seed(seed: int, rank: int, tensor_parallel_size: int) -> int:
     """Return the sampling seed of ``rank``'s engine: the ranks of one engine share it (each runs
     the engine's sampler and must draw the same tokens), engines differ."""
     return seed + rank // tensor_parallel_size
+
+
+def clear_stale_cpu_shared_memory(tensor_parallel_size: int, folder: str = "/dev/shm") -> None:
+    """Remove the shared memory a killed engine over this rank's tensor-parallel group left.
+
+    vLLM's CPU build joins the ranks of a tensor-parallel group through shared memory named
+    after the group and the engine's init method, which under ``external_launcher`` is always
+    ``env://``: every engine over the same ranks uses the same names (``-tp:0-[0-1]-cpushm_<i>``
+    in ``/dev/shm``), created exclusively. Memory left by ranks that were killed (Ray ends its
+    actors so at shutdown) then makes the next engine fail with ``create shm in SHMManager
+    failed. errno: 17``. The group's first rank removes the names (an engine still running keeps
+    its mapping), then every rank waits for it before vLLM creates its own. Every rank of the
+    world calls this together.
+    """
+    rank = dist.get_rank()
+    first = rank - rank % tensor_parallel_size
+    if rank == first and os.path.isdir(folder):
+        ranks = "-".join(str(r) for r in range(first, first + tensor_parallel_size))
+        for name in os.listdir(folder):
+            if "tp:" in name and f"-[{ranks}]-cpushm_" in name:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(folder, name))
+    dist.barrier()

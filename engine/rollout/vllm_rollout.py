@@ -47,7 +47,6 @@ Choices, and why:
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -65,6 +64,7 @@ from engine.rollout.served import (
     response_batch,
     unpad_prompts,
 )
+from engine.rollout.tensor_parallel import clear_stale_cpu_shared_memory
 from engine.rollout.vllm_args import engine_arguments, import_vllm
 
 if TYPE_CHECKING:
@@ -145,30 +145,6 @@ def _distributed_world() -> int:
     import torch.distributed as dist
 
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-def clear_stale_cpu_shared_memory(tensor_parallel_size: int, folder: str = "/dev/shm") -> None:
-    """Remove the shared memory a killed engine over this rank's tensor-parallel group left.
-
-    vLLM's CPU build joins the ranks of a tensor-parallel group through shared memory named
-    after the group alone under ``external_launcher`` (``-tp:0-[0-1]-cpushm_<i>``: the name
-    would carry the init method, which is ``env://`` there) and creates it exclusively, so memory
-    left by ranks that were killed (Ray ends its actors so at shutdown) makes the next engine
-    over the same ranks fail with ``create shm in SHMManager failed. errno: 17``. The group's
-    first rank removes the names (an engine still running keeps its mapping), then every rank
-    waits for it before vLLM creates its own.
-    """
-    import torch.distributed as dist
-
-    rank = dist.get_rank()
-    first = rank - rank % tensor_parallel_size
-    if rank == first and os.path.isdir(folder):
-        ranks = "-".join(str(r) for r in range(first, first + tensor_parallel_size))
-        for name in os.listdir(folder):
-            if "tp:" in name and f"-[{ranks}]-cpushm_" in name:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(folder, name))
-    dist.barrier()
 
 
 def reload_in_buckets(

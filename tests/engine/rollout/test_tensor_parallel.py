@@ -1,5 +1,6 @@
 """One rollout engine over several ranks: the ranks of a tensor-parallel group ask it for the
-group's prompts together and each keeps its own rows (gloo, a recording engine in place of vLLM).
+group's prompts together and each keeps its own rows (gloo, a recording engine in place of vLLM);
+before vLLM starts on a CPU, the shared memory killed ranks of the group left is removed.
 
 Four ranks with tensor_model_parallel_size=2 are two engines: ranks 0 and 1, ranks 2 and 3. Each
 rank holds a share of another size; every rank of an engine must hand it the same prompts, in
@@ -54,11 +55,16 @@ class RecordingEngine:
         )
 
 
+# What killed ranks of both engines left in a shared-memory folder, and a name of no engine's.
+STALE = ["-tp:0-[0-1]-cpushm_0", "-tp:0-[0-1]-cpushm_1", "-tp:0-[2-3]-cpushm_0", "psm_1"]
+
+
 def _rank(rank: int, port: int, out: str) -> None:
     from engine.distributed.process_group import init_process_group
-    from engine.rollout.tensor_parallel import TensorParallelShare
+    from engine.rollout.tensor_parallel import TensorParallelShare, clear_stale_cpu_shared_memory
 
     init_process_group(rank=rank, world_size=WORLD, host="127.0.0.1", port=port, backend="gloo")
+    clear_stale_cpu_shared_memory(TP, str(Path(out, "shm")))
     try:
         tensor_parallel_group(3, KEY)
         refused = ""
@@ -93,7 +99,11 @@ def _rank(rank: int, port: int, out: str) -> None:
 def test_the_ranks_of_an_engine_generate_the_groups_prompts_and_keep_their_own(tmp_path):
     from engine.distributed.process_group import free_port
 
+    (tmp_path / "shm").mkdir()
+    for name in STALE:
+        (tmp_path / "shm" / name).write_bytes(b"")
     mp.spawn(_rank, args=(free_port(), str(tmp_path)), nprocs=WORLD)
+    assert [p.name for p in (tmp_path / "shm").iterdir()] == ["psm_1"]
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     ids = {r: share(r).batch["input_ids"][:, 1].tolist() for r in range(WORLD)}
     for rank, result in enumerate(results):
