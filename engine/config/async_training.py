@@ -230,6 +230,13 @@ def one_step_off_problems(v: Validation) -> list[ConfigFieldError]:
             "actor_rollout_ref.rollout.name=hf or vllm",
         ),
         (
+            "actor_rollout_ref.rollout.tensor_model_parallel_size",
+            arr.rollout.tensor_model_parallel_size,
+            arr.rollout.tensor_model_parallel_size > 1,
+            f"{key} runs one rollout worker process holding a whole engine; set "
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        ),
+        (
             "actor_rollout_ref.model.lora_rank",
             arr.model.lora_rank,
             arr.model.lora_rank > 0,

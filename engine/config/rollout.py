@@ -373,6 +373,16 @@ def rollout_problems(v: Validation) -> list[ConfigFieldError]:
                 f"exceeds the {workers} workers; lower it",
             )
         )
+    elif rollout.name == "vllm" and workers % rollout.tensor_model_parallel_size:
+        errors.append(
+            ConfigFieldError(
+                "actor_rollout_ref.rollout.tensor_model_parallel_size",
+                rollout.tensor_model_parallel_size,
+                f"must divide the {workers} workers (trainer.nnodes x trainer.n_gpus_per_node): "
+                "each vLLM engine is that many consecutive ranks; use a divisor of "
+                f"{workers}",
+            )
+        )
     multi_turn = rollout.multi_turn
     if multi_turn.interaction_config_path and (
         multi_turn.interaction_path or multi_turn.interaction_name
@@ -414,8 +424,7 @@ def rollout_problems(v: Validation) -> list[ConfigFieldError]:
 
 
 def _vllm_problems(rollout: RolloutConfig, device: str) -> list[ConfigFieldError]:
-    """Check the keys only the ``vllm`` rollout reads: its context length, tensor parallelism
-    and, on a CPU, ``gpu_memory_utilization`` (the adapter raises the
+    """Check the keys only the ``vllm`` rollout reads: its context length and, on a CPU, ``gpu_memory_utilization`` (the adapter raises the
     same at start where ``trainer.device=auto`` resolves to a CPU)."""
     errors: list[ConfigFieldError] = []  # engine_kwargs.vllm: engine.config.mappings checks it
     longest = resolved(rollout.prompt_length, "actor_rollout_ref.rollout.prompt_length") + resolved(
@@ -428,16 +437,6 @@ def _vllm_problems(rollout: RolloutConfig, device: str) -> list[ConfigFieldError
                 rollout.max_model_len,
                 f"is shorter than prompt_length + response_length = {longest}, so vLLM would "
                 f"cut responses short; set at least {longest}, or null for exactly that",
-            )
-        )
-    if rollout.tensor_model_parallel_size > 1:
-        errors.append(
-            ConfigFieldError(
-                "actor_rollout_ref.rollout.tensor_model_parallel_size",
-                rollout.tensor_model_parallel_size,
-                "each rank generates its own share of the batch, but the ranks of one "
-                "tensor-parallel vLLM engine must ask it for the same prompts; keep 1 (every rank "
-                "holds a whole rollout engine while FSDP shards the training)",
             )
         )
     default = DEFAULT_GPU_MEMORY_UTILIZATION

@@ -34,6 +34,7 @@ from engine.roles.protocols import RolloutEngine
 from engine.roles.ulysses import sequence_parallel_group
 from engine.rollout import get_rollout_builder
 from engine.rollout.multi_turn import MultiTurnRollout
+from engine.rollout.tensor_parallel import TensorParallelShare, engine_seed, tensor_parallel_group
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -170,14 +171,23 @@ class ActorRolloutRefWorker:
             remove_padding=arr.model.use_remove_padding,
             sequence_parallel=sp,
         )
+        # vLLM over several ranks: one engine per tensor_model_parallel_size consecutive ranks.
+        tensor_parallel = (
+            arr.rollout.tensor_model_parallel_size if arr.rollout.name == "vllm" else 1
+        )
+        group = tensor_parallel_group(
+            tensor_parallel, "actor_rollout_ref.rollout.tensor_model_parallel_size"
+        )
         self.rollout = get_rollout(
             arr.rollout.name,
             self.model,
             self.tokenizer,
             arr.rollout,
-            seed=config.trainer.seed + rank,
+            seed=engine_seed(config.trainer.seed, rank, tensor_parallel),
             **rollout_build_arguments(config),
         )
+        if group is not None:
+            self.rollout = TensorParallelShare(self.rollout, group)
         # Each rank samples its own prompts: give each its own random stream.
         self.generator = torch.Generator(device="cpu").manual_seed(config.trainer.seed + rank)
         self.meter = ProcessMeter()

@@ -34,10 +34,12 @@ Choices, and why:
   at a time (``full_tensor``), so every rank must iterate the same names in the same order.
 - Under an initialised ``torch.distributed`` world of several ranks (the Ray path), the engine is
   started with ``distributed_executor_backend="external_launcher"``, vLLM's mode for engines
-  started inside an existing group (verl's choice). With ``tensor_model_parallel_size=1`` (the
-  trainer's only setting: each rank generates its own share of the batch) every rank has an
-  engine of its own; with more, the ranks of a tensor-parallel group are one engine and must ask
-  it for the same prompts.
+  started inside an existing group (verl's choice). With ``tensor_model_parallel_size=1`` every
+  rank has an engine of its own and generates its own share of the batch; with more, the ranks
+  of a tensor-parallel group (consecutive ranks) are one engine, each holding a shard, and must
+  ask it for the same prompts: the trainer's worker wraps this rollout in
+  :class:`engine.rollout.tensor_parallel.TensorParallelShare`, which gathers them. Weight sync
+  is the same on every rank: whole tensors in, the model's ``load_weights`` keeps its shard.
 - On a CPU, ``gpu_memory_utilization`` would be read by vLLM as a fraction of the machine's RAM;
   the KV cache is sized by ``engine_kwargs.vllm.kv_cache_memory_bytes`` instead (default
   :data:`CPU_KV_CACHE_BYTES`), and setting ``gpu_memory_utilization`` there is an error.
@@ -62,6 +64,7 @@ from engine.rollout.served import (
     response_batch,
     unpad_prompts,
 )
+from engine.rollout.tensor_parallel import clear_stale_cpu_shared_memory
 from engine.rollout.vllm_args import engine_arguments, import_vllm
 
 if TYPE_CHECKING:
@@ -256,6 +259,8 @@ class VLLMRollout(ServedEngineRollout):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if kwargs.get("distributed_executor_backend") == "external_launcher":
             self._launcher_environment()
+            if self.on_cpu and self.config.tensor_model_parallel_size > 1:
+                clear_stale_cpu_shared_memory(self.config.tensor_model_parallel_size)
         # apply_model sends a Python function to the workers; allow it when they are processes.
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         if self.sampling_params_cls is None:

@@ -44,6 +44,15 @@ def test_one_step_off_on_the_tiny_preset_is_valid():
         ),
         (["actor_rollout_ref.model.lora_rank=4"], "actor_rollout_ref.model.lora_rank", "=0"),
         (
+            [
+                "actor_rollout_ref.rollout.name=vllm",
+                "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+                "trainer.n_gpus_per_node=2",
+            ],
+            "actor_rollout_ref.rollout.tensor_model_parallel_size",
+            "tensor_model_parallel_size=1",
+        ),
+        (
             ["actor_rollout_ref.rollout.name=sglang"],
             "actor_rollout_ref.rollout.name",
             "set actor_rollout_ref.rollout.name=hf or vllm",

@@ -3,11 +3,13 @@
 Two processes form a gloo world, shard the tiny model with FSDP2 and step it; then the ranks'
 ``VLLMRollout`` (``distributed_executor_backend="external_launcher"``, started inside that world)
 loads the sharded weights, gathered tensor by tensor on both ranks, and decodes greedily exactly
-as an unsharded copy that took the same step. With ``tensor_model_parallel_size=1`` (verl's
-layout, the trainer's) each rank has an engine of its own and decodes its own share, of another
-size and length than the other's, with no collective between the engines; with 2, the two ranks
-are one engine, each holding half of every layer, and decode the same prompts. Then the Ray
-path: ``trainer.controller=ray`` with two ranks and ``rollout.name=vllm``.
+as an unsharded copy that took the same step (and, before it, as the unchanged copy). With
+``tensor_model_parallel_size=1`` each rank has an engine of its own and decodes its own share, of
+another size and length than the other's, with no collective between the engines; with 2, the
+two ranks are one engine, each holding half of every layer: as in the trainer's worker, they
+gather both shares, decode them in one call and each keeps its own rows, in order. Then the Ray
+path: ``trainer.controller=ray`` with two ranks and ``rollout.name=vllm``, with one engine per
+rank and with one engine over both.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ pytestmark = [
     requires_vllm,
 ]
 
-# Each rank's share with one engine per rank: a different number of prompts and of new tokens.
+# Each rank's share: a different number of prompts and, with one engine per rank, of new tokens.
 SHARES = {0: (["12+35=", "40+41="], 6), 1: (["7+8=", "99+1=", "3+3=", "55+20=", "18+9="], 12)}
+NEW_TOKENS = 12  # one engine over both ranks generates both shares in one call
 
 
 def _rank(rank: int, world: int, port: int, out: str, tp: int) -> None:
@@ -42,6 +45,11 @@ def _rank(rank: int, world: int, port: int, out: str, tp: int) -> None:
     from engine.config.rollout import EngineKwargsConfig
     from engine.distributed.fsdp import apply_fsdp2
     from engine.distributed.process_group import build_device_mesh, init_process_group
+    from engine.rollout.tensor_parallel import (
+        TensorParallelShare,
+        engine_seed,
+        tensor_parallel_group,
+    )
     from engine.rollout.vllm_rollout import VLLMRollout
     from engine.tiny import ensure_tiny_assets
     from tests.engine.distributed.helpers import prompt_batch
@@ -60,12 +68,17 @@ def _rank(rank: int, world: int, port: int, out: str, tp: int) -> None:
         tensor_model_parallel_size=tp,
         engine_kwargs=EngineKwargsConfig(vllm={"kv_cache_memory_bytes": KV_CACHE_BYTES}),
     )
-    # One engine over both ranks samples the same stream on each: the same seed.
-    rollout = VLLMRollout(path, tokenizer, config, seed=rank if tp == 1 else 0)
-    questions, new_tokens = SHARES[rank if tp == 1 else 1]
+    # As the trainer's worker builds it: one seed per engine, the group's prompts gathered.
+    group = tensor_parallel_group(tp, "actor_rollout_ref.rollout.tensor_model_parallel_size")
+    rollout = VLLMRollout(path, tokenizer, config, seed=engine_seed(0, rank, tp))
+    if group is not None:
+        rollout = TensorParallelShare(rollout, group)
+    questions, new_tokens = SHARES[rank]
+    new_tokens = new_tokens if tp == 1 else NEW_TOKENS  # one engine call: one length
     batch = prompt_batch(tokenizer, questions)
     greedy = {"do_sample": False, "temperature": 0.0, "top_k": -1, "top_p": 1.0}
     before = rollout.generate_sequences(batch, max_new_tokens=new_tokens, sampling=greedy)
+    expected_before = greedy_of(reference.eval(), tokenizer, batch, max_new_tokens=new_tokens)
 
     ids = prompt_batch(tokenizer, ["12+35=47", "7+8=15"]).batch["input_ids"]
     for module in (model, reference):  # the same data on both ranks: the averaged gradient is it
@@ -78,10 +91,21 @@ def _rank(rank: int, world: int, port: int, out: str, tp: int) -> None:
     result = {
         "tensors": stats["tensors"],
         "changed": not torch.equal(before.batch["responses"], after.batch["responses"]),
-        "equal": torch.equal(after.batch["responses"], expected),
+        "equal_before": same_answers(before, expected_before, tokenizer.pad_token_id),
+        "equal": same_answers(after, expected, tokenizer.pad_token_id),
         "rows": len(after.batch["responses"]),
     }
     Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+
+
+def same_answers(out, expected: torch.Tensor, pad_token_id: int) -> bool:
+    """Whether ``out``'s responses are ``expected``'s, row by row; with one engine over both
+    ranks they are as wide as the longer share's, the rest right-padding."""
+    responses = out.batch["responses"]
+    width = expected.shape[1]
+    return torch.equal(responses[:, :width], expected) and bool(
+        (responses[:, width:] == pad_token_id).all()
+    )
 
 
 @pytest.mark.parametrize("tp", [1, 2], ids=["an-engine-per-rank", "one-engine-over-both"])
@@ -91,13 +115,15 @@ def test_fsdp2_ranks_sync_into_vllm_and_decode_as_the_updated_policy(tmp_path, t
     mp.spawn(_rank, args=(2, free_port(), str(tmp_path), tp), nprocs=2)
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for rank, result in enumerate(results):
-        assert result["rows"] == len(SHARES[rank if tp == 1 else 1][0])
+        assert result["rows"] == len(SHARES[rank][0])
         assert result["tensors"] > 0
         assert result["changed"], f"rank {rank}: the step did not change its greedy answers"
+        assert result["equal_before"], f"rank {rank}: vLLM's first answers are not the policy's"
         assert result["equal"], f"rank {rank}: vLLM's greedy answers are not the policy's"
 
 
-def test_the_ray_path_trains_with_vllm_on_each_rank(tmp_path):
+@pytest.mark.parametrize("tp", [1, 2], ids=["an-engine-per-rank", "one-engine-over-both"])
+def test_the_ray_path_trains_with_vllm_on_its_ranks(tmp_path, tp):
     ray = pytest.importorskip("ray")
     from engine.config import load_config
     from engine.tiny import ensure_tiny_assets
@@ -116,6 +142,7 @@ def test_the_ray_path_trains_with_vllm_on_each_rank(tmp_path):
             "actor_rollout_ref.rollout.name=vllm",
             f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={KV_CACHE_BYTES}",
             "actor_rollout_ref.rollout.calculate_log_probs=True",
+            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}",
         ],
     )
     ray.init(address="local", num_cpus=4, include_dashboard=False)

@@ -337,17 +337,14 @@ def test_config_validation_checks_the_keys_only_vllm_reads(vllm_importable):
             {"download_dir": "/srv"}
         )[0][1],
     }
-    tp = validation_errors(
-        [
-            *VLLM,
-            "trainer.controller=ray",
-            "trainer.n_gpus_per_node=2",
-            "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
-        ]
-    )
-    assert tp["actor_rollout_ref.rollout.tensor_model_parallel_size"].startswith(
-        "each rank generates its own share of the batch"
-    )
+    ranks = [*VLLM, "trainer.controller=ray", "trainer.n_gpus_per_node=4"]
+    tp = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+    assert validation_errors([*ranks, f"{tp}=2"]) == {}  # two engines of two ranks each
+    assert validation_errors([*ranks, f"{tp}=3"]) == {
+        tp: "must divide the 4 workers (trainer.nnodes x trainer.n_gpus_per_node): each vLLM "
+        "engine is that many consecutive ranks; use a divisor of 4"
+    }
+    assert "exceeds the 4 workers" in validation_errors([*ranks, f"{tp}=8"])[tp]
     # With trainer.device=auto the device is known only at start: the adapter checks it there.
     gpu_sized = [
         *VLLM,
