@@ -62,11 +62,14 @@ def table_peak_flops(device_name: str) -> float | None:
 
 
 @functools.cache
-def measured_cpu_peak_flops(size: int = 512, repeats: int = 8) -> float:
+def measured_cpu_peak_flops(size: int = 512, repeats: int = 32) -> float:
     """Return the fp32 matmul FLOP/s this process reaches on torch's current threads.
 
     The best of ``repeats`` ``(size, size) @ (size, size)`` products after one warm-up
-    (``2 * size^3`` FLOPs each): the figure a CPU run's MFU is measured against.
+    (``2 * size^3`` FLOPs each): the figure a CPU run's MFU is measured against. A shared
+    machine preempts some of them, which would understate the peak and put MFU over 1 (a CI run on
+    a loaded machine read 1.02 with the best of 8); the more products, the likelier one of them
+    ran alone.
     """
     a = torch.randn(size, size)
     b = torch.randn(size, size)
