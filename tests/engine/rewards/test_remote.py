@@ -55,20 +55,22 @@ class FakeService:
                 try:
                     status, answer = service.answer(body)
                     time.sleep(service.delay)
-                    self.send_response(status)
-                    if status == 302:
-                        self.send_header("Location", "http://127.0.0.1:9/elsewhere")
-                    self.send_header("Content-Length", str(len(answer)))
-                    self.end_headers()
-                    if service.mode == "trickle":  # a byte every 0.1 s: never silent for long
-                        for byte in answer:
-                            self.wfile.write(bytes([byte]))
-                            self.wfile.flush()
-                            time.sleep(0.1)
-                    self.wfile.write(answer if service.mode != "trickle" else b"")
                 finally:
+                    # Out of flight before the answer leaves: a client that has read it may
+                    # send its next request before this thread runs again.
                     with service.lock:
                         service.in_flight -= 1
+                self.send_response(status)
+                if status == 302:
+                    self.send_header("Location", "http://127.0.0.1:9/elsewhere")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                if service.mode == "trickle":  # a byte every 0.1 s: never silent for long
+                    for byte in answer:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(0.1)
+                self.wfile.write(answer if service.mode != "trickle" else b"")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}/score"
