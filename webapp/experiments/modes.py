@@ -17,24 +17,20 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from engine.config import PPOConfig, get_value
+from engine.config.async_training import FULLY_ASYNC_DEFAULTS
 
 SYNC = "sync"
 ONE_STEP_OFF = "one_step_off"
 FULLY_ASYNC = "fully_async"
 
 HYBRID_ENGINE = "actor_rollout_ref.hybrid_engine"
-STALENESS_KEYS = (
-    "async_training.staleness_threshold",
-    "async_training.trigger_parameter_sync_step",
-    "async_training.require_batches",
-)
-# verl's fully_async_ppo_trainer.yaml values: what an empty staleness box means, and what the
-# mode writes when every box is empty (with all three null the engine would run one-step-off).
+# verl's fully_async_ppo_trainer.yaml values, as the engine takes them for a key left null: what
+# an empty staleness box means, and what the mode writes when every box is empty (with all
+# three null the engine would run one-step-off).
 VERL_STALENESS_DEFAULTS: dict[str, Any] = {
-    "async_training.staleness_threshold": 0.1,
-    "async_training.trigger_parameter_sync_step": 4,
-    "async_training.require_batches": 1,
+    f"async_training.{key}": value for key, value in FULLY_ASYNC_DEFAULTS.items()
 }
+STALENESS_KEYS = tuple(VERL_STALENESS_DEFAULTS)
 
 
 class TrainingMode(NamedTuple):
