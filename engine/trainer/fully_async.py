@@ -123,11 +123,8 @@ class FullyAsyncPPOTrainer(OneStepOffPPOTrainer):
 
     def submit_chunk(self) -> None:
         """Submit the next chunk of prompts to the worker."""
-        assert self.rollout_worker is not None and self.chunks is not None
-        prompts = next(self.chunks)
-        batch = self.rollout_input(prompts)
-        self.rollout_worker.submit(batch)
-        self.in_flight.append((prompts, batch))
+        assert self.chunks is not None
+        self.submit(next(self.chunks))
 
     def generate_and_score(
         self, prompts: DataProto, *, timing: dict[str, float]

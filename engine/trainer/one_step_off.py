@@ -116,6 +116,11 @@ class OneStepOffPPOTrainer(PPOTrainer):
             self.rollout_worker.sync_weights(self.policy, version)
             self.synced_version = version
         self._sync_s = time.perf_counter() - start
+        self.submit(prompts)
+
+    def submit(self, prompts: DataProto) -> None:
+        """Submit the rollout of ``prompts`` to the worker and queue them as in flight."""
+        assert self.rollout_worker is not None
         batch = self.rollout_input(prompts)
         self.rollout_worker.submit(batch)
         self.in_flight.append((prompts, batch))
