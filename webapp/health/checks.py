@@ -182,6 +182,17 @@ def _finite(metrics: Mapping[str, Any], name: str) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+def _share_of_step(
+    metrics: Mapping[str, Any], name: str, context: RunContext
+) -> tuple[float, float] | None:
+    """Return a per-step sample count and its share of the step's samples; None when it is
+    zero, missing, or the step's sample count is unknown."""
+    count = _finite(metrics, name)
+    if not count or not context.samples_per_step:
+        return None
+    return count, count / context.samples_per_step
+
+
 def _g(value: float) -> str:
     return f"{value:.4g}"
 
@@ -356,10 +367,10 @@ def check_grad_norm(
 def check_reward_errors(
     state: HealthState, step: int, metrics: Metrics, context: RunContext, t: Thresholds
 ) -> Finding | None:
-    failed = _finite(metrics, REWARD_FAILED)
-    if not failed or not context.samples_per_step:
+    share = _share_of_step(metrics, REWARD_FAILED, context)
+    if share is None:
         return None
-    rate = failed / context.samples_per_step
+    failed, rate = share
     if rate > t.reward_error_rate:
         return Finding(
             "reward_errors",
@@ -406,10 +417,10 @@ def check_memory_growth(
 def check_stale_drops(
     state: HealthState, step: int, metrics: Metrics, context: RunContext, t: Thresholds
 ) -> Finding | None:
-    dropped = _finite(metrics, STALE_DROPPED)
-    if not dropped or not context.samples_per_step:
+    share = _share_of_step(metrics, STALE_DROPPED, context)
+    if share is None:
         return None
-    rate = dropped / context.samples_per_step
+    dropped, rate = share
     if rate > t.stale_drop_rate:
         return Finding(
             "stale_drops",
