@@ -13,7 +13,7 @@ from engine.trainer import PPOTrainer
 from engine.trainer.fully_async import FullyAsyncPPOTrainer
 from engine.trainer.one_step_off import VERSION_KEY
 from engine.trainer.run import run_training
-from tests.engine.trainer.test_one_step_off import log_probs_under
+from tests.engine.trainer.test_one_step_off import log_probs_under, parameter_diff
 from tests.engine.trainer.test_trainer import ListRecorder
 
 FULLY_ASYNC = "actor_rollout_ref.hybrid_engine=False"
@@ -54,8 +54,7 @@ def test_a_one_step_budget_gives_the_synchronous_trainers_updates(make_config):
     assert trainer.fit() == "succeeded"
     # Same seeds, the same samples from the worker process, the same two updates: in fp32 (the
     # CPU engine's only dtype) the parameters agree to the bit, well within 1e-6.
-    expected, got = sync.arr.model.state_dict(), trainer.arr.model.state_dict()
-    diff = max((expected[k] - got[k]).abs().max().item() for k in expected)
+    diff = parameter_diff(sync.arr.model, trainer.arr.model)
     assert diff <= 1e-6
     assert diff == 0.0
     for step, metrics in recorder.steps:

@@ -51,6 +51,12 @@ def log_probs_under(model: torch.nn.Module, weights: dict, batch: DataProto) -> 
     return chosen.squeeze(-1)  # (bs, R)
 
 
+def parameter_diff(expected: torch.nn.Module, got: torch.nn.Module) -> float:
+    """Return the largest absolute difference between two models' parameters and buffers."""
+    want, have = expected.state_dict(), got.state_dict()
+    return max((want[k] - have[k]).abs().max().item() for k in want)
+
+
 def test_without_the_overlap_the_updates_equal_the_synchronous_trainers(make_config):
     sync = PPOTrainer(make_config("grpo_tiny"))
     assert sync.fit() == "succeeded"
@@ -59,8 +65,7 @@ def test_without_the_overlap_the_updates_equal_the_synchronous_trainers(make_con
     assert trainer.fit() == "succeeded"
     # Same seeds, the same samples from the worker process, the same two updates: in fp32 (the
     # CPU engine's only dtype) the parameters agree to the bit, well within 1e-6.
-    expected, got = sync.arr.model.state_dict(), trainer.arr.model.state_dict()
-    diff = max((expected[k] - got[k]).abs().max().item() for k in expected)
+    diff = parameter_diff(sync.arr.model, trainer.arr.model)
     assert diff <= 1e-6
     assert diff == 0.0
     for step, metrics in recorder.steps:
