@@ -16,8 +16,9 @@ batch, stamped with the version that produced it). Sending never waits for the w
 feeder thread writes while the worker generates. Between two batches the worker reads every
 request already sent, so weights synced while batches wait their turn are the ones those
 batches are generated with (a batch in flight finishes with the weights it started with, as
-verl's rollouter without partial rollout). ``queue_size`` bounds the finished batches waiting for
-the trainer (the fully-async trainer's queue): a worker that fills it waits. Everything travels as ``torch.save`` bytes, so
+verl's rollouter without partial rollout); of several syncs sent meanwhile only the last is
+loaded. ``queue_size`` bounds the finished batches waiting for the trainer (the fully-async
+trainer's queue): a worker that fills it waits. Everything travels as ``torch.save`` bytes, so
 no tensor in either process shares memory with the other (a shared tensor breaks once its
 process exits). Sampling draws from the worker's own generator seeded as the in-process
 rollout's (``trainer.seed``), so with the same weights it samples the same tokens.
@@ -173,13 +174,16 @@ def _serve(requests: Any, replies: Any, setup_bytes: bytes) -> None:
                     pending.append(requests.get_nowait())
                 except queue.Empty:
                     break
+            newest = None  # of the weights sent meanwhile, only the last are generated with
             for kind, payload in pending:
                 if kind == "stop":
                     return
                 if kind == "weights":
-                    worker.load(*_unpack(payload))
+                    newest = payload
                 elif kind == "generate":
                     waiting.append(payload)
+            if newest is not None:
+                worker.load(*_unpack(newest))
             if waiting:
                 replies.put(("ok", _pack(worker.generate(_unpack(waiting.popleft())))))
     except BaseException:
