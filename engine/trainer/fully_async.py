@@ -51,9 +51,10 @@ from engine.config import PPOConfig
 from engine.config.async_training import FullyAsyncSettings, fully_async_settings
 from engine.data import DataProto
 from engine.trainer.dynamic_sampling import pad_to_common_width
-from engine.trainer.one_step_off import VERSION_KEY, OneStepOffPPOTrainer
+from engine.trainer.one_step_off import OneStepOffPPOTrainer
 from engine.trainer.ppo_trainer import PPOTrainer
 from engine.trainer.reporting import Recorder
+from engine.trainer.samples import POLICY_VERSION
 
 
 class FullyAsyncPPOTrainer(OneStepOffPPOTrainer):
@@ -154,7 +155,7 @@ class FullyAsyncPPOTrainer(OneStepOffPPOTrainer):
                 self.submit_chunk()
                 continue
             joined = self.join_rollout(batch, gen, timing=timing)
-            joined.non_tensor_batch[VERSION_KEY] = np.full(len(joined), version, dtype=np.int64)
+            joined.non_tensor_batch[POLICY_VERSION] = np.full(len(joined), version, dtype=np.int64)
             parts.append(joined)
         samples_per_chunk = self.config.actor_rollout_ref.actor.ppo_mini_batch_size * (
             self.config.actor_rollout_ref.rollout.n

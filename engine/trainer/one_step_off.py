@@ -40,8 +40,7 @@ from engine.roles.rollout_worker import RolloutWorkerProcess
 from engine.trainer.metrics import timer
 from engine.trainer.ppo_trainer import PPOTrainer
 from engine.trainer.reporting import Recorder
-
-VERSION_KEY = "rollout_policy_version"
+from engine.trainer.samples import POLICY_VERSION, sample_staleness
 
 
 class OneStepOffPPOTrainer(PPOTrainer):
@@ -140,7 +139,7 @@ class OneStepOffPPOTrainer(PPOTrainer):
         timing["rollout_worker_gen"] = gen_seconds
         timing["rollout_worker_gen_cpu"] = gen.meta_info.pop("rollout_worker_cpu_s", 0.0)
         batch, reward_info = self.score_rollout(prompts, batch, gen, timing=timing)
-        batch.non_tensor_batch[VERSION_KEY] = np.full(len(batch), version, dtype=np.int64)
+        batch.non_tensor_batch[POLICY_VERSION] = np.full(len(batch), version, dtype=np.int64)
         return batch, reward_info
 
     def needs_old_log_prob(self, batch: DataProto) -> bool:
@@ -149,8 +148,8 @@ class OneStepOffPPOTrainer(PPOTrainer):
 
     def staleness(self, batch: DataProto) -> np.ndarray:
         """Return each sample's staleness (bs,): updates between its policy and the actor's."""
-        current = self.global_step - 1  # train_step runs before this step's update
-        return current - batch.non_tensor_batch[VERSION_KEY]
+        # train_step runs before this step's update: the actor has made global_step - 1.
+        return sample_staleness(self.global_step, batch.non_tensor_batch[POLICY_VERSION])
 
     def train_step(
         self, prompts: DataProto, more_prompts: Iterator[DataProto] | None = None
@@ -161,5 +160,7 @@ class OneStepOffPPOTrainer(PPOTrainer):
         lag = self.staleness(batch)
         metrics["async/staleness_mean"] = float(lag.mean())
         metrics["async/staleness_max"] = float(lag.max())
-        metrics["async/rollout_policy_version"] = float(batch.non_tensor_batch[VERSION_KEY].max())
+        metrics["async/rollout_policy_version"] = float(
+            batch.non_tensor_batch[POLICY_VERSION].max()
+        )
         return metrics, batch, reward_info

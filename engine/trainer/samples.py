@@ -13,7 +13,7 @@ weighs the batch, its importance weight (``rollout_is_weight``: the mean of its 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -25,11 +25,13 @@ from engine.trainer.reporting import SampleRecord
 POLICY_VERSION = "rollout_policy_version"  # the batch's non-tensor key, as verl names it
 IS_WEIGHT = "rollout_is_weight"
 ROLLOUT_PARTS = (POLICY_VERSION, IS_WEIGHT)
+Versions = TypeVar("Versions", int, np.ndarray)
 
 
-def sample_staleness(step: int, version: int) -> int:
-    """Return the updates between a sample's policy ``version`` and the actor that trains on it
-    at ``step`` (``step - 1`` updates made), as the trainers' ``async/staleness_*`` count."""
+def sample_staleness(step: int, version: Versions) -> Versions:
+    """Return the updates between a sample's policy ``version`` (or an array of them) and the
+    actor that trains on it at ``step`` (``step - 1`` updates made): the trainers'
+    ``async/staleness_*``."""
     return step - 1 - version
 
 

@@ -11,8 +11,8 @@ import torch
 from engine.roles.rollout_worker import policy_state
 from engine.trainer import PPOTrainer
 from engine.trainer.fully_async import FullyAsyncPPOTrainer
-from engine.trainer.one_step_off import VERSION_KEY
 from engine.trainer.run import run_training
+from engine.trainer.samples import POLICY_VERSION
 from tests.engine.trainer.test_one_step_off import log_probs_under, parameter_diff
 from tests.engine.trainer.test_trainer import ListRecorder
 
@@ -85,7 +85,7 @@ def test_a_stale_samples_importance_weight_is_pi_old_over_pi_rollout(make_config
     assert steps[0]["timing_s/sync_rollout_weights"] > 0
     assert steps[1]["timing_s/sync_rollout_weights"] == 0.0  # no sync before step 2
     batch = trainer.batches[1]
-    assert (batch.non_tensor_batch[VERSION_KEY] == 0).all()
+    assert (batch.non_tensor_batch[POLICY_VERSION] == 0).all()
     mask = batch.batch["response_mask"].bool()
     model = trainer.arr.model
     rollout = log_probs_under(model, trainer.weights_before[0], batch)  # version 0

@@ -15,8 +15,9 @@ from engine.roles.actor import response_logits
 from engine.roles.rollout_worker import RolloutWorkerProcess, policy_state
 from engine.tools.tiny_task import calculator_overrides, ensure_calculator_task
 from engine.trainer import PPOTrainer
-from engine.trainer.one_step_off import VERSION_KEY, OneStepOffPPOTrainer
+from engine.trainer.one_step_off import OneStepOffPPOTrainer
 from engine.trainer.run import run_training
+from engine.trainer.samples import POLICY_VERSION
 from tests.engine.rollout.test_vllm_engine import LOGP_ATOL
 from tests.engine.trainer.test_trainer import ListRecorder
 from tests.engine.trainer.test_vllm_training import VLLM
@@ -95,7 +96,7 @@ def test_a_one_step_stale_samples_importance_weight_is_pi_old_over_pi_rollout(ma
     moved = False
     for step in (2, 3):
         batch = trainer.batches[step - 1]
-        versions = batch.non_tensor_batch[VERSION_KEY]
+        versions = batch.non_tensor_batch[POLICY_VERSION]
         assert (versions == step - 2).all()  # every sample carries the policy that made it
         mask = batch.batch["response_mask"].bool()
         model = trainer.arr.model
