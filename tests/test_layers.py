@@ -46,7 +46,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("configuration: verl's keys as typed dataclasses and their rules", ("engine.config",)),
     (
         "names: the torch-free name lists, the registry reader they use, the process environment "
-        "(the reward services an administrator allows among it)",
+        "(the reward services an administrator allows among it), loading a Python file a key "
+        "names",
         (
             "engine.algorithms.names",
             "engine.algorithms.registry",
@@ -56,6 +57,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "engine.rollout.names",
             "engine.tools.names",
             "engine.env",
+            "engine.python_files",
         ),
     ),
 )

@@ -25,9 +25,7 @@ missing class, a class of the wrong kind, a constructor that fails.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import sys
 from collections.abc import Mapping, Sequence, Sized
 from pathlib import Path
 from types import ModuleType
@@ -41,6 +39,7 @@ from engine.config.data import FILE_PREFIX, PACKAGE_PREFIX
 from engine.config.fields import ConfigFieldError
 from engine.data.dataset import PromptDataset, RLHFDataset
 from engine.data.rows import DatasetError, normalise_row
+from engine.python_files import NotPythonModule, exec_python_file
 
 DATASET_CALL = "cls(data_files=..., tokenizer=..., processor=None, config=..., max_samples=...)"
 SAMPLER_CALL = "cls(data_source=dataset, data_config=...)"
@@ -103,20 +102,16 @@ def _import_file(file: Path, path: str, path_key: str) -> ModuleType:
         raise ConfigFieldError(
             path_key, path, f"{file} is not a file; point it at the Python file defining the class"
         )
-    module_name = "posttrain_custom_data_" + hashlib.sha1(str(file).encode()).hexdigest()[:12]
-    spec = importlib.util.spec_from_file_location(module_name, file)
-    if spec is None or spec.loader is None:
-        raise ConfigFieldError(path_key, path, f"{file} cannot be loaded as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # pickling and dataclasses look a class's module up here
     try:
-        spec.loader.exec_module(module)
+        return exec_python_file(file, "posttrain_custom_data")
+    except NotPythonModule:
+        raise ConfigFieldError(
+            path_key, path, f"{file} cannot be loaded as a Python module"
+        ) from None
     except Exception as exc:
-        sys.modules.pop(module_name, None)
         raise ConfigFieldError(
             path_key, path, f"{file} failed to import: {type(exc).__name__}: {exc}; fix the file"
         ) from exc
-    return module
 
 
 def dataset_class(path: str, name: str | None) -> type[Dataset]:

@@ -8,38 +8,28 @@ class rather than a closure so that it can be sent to worker processes: it pickl
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import sys
 import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-
-def _module_name(path: Path) -> str:
-    digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
-    return f"posttrain_custom_reward_{digest}"
+from engine.python_files import NotPythonModule, exec_python_file
 
 
 def _load_module(path: Path) -> ModuleType:
     """Execute the file at ``path`` as a module and return it."""
-    name = _module_name(path)
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"custom reward file {path} cannot be loaded as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        return exec_python_file(path, "posttrain_custom_reward")
+    except NotPythonModule:
+        raise ImportError(
+            f"custom reward file {path} cannot be loaded as a Python module"
+        ) from None
     except SyntaxError as exc:
-        sys.modules.pop(name, None)
         raise SyntaxError(
             f"custom reward file {path} has a syntax error at line {exc.lineno}: {exc.msg}"
         ) from exc
     except Exception as exc:
-        sys.modules.pop(name, None)
         line = next(
             (
                 f.lineno
@@ -52,7 +42,6 @@ def _load_module(path: Path) -> ModuleType:
         raise ImportError(
             f"custom reward file {path} failed to load{where}: {type(exc).__name__}: {exc}"
         ) from exc
-    return module
 
 
 class CustomRewardFn:

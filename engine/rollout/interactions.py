@@ -60,7 +60,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import copy
-import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -80,6 +79,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from engine.python_files import NotPythonModule, exec_python_file
 from engine.tools.base import DEFAULT_TIMEOUT_S
 
 logger = logging.getLogger(__name__)
@@ -98,16 +98,13 @@ def load_interaction(path: str | Path, name: str) -> Interaction:
             f"{_KEY}.interaction_path={str(path)!r} is not a file; point it at a Python file "
             "defining the interaction function"
         )
-    module_name = "posttrain_interaction_" + hashlib.sha1(str(file).encode()).hexdigest()[:12]
-    spec = importlib.util.spec_from_file_location(module_name, file)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{_KEY}.interaction_path={str(file)!r} cannot be loaded as Python")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
     try:
-        spec.loader.exec_module(module)
+        module = exec_python_file(file, "posttrain_interaction")
+    except NotPythonModule:
+        raise ImportError(
+            f"{_KEY}.interaction_path={str(file)!r} cannot be loaded as Python"
+        ) from None
     except Exception as exc:
-        sys.modules.pop(module_name, None)
         raise ImportError(
             f"interaction file {file} failed to load: {type(exc).__name__}: {exc}"
         ) from exc
