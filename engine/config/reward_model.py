@@ -370,9 +370,10 @@ def in_process_reward_model_problems(
     if not rm.enable:
         return []
     offload_key = "reward_model.model.fsdp_config.param_offload"
+    offload, judge = rm.model.fsdp_config.param_offload, uses_judge(cfg)
     ray_only = {"reward_model.enable_resource_pool": rm.enable_resource_pool}
-    if uses_judge(cfg):
-        ray_only[offload_key] = rm.model.fsdp_config.param_offload
+    if judge:
+        ray_only[offload_key] = offload
     problems = [
         ConfigFieldError(
             key,
@@ -384,7 +385,7 @@ def in_process_reward_model_problems(
         for key, value in ray_only.items()
         if value
     ]
-    if rm.model.fsdp_config.param_offload and not uses_judge(cfg) and device == "cpu":
+    if offload and not judge and device == "cpu":
         problems.append(ConfigFieldError(offload_key, True, IN_PROCESS_OFFLOAD_ON_CPU))
     return problems
 
