@@ -8,12 +8,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.roles.rollout_worker import policy_state
+from engine.roles.model_loading import policy_state
 from engine.trainer import PPOTrainer
 from engine.trainer.fully_async import FullyAsyncPPOTrainer
 from engine.trainer.run import run_training
 from engine.trainer.samples import POLICY_VERSION
-from tests.engine.trainer.test_one_step_off import log_probs_under, parameter_diff
+from tests.engine.trainer.test_one_step_off import (
+    SAME_WEIGHTS_ATOL,
+    log_probs_under,
+    parameter_diff,
+)
 from tests.engine.trainer.test_trainer import ListRecorder
 
 FULLY_ASYNC = "actor_rollout_ref.hybrid_engine=False"
@@ -90,10 +94,12 @@ def test_a_stale_samples_importance_weight_is_pi_old_over_pi_rollout(make_config
     model = trainer.arr.model
     rollout = log_probs_under(model, trainer.weights_before[0], batch)  # version 0
     torch.testing.assert_close(
-        batch.batch["rollout_log_probs"][mask], rollout[mask], atol=1e-5, rtol=0
+        batch.batch["rollout_log_probs"][mask], rollout[mask], atol=SAME_WEIGHTS_ATOL, rtol=0
     )
     old = log_probs_under(model, trainer.weights_before[1], batch)  # the actor at step 2
-    torch.testing.assert_close(batch.batch["old_log_probs"][mask], old[mask], atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        batch.batch["old_log_probs"][mask], old[mask], atol=SAME_WEIGHTS_ATOL, rtol=0
+    )
     # Truncated token IS: w_t = min(pi_old(y_t) / pi_rollout(y_t), C), 0 on padding.
     expected = torch.exp(old - rollout).clamp(max=threshold) * mask
     weights = batch.batch["rollout_is_weights"]
