@@ -199,7 +199,7 @@ def one_step_off_problems(v: Validation) -> list[ConfigFieldError]:
     """Return an error for each setting the one-step-off trainer cannot honour.
 
     Only with ``actor_rollout_ref.hybrid_engine=False``: its rollout worker is one CPU process
-    with the ``hf`` or ``vllm`` backend (single- or multi-turn) under the local controller
+    with the ``hf`` or ``vllm`` backend (single- or multi-turn) beside the local or Ray controller
     (``trainer.device=auto`` is checked when the run starts, where the machine says whether it
     is a GPU), generating from a full copy of the policy; a critic, ReMax's greedy baselines and
     dynamic sampling are not wired into its one-batch-ahead loop.
@@ -210,12 +210,6 @@ def one_step_off_problems(v: Validation) -> list[ConfigFieldError]:
         return []
     key = "actor_rollout_ref.hybrid_engine=False"
     checks = [
-        (
-            "trainer.controller",
-            cfg.trainer.controller,
-            cfg.trainer.controller != "local",
-            f"{key} runs under the local controller; set trainer.controller=local",
-        ),
         (
             "trainer.device",
             cfg.trainer.device,

@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from engine.config import PPOConfig
+    from engine.roles.model_loading import PolicySkeleton
 
 ROLLOUT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -231,6 +232,10 @@ class ShardedActorRolloutRef:
             self.worker.actor.lr_scheduler.load_state_dict(state["lr_scheduler"])
         self.worker.generator.set_state(state["generator"])
         self.weights_version += 1
+
+    def policy_skeleton(self) -> PolicySkeleton:
+        """Return what a rollout worker process builds its weightless policy copy from."""
+        return self.worker.policy_skeleton()
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Return the gathered policy weights on rank 0 (CPU), an empty dict on the others."""

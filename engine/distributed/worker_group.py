@@ -59,6 +59,7 @@ from engine.perf import reduce_rank_metrics
 
 if TYPE_CHECKING:
     from engine.config import PPOConfig
+    from engine.roles.model_loading import PolicySkeleton
 
 PLACEMENT_TIMEOUT_S = 120
 # Ray's default node health check gives up on a node after 5 missed checks 3 s apart.
@@ -590,6 +591,10 @@ class ActorRolloutRefGroup(_RoleOnGroup):
             sequence_parallel=self.actor_sp,
         )
         return reduce_rank_metrics(outputs)
+
+    def policy_skeleton(self) -> PolicySkeleton:
+        """Return what a rollout worker process builds its weightless policy copy from."""
+        return self.group.call_all(self.role, "policy_skeleton")[0]
 
     def full_state_dict(self) -> dict[str, Any]:
         """Return the gathered policy weights (CPU tensors)."""

@@ -23,10 +23,13 @@ from engine.perf import ProcessMeter, rank_system_metrics, update_mfu
 from engine.roles.actor import PolicyActor, is_on_policy, needs_sum_pi_squared
 from engine.roles.batch_sizes import micro_size, per_rank_size
 from engine.roles.model_loading import (
+    PolicySkeleton,
     changed_config_attributes,
     frozen_copy,
     load_policy,
     load_tokenizer,
+    policy_skeleton,
+    policy_state,
     resolve_path,
 )
 from engine.roles.optim import build_lr_scheduler, build_optimizer
@@ -337,6 +340,14 @@ class ActorRolloutRefWorker:
         if state.get("lr_scheduler") and self.actor.lr_scheduler:
             self.actor.lr_scheduler.load_state_dict(state["lr_scheduler"])
         self.generator.set_state(state["generator"])
+
+    def policy_skeleton(self) -> PolicySkeleton:
+        """Return what a rollout worker process builds its weightless policy copy from."""
+        return policy_skeleton(self.model)
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Return a CPU copy of the policy's weights (what a rollout worker loads)."""
+        return policy_state(self.model)
 
     def export_hf(self, directory: str | Path) -> Path:
         """Save the policy and tokenizer as a Hugging Face folder (``from_pretrained`` loads it)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import importlib
 import os
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 import torch
 from transformers import (
@@ -185,6 +185,26 @@ def load_policy(model_config: ModelConfig, device: torch.device) -> torch.nn.Mod
     elif getattr(model_config, "lora_rank", 0) > 0 and not is_lora(model):
         model = apply_lora(model, model_config)
     return model
+
+
+def policy_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Return a detached CPU copy of ``model``'s parameters and buffers."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+class PolicySkeleton(NamedTuple):
+    """What the worker builds its copy of the policy from, before any weights reach it."""
+
+    model_config: Any  # the Hugging Face ``PretrainedConfig``
+    generation_config: Any  # ``GenerationConfig`` or None
+    dtype: torch.dtype
+
+
+def policy_skeleton(model: torch.nn.Module) -> PolicySkeleton:
+    """Return ``model``'s skeleton: its config, generation config and parameter dtype."""
+    return PolicySkeleton(
+        model.config, getattr(model, "generation_config", None), next(model.parameters()).dtype
+    )
 
 
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:

@@ -12,9 +12,12 @@ A :class:`RolloutEngine` turns prompts into responses (``engine.rollout``'s back
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from engine.data import DataProto
+
+if TYPE_CHECKING:
+    from engine.roles.model_loading import PolicySkeleton
 
 
 @runtime_checkable
@@ -51,6 +54,14 @@ class ActorRolloutRef(Protocol):
 
     def export_hf(self, directory: str | Path) -> Path | None:
         """Save the policy as a Hugging Face folder."""
+        ...
+
+    def policy_skeleton(self) -> PolicySkeleton:
+        """Return the policy's config, generation config and dtype (a rollout worker's copy)."""
+        ...
+
+    def full_state_dict(self) -> dict[str, Any]:
+        """Return the policy's whole weights as CPU tensors (what a rollout worker loads)."""
         ...
 
 

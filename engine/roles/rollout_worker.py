@@ -40,6 +40,7 @@ from engine.data import DataProto
 
 if TYPE_CHECKING:
     from engine.config import RolloutConfig
+    from engine.roles.model_loading import PolicySkeleton
 
 # Seconds to wait for a batch before checking that the worker is still alive.
 _POLL_S = 1.0
@@ -57,17 +58,12 @@ def _unpack(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), weights_only=False)
 
 
-def policy_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Return a detached CPU copy of ``model``'s parameters and buffers."""
-    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-
-
 class RolloutWorkerProcess:
     """Generate rollouts in a worker process with a copy of the policy (see the module doc)."""
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        skeleton: PolicySkeleton,
         tokenizer: Any,
         rollout_config: RolloutConfig,
         *,
@@ -76,7 +72,9 @@ class RolloutWorkerProcess:
         queue_size: int = 0,
         build_arguments: dict[str, Any] | None = None,
     ) -> None:
-        """Start the worker; ``build_arguments`` are ``get_rollout``'s besides the seed
+        """Start the worker with a weightless policy copy built from ``skeleton`` (the weights
+        come with the first :meth:`sync_weights`); ``build_arguments`` are ``get_rollout``'s
+        besides the seed
         (``engine.roles.actor_rollout_ref.rollout_build_arguments``: a served engine's model path
         and overrides, the chat template's arguments)."""
         context = mp.get_context("spawn")
@@ -86,9 +84,7 @@ class RolloutWorkerProcess:
         # Replies read off the queue by ``ready`` and not yet returned by ``result``.
         self.received: deque[tuple[str, Any]] = deque()  # (kind, bytes or traceback)
         setup = {
-            "model_config": model.config,
-            "generation_config": getattr(model, "generation_config", None),
-            "dtype": next(model.parameters()).dtype,
+            **skeleton._asdict(),
             "tokenizer": tokenizer,
             "rollout_config": rollout_config,
             "max_new_tokens": max_new_tokens,
@@ -103,9 +99,10 @@ class RolloutWorkerProcess:
         )
         self.process.start()
 
-    def sync_weights(self, model: torch.nn.Module, version: int) -> None:
-        """Queue ``model``'s weights (after ``version`` updates); the next generation uses them."""
-        self.requests.put(("weights", _pack((policy_state(model), version))))
+    def sync_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
+        """Queue the policy's full weights (CPU tensors, after ``version`` updates); the next
+        generation uses them."""
+        self.requests.put(("weights", _pack((state, version))))
 
     def submit(self, prompts: DataProto) -> None:
         """Queue the generation of ``prompts`` (already repeated ``rollout.n`` times)."""

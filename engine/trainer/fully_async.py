@@ -118,7 +118,7 @@ class FullyAsyncPPOTrainer(OneStepOffPPOTrainer):
         """Send the actor's weights (after ``version`` updates) to the worker."""
         assert self.rollout_worker is not None
         start = time.perf_counter()
-        self.rollout_worker.sync_weights(self.policy, version)
+        self.rollout_worker.sync_weights(self.arr.full_state_dict(), version)
         self.synced_version = version
         self._sync_s += time.perf_counter() - start
 

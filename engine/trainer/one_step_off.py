@@ -29,13 +29,12 @@ from collections import deque
 from collections.abc import Iterator
 
 import numpy as np
-import torch
 
 from engine.config import PPOConfig
 from engine.config.async_training import CPU_ONLY
 from engine.config.fields import ConfigFieldError
 from engine.data import DataProto
-from engine.roles.actor_rollout_ref import ActorRolloutRefWorker, rollout_build_arguments
+from engine.roles.actor_rollout_ref import rollout_build_arguments
 from engine.roles.rollout_worker import RolloutWorkerProcess
 from engine.trainer.metrics import timer
 from engine.trainer.ppo_trainer import PPOTrainer
@@ -60,12 +59,6 @@ class OneStepOffPPOTrainer(PPOTrainer):
         self._sync_s = 0.0
         super().__init__(config, recorder)
 
-    @property
-    def policy(self) -> torch.nn.Module:
-        """Return the actor's module (the local CPU worker's), whose weights the worker copies."""
-        assert isinstance(self.arr, ActorRolloutRefWorker)
-        return self.arr.model
-
     def _build_workers(self) -> None:
         """Build the actor (``PPOTrainer``'s workers) and start the rollout worker process."""
         if self.device.type != "cpu":
@@ -73,7 +66,7 @@ class OneStepOffPPOTrainer(PPOTrainer):
         super()._build_workers()
         arr = self.config.actor_rollout_ref
         self.rollout_worker = RolloutWorkerProcess(
-            self.policy,
+            self.arr.policy_skeleton(),
             self.tokenizer,
             arr.rollout,
             max_new_tokens=arr.rollout.response_length or self.config.data.max_response_length,
@@ -112,7 +105,7 @@ class OneStepOffPPOTrainer(PPOTrainer):
         version = self.global_step  # prompt_batches asks at a step's start: global_step updates
         start = time.perf_counter()
         if version != self.synced_version:
-            self.rollout_worker.sync_weights(self.policy, version)
+            self.rollout_worker.sync_weights(self.arr.full_state_dict(), version)
             self.synced_version = version
         self._sync_s = time.perf_counter() - start
         self.submit(prompts)

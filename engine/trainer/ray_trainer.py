@@ -187,15 +187,15 @@ class RayPPOTrainer(PPOTrainer):
             self.shutdown()
             raise
 
-    def generate_and_score(
-        self, prompts: DataProto, *, timing: dict[str, float]
+    def score_joined(
+        self, prompts: DataProto, batch: DataProto, *, timing: dict[str, float]
     ) -> tuple[DataProto, dict]:
-        """Return ``PPOTrainer.generate_and_score``'s rollouts and rewards; raise the reward
-        model's rank error, which the reward manager turned into failed samples."""
-        batch, reward_info = super().generate_and_score(prompts, timing=timing)
+        """Score a joined rollout as ``PPOTrainer.score_joined``; raise the reward model's rank
+        error, which the reward manager turned into failed samples."""
+        scored = super().score_joined(prompts, batch, timing=timing)
         if self.reward_model is not None and self.reward_model.failure is not None:
             raise self.reward_model.failure
-        return batch, reward_info
+        return scored
 
     def close(self) -> None:
         """Close the reward managers as ``PPOTrainer.close`` does, then release the Ray actors."""

@@ -4,8 +4,9 @@
 workers are FSDP2 ranks of a one-rank group), ``ray`` over Ray worker groups of FSDP2 ranks
 (``RayPPOTrainer``); ``actor_rollout_ref.hybrid_engine=False`` trains one batch ahead with a
 rollout worker process (``OneStepOffPPOTrainer``), or, with ``async_training.*`` keys set, from
-the bounded queue that process streams into (``FullyAsyncPPOTrainer``). This module knows them
-all; the trainers know nothing of each other's choice.
+the bounded queue that process streams into (``FullyAsyncPPOTrainer``); under ``ray`` either
+loop runs over the Ray worker groups (``engine.trainer.ray_async``). This module knows them all;
+the trainers know nothing of each other's choice.
 """
 
 from __future__ import annotations
@@ -17,11 +18,22 @@ from engine.config.async_training import is_fully_async
 from engine.trainer.fully_async import FullyAsyncPPOTrainer
 from engine.trainer.one_step_off import OneStepOffPPOTrainer
 from engine.trainer.ppo_trainer import PPOTrainer
+from engine.trainer.ray_async import RayFullyAsyncPPOTrainer, RayOneStepOffPPOTrainer
 from engine.trainer.ray_trainer import RayPPOTrainer
 from engine.trainer.reporting import Recorder, RunOutcome
 
 if TYPE_CHECKING:
     from engine.config import PPOConfig
+
+
+def trainer_class(config: PPOConfig) -> type[PPOTrainer]:
+    """Return the trainer ``config`` selects: its controller crossed with its loop."""
+    on_ray = config.trainer.controller == "ray"
+    if is_fully_async(config):
+        return RayFullyAsyncPPOTrainer if on_ray else FullyAsyncPPOTrainer
+    if not config.actor_rollout_ref.hybrid_engine:
+        return RayOneStepOffPPOTrainer if on_ray else OneStepOffPPOTrainer
+    return RayPPOTrainer if on_ray else PPOTrainer
 
 
 def run_training(config: PPOConfig, recorder: Recorder | None = None) -> RunOutcome:
@@ -34,14 +46,7 @@ def run_training(config: PPOConfig, recorder: Recorder | None = None) -> RunOutc
     trainer: PPOTrainer | None = None
     try:
         # Importing RayPPOTrainer does not import Ray; its worker groups start Ray when built.
-        trainer_cls: type[PPOTrainer] = PPOTrainer
-        if config.trainer.controller == "ray":
-            trainer_cls = RayPPOTrainer
-        elif is_fully_async(config):
-            trainer_cls = FullyAsyncPPOTrainer
-        elif not config.actor_rollout_ref.hybrid_engine:
-            trainer_cls = OneStepOffPPOTrainer
-        trainer = trainer_cls(config, recorder)
+        trainer = trainer_class(config)(config, recorder)
         return trainer.fit()
     except BaseException:
         # The trainer's recorder is the caller's plus trainer.logger's sinks; before it exists,

@@ -29,12 +29,25 @@ def test_one_step_off_on_the_tiny_preset_is_valid():
     assert config.actor_rollout_ref.hybrid_engine is False
 
 
+@pytest.mark.parametrize("fully_async", [False, True])
+def test_either_async_trainer_runs_on_the_ray_controller(fully_async):
+    from engine.trainer.ray_async import RayFullyAsyncPPOTrainer, RayOneStepOffPPOTrainer
+    from engine.trainer.run import trainer_class
+
+    overrides = [ONE_STEP_OFF, "trainer.controller=ray", "trainer.n_gpus_per_node=2"]
+    if fully_async:
+        overrides.append("async_training.staleness_threshold=0.5")
+    config = load_config("grpo_tiny.yaml", overrides=overrides)
+    assert validate_config(config, check_files=False) == []
+    expected = RayFullyAsyncPPOTrainer if fully_async else RayOneStepOffPPOTrainer
+    assert trainer_class(config) is expected
+
+
 @pytest.mark.parametrize(
     ("overrides", "key", "fix"),
     [
         (["algorithm.adv_estimator=gae"], "critic.enable", "critic-free estimator"),
         (["critic.enable=True"], "critic.enable", "keep actor_rollout_ref.hybrid_engine=True"),
-        (["trainer.controller=ray"], "trainer.controller", "set trainer.controller=local"),
         (["trainer.device=cuda"], "trainer.device", "set trainer.device=cpu"),
         (["algorithm.adv_estimator=remax"], "algorithm.adv_estimator", "another estimator"),
         (
