@@ -90,8 +90,10 @@ class AsyncTrainingConfig(_Section):
     )
     partial_rollout: bool | None = _f(
         None,
-        "Fully-async: interrupt generation at a sync and resume it with the new weights; only "
-        "False (a chunk in flight finishes with the weights it started with).",
+        "Fully-async: weights synced while a chunk generates are loaded between two decoding "
+        "steps and the rest of the chunk is sampled under them (every token stamped with its "
+        "policy version); the hf rollout, single-turn. Off: a chunk in flight finishes with the "
+        "weights it started with.",
     )
     use_rollout_log_probs: bool | None = _f(
         None,
@@ -287,7 +289,8 @@ def fully_async_problems(v: Validation) -> list[ConfigFieldError]:
     Without the fully-async trainer its own keys are refused with how to select it; with it, a
     step is ``require_batches`` mini-batches (``data.train_batch_size`` must say so, as the data
     loader draws the step's prompts), the queue must fit ``MAX_BATCH`` samples, a chunk in
-    flight is never interrupted (``partial_rollout``), the weights travel without a checkpoint
+    flight is interrupted (``partial_rollout``) only in the hf rollout's single-turn sampler, the
+    weights travel without a checkpoint
     engine, and pi_old comes from one place. The one-step-off checks
     (``one_step_off_problems``) apply to it too: it also has ``hybrid_engine=False``.
     """
@@ -313,7 +316,8 @@ def fully_async_problems(v: Validation) -> list[ConfigFieldError]:
             if getattr(_section_of(given, section), key) is not None
         ]
     settings = fully_async_settings(cfg)
-    async_cfg, actor = cfg.async_training, cfg.actor_rollout_ref.actor
+    async_cfg, arr = cfg.async_training, cfg.actor_rollout_ref
+    actor = arr.actor
     step_prompts = settings.require_batches * actor.ppo_mini_batch_size
     queue_samples = (
         settings.queue_chunks * actor.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n
@@ -359,9 +363,11 @@ def fully_async_problems(v: Validation) -> list[ConfigFieldError]:
         (
             "async_training.partial_rollout",
             async_cfg.partial_rollout,
-            bool(async_cfg.partial_rollout),
-            "the rollouter finishes the chunk in flight with the weights it started with (no "
-            "per-token policy versions); set partial_rollout=False",
+            bool(async_cfg.partial_rollout)
+            and (arr.rollout.name != "hf" or arr.rollout.multi_turn.enable),
+            "a chunk is interrupted between decoding steps of the hf rollout's own sampler, "
+            "single-turn only (vLLM's abort and resume, and multi-turn, are not wired); set "
+            "actor_rollout_ref.rollout.name=hf without multi_turn, or partial_rollout=False",
         ),
         (
             "async_training.checkpoint_engine.enable",

@@ -16,7 +16,9 @@ batch, stamped with the version that produced it). Sending never waits for the w
 feeder thread writes while the worker generates. Between two batches the worker reads every
 request already sent, so weights synced while batches wait their turn are the ones those
 batches are generated with (a batch in flight finishes with the weights it started with, as
-verl's rollouter without partial rollout); of several syncs sent meanwhile only the last is
+verl's rollouter without partial rollout; with it, weights that arrive mid-batch are loaded
+between two decoding steps and the rest of the batch is sampled under them, every token stamped
+with its version); of several syncs sent meanwhile only the last is
 loaded. ``queue_size`` bounds the finished batches waiting for the trainer (the fully-async
 trainer's queue): a worker that fills it waits. Everything travels as ``torch.save`` bytes, so
 no tensor in either process shares memory with the other (a shared tensor breaks once its
@@ -32,6 +34,7 @@ import queue
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -71,12 +74,14 @@ class RolloutWorkerProcess:
         seed: int,
         queue_size: int = 0,
         build_arguments: dict[str, Any] | None = None,
+        partial_rollout: bool = False,
     ) -> None:
         """Start the worker with a weightless policy copy built from ``skeleton`` (the weights
         come with the first :meth:`sync_weights`); ``build_arguments`` are ``get_rollout``'s
-        besides the seed
-        (``engine.roles.actor_rollout_ref.rollout_build_arguments``: a served engine's model path
-        and overrides, the chat template's arguments)."""
+        besides the seed (``engine.roles.actor_rollout_ref.rollout_build_arguments``: a served
+        engine's model path and overrides, the chat template's arguments); with
+        ``partial_rollout`` weights synced while a batch generates are loaded between its
+        decoding steps (the ``hf`` rollout's ``interrupt``)."""
         context = mp.get_context("spawn")
         self.requests: Any = context.Queue()
         self.replies: Any = context.Queue(maxsize=queue_size)
@@ -90,6 +95,7 @@ class RolloutWorkerProcess:
             "max_new_tokens": max_new_tokens,
             "seed": seed,
             "build_arguments": build_arguments or {},
+            "partial_rollout": partial_rollout,
         }
         self.process = context.Process(
             target=_serve,
@@ -157,32 +163,55 @@ class RolloutWorkerProcess:
         self.replies.close()
 
 
+class _Stopped(Exception):
+    """The trainer asked the worker to stop while it generated."""
+
+
 def _serve(requests: Any, replies: Any, setup_bytes: bytes) -> None:
     """The worker process: build the policy copy, then answer requests in order until stopped."""
     try:
         worker = _RolloutWorker(_unpack(setup_bytes))
         waiting: deque[bytes] = deque()  # batches to generate, in the order submitted
-        while True:
-            # Wait for a request only when idle; otherwise read what has come, so the newest
-            # weights are loaded before the next batch starts.
-            pending = [] if waiting else [requests.get()]
+
+        def read(*, block: bool) -> bytes | None:
+            """Queue every request sent so far (waiting for one if ``block``); return the
+            newest weights among them (only the last are ever generated with), if any."""
+            pending = [requests.get()] if block else []
             while True:
                 try:
                     pending.append(requests.get_nowait())
                 except queue.Empty:
                     break
-            newest = None  # of the weights sent meanwhile, only the last are generated with
+            newest = None
             for kind, payload in pending:
                 if kind == "stop":
-                    return
+                    raise _Stopped
                 if kind == "weights":
                     newest = payload
                 elif kind == "generate":
                     waiting.append(payload)
+            return newest
+
+        def interrupt() -> int | None:
+            """Between two decoding steps: load weights synced meanwhile (partial rollout)."""
+            newest = read(block=False)
+            if newest is None:
+                return None
+            worker.load(*_unpack(newest))
+            return worker.version
+
+        while True:
+            # Wait for a request only when idle; otherwise read what has come, so the newest
+            # weights are loaded before the next batch starts.
+            newest = read(block=not waiting)
             if newest is not None:
                 worker.load(*_unpack(newest))
             if waiting:
-                replies.put(("ok", _pack(worker.generate(_unpack(waiting.popleft())))))
+                prompts = _unpack(waiting.popleft())
+                result = worker.generate(prompts, interrupt if worker.partial else None)
+                replies.put(("ok", _pack(result)))
+    except _Stopped:
+        return
     except BaseException:
         replies.put(("error", traceback.format_exc()))
 
@@ -212,6 +241,7 @@ class _RolloutWorker:
             **setup["build_arguments"],
         )
         self.max_new_tokens = setup["max_new_tokens"]
+        self.partial = bool(setup["partial_rollout"])
         self.generator = torch.Generator(device="cpu").manual_seed(setup["seed"])
         self.version = -1  # no weights yet: the trainer syncs before its first batch
 
@@ -221,19 +251,27 @@ class _RolloutWorker:
         self.rollout.load_weights(self.model)  # a served engine copies them into its own model
         self.version = version
 
-    def generate(self, prompts: DataProto) -> tuple[DataProto, int, float]:
-        """Return the rollout of ``prompts``, the version of the weights and the seconds taken."""
+    def generate(
+        self, prompts: DataProto, interrupt: Callable[[], int | None] | None = None
+    ) -> tuple[DataProto, int, float]:
+        """Return the rollout of ``prompts``, the version of the weights it started with and the
+        seconds taken. With ``interrupt`` (partial rollout) newer weights synced meanwhile are
+        loaded between decoding steps and the rest is sampled under them; the rollout then
+        carries ``rollout_token_versions`` (bs, T)."""
         from engine.roles.actor_rollout_ref import sampling_params
 
         if self.version < 0:
             raise RuntimeError("the rollout worker was asked to generate before any weight sync")
         start, cpu_start = time.perf_counter(), time.process_time()
+        version = self.version
+        partial = {"version": version, "interrupt": interrupt} if interrupt is not None else {}
         out = self.rollout.generate_sequences(
             prompts,
             max_new_tokens=self.max_new_tokens,
             sampling=sampling_params(self.config, validate=False),
             generator=self.generator,
+            **partial,
         )
         # CPU seconds against wall seconds: what the work took, and what waiting for a core added.
         out.meta_info["rollout_worker_cpu_s"] = time.process_time() - cpu_start
-        return out, self.version, time.perf_counter() - start
+        return out, version, time.perf_counter() - start

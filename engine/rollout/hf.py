@@ -6,12 +6,13 @@ a single process; the distributed workers load gathered weights into it instead.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from engine.data import DataProto
-from engine.rollout.sampling import sample_sequences
+from engine.rollout.sampling import TOKEN_VERSIONS, sample_sequences
 
 if TYPE_CHECKING:
     from engine.config import RolloutConfig
@@ -56,12 +57,16 @@ class HFRollout:
         max_new_tokens: int,
         sampling: dict[str, Any],
         generator: torch.Generator | None = None,
+        version: int = 0,
+        interrupt: Callable[[], int | None] | None = None,
     ) -> DataProto:
         """Return the response tensors for ``prompts`` (already repeated ``n`` times).
 
         Adds ``prompts`` (bs, P), ``responses`` (bs, T), ``response_mask`` (bs, T),
         ``input_ids`` / ``attention_mask`` / ``position_ids`` (bs, P + T),
-        ``rollout_log_probs`` (bs, T), and the non-tensor ``truncated`` flags.
+        ``rollout_log_probs`` (bs, T), and the non-tensor ``truncated`` flags. A partial
+        rollout (``interrupt``: ``sample_sequences``') adds ``rollout_token_versions`` (bs, T),
+        the policy version each token was sampled under, starting at ``version``.
         """
         prompt_ids = prompts.batch["input_ids"]
         prompt_mask = prompts.batch["attention_mask"]
@@ -76,6 +81,8 @@ class HFRollout:
             eos_token_ids=self.eos_ids,
             pad_token_id=self.pad_id,
             generator=generator,
+            version=version,
+            interrupt=interrupt,
             **sampling,
         )
         if was_training:
@@ -91,4 +98,6 @@ class HFRollout:
             "position_ids": position_ids,
             "rollout_log_probs": out.log_probs,
         }
+        if interrupt is not None:
+            tensors[TOKEN_VERSIONS] = out.token_versions
         return DataProto.from_dict(tensors, {"truncated": out.truncated.cpu().numpy()})

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +34,9 @@ from transformers import DynamicCache
 
 from engine.llama_forward import LlamaForward, causal_mask
 
+# The batch key of a partial rollout's per-token policy versions (bs, T), -1 on padding.
+TOKEN_VERSIONS = "rollout_token_versions"
+
 
 @dataclass
 class SampleOutput:
@@ -40,13 +44,16 @@ class SampleOutput:
 
     ``responses`` (bs, T) right-padded with ``pad_token_id``; ``response_mask`` (bs, T) is 1 for
     real response tokens, the first EOS included; ``log_probs`` (bs, T) the sampled tokens'
-    log-probabilities (0 where masked); ``truncated`` (bs,) True where no EOS was produced.
+    log-probabilities (0 where masked); ``truncated`` (bs,) True where no EOS was produced;
+    ``token_versions`` (bs, T) the policy version each token was sampled under (-1 where masked;
+    more than one version only where an ``interrupt`` swapped the weights).
     """
 
     responses: torch.Tensor
     response_mask: torch.Tensor
     log_probs: torch.Tensor
     truncated: torch.Tensor
+    token_versions: torch.Tensor
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0) -> torch.Tensor:
@@ -136,6 +143,8 @@ def sample_sequences(
     generator: torch.Generator | None = None,
     lean: bool = True,
     ignore_eos: bool = False,
+    version: int = 0,
+    interrupt: Callable[[], int | None] | None = None,
 ) -> SampleOutput:
     """Generate up to ``max_new_tokens`` for a left-padded batch ``input_ids`` (bs, P).
 
@@ -144,6 +153,12 @@ def sample_sequences(
     and decodes with the model's own forward even where :class:`LlamaForward` supports the model.
     ``ignore_eos`` samples every row to ``max_new_tokens``: an end-of-sequence token is then an
     ordinary token of the response (``rollout.ignore_eos``).
+
+    Partial rollout: ``interrupt`` is called before each decoding step and returns None to go
+    on, or the new policy version once it has loaded newer weights into ``model`` in place. The
+    rows still writing are then prefilled again, prompt and response so far, under the new
+    weights (the old KV cache belongs to the old ones) and go on from there; every token is
+    stamped with the ``version`` it was sampled under.
     """
     bs = input_ids.shape[0]
     device = input_ids.device
@@ -155,6 +170,7 @@ def sample_sequences(
     input_ids, mask, position_ids = trim_left_padding(input_ids, attention_mask, position_ids)
     cache = new_kv_cache(model)
     runner = LlamaForward.build(model) if lean else None
+    prompt_ids = input_ids  # (bs, P') what a partial rollout prefills again
     groups = shared_prompts(input_ids, mask)
     prefill = slice(None) if groups is None else groups[0]
     if runner is not None:
@@ -181,6 +197,7 @@ def sample_sequences(
     finished = torch.zeros(bs, dtype=torch.bool, device=device)  # (a,)
     tokens = torch.full((bs, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     logps = torch.zeros(bs, max_new_tokens, device=device)
+    versions = torch.full((bs, max_new_tokens), version, dtype=torch.long, device=device)
     length = max_new_tokens
     for step in range(max_new_tokens):
         logits = logits.float() / scale  # (a, V)
@@ -194,6 +211,7 @@ def sample_sequences(
         token = token.masked_fill(finished, pad_token_id)
         tokens[rows, step] = token
         logps[rows, step] = logp.masked_fill(finished, 0.0)
+        versions[rows, step] = version
         finished = finished | torch.isin(token, eos)
         done = int(finished.sum())
         if done == finished.shape[0] or step == max_new_tokens - 1:
@@ -205,7 +223,13 @@ def sample_sequences(
             rows, token, mask, next_pos = rows[keep], token[keep], mask[keep], next_pos[keep]
             finished = finished[keep]
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=-1)
-        if runner is not None:
+        swapped = interrupt() if interrupt is not None else None
+        if swapped is not None:
+            version = swapped
+            runner = LlamaForward.build(model) if lean else None
+            sequences = torch.cat([prompt_ids[rows], tokens[rows, : step + 1]], dim=-1)
+            cache, logits = _prefill_again(model, runner, sequences, mask)
+        elif runner is not None:
             logits = runner.decode(token[:, None], mask, next_pos, cache)
         else:
             out = model(
@@ -226,4 +250,33 @@ def sample_sequences(
     log_probs = logps[:, :length] * response_mask
     responses = responses.masked_fill(response_mask == 0, pad_token_id)
     truncated = ~is_eos.any(-1)
-    return SampleOutput(responses, response_mask, log_probs, truncated)
+    token_versions = versions[:, :length].masked_fill(response_mask == 0, -1)
+    return SampleOutput(responses, response_mask, log_probs, truncated, token_versions)
+
+
+def _prefill_again(
+    model: torch.nn.Module,
+    runner: LlamaForward | None,
+    sequences: torch.Tensor,
+    mask: torch.Tensor,
+) -> tuple[DynamicCache, torch.Tensor]:
+    """Return a new KV cache of ``sequences`` (a, L) under the model's current weights and the
+    logits (a, V) of the token after them (``mask`` (a, L): their left padding)."""
+    cache = new_kv_cache(model)
+    position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    if runner is not None:
+        hidden, keys_values = runner.forward(
+            sequences, position_ids, causal_mask(mask), keep_kv=True
+        )
+        for index, (keys, values) in enumerate(keys_values):
+            cache.update(keys, values, index)
+        return cache, runner.logits(hidden[:, -1])
+    logits = model(
+        input_ids=sequences,
+        attention_mask=mask,
+        position_ids=position_ids,
+        **with_cache(cache),
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits[:, -1]
+    return cache, logits

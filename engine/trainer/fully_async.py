@@ -17,7 +17,10 @@ controller owns the prompt stream: at each sync it sends the weights, then tops 
 flight up to that budget, and the worker pauses once it has generated them, until the next sync
 tops it up again. The reply queue is bounded by the same number. A chunk is generated with the
 newest weights synced when it starts (the worker reads every waiting request between chunks); a
-chunk in flight at a sync finishes with its weights (``partial_rollout`` is not implemented).
+chunk in flight at a sync finishes with its weights, or, with ``async_training.partial_rollout``,
+goes on under the new ones from the next decoding step (``engine.rollout.sampling``'s
+``interrupt``; each token stamped in ``rollout_token_versions``, the sample with the version it
+started with; ``async/partial_rollout_samples`` counts those finished by newer weights).
 
 Every sample carries ``rollout_policy_version`` (the updates its weights had seen). A chunk
 submitted at a sync sits at most ``queue_chunks`` chunks from the queue's head, so it lags the
@@ -50,11 +53,21 @@ import numpy as np
 from engine.config import PPOConfig
 from engine.config.async_training import FullyAsyncSettings, fully_async_settings
 from engine.data import DataProto
+from engine.rollout.sampling import TOKEN_VERSIONS
 from engine.trainer.dynamic_sampling import pad_to_common_width
 from engine.trainer.one_step_off import OneStepOffPPOTrainer
 from engine.trainer.ppo_trainer import PPOTrainer
 from engine.trainer.reporting import Recorder
 from engine.trainer.samples import POLICY_VERSION
+
+
+def partial_rollout_samples(gen: DataProto, version: int) -> int:
+    """Return how many samples of a partial rollout ``gen`` went on under weights newer than
+    the ``version`` they started with (0 for a rollout without per-token versions)."""
+    if TOKEN_VERSIONS not in gen.batch:
+        return 0
+    versions = gen.batch[TOKEN_VERSIONS].masked_fill(gen.batch["response_mask"] == 0, -1)
+    return int((versions.max(-1).values > version).sum())
 
 
 class FullyAsyncPPOTrainer(OneStepOffPPOTrainer):
@@ -74,6 +87,7 @@ class FullyAsyncPPOTrainer(OneStepOffPPOTrainer):
         config = self.config
         self.settings = fully_async_settings(config)
         self.rollout_queue_size = self.settings.queue_chunks
+        self.partial_rollout = bool(config.async_training.partial_rollout)
         async_cfg, pool = config.async_training, config.rollout
         # verl's fully-async config sets the actor's key from async_training's.
         if async_cfg.use_rollout_log_probs is not None:
@@ -138,7 +152,7 @@ class FullyAsyncPPOTrainer(OneStepOffPPOTrainer):
         current = self.global_step - 1  # the actor's version: train_step runs before its update
         parts: list[DataProto] = []
         wait_s = gen_s = gen_cpu_s = 0.0
-        dropped = 0
+        dropped = resumed = 0
         while len(parts) < self.settings.require_batches:
             _, batch = self.in_flight.popleft()
             start = time.perf_counter()
@@ -154,6 +168,7 @@ class FullyAsyncPPOTrainer(OneStepOffPPOTrainer):
                 dropped += len(batch)
                 self.submit_chunk()
                 continue
+            resumed += partial_rollout_samples(gen, version)
             joined = self.join_rollout(batch, gen, timing=timing)
             joined.non_tensor_batch[POLICY_VERSION] = np.full(len(joined), version, dtype=np.int64)
             parts.append(joined)
@@ -167,6 +182,8 @@ class FullyAsyncPPOTrainer(OneStepOffPPOTrainer):
             "async/dropped_stale_samples_total": float(self.dropped_total),
             "async/max_allowed_staleness": float(self.settings.max_staleness),
         }
+        if self.partial_rollout:
+            self.step_stats["async/partial_rollout_samples"] = float(resumed)
         timing["gen"] = wait_s
         timing["sync_rollout_weights"], self._sync_s = self._sync_s, 0.0
         timing["rollout_worker_gen"] = gen_s

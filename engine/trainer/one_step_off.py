@@ -47,6 +47,8 @@ class OneStepOffPPOTrainer(PPOTrainer):
 
     # Generated batches the worker may hold for the trainer (0: unbounded; one-step-off's two).
     rollout_queue_size = 0
+    # Weights synced mid-batch are loaded between decoding steps (fully-async's partial_rollout).
+    partial_rollout = False
 
     def __init__(
         self, config: PPOConfig, recorder: Recorder | None = None, *, overlap: bool = True
@@ -73,6 +75,7 @@ class OneStepOffPPOTrainer(PPOTrainer):
             seed=self.config.trainer.seed,
             queue_size=self.rollout_queue_size,
             build_arguments=rollout_build_arguments(self.config),
+            partial_rollout=self.partial_rollout,
         )
 
     def close(self) -> None:

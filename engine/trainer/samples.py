@@ -8,7 +8,9 @@ A sample an asynchronous trainer generated (``engine.trainer.one_step_off`` and 
 trainer) also keeps, among its reward parts, the version of the policy that generated it
 (``rollout_policy_version``, the updates its weights had seen) and, when rollout correction
 weighs the batch, its importance weight (``rollout_is_weight``: the mean of its tokens'
-``rollout_is_weights``); the studio stores the parts as JSON and shows these two apart.
+``rollout_is_weights``); the studio stores the parts as JSON and shows these apart. A sample
+that a partial rollout finished under newer weights also keeps its last token's version
+(``rollout_policy_version_last``).
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ import torch
 
 from engine.algorithms.torch_functional import mask_span_end
 from engine.data import DataProto
+from engine.rollout.sampling import TOKEN_VERSIONS
 from engine.trainer.reporting import SampleRecord
 
 POLICY_VERSION = "rollout_policy_version"  # the batch's non-tensor key, as verl names it
+# A partial rollout's sample that newer weights finished: the version of its last token.
+LAST_POLICY_VERSION = "rollout_policy_version_last"
 IS_WEIGHT = "rollout_is_weight"
-ROLLOUT_PARTS = (POLICY_VERSION, IS_WEIGHT)
+ROLLOUT_PARTS = (POLICY_VERSION, LAST_POLICY_VERSION, IS_WEIGHT)
 Versions = TypeVar("Versions", int, np.ndarray)
 
 
@@ -65,6 +70,10 @@ def sample_records(
         parts = {k: _json_safe(reward_info[k][i]) for k in part_keys}
         if POLICY_VERSION in nt:
             parts[POLICY_VERSION] = int(nt[POLICY_VERSION][i])
+        if TOKEN_VERSIONS in b:
+            last = int(b[TOKEN_VERSIONS][i, :length].max()) if length else -1
+            if last > parts.get(POLICY_VERSION, last):
+                parts[LAST_POLICY_VERSION] = last
         if "rollout_is_weights" in b:
             mask = b["response_mask"][i, :length]  # (length,)
             weighed = (b["rollout_is_weights"][i, :length] * mask).sum()

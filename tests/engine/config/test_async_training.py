@@ -113,7 +113,7 @@ def test_verls_fully_async_keys_on_the_tiny_preset_are_valid():
             *FULLY_ASYNC,
             "async_training.trigger_parameter_sync_step=4",
             "async_training.require_batches=1",
-            "async_training.partial_rollout=False",
+            "async_training.partial_rollout=True",
             "async_training.use_rollout_log_probs=True",
             "async_training.compute_prox_log_prob=False",
             "async_training.checkpoint_engine.enable=False",
@@ -183,7 +183,15 @@ def test_the_queue_and_the_staleness_bound_follow_verls_budget(
         ),
         (["async_training.require_batches=2"], "data.train_batch_size", "data.train_batch_size=64"),
         (
-            ["async_training.partial_rollout=True"],
+            ["async_training.partial_rollout=True", "actor_rollout_ref.rollout.name=vllm"],
+            "async_training.partial_rollout",
+            "rollout.name=hf without multi_turn",
+        ),
+        (
+            [
+                "async_training.partial_rollout=True",
+                "actor_rollout_ref.rollout.multi_turn.enable=True",
+            ],
             "async_training.partial_rollout",
             "partial_rollout=False",
         ),

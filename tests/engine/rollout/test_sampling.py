@@ -133,3 +133,65 @@ def test_bf16_sampling_on_a_gpu_matches_a_full_forward_pass(model):
     assert out.responses.device.type == "cuda"
     expected = full_forward_log_probs(gpu_model, ids, mask, out)
     assert (out.log_probs - expected).abs().max() < 0.05  # bf16 rounding of two kernel orders
+
+
+class SwapAt:
+    """An ``interrupt`` that loads ``weights`` into ``policy`` at its ``at``-th call (before
+    the decoding step of token ``at``) and returns ``version``; None at every other call."""
+
+    def __init__(self, policy, weights, at: int, version: int = 1):
+        self.policy, self.weights, self.at, self.version = policy, weights, at, version
+        self.calls = 0
+
+    def __call__(self):
+        self.calls += 1
+        if self.calls != self.at:
+            return None
+        self.policy.load_state_dict(self.weights)
+        return self.version
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_an_interrupt_that_keeps_the_weights_samples_the_same_tokens(model, lean):
+    ids, mask = left_padded_prompts()
+    plain = sample(model, ids, mask, max_new_tokens=8, seed=4, lean=lean)
+    swap = SwapAt(model, model.state_dict(), at=3, version=0)
+    again = sample(model, ids, mask, max_new_tokens=8, seed=4, lean=lean, interrupt=swap)
+    assert swap.calls >= 3
+    # The prompt and the first three tokens prefilled again give the cache the decode built.
+    assert torch.equal(again.responses, plain.responses)
+    torch.testing.assert_close(again.log_probs, plain.log_probs, atol=1e-5, rtol=1e-5)
+    assert bool((plain.token_versions[plain.response_mask.bool()] == 0).all())
+
+
+@pytest.mark.parametrize("lean", [True, False])
+@pytest.mark.parametrize("early_eos", [False, True])
+def test_an_interrupt_that_loads_new_weights_samples_the_rest_under_them(model, lean, early_eos):
+    old = copy.deepcopy(model)
+    new = copy.deepcopy(model)
+    with torch.no_grad():
+        for param in new.parameters():
+            param.add_(torch.randn_like(param) * 0.5)
+    policy = copy.deepcopy(old)
+    ids, mask = left_padded_prompts()
+    swap = SwapAt(policy, new.state_dict(), at=3)
+    # With EOS favoured, finished rows leave the batch before the swap: the prefill must
+    # take the rows still writing.
+    hooks = (favour_eos(policy), favour_eos(old), favour_eos(new)) if early_eos else ()
+    with contextlib.ExitStack() as stack:
+        for hook in hooks:
+            stack.enter_context(hook)
+        out = sample(policy, ids, mask, max_new_tokens=8, seed=5, lean=lean, interrupt=swap)
+        under_old = full_forward_log_probs(old, ids, mask, out)
+        under_new = full_forward_log_probs(new, ids, mask, out)
+    valid = out.response_mask.bool()
+    versions = out.token_versions
+    assert bool((versions[:, :3][valid[:, :3]] == 0).all())
+    assert bool((versions[:, 3:][valid[:, 3:]] == 1).all())
+    assert bool((versions[~valid] == -1).all())
+    assert bool(valid[:, 3:].any())  # some rows wrote past the swap
+    if early_eos:
+        assert int((valid.sum(-1) <= 3).sum()) >= 2  # and some had ended before it
+    torch.testing.assert_close(out.log_probs[:, :3], under_old[:, :3], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.log_probs[:, 3:], under_new[:, 3:], atol=1e-5, rtol=1e-5)
+    assert (under_old[:, 3:] - under_new[:, 3:]).abs().max() > 1e-2  # the swap mattered
