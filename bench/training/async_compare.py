@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 ARMS = ("sync", "one_step_off", "fully_async")
+TASKS = ("tiny", "varlen")
+VARLEN_VAL = 64  # held-out prompts of the varlen task (greedy, up to --response-length tokens)
 ASYNC_ARMS = ("one_step_off", "fully_async")
 
 
@@ -61,22 +63,74 @@ def overrides(args: Any, arm: str, out_dir: Path) -> list[str]:
         if arm == "fully_async"
         else []
     )
-    return fully_async + [
-        f"actor_rollout_ref.actor.use_rollout_log_probs={pi_old_from_rollout}",
-        f"data.train_batch_size={args.batch}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.batch}",
-        f"actor_rollout_ref.rollout.n={args.n}",
-        f"data.max_response_length={args.response_length}",
-        f"actor_rollout_ref.actor.optim.lr={args.lr}",
-        f"trainer.total_training_steps={args.steps}",
-        f"trainer.test_freq={args.steps}",
-        "trainer.val_before_train=False",
-        "trainer.save_freq=-1",
-        "trainer.logger=[]",
-        f"trainer.seed={args.seed}",
-        f"trainer.default_local_dir={out_dir}",
-        f"actor_rollout_ref.hybrid_engine={arm == 'sync'}",
-        f"actor_rollout_ref.rollout.ignore_eos={args.ignore_eos}",
+    return (
+        fully_async
+        + task_overrides(args)
+        + [
+            f"actor_rollout_ref.actor.use_rollout_log_probs={pi_old_from_rollout}",
+            f"data.train_batch_size={args.batch}",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={args.batch}",
+            f"actor_rollout_ref.rollout.n={args.n}",
+            f"data.max_response_length={args.response_length}",
+            f"actor_rollout_ref.actor.optim.lr={args.lr}",
+            f"trainer.total_training_steps={args.steps}",
+            f"trainer.test_freq={args.steps}",
+            "trainer.val_before_train=False",
+            "trainer.save_freq=-1",
+            "trainer.logger=[]",
+            f"trainer.seed={args.seed}",
+            f"trainer.default_local_dir={out_dir}",
+            f"actor_rollout_ref.hybrid_engine={arm == 'sync'}",
+            f"actor_rollout_ref.rollout.ignore_eos={args.ignore_eos}",
+        ]
+    )
+
+
+def task_overrides(args: Any) -> list[str]:
+    """Return the overrides that put the ``--task`` in place of the tiny preset's own.
+
+    ``varlen`` is ``bench.training.varlen``'s task: a random Qwen2 of ``--shape`` whose responses
+    end after a geometric number of tokens (median about 40, up to the cap), its reward the
+    fraction of digits in the response; the held-out set is ``VARLEN_VAL`` of the doubling
+    task's validation prompts, two samples each scored with the same reward.
+    """
+    if args.task == "tiny":
+        return []
+    from bench.training import varlen
+    from bench.training.compare_tasks import (
+        doubling_answer,
+        doubling_question,
+        doubling_splits,
+        write_train_parquet,
+    )
+
+    root = Path(args.root)
+    task = varlen.prepare(root, args.shape)
+    budget = args.batch * args.n * (16 + args.response_length)
+    val = root / f"varlen-{args.shape}" / f"val{VARLEN_VAL}.parquet"
+    if not val.exists():
+        items = doubling_splits()[1][:VARLEN_VAL]
+        write_train_parquet(
+            val, [(doubling_question(i), doubling_answer(i)) for i in items], "varlen"
+        )
+    return [
+        f"actor_rollout_ref.model.path={task.model_dir}",
+        f"data.train_files={task.train_parquet}",
+        f"data.val_files={val}",
+        "data.max_prompt_length=16",
+        f"custom_reward_function.path={Path(varlen.__file__)}",
+        "custom_reward_function.name=varlen_score",
+        # Held-out: sampled as in training (greedy decoding of the random model writes no
+        # digits at all), two samples a prompt, the same seed in every arm.
+        "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
+        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+        "actor_rollout_ref.rollout.val_kwargs.n=2",
+        # varlen's engine arm: packed rows, every pass one micro-batch of the batch's tokens.
+        "actor_rollout_ref.model.use_remove_padding=True",
+        "actor_rollout_ref.actor.use_dynamic_bsz=True",
+        f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={budget}",
+        f"actor_rollout_ref.ref.log_prob_max_token_len_per_gpu={budget}",
+        f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={budget}",
     ]
 
 
@@ -154,6 +208,10 @@ def run_arm(args: Any) -> dict[str, Any]:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--task", choices=TASKS, default="tiny", help="tiny: the tiny preset's")
+    parser.add_argument(
+        "--shape", choices=("tiny", "small", "medium"), default="small", help="varlen: the model"
+    )
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--skip", type=int, default=2, help="warm-up steps left out")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each arm, alternated")
