@@ -326,8 +326,9 @@ def load_checkpoint(
     roles: list[tuple[str, Any, CheckpointConfig]],
     train_loader: Any,
     kl_ctrl: KLController | None,
-) -> int:
-    """Restore each role's worker and the controller's state from ``path``; return its step."""
+) -> dict[str, Any]:
+    """Restore each role's worker and the controller's state from ``path``; return that state
+    (``global_step`` among it)."""
     for role, worker, settings in roles:
         load_worker(path / role, worker, settings, role)
     state = load_state(path / STATE_FILE)
@@ -335,7 +336,7 @@ def load_checkpoint(
     if kl_ctrl is not None and state.get("kl_ctrl"):
         kl_ctrl.__dict__.update(state["kl_ctrl"])
     restore_rng_states(state["rng"])
-    return state["global_step"]
+    return state
 
 
 def load_worker(folder: Path, worker: Any, settings: CheckpointConfig, role: str) -> None:

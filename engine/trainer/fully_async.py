@@ -31,8 +31,9 @@ accounting, and a dropped chunk is replaced by one generated with the actor's we
 the worker again then). Stale samples are corrected as the one-step-off trainer corrects them
 (``engine.trainer.one_step_off``): pi_old is the rollout's log-probs (``use_rollout_log_probs``,
 bypass mode) or recomputed by the current actor, and ``algorithm.rollout_correction`` weighs
-pi_old / pi_rollout. A checkpoint holds the trained steps; the chunks in flight when it was
-written are not in it, and a resumed run syncs and refills the queue at its first step.
+pi_old / pi_rollout. A checkpoint holds the trained steps and the loader's position before the
+chunks in flight (a step takes whole loader batches, so they start a batch): a resumed run syncs,
+draws those prompts again and refills the queue at its first step.
 
 With ``staleness_threshold=0`` and ``trigger_parameter_sync_step=1`` the budget is one step: each
 step's chunks are submitted after the previous update, and the samples and updates are those of
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +58,6 @@ from engine.data import DataProto
 from engine.rollout.sampling import TOKEN_VERSIONS
 from engine.trainer.dynamic_sampling import pad_to_common_width
 from engine.trainer.one_step_off import OneStepOffPPOTrainer
-from engine.trainer.ppo_trainer import PPOTrainer
 from engine.trainer.reporting import Recorder
 from engine.trainer.samples import POLICY_VERSION
 
@@ -76,7 +77,7 @@ class FullyAsyncPPOTrainer(OneStepOffPPOTrainer):
     settings: FullyAsyncSettings
 
     def __init__(self, config: PPOConfig, recorder: Recorder | None = None):
-        self.chunks: Iterator[DataProto] | None = None
+        self.chunks: Iterator[tuple[dict[str, Any], DataProto]] | None = None
         self.dropped_total = 0
         self.step_stats: dict[str, float] = {}
         super().__init__(config, recorder, overlap=True)
@@ -101,10 +102,12 @@ class FullyAsyncPPOTrainer(OneStepOffPPOTrainer):
         super()._build_workers()
 
     # -- the stream ----------------------------------------------------------------------------
-    def prompt_chunks(self) -> Iterator[DataProto]:
-        """Yield the training loader's batches cut into ``require_batches`` mini-batch chunks."""
-        for batch in PPOTrainer.prompt_batches(self):
-            yield from batch.chunk(self.settings.require_batches)
+    def prompt_chunks(self) -> Iterator[tuple[dict[str, Any], DataProto]]:
+        """Yield the training loader's batches cut into ``require_batches`` mini-batch chunks,
+        each with the loader's position before its batch was drawn."""
+        for loader_state, batch in self.drawn_batches():
+            for chunk in batch.chunk(self.settings.require_batches):
+                yield loader_state, chunk
 
     def prompt_batches(self) -> Iterator[DataProto]:
         """Yield the first chunk of each step's batch; sync and top up the rollouter first.
@@ -119,7 +122,7 @@ class FullyAsyncPPOTrainer(OneStepOffPPOTrainer):
             since_sync = self.global_step - self.synced_version
             if self.synced_version < 0 or since_sync >= self.settings.trigger_parameter_sync_step:
                 self.sync_and_top_up()
-            yield self.in_flight[0][0]
+            yield self.in_flight[0].prompts
 
     def sync_and_top_up(self) -> None:
         """Send the actor's weights to the worker, then submit chunks up to the budget."""
@@ -139,7 +142,8 @@ class FullyAsyncPPOTrainer(OneStepOffPPOTrainer):
     def submit_chunk(self) -> None:
         """Submit the next chunk of prompts to the worker."""
         assert self.chunks is not None
-        self.submit(next(self.chunks))
+        loader_state, chunk = next(self.chunks)
+        self.submit(chunk, loader_state)
 
     def generate_and_score(
         self, prompts: DataProto, *, timing: dict[str, float]
@@ -147,14 +151,14 @@ class FullyAsyncPPOTrainer(OneStepOffPPOTrainer):
         """Take the step's ``require_batches`` chunks from the queue (a chunk staler than
         ``max_staleness`` is dropped and replaced), join, stamp and score them."""
         assert self.rollout_worker is not None
-        if self.in_flight[0][0] is not prompts:
+        if self.in_flight[0].prompts is not prompts:
             raise RuntimeError("the fully-async trainer takes its chunks in submission order")
         current = self.global_step - 1  # the actor's version: train_step runs before its update
         parts: list[DataProto] = []
         wait_s = gen_s = gen_cpu_s = 0.0
         dropped = resumed = 0
         while len(parts) < self.settings.require_batches:
-            _, batch = self.in_flight.popleft()
+            batch = self.in_flight.popleft().batch
             start = time.perf_counter()
             gen, version, seconds = self.rollout_worker.result()
             wait_s += time.perf_counter() - start

@@ -18,8 +18,10 @@ pi_rollout (truncated IS, rejection), exactly as for a mismatched rollout engine
 ``overlap=False`` submits each batch only after the previous update (staleness 0): the same
 samples and updates as the synchronous trainer, from the worker process; the tests compare the
 two. The trainer's own rollout (the actor's module) still serves validation and the worker's
-weights are those of the latest sync. A checkpoint holds the trained steps: the batch in flight
-when it was written is not in it, and a resumed run goes on from the batch after it.
+weights are those of the latest sync. A checkpoint holds the trained steps and puts the data
+loader's position back before the batch in flight: a resumed run draws that batch again and
+generates it with the checkpoint's weights (the same prompts, new samples; how many samples that
+regenerates is the first step's ``async/regenerated_after_resume``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -40,6 +43,16 @@ from engine.trainer.metrics import timer
 from engine.trainer.ppo_trainer import PPOTrainer
 from engine.trainer.reporting import Recorder
 from engine.trainer.samples import POLICY_VERSION, sample_staleness
+
+ASYNC_STATE = "async"  # the asynchronous trainers' part of a checkpoint's controller state
+
+
+class InFlight(NamedTuple):
+    """A batch submitted to the rollout worker and not yet trained on."""
+
+    prompts: DataProto
+    batch: DataProto  # the rollout input: ``prompts`` with a uid each, repeated ``rollout.n``
+    loader_state: dict[str, Any]  # the data loader's position before the batch was drawn
 
 
 class OneStepOffPPOTrainer(PPOTrainer):
@@ -55,9 +68,9 @@ class OneStepOffPPOTrainer(PPOTrainer):
     ):
         self.overlap = overlap
         self.rollout_worker: RolloutWorkerProcess | None = None
-        # Batches submitted to the worker and not yet trained on: (prompts, rollout input).
-        self.in_flight: deque[tuple[DataProto, DataProto]] = deque()
+        self.in_flight: deque[InFlight] = deque()
         self.synced_version = -1
+        self.regenerated_samples = 0  # in flight at the resumed checkpoint, generated again
         self._sync_s = 0.0
         super().__init__(config, recorder)
 
@@ -94,16 +107,24 @@ class OneStepOffPPOTrainer(PPOTrainer):
         Each ``next`` comes at the start of a step, after the previous update: sync the weights,
         submit the next batch (none after the last step), yield the oldest submitted one.
         """
-        source = super().prompt_batches()
+        source = self.drawn_batches()
         if self.overlap:
-            self._sync_and_submit(next(source))
+            self._sync_and_submit(*next(source))
         while True:
             remaining = self.total_steps - self.global_step
             if len(self.in_flight) < min(remaining, 2 if self.overlap else 1):
-                self._sync_and_submit(next(source))
-            yield self.in_flight[0][0]
+                self._sync_and_submit(*next(source))
+            yield self.in_flight[0].prompts
 
-    def _sync_and_submit(self, prompts: DataProto) -> None:
+    def drawn_batches(self) -> Iterator[tuple[dict[str, Any], DataProto]]:
+        """Yield the training loader's batches (``PPOTrainer.prompt_batches``), each with the
+        loader's position before it was drawn: where a resumed run draws it again."""
+        source = PPOTrainer.prompt_batches(self)
+        while True:
+            before = self.train_loader.state_dict()
+            yield before, next(source)
+
+    def _sync_and_submit(self, loader_state: dict[str, Any], prompts: DataProto) -> None:
         assert self.rollout_worker is not None
         version = self.global_step  # prompt_batches asks at a step's start: global_step updates
         start = time.perf_counter()
@@ -111,14 +132,39 @@ class OneStepOffPPOTrainer(PPOTrainer):
             self.rollout_worker.sync_weights(self.arr.full_state_dict(), version)
             self.synced_version = version
         self._sync_s = time.perf_counter() - start
-        self.submit(prompts)
+        self.submit(prompts, loader_state)
 
-    def submit(self, prompts: DataProto) -> None:
-        """Submit the rollout of ``prompts`` to the worker and queue them as in flight."""
+    def submit(self, prompts: DataProto, loader_state: dict[str, Any]) -> None:
+        """Submit the rollout of ``prompts`` to the worker and queue them as in flight
+        (``loader_state``: the loader's position before they were drawn)."""
         assert self.rollout_worker is not None
         batch = self.rollout_input(prompts)
         self.rollout_worker.submit(batch)
-        self.in_flight.append((prompts, batch))
+        self.in_flight.append(InFlight(prompts, batch, loader_state))
+
+    # -- checkpoints: the batches in flight are drawn again on resume ------------------------
+    def loop_state(self) -> dict[str, Any]:
+        """Put the loader's position back before the batches in flight, so a resumed run draws
+        and generates them again (with the checkpoint's weights: the prompts are the same, the
+        samples new), and record how many samples that regenerates."""
+        if not self.in_flight:
+            return {}
+        return {
+            "dataloader": self.in_flight[0].loader_state,
+            ASYNC_STATE: {
+                "in_flight_samples": sum(len(entry.batch) for entry in self.in_flight),
+                "rollout_policy_version": self.synced_version,
+            },
+        }
+
+    def restore_loop_state(self, state: dict[str, Any]) -> None:
+        """Say how many samples that were in flight at the checkpoint are generated again."""
+        self.regenerated_samples = int(state.get(ASYNC_STATE, {}).get("in_flight_samples", 0))
+        if self.regenerated_samples:
+            print(
+                f"{self.regenerated_samples} samples were in flight when the checkpoint was "
+                "written; their prompts are drawn and generated again"
+            )
 
     def generate_and_score(
         self, prompts: DataProto, *, timing: dict[str, float]
@@ -126,7 +172,7 @@ class OneStepOffPPOTrainer(PPOTrainer):
         """Return the worker's rollout of ``prompts`` (submitted a step ago), scored and stamped
         with the policy version that generated it; ``timing_s/gen`` is the wait for it."""
         assert self.rollout_worker is not None
-        submitted, batch = self.in_flight.popleft()
+        submitted, batch, _ = self.in_flight.popleft()
         if submitted is not prompts:
             raise RuntimeError("the one-step-off trainer trains its batches in submission order")
         with timer("gen", timing):
@@ -159,4 +205,7 @@ class OneStepOffPPOTrainer(PPOTrainer):
         metrics["async/rollout_policy_version"] = float(
             batch.non_tensor_batch[POLICY_VERSION].max()
         )
+        if self.regenerated_samples:  # the first step after a resume
+            metrics["async/regenerated_after_resume"] = float(self.regenerated_samples)
+            self.regenerated_samples = 0
         return metrics, batch, reward_info

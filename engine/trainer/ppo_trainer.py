@@ -458,7 +458,8 @@ class PPOTrainer:
             self.local_dir,
             self.global_step,
             checkpoint.checkpointed_roles(self.config, self.arr, self.critic),
-            checkpoint.trainer_state(self.global_step, self.train_loader, self.kl_ctrl),
+            checkpoint.trainer_state(self.global_step, self.train_loader, self.kl_ctrl)
+            | self.loop_state(),
             self.config.trainer,
         )
         self.report.on_checkpoint(self.global_step, str(target))
@@ -473,8 +474,18 @@ class PPOTrainer:
         if path is None:
             return
         roles = checkpoint.checkpointed_roles(self.config, self.arr, self.critic)
-        self.global_step = checkpoint.load_checkpoint(path, roles, self.train_loader, self.kl_ctrl)
+        state = checkpoint.load_checkpoint(path, roles, self.train_loader, self.kl_ctrl)
+        self.global_step = state["global_step"]
         print(f"resumed from {path} at step {self.global_step}")
+        self.restore_loop_state(state)
+
+    def loop_state(self) -> dict[str, Any]:
+        """Return what a checkpoint adds to the controller's state for this trainer's loop (the
+        asynchronous trainers: the batches in flight); the synchronous loop adds nothing."""
+        return {}
+
+    def restore_loop_state(self, state: dict[str, Any]) -> None:
+        """Take back what :meth:`loop_state` wrote, from a resumed checkpoint's state."""
 
     # -- the loop ----------------------------------------------------------------------------
     def fit(self) -> RunOutcome:

@@ -221,10 +221,10 @@ def test_a_cancelled_run_resumes_with_the_checkpoints_weights_in_the_rollouter(
         "algorithm.rollout_correction.rollout_is=token",
         "actor_rollout_ref.actor.optim.lr=1e-2",  # a worker left on other weights would show
     )
-    first = FullyAsyncPPOTrainer(make_config("grpo_tiny", *common), ListRecorder(stop_after=2))
+    first = RecordingTrainer(make_config("grpo_tiny", *common), ListRecorder(stop_after=2))
     assert first.fit() == "cancelled"
     assert first.recorder.checkpoints[-1][0] == 2
-    second = FullyAsyncPPOTrainer(make_config("grpo_tiny", *common), ListRecorder())
+    second = RecordingTrainer(make_config("grpo_tiny", *common), ListRecorder())
     assert second.fit() == "succeeded"
     ((step, metrics),) = second.recorder.steps
     assert step == 3
@@ -232,6 +232,14 @@ def test_a_cancelled_run_resumes_with_the_checkpoints_weights_in_the_rollouter(
     assert metrics["async/rollout_policy_version"] == 2.0
     assert metrics["async/staleness_max"] == 0.0
     assert metrics["rollout_corr/rollout_is_mean"] == pytest.approx(1.0, abs=1e-3)
+    # Step 3's chunk was in flight at the checkpoint: drawn again, its prompts are those the
+    # uninterrupted run trains on at step 3, and its samples are counted as generated again.
+    elsewhere = f"trainer.default_local_dir={tmp_path / 'whole'}"
+    whole = RecordingTrainer(make_config("grpo_tiny", *common, elsewhere), ListRecorder())
+    assert whole.fit() == "succeeded"
+    assert torch.equal(second.batches[0].batch["prompts"], whole.batches[2].batch["prompts"])
+    assert not torch.equal(whole.batches[1].batch["prompts"], whole.batches[2].batch["prompts"])
+    assert metrics["async/regenerated_after_resume"] == len(whole.batches[2])
 
 
 def test_the_fully_async_preset_trains_on_the_tiny_task(make_config):
