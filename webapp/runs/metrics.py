@@ -86,6 +86,11 @@ PANEL_RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
         ),
         ("async_version", "Async · rollout policy version", r"^async/rollout_policy_version$"),
         (
+            "async_resumed",
+            "Async · samples finished by newer weights, or generated again after a resume",
+            r"^async/(partial_rollout_samples|regenerated_after_resume)$",
+        ),
+        (
             "async_utilisation",
             "Async · busy share of the step (rollout, trainer)",
             r"^async/\w+_utilisation$",

@@ -98,6 +98,8 @@ def test_an_async_runs_metrics_are_charted_in_the_async_panels():
         "async/dropped_stale_samples",
         "async/dropped_stale_samples_total",
         "async/rollout_policy_version",
+        "async/partial_rollout_samples",
+        "async/regenerated_after_resume",
         "async/rollout_utilisation",
         "async/trainer_utilisation",
         "timing_s/rollout_worker_gen",
@@ -119,6 +121,10 @@ def test_an_async_runs_metrics_are_charted_in_the_async_panels():
         "async/dropped_stale_samples_total",
     ]
     assert panels["async_version"]["names"] == ["async/rollout_policy_version"]
+    assert panels["async_resumed"]["names"] == [
+        "async/partial_rollout_samples",
+        "async/regenerated_after_resume",
+    ]
     assert panels["async_utilisation"]["names"] == [
         "async/rollout_utilisation",
         "async/trainer_utilisation",
