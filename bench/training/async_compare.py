@@ -13,6 +13,12 @@ Arms, alternated ``--repeats`` times so both see the same machine load:
   weights sync every T = ``--sync-step`` steps (``require_batches=1``: a step is one batch, as in
   the other arms, so all three train on the same number of samples).
 
+``--controller ray`` runs every arm over ``--ranks`` FSDP ranks of the Ray controller
+(``RayPPOTrainer`` and ``engine.trainer.ray_async``): the ranks train (and, synchronously,
+generate) with one thread each, the asynchronous arms' rollout worker runs beside them.
+``--task varlen`` trains ``bench.training.varlen``'s variable-length task instead of the tiny
+one (``task_overrides``).
+
 Each arm runs in its own process (``python -m bench.training.async_compare arm <name> ...``) and
 prints one JSON line. A step's time is the wall time between the ends of consecutive steps; the
 medians skip ``--skip`` warm-up steps (the rollout worker's start falls in the first) and the last
@@ -63,8 +69,25 @@ def overrides(args: Any, arm: str, out_dir: Path) -> list[str]:
         if arm == "fully_async"
         else []
     )
+    ray = (
+        [
+            "trainer.controller=ray",
+            "trainer.device=cpu",
+            f"trainer.n_gpus_per_node={args.ranks}",
+            f"ray_init.num_cpus={args.ranks}",
+        ]
+        if args.controller == "ray"
+        else []
+    )
+    correction = (
+        [f"algorithm.rollout_correction.rollout_is={args.rollout_is}"]
+        if args.rollout_is and arm in ASYNC_ARMS
+        else []
+    )
     return (
         fully_async
+        + correction
+        + ray
         + task_overrides(args)
         + [
             f"actor_rollout_ref.actor.use_rollout_log_probs={pi_old_from_rollout}",
@@ -144,20 +167,13 @@ def run_arm(args: Any) -> dict[str, Any]:
     """Train one arm in this process; return its figures."""
     from bench.training.step_clock import StepClock
     from engine.config import load_config
-    from engine.trainer.fully_async import FullyAsyncPPOTrainer
-    from engine.trainer.one_step_off import OneStepOffPPOTrainer
-    from engine.trainer.ppo_trainer import PPOTrainer
+    from engine.trainer.run import trainer_class
 
     out_dir = Path(args.root) / args.arm
     config = load_config("grpo_tiny.yaml", overrides=overrides(args, args.arm, out_dir))
     clock = StepClock()
     start = time.perf_counter()
-    trainer_cls = {
-        "sync": PPOTrainer,
-        "one_step_off": OneStepOffPPOTrainer,
-        "fully_async": FullyAsyncPPOTrainer,
-    }[args.arm]
-    status = trainer_cls(config, clock).fit()
+    status = trainer_class(config)(config, clock).fit()
     total = time.perf_counter() - start
     steady = slice(args.skip, len(clock.wall) - 1)  # the last step validates
     wall, rows = clock.wall[steady], clock.metrics[steady]
@@ -212,6 +228,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--shape", choices=("tiny", "small", "medium"), default="small", help="varlen: the model"
     )
+    parser.add_argument(
+        "--controller",
+        choices=("local", "ray"),
+        default="local",
+        help="ray: every arm over --ranks FSDP ranks of the Ray controller (one thread each)",
+    )
+    parser.add_argument("--ranks", type=int, default=2, help="ray: ranks of the worker group")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--skip", type=int, default=2, help="warm-up steps left out")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each arm, alternated")
@@ -228,6 +251,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--staleness", type=float, default=0.5, help="fully_async: staleness_threshold"
+    )
+    parser.add_argument(
+        "--rollout-is",
+        choices=("token", "sequence"),
+        default=None,
+        help="asynchronous arms: algorithm.rollout_correction.rollout_is (with --recompute-old: "
+        "pi_old / pi_rollout weighs each token or sequence)",
     )
     parser.add_argument(
         "--sync-step", type=int, default=2, help="fully_async: trigger_parameter_sync_step"
