@@ -168,27 +168,13 @@ def sample_sequences(
 
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (bs, P)
     input_ids, mask, position_ids = trim_left_padding(input_ids, attention_mask, position_ids)
-    cache = new_kv_cache(model)
     runner = LlamaForward.build(model) if lean else None
     prompt_ids = input_ids  # (bs, P') what a partial rollout prefills again
     groups = shared_prompts(input_ids, mask)
     prefill = slice(None) if groups is None else groups[0]
-    if runner is not None:
-        hidden, keys_values = runner.forward(
-            input_ids[prefill], position_ids[prefill], causal_mask(mask[prefill]), keep_kv=True
-        )
-        for index, (keys, values) in enumerate(keys_values):
-            cache.update(keys, values, index)
-        logits = runner.logits(hidden[:, -1])  # (u, V)
-    else:
-        logits = model(
-            input_ids=input_ids[prefill],
-            attention_mask=mask[prefill],
-            position_ids=position_ids[prefill],
-            **with_cache(cache),
-            use_cache=True,
-            logits_to_keep=1,
-        ).logits[:, -1]  # (u, V)
+    cache, logits = _prefill(
+        model, runner, input_ids[prefill], mask[prefill], position_ids[prefill]
+    )  # logits (u, V)
     if groups is not None:
         cache.batch_select_indices(groups[1])
         logits = logits[groups[1]]  # (bs, V)
@@ -228,7 +214,8 @@ def sample_sequences(
             version = swapped
             runner = LlamaForward.build(model) if lean else None
             sequences = torch.cat([prompt_ids[rows], tokens[rows, : step + 1]], dim=-1)
-            cache, logits = _prefill_again(model, runner, sequences, mask)
+            positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+            cache, logits = _prefill(model, runner, sequences, mask, positions)
         elif runner is not None:
             logits = runner.decode(token[:, None], mask, next_pos, cache)
         else:
@@ -254,25 +241,25 @@ def sample_sequences(
     return SampleOutput(responses, response_mask, log_probs, truncated, token_versions)
 
 
-def _prefill_again(
+def _prefill(
     model: torch.nn.Module,
     runner: LlamaForward | None,
-    sequences: torch.Tensor,
+    input_ids: torch.Tensor,
     mask: torch.Tensor,
+    position_ids: torch.Tensor,
 ) -> tuple[DynamicCache, torch.Tensor]:
-    """Return a new KV cache of ``sequences`` (a, L) under the model's current weights and the
-    logits (a, V) of the token after them (``mask`` (a, L): their left padding)."""
+    """Return a new KV cache of the left-padded rows ``input_ids`` (n, L) under the model's
+    current weights and the logits (n, V) of the token after each."""
     cache = new_kv_cache(model)
-    position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
     if runner is not None:
         hidden, keys_values = runner.forward(
-            sequences, position_ids, causal_mask(mask), keep_kv=True
+            input_ids, position_ids, causal_mask(mask), keep_kv=True
         )
         for index, (keys, values) in enumerate(keys_values):
             cache.update(keys, values, index)
         return cache, runner.logits(hidden[:, -1])
     logits = model(
-        input_ids=sequences,
+        input_ids=input_ids,
         attention_mask=mask,
         position_ids=position_ids,
         **with_cache(cache),
