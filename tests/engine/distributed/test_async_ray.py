@@ -98,11 +98,9 @@ def test_one_step_off_on_two_ranks_samples_and_updates_as_the_local_controller(
     assert ray_run.rollout_worker is None and ray_run.worker_groups == {}  # all released
 
 
-def test_fully_async_on_two_ranks_keeps_the_schedule_and_resumes_from_its_shards(
-    ray_session, assets, tmp_path
-):
-    recorder = ListRecorder()
-    config = ray_config(
+def fully_async_config(assets, tmp_path, *overrides: str):
+    """Return three fully-async steps on two ranks, a sync every second step, moving weights."""
+    return ray_config(
         assets,
         tmp_path,
         "grpo_tiny",
@@ -111,9 +109,15 @@ def test_fully_async_on_two_ranks_keeps_the_schedule_and_resumes_from_its_shards
         "actor_rollout_ref.rollout.n=4",
         "trainer.total_training_steps=3",
         "trainer.test_freq=-1",
-        "trainer.save_freq=2",
+        *overrides,
     )
-    trainer = RayFullyAsync(config, recorder)
+
+
+def test_fully_async_on_two_ranks_keeps_the_schedule_and_resumes_from_its_shards(
+    ray_session, assets, tmp_path
+):
+    recorder = ListRecorder()
+    trainer = RayFullyAsync(fully_async_config(assets, tmp_path, "trainer.save_freq=2"), recorder)
     assert trainer.fit() == "succeeded"
     # Two chunks go out at each sync (every second step): the second is one update stale.
     lags = [recorder.steps[step]["async/staleness_max"] for step in (1, 2, 3)]
@@ -124,15 +128,9 @@ def test_fully_async_on_two_ranks_keeps_the_schedule_and_resumes_from_its_shards
 
     # Resumed from step 2's shards, the run syncs the checkpoint's weights to the worker first.
     resumed = RayFullyAsync(
-        ray_config(
+        fully_async_config(
             assets,
             tmp_path,
-            "grpo_tiny",
-            *FULLY_ASYNC,
-            *MOVING,
-            "actor_rollout_ref.rollout.n=4",
-            "trainer.total_training_steps=3",
-            "trainer.test_freq=-1",
             "trainer.resume_mode=resume_path",
             f"trainer.resume_from_path={tmp_path / 'ckpt' / 'global_step_2'}",
         ),
