@@ -18,9 +18,9 @@ request already sent, so weights synced while batches wait their turn are the on
 batches are generated with (a batch in flight finishes with the weights it started with, as
 verl's rollouter without partial rollout; with it, weights that arrive mid-batch are loaded
 between two decoding steps and the rest of the batch is sampled under them, every token stamped
-with its version); of several syncs sent meanwhile only the last is
-loaded. ``queue_size`` bounds the finished batches waiting for the trainer (the fully-async
-trainer's queue): a worker that fills it waits. Everything travels as ``torch.save`` bytes, so
+with its version); of several syncs sent meanwhile only the last is loaded. ``queue_size``
+bounds the finished batches waiting for the trainer (the fully-async trainer's queue): a worker
+that fills it waits. Everything travels as ``torch.save`` bytes, so
 no tensor in either process shares memory with the other (a shared tensor breaks once its
 process exits). Sampling draws from the worker's own generator seeded as the in-process
 rollout's (``trainer.seed``), so with the same weights it samples the same tokens.
@@ -192,20 +192,21 @@ def _serve(requests: Any, replies: Any, setup_bytes: bytes) -> None:
                     waiting.append(payload)
             return newest
 
+        def load_newest(*, block: bool) -> bool:
+            """Read the requests (see ``read``); load the newest weights among them, if any."""
+            newest = read(block=block)
+            if newest is not None:
+                worker.load(*_unpack(newest))
+            return newest is not None
+
         def interrupt() -> int | None:
             """Between two decoding steps: load weights synced meanwhile (partial rollout)."""
-            newest = read(block=False)
-            if newest is None:
-                return None
-            worker.load(*_unpack(newest))
-            return worker.version
+            return worker.version if load_newest(block=False) else None
 
         while True:
             # Wait for a request only when idle; otherwise read what has come, so the newest
             # weights are loaded before the next batch starts.
-            newest = read(block=not waiting)
-            if newest is not None:
-                worker.load(*_unpack(newest))
+            load_newest(block=not waiting)
             if waiting:
                 prompts = _unpack(waiting.popleft())
                 result = worker.generate(prompts, interrupt if worker.partial else None)
