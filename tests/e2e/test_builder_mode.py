@@ -1,5 +1,5 @@
-"""The builder's training mode in Debian's Chromium: the staleness boxes show only for the
-fully-asynchronous mode, and the preview shows the verl keys each mode writes."""
+"""The builder's training mode in Debian's Chromium: the staleness boxes and partial rollout show
+only for the fully-asynchronous mode, and the preview shows the verl keys each mode writes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 from tests.e2e.browser import LiveBrowserTestCase
 
 THRESHOLD = "#id_async_training__staleness_threshold"
+PARTIAL = "#id_async_training__partial_rollout"
 
 
 @pytest.mark.e2e
@@ -28,9 +29,12 @@ class BuilderModeTest(LiveBrowserTestCase):
         page.fill(THRESHOLD, "0.5")
         expect(preview).to_contain_text("hybrid_engine: false")
         expect(preview).to_contain_text("staleness_threshold: 0.5")
+        page.select_option(PARTIAL, "true")
+        expect(preview).to_contain_text("partial_rollout: true")
 
         page.check("input[name=training_mode][value=one_step_off]")
         expect(page.locator(THRESHOLD)).to_be_hidden()
         expect(preview).not_to_contain_text("staleness_threshold")
+        expect(preview).not_to_contain_text("partial_rollout: true")
         expect(preview).to_contain_text("hybrid_engine: false")
         assert self.errors == []

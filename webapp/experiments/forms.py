@@ -37,8 +37,8 @@ from engine.config.yaml_io import MAX_YAML_BYTES, YamlLimitError, yaml_load
 from webapp.datasets.selectors import dataset_list_for_user
 from webapp.experiments.configs import STUDIO_MANAGED_KEYS, config_check
 from webapp.experiments.modes import (
+    FULLY_ASYNC_KEYS,
     HYBRID_ENGINE,
-    STALENESS_KEYS,
     SYNC,
     TRAINING_MODES,
     VERL_STALENESS_DEFAULTS,
@@ -60,8 +60,9 @@ COMPONENTS_KEY = "reward.components"
 # Each upload's own key map and data_source come from its dataset (``attach_dataset_maps``).
 DATASET_KEYS = ("data.file_key_maps", "data.file_data_sources")
 DATASET_PICKERS = {"data.train_files": "train_dataset", "data.val_files": "val_dataset"}
-# The training mode's radio buttons and staleness boxes set these (``webapp.experiments.modes``).
-MODE_KEYS = (HYBRID_ENGINE, *STALENESS_KEYS)
+# The training mode's radio buttons and the fully-async panel set these
+# (``webapp.experiments.modes``).
+MODE_KEYS = (HYBRID_ENGINE, *FULLY_ASYNC_KEYS)
 HIDDEN_KEYS = (
     *STUDIO_MANAGED_KEYS,
     *CUSTOM_REWARD_KEYS,
@@ -248,8 +249,10 @@ class ExperimentForm(forms.Form):
         for spec in self.specs:
             self.fields[field_name(spec.key)] = _schema_field(spec)
         for spec in iter_field_specs():
-            if spec.key in STALENESS_KEYS:
-                field = self.fields[field_name(spec.key)] = _schema_field(spec)
+            if spec.key not in FULLY_ASYNC_KEYS:
+                continue
+            field = self.fields[field_name(spec.key)] = _schema_field(spec)
+            if spec.key in VERL_STALENESS_DEFAULTS:
                 field.widget.attrs["placeholder"] = f"verl: {VERL_STALENESS_DEFAULTS[spec.key]}"
 
     # -- initial values ------------------------------------------------------------------------
@@ -258,7 +261,7 @@ class ExperimentForm(forms.Form):
         """Return the form's initial values for ``config``."""
         initial: dict[str, Any] = {}
         for spec in iter_field_specs():
-            if not shown_in_form(spec):
+            if not (shown_in_form(spec) or spec.key in FULLY_ASYNC_KEYS):
                 continue
             value = get_value(config, spec.key)
             if spec.choices and spec.type is list:
@@ -268,8 +271,6 @@ class ExperimentForm(forms.Form):
                 value = "true" if value else "false"
             initial[field_name(spec.key)] = value_text(value)
         initial["training_mode"] = training_mode_of(config)
-        for key in STALENESS_KEYS:
-            initial[field_name(key)] = value_text(get_value(config, key))
         datasets = {d.path: d for d in dataset_list_for_user(user=owner)}
         for key, name in (("data.train_files", "train_dataset"), ("data.val_files", "val_dataset")):
             value = get_value(config, key)
@@ -383,9 +384,9 @@ class ExperimentForm(forms.Form):
             dataset = cleaned.get(name)
             if dataset is not None:  # its key map and data_source: ``config_check``
                 self._set(config, key, dataset.path, name)
-        staleness = {key: cleaned.get(field_name(key)) for key in STALENESS_KEYS}
+        panel = {key: cleaned.get(field_name(key)) for key in FULLY_ASYNC_KEYS}
         mode = cleaned.get("training_mode") or SYNC
-        for key, value in training_mode_values(mode, staleness).items():
+        for key, value in training_mode_values(mode, panel).items():
             self._set(config, key, value, self.field_for_key(key) or "training_mode")
         function = self.reward_functions.get(cleaned.get("custom_reward") or "")
         if function is not None:
@@ -456,7 +457,7 @@ class ExperimentForm(forms.Form):
             "name", "description", "tags", "train_dataset", "val_dataset",
             *(f"reward_weight__{n}" for n in self.reward_names),
             *(f"reward_kwargs__{n}" for n in self.reward_names), "custom_reward",
-            "training_mode", *(field_name(k) for k in STALENESS_KEYS),
+            "training_mode", *(field_name(k) for k in FULLY_ASYNC_KEYS),
             *(field_name(s.key) for s in self.specs if not s.advanced and s.group == "algorithm"),
             *(field_name(s.key) for s in self.specs if not s.advanced and s.group != "algorithm"),
             *(field_name(s.key) for s in self.specs if s.advanced),
@@ -468,14 +469,14 @@ class ExperimentForm(forms.Form):
         ):
             bound = self[name]
             spec_key = name.replace("__", ".")
-            keys = {*(s.key for s in self.specs), *STALENESS_KEYS}
+            keys = {*(s.key for s in self.specs), *FULLY_ASYNC_KEYS}
             what = spec_key if spec_key in keys else str(bound.label)
             summary += [(bound.auto_id or "", what, str(m)) for m in self.errors[name]]
         return summary
 
-    def staleness_fields(self) -> list[forms.BoundField]:
-        """Return the fully-async mode's staleness boxes, in ``STALENESS_KEYS``' order."""
-        return [self[field_name(key)] for key in STALENESS_KEYS]
+    def fully_async_fields(self) -> list[forms.BoundField]:
+        """Return the fully-async panel's fields, in ``FULLY_ASYNC_KEYS``' order."""
+        return [self[field_name(key)] for key in FULLY_ASYNC_KEYS]
 
     def reward_rows(self) -> list[tuple[forms.BoundField, forms.BoundField]]:
         """Return (weight, kwargs) bound fields per built-in reward, for the composite table."""

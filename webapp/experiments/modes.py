@@ -9,6 +9,10 @@ set as well, the trainer streams from a bounded queue that process fills (fully-
 from a mode to the keys it writes; the staleness keys are the fully-async mode's settings and are
 written only in that mode (elsewhere the engine refuses them). The engine's validator judges the
 result, so a setting it cannot honour shows its error next to the field.
+
+The fully-async mode's panel also offers ``async_training.partial_rollout`` (a sync interrupts
+the chunk in flight); it does not select the mode, and like the staleness keys it is written in
+that mode only.
 """
 
 from __future__ import annotations
@@ -31,11 +35,14 @@ VERL_STALENESS_DEFAULTS: dict[str, Any] = {
     f"async_training.{key}": value for key, value in FULLY_ASYNC_DEFAULTS.items()
 }
 STALENESS_KEYS = tuple(VERL_STALENESS_DEFAULTS)
+PARTIAL_ROLLOUT = "async_training.partial_rollout"
+# The fully-async mode's panel, in the page's order.
+FULLY_ASYNC_KEYS = (*STALENESS_KEYS, PARTIAL_ROLLOUT)
 
 
 class TrainingMode(NamedTuple):
     """A mode as the builder offers it: its label, the keys it writes, whether it reads the
-    staleness settings."""
+    fully-async panel (the staleness settings and partial rollout)."""
 
     label: str
     keys: dict[str, Any]
@@ -69,14 +76,14 @@ def training_mode_of(config: PPOConfig) -> str:
     return ONE_STEP_OFF
 
 
-def training_mode_values(mode: str, staleness: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the config keys and values ``mode`` writes (``staleness``: the staleness boxes'
-    text by key, read in the fully-async mode only; every box empty takes verl's values)."""
+def training_mode_values(mode: str, panel: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the config keys and values ``mode`` writes (``panel``: the fully-async panel's
+    text by key, read in the fully-async mode only; every staleness box empty takes verl's
+    values)."""
     chosen = TRAINING_MODES[mode]
-    values = dict(chosen.keys)
-    typed = {key: staleness.get(key) for key in STALENESS_KEYS}
     if not chosen.staleness:
-        typed = dict.fromkeys(STALENESS_KEYS)
-    elif not any(str(text or "").strip() for text in typed.values()):
-        typed = dict(VERL_STALENESS_DEFAULTS)
-    return {**values, **typed}
+        return {**chosen.keys, **dict.fromkeys(FULLY_ASYNC_KEYS)}
+    typed = {key: panel.get(key) for key in FULLY_ASYNC_KEYS}
+    if not any(str(typed[key] or "").strip() for key in STALENESS_KEYS):
+        typed.update(VERL_STALENESS_DEFAULTS)
+    return {**chosen.keys, **typed}
