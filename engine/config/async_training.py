@@ -92,7 +92,8 @@ class AsyncTrainingConfig(_Section):
         None,
         "Fully-async: weights synced while a chunk generates are loaded between two decoding "
         "steps and the rest of the chunk is sampled under them (every token stamped with its "
-        "policy version); the hf rollout, single-turn. Off: a chunk in flight finishes with the "
+        "policy version; vLLM aborts the chunk's requests and resumes each from its tokens so "
+        "far); the hf and vllm rollouts, single-turn. Off: a chunk in flight finishes with the "
         "weights it started with.",
     )
     use_rollout_log_probs: bool | None = _f(
@@ -289,7 +290,7 @@ def fully_async_problems(v: Validation) -> list[ConfigFieldError]:
     Without the fully-async trainer its own keys are refused with how to select it; with it, a
     step is ``require_batches`` mini-batches (``data.train_batch_size`` must say so, as the data
     loader draws the step's prompts), the queue must fit ``MAX_BATCH`` samples, a chunk in
-    flight is interrupted (``partial_rollout``) only in the hf rollout's single-turn sampler, the
+    flight is interrupted (``partial_rollout``) only in the hf or vllm rollout, single-turn, the
     weights travel without a checkpoint
     engine, and pi_old comes from one place. The one-step-off checks
     (``one_step_off_problems``) apply to it too: it also has ``hybrid_engine=False``.
@@ -364,10 +365,11 @@ def fully_async_problems(v: Validation) -> list[ConfigFieldError]:
             "async_training.partial_rollout",
             async_cfg.partial_rollout,
             bool(async_cfg.partial_rollout)
-            and (arr.rollout.name != "hf" or arr.rollout.multi_turn.enable),
-            "a chunk is interrupted between decoding steps of the hf rollout's own sampler, "
-            "single-turn only (vLLM's abort and resume, and multi-turn, are not wired); set "
-            "actor_rollout_ref.rollout.name=hf without multi_turn, or partial_rollout=False",
+            and (arr.rollout.name not in ("hf", "vllm") or arr.rollout.multi_turn.enable),
+            "a chunk is interrupted between decoding steps of the hf rollout's own sampler or "
+            "the vllm engine's steps, single-turn only (SGLang's abort and resume, and "
+            "multi-turn, are not wired); set actor_rollout_ref.rollout.name=hf or vllm without "
+            "multi_turn, or partial_rollout=False",
         ),
         (
             "async_training.checkpoint_engine.enable",

@@ -40,6 +40,11 @@ Choices, and why:
   ask it for the same prompts: the trainer's worker wraps this rollout in
   :class:`engine.rollout.tensor_parallel.TensorParallelShare`, which gathers them. Weight sync
   is the same on every rank: whole tensors in, the model's ``load_weights`` keeps its shard.
+- Partial rollout (the fully-async trainer's ``async_training.partial_rollout``): the rollout
+  worker drives the engine step by step and, when weights arrive between two steps, aborts the
+  requests still writing and sends each again as prompt plus tokens so far, after emptying the
+  prefix cache (a reset while requests run does not happen, so the one in ``load_weights`` is not
+  enough there).
 - On a CPU, ``gpu_memory_utilization`` would be read by vLLM as a fraction of the machine's RAM;
   the KV cache is sized by ``engine_kwargs.vllm.kv_cache_memory_bytes`` instead (default
   :data:`CPU_KV_CACHE_BYTES`), and setting ``gpu_memory_utilization`` there is an error.
@@ -54,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from engine.data import DataProto
+from engine.rollout.sampling import TOKEN_VERSIONS
 from engine.rollout.served import (
     DEFAULT_BUCKET_BYTES,
     NamedTensors,
@@ -302,6 +308,8 @@ class VLLMRollout(ServedEngineRollout):
         max_new_tokens: int,
         sampling: dict[str, Any],
         generator: torch.Generator | None = None,
+        version: int = 0,
+        interrupt: Callable[[], int | None] | None = None,
     ) -> DataProto:
         """Return the response tensors for ``prompts`` (already repeated ``n`` times).
 
@@ -311,25 +319,103 @@ class VLLMRollout(ServedEngineRollout):
         unused: vLLM samples from its own RNG, seeded at construction. A response also stops
         where prompt and response reach ``max_model_len`` (truncated): the multi-turn loop asks
         every conversation for the room of the least advanced one and cuts each to its own.
+
+        A partial rollout (``interrupt``, see :meth:`_generate_partial`) adds
+        ``rollout_token_versions`` (bs, T), the policy version each token was sampled under,
+        starting at ``version`` (-1 where masked), as the ``hf`` rollout does.
         """
         prompt_ids = prompts.batch["input_ids"]  # (bs, P)
         prompt_mask = prompts.batch["attention_mask"]  # (bs, P)
-        requests = [{"prompt_token_ids": ids} for ids in unpad_prompts(prompt_ids, prompt_mask)]
+        rows = unpad_prompts(prompt_ids, prompt_mask)
         assert self.sampling_params_cls is not None
         params = self.sampling_params_cls(**sampling_kwargs(sampling, max_new_tokens, self.eos_ids))
+        eos_ids = [] if sampling.get("ignore_eos") else self.eos_ids
         self.wake_up(("weights", "kv_cache"))
-        outputs = self.engine.generate(requests, params, use_tqdm=False)
+        if interrupt is not None:
+            token_ids, log_probs, versions = self._generate_partial(
+                rows, params, version, interrupt
+            )
+        else:
+            outputs = self.engine.generate(
+                [{"prompt_token_ids": ids} for ids in rows], params, use_tqdm=False
+            )
+            token_ids = [list(out.outputs[0].token_ids) for out in outputs]
+            log_probs = [
+                sampled_log_probs(tokens, out.outputs[0].logprobs)
+                for tokens, out in zip(token_ids, outputs, strict=True)
+            ]
         if self.config.free_cache_engine:
             self.sleep()
-        token_ids = [list(out.outputs[0].token_ids) for out in outputs]
-        log_probs = [
-            sampled_log_probs(tokens, out.outputs[0].logprobs)
-            for tokens, out in zip(token_ids, outputs, strict=True)
-        ]
-        return response_batch(
-            prompts,
-            token_ids,
-            log_probs,
-            eos_ids=[] if sampling.get("ignore_eos") else self.eos_ids,
-            pad_token_id=self.pad_id,
+        out = response_batch(
+            prompts, token_ids, log_probs, eos_ids=eos_ids, pad_token_id=self.pad_id
         )
+        if interrupt is not None:
+            mask = out.batch["response_mask"]
+            padded = torch.full_like(mask, -1, dtype=torch.long)
+            for row, stamps in enumerate(versions):
+                padded[row, : len(stamps)] = torch.tensor(stamps[: mask.shape[1]])
+            out.batch[TOKEN_VERSIONS] = padded.masked_fill(mask == 0, -1)
+        return out
+
+    def _generate_partial(
+        self,
+        rows: list[list[int]],
+        params: Any,
+        version: int,
+        interrupt: Callable[[], int | None],
+    ) -> tuple[list[list[int]], list[list[float]], list[list[int]]]:
+        """Sample ``rows`` step by step, loading newer weights between two engine steps.
+
+        ``interrupt()`` is asked after every step; when it loads newer weights and returns their
+        version, every request still writing is aborted (its KV cache belongs to the old
+        weights), the prefix cache is emptied, and each is sent again as its prompt plus the
+        tokens it has so far with the rest of its token budget: vLLM prefills that under the new
+        weights and goes on (verl's partial rollout does the same abort and resume). Returns
+        each row's sampled ids, their log-probs and the version each was sampled under.
+        """
+        from vllm.sampling_params import RequestOutputKind
+
+        engine = self.engine.llm_engine
+        tokens: list[list[int]] = [[] for _ in rows]
+        log_probs: list[list[float]] = [[] for _ in rows]
+        versions: list[list[int]] = [[] for _ in rows]
+        writing: dict[str, int] = {}  # request id -> row, for the requests not finished
+
+        def submit(rows_left: list[int], segment: int) -> None:
+            for row in rows_left:
+                budget = params.clone()
+                budget.max_tokens = params.max_tokens - len(tokens[row])
+                budget.output_kind = RequestOutputKind.DELTA
+                request_id = f"partial-{segment}-{row}"
+                engine.add_request(
+                    request_id, {"prompt_token_ids": rows[row] + tokens[row]}, budget
+                )
+                writing[request_id] = row
+
+        segment = 0
+        submit(list(range(len(rows))), segment)
+        while engine.has_unfinished_requests():
+            for output in engine.step():
+                row = writing[output.request_id]
+                new = list(output.outputs[0].token_ids)
+                tokens[row] += new
+                log_probs[row] += sampled_log_probs(new, output.outputs[0].logprobs)
+                versions[row] += [version] * len(new)
+                if output.finished:
+                    del writing[output.request_id]
+            if not writing:
+                break
+            newer = interrupt()
+            if newer is None:
+                continue
+            engine.abort_request(list(writing))
+            if not engine.reset_prefix_cache():
+                raise RuntimeError(
+                    "vLLM kept its prefix cache after a partial rollout aborted its requests; "
+                    "the resumed rows would reuse the old weights' cache"
+                )
+            rows_left = sorted(writing.values())
+            writing.clear()
+            version, segment = newer, segment + 1
+            submit(rows_left, segment)
+        return tokens, log_probs, versions

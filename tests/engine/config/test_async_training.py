@@ -183,9 +183,9 @@ def test_the_queue_and_the_staleness_bound_follow_verls_budget(
         ),
         (["async_training.require_batches=2"], "data.train_batch_size", "data.train_batch_size=64"),
         (
-            ["async_training.partial_rollout=True", "actor_rollout_ref.rollout.name=vllm"],
+            ["async_training.partial_rollout=True", "actor_rollout_ref.rollout.name=sglang"],
             "async_training.partial_rollout",
-            "rollout.name=hf without multi_turn",
+            "rollout.name=hf or vllm without multi_turn",
         ),
         (
             [
@@ -231,6 +231,18 @@ def test_a_fully_async_setting_the_engine_cannot_honour_is_refused_by_name(overr
     errors = errors_of(*FULLY_ASYNC, *overrides)
     assert key in errors, errors
     assert fix in errors[key], errors[key]
+
+
+@pytest.mark.parametrize("rollout", ["hf", "vllm"])
+def test_partial_rollout_is_valid_with_both_rollouts_that_can_interrupt(rollout):
+    overrides = [
+        *FULLY_ASYNC,
+        "async_training.partial_rollout=True",
+        f"actor_rollout_ref.rollout.name={rollout}",
+    ]
+    assert (
+        validate_config(load_config("grpo_tiny.yaml", overrides=overrides), check_files=False) == []
+    )
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ from engine.config.rollout import EngineKwargsConfig
 from engine.data import DataProto
 from engine.roles.actor import response_logits
 from engine.rollout.hf import HFRollout
-from engine.rollout.sampling import filter_logits
+from engine.rollout.sampling import TOKEN_VERSIONS, filter_logits
 from engine.rollout.served import bucket_megabytes
 from engine.rollout.vllm_rollout import VLLMRollout
 from tests.engine.rollout.contract import GREEDY
@@ -349,3 +349,68 @@ def test_the_engine_builds_its_model_with_the_policys_override_config(tiny_asset
     plain = AutoModelForCausalLM.from_pretrained(tiny_assets.model_dir, dtype=torch.float32).eval()
     unchanged = gathered(engine_logits(plain, out, 1.0).log_softmax(-1), out)
     assert (out.batch["rollout_log_probs"][mask] - unchanged).abs().max() > 100 * LOGP_ATOL
+
+
+# -- partial rollout -----------------------------------------------------------------------------
+@pytest.fixture
+def small_blocks(tiny_assets, tokenizer):
+    """An engine of its own with 32-token KV blocks (the CPU attention's smallest), so a prompt and the
+    tokens sampled before a sync fill whole blocks, which the prefix cache would keep."""
+    engine = VLLMRollout(
+        str(tiny_assets.model_dir),
+        tokenizer,
+        rollout_config(),
+        seed=0,
+        engine_kwargs={"block_size": 32},
+    )
+    yield engine
+    del engine
+
+
+def test_a_partial_rollout_resumes_the_rows_still_writing_under_the_weights_synced_meanwhile(
+    small_blocks, policy, tokenizer
+):
+    rollout = small_blocks
+    batch = prompts(tokenizer, n=2)
+    newer = copy.deepcopy(policy)
+    one_optimizer_step(
+        newer,
+        rollout.generate_sequences(batch, max_new_tokens=16, sampling=sampling(1.0)),
+    )
+    steps = 0
+
+    def interrupt() -> int | None:
+        """After the 28th engine step, load the newer weights (a sync arriving mid-chunk)."""
+        nonlocal steps
+        steps += 1
+        if steps != 28:
+            return None
+        rollout.load_weights(newer)
+        return 4
+
+    # The tiny model answers in a few tokens: every row writes to the limit, so each is still
+    # writing at the sync.
+    out = rollout.generate_sequences(
+        batch,
+        max_new_tokens=40,
+        sampling=sampling(1.0, ignore_eos=True),
+        version=3,
+        interrupt=interrupt,
+    )
+    mask = out.batch["response_mask"].bool()
+    assert mask.all()  # the resumed requests kept the rest of their token budget, no more
+    versions = out.batch[TOKEN_VERSIONS]
+    # Every row switched at the same step and went on under the new weights to its end.
+    [switch] = {versions[row].tolist().index(4) for row in range(len(versions))}
+    assert 24 <= switch <= 30  # prompt (8-9 tokens) and these fill a 32-token block
+    assert (versions[:, :switch] == 3).all() and (versions[:, switch:] == 4).all()
+
+    # Each token's log-prob is the policy's that sampled it: the old one's before the sync,
+    # the new one's after, on the whole sequence (prompt and tokens so far prefilled again).
+    logp = out.batch["rollout_log_probs"][mask]
+    old = gathered(engine_logits(policy, out, 1.0).log_softmax(-1), out)
+    new = gathered(engine_logits(newer, out, 1.0).log_softmax(-1), out)
+    before, after = versions[mask] == 3, versions[mask] == 4
+    torch.testing.assert_close(logp[before], old[before], atol=LOGP_ATOL, rtol=0)
+    torch.testing.assert_close(logp[after], new[after], atol=LOGP_ATOL, rtol=0)
+    assert (new[after] - old[after]).abs().max() > 100 * LOGP_ATOL  # the two policies differ
