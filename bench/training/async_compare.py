@@ -56,8 +56,9 @@ def overrides(args: Any, arm: str, out_dir: Path) -> list[str]:
 
     The asynchronous arms take pi_old from the rollout (``actor.use_rollout_log_probs``, as
     verl's one-step-off preset does with bypass mode and its fully-async config by default)
-    unless ``--recompute-old``: then the trainer recomputes it for every stale batch, a forward
-    pass the synchronous on-policy step skips.
+    unless ``--recompute-old``: then pi_old is the actor's own policy when the step begins, from
+    a pass of its own or, where the update sees the batch once in one mini-batch and the
+    correction is IS alone, from the update's forward (``rollout_is_in_update``).
     """
     pi_old_from_rollout = arm in ASYNC_ARMS and not args.recompute_old
     fully_async = (
@@ -247,7 +248,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--ignore-eos", action="store_true", help="every response runs to --response-length"
     )
     parser.add_argument(
-        "--recompute-old", action="store_true", help="one-step-off recomputes pi_old"
+        "--recompute-old", action="store_true", help="asynchronous arms: pi_old is the actor's"
     )
     parser.add_argument(
         "--staleness", type=float, default=0.5, help="fully_async: staleness_threshold"

@@ -345,6 +345,25 @@ def rollout_correction_active(config: RolloutCorrectionConfig) -> bool:
     )
 
 
+# ``DataProto.meta_info`` flag: the update computes the IS weights itself (``weights_in_update``).
+IS_IN_UPDATE = "rollout_is_in_update"
+
+
+def weights_in_update(config: RolloutCorrectionConfig) -> bool:
+    """Return True when ``algorithm.rollout_correction`` is IS weights alone, each a function
+    of its own token's or sequence's pi_old / pi_rollout: no rejection, no veto, no batch
+    normalisation, not bypass mode. An update that sees the batch once in one mini-batch can
+    then take pi_old from its own forward (the policy has not moved yet) and weigh each
+    micro-batch as it goes, with no separate pi_old pass."""
+    return bool(
+        config.rollout_is is not None
+        and config.rollout_rs is None
+        and config.rollout_token_veto_threshold is None
+        and not config.rollout_is_batch_normalize
+        and not config.bypass_mode
+    )
+
+
 def compute_rollout_corr_metrics_from_logprobs(
     log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor
 ) -> dict[str, float]:

@@ -36,7 +36,12 @@ from engine.algorithms.kl import kl_penalty
 from engine.algorithms.loss_aggregation import agg_loss
 from engine.algorithms.names import TOKEN_BASELINE_ESTIMATORS
 from engine.algorithms.policy_loss.base import PolicyLossInputs, get_policy_loss_fn
-from engine.algorithms.rollout_correction import compute_rollout_corr_metrics_from_logprobs
+from engine.algorithms.rollout_correction import (
+    IS_IN_UPDATE,
+    compute_rollout_corr_metrics_from_logprobs,
+    compute_rollout_correction_and_rejection_mask,
+    correction_settings,
+)
 from engine.algorithms.torch_functional import (
     entropy_from_logits,
     logprobs_from_logits,
@@ -232,6 +237,9 @@ def set_training(model: torch.nn.Module, training: bool) -> None:
         model.train(training)
 
 
+_ROW = "update_row"  # a row's index in the update's batch, while IS weights are taken in it
+
+
 def is_on_policy(actor_config: ActorConfig, batch_size: int, mini_batch_size: int) -> bool:
     """Return True when one update step sees the whole batch once (old policy == current)."""
     return actor_config.ppo_epochs == 1 and mini_batch_size >= batch_size
@@ -359,7 +367,9 @@ class PolicyActor:
         mini-batch's losses, the sums of their micro-batch shares.
 
         ``rollout_correction`` (``algorithm.rollout_correction``, given when it is on): a
-        ``rollout_is_weights`` (bs, R) column multiplies the token losses; in bypass mode the loss
+        ``rollout_is_weights`` (bs, R) column multiplies the token losses (with the trainer's
+        ``IS_IN_UPDATE`` flag and no ``old_log_probs``, each micro-batch's weights are taken
+        from pi_old = its own forward before the step, and added to ``data`` afterwards); in bypass mode the loss
         is verl's bypass-mode loss against ``rollout_log_probs``; otherwise the current policy's
         ``rollout_corr/*`` off-policy metrics against ``rollout_log_probs`` are recorded.
         """
@@ -378,6 +388,17 @@ class PolicyActor:
                 "old_log_probs are required unless ppo_epochs == 1 and the whole batch is one "
                 "mini-batch"
             )
+        # The trainer skipped the pi_old pass: pi_old is this update's own forward, and each
+        # micro-batch's IS weights are taken from it (``weights_in_update``).
+        # The weights are handed back as data's ``rollout_is_weights`` (bs, R), for the samples'
+        # records; each micro-batch's rows are found by their ``_row`` index.
+        weigh_here = bool(data.meta_info.get(IS_IN_UPDATE)) and rollout_correction is not None
+        if weigh_here and not on_policy:
+            raise ValueError(f"{IS_IN_UPDATE} is for an update without old_log_probs")
+        weights_out = None
+        if weigh_here:
+            weights_out = torch.zeros(data.batch["response_mask"].shape)
+            data.batch[_ROW] = torch.arange(len(data))
         set_training(self.model, True)
         metrics: dict[str, list[float]] = defaultdict(list)
         for epoch_data in epoch_batches(data, cfg):
@@ -400,16 +421,28 @@ class PolicyActor:
                     logits = self.forward(self.model, batch, temperature)  # (b, R, V)
                     log_prob = logprobs_from_logits(logits, batch["responses"])  # (b, R)
                     old_log_prob = log_prob.detach() if on_policy else batch["old_log_probs"]
+                    is_weights = batch.get("rollout_is_weights")
+                    is_metrics: dict[str, float] = {}
+                    if weights_out is not None and mask.any():
+                        is_weights, _, is_metrics = compute_rollout_correction_and_rejection_mask(
+                            old_log_prob,
+                            batch["rollout_log_probs"],
+                            mask,
+                            **correction_settings(rollout_correction),
+                        )
+                        assert is_weights is not None  # weights_in_update: rollout_is is set
+                        weights_out[batch[_ROW], : is_weights.shape[1]] = is_weights.float()
                     inputs = PolicyLossInputs(
                         old_log_prob,
                         log_prob,
                         batch["advantages"],
                         mask,
                         cfg.loss_agg_mode,
-                        batch.get("rollout_is_weights"),
+                        is_weights,
                         counts,  # every loss term is normalised over the mini-batch
                     )
                     pg_loss, pg_metrics = policy_loss_fn(inputs, loss_config)
+                    pg_metrics.update(is_metrics)
                     if rollout_correction is not None and not bypass and mask.any():
                         pg_metrics.update(
                             compute_rollout_corr_metrics_from_logprobs(
@@ -445,4 +478,7 @@ class PolicyActor:
                     metrics["actor/kl_coef"].append(cfg.kl_loss_coef)
                 grad_norm = optimizer_step(self.model, self.optimizer, cfg.grad_clip)
                 metrics["actor/grad_norm"].append(grad_norm)
+        if weights_out is not None:
+            data.pop(batch_keys=[_ROW])
+            data.batch["rollout_is_weights"] = weights_out
         return finish_update(self.optimizer, self.lr_scheduler, metrics, "actor")

@@ -206,6 +206,13 @@ class FullyAsyncPPOTrainer(OneStepOffPPOTrainer):
             super().needs_old_log_prob(batch)
         )
 
+    def rollout_is_in_update(self, batch: DataProto) -> bool:
+        """As the one-step-off trainer, unless ``async_training.compute_prox_log_prob`` asks
+        for the pi_old pass on every batch."""
+        return not self.config.async_training.compute_prox_log_prob and (
+            super().rollout_is_in_update(batch)
+        )
+
     def train_step(
         self, prompts: DataProto, more_prompts: Iterator[DataProto] | None = None
     ) -> tuple[dict[str, float], DataProto, dict]:

@@ -33,10 +33,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from engine.algorithms.rollout_correction import weights_in_update
 from engine.config import PPOConfig
 from engine.config.async_training import CPU_ONLY
 from engine.config.fields import ConfigFieldError
 from engine.data import DataProto
+from engine.roles.actor import needs_sum_pi_squared
 from engine.roles.actor_rollout_ref import rollout_build_arguments
 from engine.roles.rollout_worker import RolloutWorkerProcess
 from engine.trainer.metrics import timer
@@ -62,6 +64,8 @@ class OneStepOffPPOTrainer(PPOTrainer):
     rollout_queue_size = 0
     # Weights synced mid-batch are loaded between decoding steps (fully-async's partial_rollout).
     partial_rollout = False
+    # The actor runs in this process, so its update can hand tensors back in the batch.
+    actor_in_process = True
 
     def __init__(
         self, config: PPOConfig, recorder: Recorder | None = None, *, overlap: bool = True
@@ -187,6 +191,27 @@ class OneStepOffPPOTrainer(PPOTrainer):
     def needs_old_log_prob(self, batch: DataProto) -> bool:
         """Return True for a stale batch too: its pi_old is not the current policy."""
         return self.staleness(batch).max() > 0 or super().needs_old_log_prob(batch)
+
+    def rollout_is_in_update(self, batch: DataProto) -> bool:
+        """Return True when pi_old needs no pass of its own: the update sees the batch once, in
+        one mini-batch, so before its optimizer step the policy it computes is pi_old (the
+        actor's weights when the step began) whatever policy sampled the batch; with token or
+        sequence IS alone (``weights_in_update``) each micro-batch's weights come from that
+        forward, the same numbers the pass would give (``test_one_step_off``). Anything that
+        reads pi_old before the update keeps the pass: checking the rollout's log-probs, a KL
+        penalty in the reward, the optimal token baselines. The update hands the weights back
+        in the batch, for the samples' records, which an actor in this process can do (on the
+        Ray controller the pass runs)."""
+        config = self.config
+        return (
+            weights_in_update(config.algorithm.rollout_correction)
+            and not config.actor_rollout_ref.rollout.calculate_log_probs
+            and not config.algorithm.use_kl_in_reward
+            and not needs_sum_pi_squared(config)
+            and not config.algorithm.use_pf_ppo  # it updates on a resample of the batch
+            and self.actor_in_process
+            and not super().needs_old_log_prob(batch)  # one epoch, one mini-batch
+        )
 
     def staleness(self, batch: DataProto) -> np.ndarray:
         """Return each sample's staleness (bs,): updates between its policy and the actor's."""

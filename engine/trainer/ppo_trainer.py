@@ -25,6 +25,7 @@ from engine.algorithms.advantages import get_adv_estimator_fn
 from engine.algorithms.kl import apply_kl_penalty
 from engine.algorithms.pf_ppo import compute_pf_ppo_reweight_data
 from engine.algorithms.rollout_correction import (
+    IS_IN_UPDATE,
     compute_rollout_correction_and_rejection_mask,
     correction_settings,
     rollout_correction_active,
@@ -234,8 +235,11 @@ class PPOTrainer:
         corrects = rollout_correction_active(correction)
         # verl's bypass mode, and actor.use_rollout_log_probs (its fully-async trainer's): the
         # rollout's log-probs are pi_old, never recomputed.
+        weigh_in_update = self.rollout_is_in_update(batch)
         if correction.bypass_mode or config.actor_rollout_ref.actor.use_rollout_log_probs:
             batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
+        elif weigh_in_update:
+            pass  # pi_old is the update's own forward; it weighs each micro-batch itself
         elif (
             check_rollout
             or corrects
@@ -284,7 +288,7 @@ class PPOTrainer:
             # Decoupled rollout correction (verl's compute_rollout_correction_and_add_to_batch):
             # IS weights for the loss, rejection in the mask the update and advantages use.
             response_mask = batch.batch["response_mask"]
-            if not correction.bypass_mode and (corrects or check_rollout):
+            if not correction.bypass_mode and (corrects or check_rollout) and not weigh_in_update:
                 weights, corrected_mask, corr_metrics = (
                     compute_rollout_correction_and_rejection_mask(
                         batch.batch["old_log_probs"],
@@ -307,9 +311,16 @@ class PPOTrainer:
         if self.critic is not None:
             with timer("update_critic", timing):
                 metrics.update(self.critic.update_critic(update))
+        if weigh_in_update:
+            update.meta_info[IS_IN_UPDATE] = True
         if self.global_step > config.trainer.critic_warmup or self.critic is None:
             with timer("update_actor", timing):
                 metrics.update(self.arr.update_actor(update))
+            if weigh_in_update and "rollout_is_weights" not in update.batch:
+                raise RuntimeError(
+                    "the actor's update did not return the IS weights it took from pi_old; "
+                    "rollout_is_in_update needs an in-process actor"
+                )
         batch.batch["response_mask"] = response_mask  # samples are recorded whole, rejected or not
         if restore is not None:  # samples are recorded in rollout order (i % n, groups)
             batch.reorder(restore)
@@ -341,6 +352,13 @@ class PPOTrainer:
         """Return True when the update needs pi_old recomputed: it is not on-policy (several
         mini-batches or epochs; the one-step-off trainer adds samples of an older policy)."""
         return self.arr.needs_old_log_prob(len(batch))
+
+    def rollout_is_in_update(self, batch: DataProto) -> bool:
+        """Return True when the update takes pi_old from its own forward and computes the
+        rollout correction's IS weights itself, so no pi_old pass runs before it (the
+        asynchronous trainers; here never: a synchronous batch's weights come from the pass,
+        which verl runs whenever the correction is on)."""
+        return False
 
     def generate_and_score(
         self, prompts: DataProto, *, timing: dict[str, float]

@@ -22,6 +22,10 @@ from engine.trainer.ray_trainer import RayPPOTrainer
 class RayOneStepOffPPOTrainer(OneStepOffPPOTrainer, RayPPOTrainer):
     """The one-step-off loop over Ray worker groups (see the module doc)."""
 
+    actor_in_process = False  # the ranks' update returns metrics only: pi_old gets its pass
+
 
 class RayFullyAsyncPPOTrainer(FullyAsyncPPOTrainer, RayPPOTrainer):
     """The fully-async loop over Ray worker groups (see the module doc)."""
+
+    actor_in_process = False

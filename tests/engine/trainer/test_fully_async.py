@@ -79,6 +79,8 @@ def test_a_stale_samples_importance_weight_is_pi_old_over_pi_rollout(make_config
             "algorithm.rollout_correction.rollout_is=token",
             f"algorithm.rollout_correction.rollout_is_threshold={threshold}",
             "actor_rollout_ref.actor.optim.lr=1e-2",  # a large step: the ratios move off 1
+            # Reads pi_old before the update: the pass runs, and the batch keeps pi_old.
+            "actor_rollout_ref.rollout.calculate_log_probs=True",
         ),
         ListRecorder(),
     )

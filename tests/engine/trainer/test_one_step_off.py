@@ -56,9 +56,10 @@ def log_probs_under(model: torch.nn.Module, weights: dict, batch: DataProto) -> 
     return chosen.squeeze(-1)  # (bs, R)
 
 
-def parameter_diff(expected: torch.nn.Module, got: torch.nn.Module) -> float:
-    """Return the largest absolute difference between two models' parameters and buffers."""
-    want, have = expected.state_dict(), got.state_dict()
+def parameter_diff(expected, got) -> float:
+    """Return the largest absolute difference between two models' (or state dicts')
+    parameters and buffers."""
+    want, have = (m.state_dict() if isinstance(m, torch.nn.Module) else m for m in (expected, got))
     return max((want[k] - have[k]).abs().max().item() for k in want)
 
 
@@ -79,16 +80,31 @@ def test_without_the_overlap_the_updates_equal_the_synchronous_trainers(make_con
     assert trainer.rollout_worker is None  # fit stopped the worker process
 
 
+STALE_IS = [
+    "trainer.total_training_steps=3",
+    "algorithm.rollout_correction.rollout_is=token",
+    "algorithm.rollout_correction.rollout_is_threshold=1.5",
+    "actor_rollout_ref.actor.optim.lr=1e-2",  # a large step: the ratios move off 1
+]
+
+
+class PassTrainer(RecordingTrainer):
+    """Compute pi_old and the IS weights in a pass of their own before every update."""
+
+    def rollout_is_in_update(self, batch):
+        return False
+
+
 def test_a_one_step_stale_samples_importance_weight_is_pi_old_over_pi_rollout(make_config):
     threshold = 1.5
+    # calculate_log_probs reads pi_old before the update, so the pass runs and the batch
+    # keeps pi_old and the weights for the test to read.
     trainer = RecordingTrainer(
         make_config(
             "grpo_tiny",
             ONE_STEP_OFF,
-            "trainer.total_training_steps=3",
-            "algorithm.rollout_correction.rollout_is=token",
-            f"algorithm.rollout_correction.rollout_is_threshold={threshold}",
-            "actor_rollout_ref.actor.optim.lr=1e-2",  # a large step: the ratios move off 1
+            *STALE_IS,
+            "actor_rollout_ref.rollout.calculate_log_probs=True",
         ),
         ListRecorder(),
     )
@@ -129,6 +145,32 @@ def test_a_one_step_stale_samples_importance_weight_is_pi_old_over_pi_rollout(ma
         atol=1e-4,
         rtol=0,
     )
+
+
+def test_token_is_weighed_inside_the_update_trains_as_the_pi_old_pass_does(make_config):
+    # One epoch, one mini-batch: before its optimizer step the update's forward is pi_old, so
+    # the IS weights it takes from it are the pass's, and the pass is skipped.
+    fused = RecordingTrainer(make_config("grpo_tiny", ONE_STEP_OFF, *STALE_IS), ListRecorder())
+    assert fused.fit() == "succeeded"
+    passed = PassTrainer(make_config("grpo_tiny", ONE_STEP_OFF, *STALE_IS), ListRecorder())
+    assert passed.fit() == "succeeded"
+    fused_steps, pass_steps = (dict(t.recorder.steps) for t in (fused, passed))
+    assert [m["async/staleness_max"] for m in fused_steps.values()] == [0.0, 1.0, 1.0]
+    assert not any("timing_s/old_log_prob" in m for m in fused_steps.values())
+    assert all("timing_s/old_log_prob" in m for m in pass_steps.values())
+    for step in (1, 2, 3):  # the same samples, weighed alike
+        fused_batch, pass_batch = fused.batches[step - 1].batch, passed.batches[step - 1].batch
+        assert torch.equal(fused_batch["responses"], pass_batch["responses"])
+        # The update hands its weights back for the samples' records: the pass's, token by token.
+        torch.testing.assert_close(
+            fused_batch["rollout_is_weights"], pass_batch["rollout_is_weights"], atol=1e-5, rtol=0
+        )
+        for key in ("rollout_corr/rollout_is_mean", "actor/pg_loss"):
+            assert fused_steps[step][key] == pytest.approx(pass_steps[step][key], abs=1e-5), key
+    assert fused_steps[3]["rollout_corr/rollout_is_mean"] != pytest.approx(1.0, abs=1e-3)
+    moved = parameter_diff(passed.weights_before[0], passed.arr.model.state_dict())
+    assert moved > 1e-3
+    assert parameter_diff(passed.arr.model.state_dict(), fused.arr.model.state_dict()) <= 1e-6
 
 
 def test_use_rollout_log_probs_takes_pi_old_from_the_rollout(make_config):
