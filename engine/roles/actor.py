@@ -367,11 +367,12 @@ class PolicyActor:
         mini-batch's losses, the sums of their micro-batch shares.
 
         ``rollout_correction`` (``algorithm.rollout_correction``, given when it is on): a
-        ``rollout_is_weights`` (bs, R) column multiplies the token losses (with the trainer's
-        ``IS_IN_UPDATE`` flag and no ``old_log_probs``, each micro-batch's weights are taken
-        from pi_old = its own forward before the step, and added to ``data`` afterwards); in bypass mode the loss
+        ``rollout_is_weights`` (bs, R) column multiplies the token losses; in bypass mode the loss
         is verl's bypass-mode loss against ``rollout_log_probs``; otherwise the current policy's
-        ``rollout_corr/*`` off-policy metrics against ``rollout_log_probs`` are recorded.
+        ``rollout_corr/*`` off-policy metrics against ``rollout_log_probs`` are recorded. With
+        the trainer's ``IS_IN_UPDATE`` flag and no ``old_log_probs``, each micro-batch's weights
+        are taken from pi_old, its own forward before the step, and ``rollout_is_weights`` is
+        added to ``data`` afterwards for the samples' records.
         """
         assert self.optimizer is not None, "update_policy needs an optimizer"
         cfg = loss_config = self.config
@@ -388,17 +389,17 @@ class PolicyActor:
                 "old_log_probs are required unless ppo_epochs == 1 and the whole batch is one "
                 "mini-batch"
             )
-        # The trainer skipped the pi_old pass: pi_old is this update's own forward, and each
-        # micro-batch's IS weights are taken from it (``weights_in_update``).
-        # The weights are handed back as data's ``rollout_is_weights`` (bs, R), for the samples'
-        # records; each micro-batch's rows are found by their ``_row`` index.
+        # The trainer skipped the pi_old pass (``weights_in_update``): each micro-batch's IS
+        # weights come from this update's own forward and are gathered, by each row's ``_ROW``
+        # index, into ``weights_out`` (bs, R), which goes back in ``data``.
         weigh_here = bool(data.meta_info.get(IS_IN_UPDATE)) and rollout_correction is not None
         if weigh_here and not on_policy:
             raise ValueError(f"{IS_IN_UPDATE} is for an update without old_log_probs")
         weights_out = None
         if weigh_here:
-            weights_out = torch.zeros(data.batch["response_mask"].shape)
-            data.batch[_ROW] = torch.arange(len(data))
+            response_mask = data.batch["response_mask"]
+            weights_out = torch.zeros(response_mask.shape, device=response_mask.device)
+            data.batch[_ROW] = torch.arange(len(data), device=response_mask.device)
         set_training(self.model, True)
         metrics: dict[str, list[float]] = defaultdict(list)
         for epoch_data in epoch_batches(data, cfg):
@@ -431,7 +432,8 @@ class PolicyActor:
                             **correction_settings(rollout_correction),
                         )
                         assert is_weights is not None  # weights_in_update: rollout_is is set
-                        weights_out[batch[_ROW], : is_weights.shape[1]] = is_weights.float()
+                        rows = batch[_ROW].to(weights_out.device)
+                        weights_out[rows, : is_weights.shape[1]] = is_weights.to(weights_out)
                     inputs = PolicyLossInputs(
                         old_log_prob,
                         log_prob,
