@@ -149,7 +149,8 @@ def test_a_refused_staleness_setting_is_named_by_its_key_at_the_top_and_creates_
 
 @pytest.mark.django_db
 def test_partial_rollout_in_the_fully_async_panel_round_trips_and_the_engine_judges_it(owner):
-    # hf single-turn honours it; the vLLM rollout is refused on the box with the engine's reason.
+    # hf and vllm single-turn honour it; multi-turn is refused on the box with the engine's
+    # reason.
     config = load_config("grpo_tiny_one_step_off")
     set_value(config, STALENESS_KEYS[1], 2)
     set_value(config, PARTIAL_ROLLOUT, True)
@@ -160,7 +161,12 @@ def test_partial_rollout_in_the_fully_async_panel_round_trips_and_the_engine_jud
     assert config_to_dict(form.config) == config_to_dict(config)
 
     set_value(config, "actor_rollout_ref.rollout.name", "vllm")
-    data = builder_data(config, owner, preset="grpo_tiny_one_step_off")
-    form = ExperimentForm(data, owner=owner)
+    form = ExperimentForm(builder_data(config, owner, preset="grpo_tiny_one_step_off"), owner=owner)
+    form.is_valid()
+    assert PARTIAL not in form.errors
+
+    set_value(config, "actor_rollout_ref.rollout.multi_turn.enable", True)
+    form = ExperimentForm(builder_data(config, owner, preset="grpo_tiny_one_step_off"), owner=owner)
     assert not form.is_valid()
     assert dict(form.errors).get(PARTIAL) == _expected_errors(owner, config)[PARTIAL]
+    assert "multi_turn" in form.errors[PARTIAL][0]
