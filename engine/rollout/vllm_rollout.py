@@ -350,11 +350,11 @@ class VLLMRollout(ServedEngineRollout):
             prompts, token_ids, log_probs, eos_ids=eos_ids, pad_token_id=self.pad_id
         )
         if interrupt is not None:
-            mask = out.batch["response_mask"]
-            padded = torch.full_like(mask, -1, dtype=torch.long)
+            mask = out.batch["response_mask"]  # (bs, T), T the longest row's length
+            stamped = torch.full_like(mask, -1)
             for row, stamps in enumerate(versions):
-                padded[row, : len(stamps)] = torch.tensor(stamps[: mask.shape[1]])
-            out.batch[TOKEN_VERSIONS] = padded.masked_fill(mask == 0, -1)
+                stamped[row, : len(stamps)] = torch.tensor(stamps, dtype=torch.long)
+            out.batch[TOKEN_VERSIONS] = stamped.masked_fill(mask == 0, -1)
         return out
 
     def _generate_partial(

@@ -210,7 +210,7 @@ class OneStepOffPPOTrainer(PPOTrainer):
             and not needs_sum_pi_squared(config)
             and not config.algorithm.use_pf_ppo  # it updates on a resample of the batch
             and self.actor_in_process
-            and not super().needs_old_log_prob(batch)  # one epoch, one mini-batch
+            and not self.arr.needs_old_log_prob(len(batch))  # one epoch, one mini-batch
         )
 
     def staleness(self, batch: DataProto) -> np.ndarray:
