@@ -136,7 +136,9 @@ def prepare(args: argparse.Namespace) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from engine.tiny.recipe import plain_sampling
 
     size = SIZES[args.size]
     work = Path(args.work)
@@ -164,15 +166,7 @@ def prepare(args: argparse.Namespace) -> None:
     with torch.device(device):  # initialising 0.5B parameters on a CPU takes a while
         model = Qwen2ForCausalLM(config)
     model.to(torch.bfloat16)
-    model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        do_sample=True,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-    )
+    model.generation_config = plain_sampling(tokenizer)
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     parameters = sum(p.numel() for p in model.parameters())

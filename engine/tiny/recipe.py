@@ -27,15 +27,10 @@ file lock and renames it into place, so concurrent callers never see half a buil
 from __future__ import annotations
 
 import copy
-import fcntl
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -46,11 +41,11 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase, Qwen2Config,
 
 import engine.rewards.arithmetic as arithmetic_reward
 from engine import env
+from engine.tiny.cache import MANIFEST_NAME, build_once
 from engine.tiny.task import Problem, make_problems, split_pool, write_split
 from engine.tiny.tokenizer import build_tokenizer
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-MANIFEST_NAME = "manifest.json"
 
 
 @dataclass(frozen=True)
@@ -151,10 +146,17 @@ def build_model(
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
-    # Plain sampling from the full policy by default (top_k=0): transformers would otherwise cut
-    # it to the 50 likeliest tokens, and PPO's log-probabilities would not match the rollout's.
-    # Greedy callers pass do_sample=False.
-    model.generation_config = GenerationConfig(
+    model.generation_config = plain_sampling(tokenizer)
+    return model
+
+
+def plain_sampling(tokenizer: PreTrainedTokenizerBase) -> GenerationConfig:
+    """Return a generation config that samples from the full policy (top_k=0) by default.
+
+    transformers would otherwise cut sampling to the 50 likeliest tokens, and PPO's
+    log-probabilities would not match the rollout's. Greedy callers pass do_sample=False.
+    """
+    return GenerationConfig(
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -163,7 +165,6 @@ def build_model(
         top_k=0,
         top_p=1.0,
     )
-    return model
 
 
 def count_parameters(model: torch.nn.Module) -> int:
@@ -383,17 +384,6 @@ def _assets_at(root: Path) -> TinyAssets:
     )
 
 
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` for the duration of the block."""
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def ensure_tiny_assets(
     data_dir: Path | None = None, force: bool = False, recipe: TinyRecipe = RECIPE
 ) -> TinyAssets:
@@ -403,26 +393,7 @@ def ensure_tiny_assets(
     another ``recipe`` (a larger model, say) gets a folder of its own.
     """
     base = Path(data_dir if data_dir is not None else env.data_dir()) / "tiny"
-    key = recipe_hash(recipe)
-    root = base / key
-    if not force and (root / MANIFEST_NAME).is_file():
-        return _assets_at(root)
-    base.mkdir(parents=True, exist_ok=True)
-    with _file_lock(base / f".{key}.lock"):
-        # Another process may have finished the same build while this one waited for the lock.
-        if not force and (root / MANIFEST_NAME).is_file():
-            return _assets_at(root)
-        # Leftovers of a build that was killed: only the lock holder builds, so none is live.
-        for stale in [*base.glob(f".{key}-build-*"), *base.glob(f".{key}-old-*")]:
-            shutil.rmtree(stale, ignore_errors=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{key}-build-", dir=base))
-        try:
-            build_assets(staging, recipe)
-            retired = base / f".{key}-old-{os.getpid()}"
-            if root.exists():
-                root.rename(retired)
-            staging.rename(root)
-            shutil.rmtree(retired, ignore_errors=True)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+    root = build_once(
+        base, recipe_hash(recipe), lambda staging: build_assets(staging, recipe), force=force
+    )
     return _assets_at(root)

@@ -35,10 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import random
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,7 +48,8 @@ from transformers import PreTrainedTokenizerBase, Qwen2Config, Qwen2ForSequenceC
 import engine.tiny.task as task_module
 import engine.tiny.tokenizer as tokenizer_module
 from engine import env
-from engine.tiny.recipe import MANIFEST_NAME, TINY_SHAPE, ModelShape, _file_lock, count_parameters
+from engine.tiny.cache import MANIFEST_NAME, build_once
+from engine.tiny.recipe import TINY_SHAPE, ModelShape, count_parameters
 from engine.tiny.task import Problem, split_pool
 from engine.tiny.tokenizer import build_tokenizer
 
@@ -304,24 +302,9 @@ def ensure_tiny_reward_model(
 ) -> Path:
     """Return the folder of the built reward model under ``<data_dir>/tiny_reward_model/<hash>/``."""
     base = Path(data_dir if data_dir is not None else env.data_dir()) / CACHE_DIR
-    key = reward_model_hash(recipe)
-    root = base / key
-    if not force and (root / MANIFEST_NAME).is_file():
-        return root
-    base.mkdir(parents=True, exist_ok=True)
-    with _file_lock(base / f".{key}.lock"):
-        if not force and (root / MANIFEST_NAME).is_file():
-            return root
-        for stale in [*base.glob(f".{key}-build-*"), *base.glob(f".{key}-old-*")]:
-            shutil.rmtree(stale, ignore_errors=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{key}-build-", dir=base))
-        try:
-            build_reward_model(staging, recipe)
-            retired = base / f".{key}-old-{os.getpid()}"
-            if root.exists():
-                root.rename(retired)
-            staging.rename(root)
-            shutil.rmtree(retired, ignore_errors=True)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return root
+    return build_once(
+        base,
+        reward_model_hash(recipe),
+        lambda staging: build_reward_model(staging, recipe),
+        force=force,
+    )
