@@ -7,8 +7,8 @@ bubblewrap sandbox), and the policy calls it with a one-line program::
 
     <tool_call>{"name": "python", "arguments": {"code": "print(123*456)"}}</tool_call>
 
-As for the calculator task (``engine.tools.tiny_task``, whose recipe ``engine.tools.tool_task``
-generalises), a policy that learns from scratch never writes such a call by chance, so the
+As for the calculator task (``engine.tools.tiny_task``; both are ``engine.tools.tool_task``'s
+recipe), a policy that learns from scratch never writes such a call by chance, so the
 behaviour is seeded by a short supervised pass on transcripts, a share of them calling the
 interpreter and copying what it printed, the rest answering directly. RL then learns from the
 answer reward alone (data source ``tiny_interpreter``, scored by ``engine.rewards.tiny_calculator``:
@@ -23,15 +23,10 @@ and builds it on first use. Measured in ``docs/results.md``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
-import torch
-
-from engine.tools.tiny_task import SFT_STEPS
-from engine.tools.tool_task import ToolTask, build_task, ensure_task
+from engine.tools.tool_task import ToolTask, build_from_command_line, ensure_task
 
 TOOLS_YAML = """tools:
   - class_name: code_interpreter
@@ -69,14 +64,7 @@ def ensure_interpreter_task(data_dir: Path | None = None) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """Build the task into the folder given on the command line."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--steps", type=int, default=SFT_STEPS)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    print(json.dumps(build_task(INTERPRETER_TASK, args.out_dir, steps=args.steps)))
-    print(" ".join(INTERPRETER_TASK.overrides(args.out_dir)))
-    return 0
+    return build_from_command_line(INTERPRETER_TASK, __doc__.split("\n\n")[0], argv)
 
 
 if __name__ == "__main__":

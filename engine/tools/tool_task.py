@@ -1,12 +1,13 @@
 """Tiny tool tasks described as data: the questions, the tool, and how a call on a question reads.
 
-The calculator task (``engine.tools.tiny_task``) showed the recipe: the embedded tiny model cannot
-do the arithmetic, a tool can, and a short supervised pass on transcripts (``TOOL_FRACTION`` of
-them calling the tool and copying its answer, the rest answering directly) seeds both behaviours
-for RL to choose between. A :class:`ToolTask` is that recipe with the parts that differ between
+The recipe: the embedded tiny model cannot do the arithmetic, a tool can, and a policy that learns
+from scratch never writes a 60-character ``<tool_call>`` block by chance, so a short supervised
+pass on transcripts (``TOOL_FRACTION`` of them calling the tool and copying its answer, the rest
+answering directly) seeds both behaviours for RL to choose between. A :class:`ToolTask` is that recipe with the parts that differ between
 tasks named: the operator of the ``a<op>b=`` questions, the tool's YAML, the name and argument of
 the hermes call, how the question becomes the argument (``123*456`` or ``print(123*456)``) and
-how the tool's answer reads. ``engine.tools.tiny_interpreter_task`` is one such task.
+how the tool's answer reads. The calculator task (``engine.tools.tiny_task``) and the interpreter
+task (``engine.tools.tiny_interpreter_task``) are two such tasks.
 
 :func:`ensure_task` builds a task once into ``<data_dir>/tiny_<name>/<hash>/`` and reuses it; the
 hash covers this file, the task's fields and the embedded tiny recipe's hash, not the file that
@@ -15,13 +16,12 @@ declares the task, so editing its prose rebuilds nothing.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import json
 import operator
 import random
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,18 +34,42 @@ import transformers
 from transformers import PreTrainedTokenizerBase, Qwen2ForCausalLM
 
 from engine import env
-from engine.tiny.recipe import MANIFEST_NAME, ensure_tiny_assets, recipe_hash
+from engine.tiny.cache import MANIFEST_NAME, build_once
+from engine.tiny.recipe import ensure_tiny_assets, recipe_hash
 from engine.tiny.task import split_of
-from engine.tools.tiny_task import (
-    OPERANDS,
-    SFT_BATCH,
-    SFT_LR,
-    SFT_STEPS,
-    TOOL_FRACTION,
-    tool_tokenizer,
+from engine.tiny.tokenizer import build_tokenizer
+
+OPERANDS = (100, 999)
+TOOL_FRACTION = 0.3  # of the seeding transcripts that call the tool
+SFT_STEPS = 800  # 400 seeded copying the operands into the call on one CPU and not on another
+SFT_BATCH = 32
+SFT_LR = 2e-3
+TOOL_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{% if message['role'] not in ['system', 'user', 'assistant', 'tool'] %}"
+    "{{ raise_exception('tiny chat template: unknown role ' + message['role']) }}"
+    "{% endif %}"
+    "{% if message['role'] == 'tool' %}"
+    "{{ '<|user|><tool_response>' + message['content'] + '</tool_response>' }}"
+    "{% else %}{{ '<|' + message['role'] + '|>' + message['content'] }}{% endif %}"
+    "{% if message['role'] == 'assistant' %}{{ eos_token }}{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
 )
 
 _OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+
+
+def tool_tokenizer() -> PreTrainedTokenizerBase:
+    """Return the tiny tokenizer with a chat template that renders ``tool`` messages.
+
+    The tiny chat template has no ``tool`` role (its vocabulary has no token for one), so a tool
+    answer renders as a user turn wrapped in ``<tool_response>``, as Qwen2.5's template does.
+    """
+    tokenizer = build_tokenizer()
+    tokenizer.chat_template = TOOL_CHAT_TEMPLATE
+    return tokenizer
 
 
 @dataclass(frozen=True)
@@ -278,18 +302,24 @@ def build_task(
 
 def ensure_task(task: ToolTask, data_dir: Path | None = None) -> Path:
     """Return ``<data_dir>/tiny_<name>/<hash>/``, building the task there if needed."""
-    digest = task.recipe_key()
     base = Path(data_dir if data_dir is not None else env.data_dir()) / f"tiny_{task.name}"
-    root = base / digest[:16]
-    if not (root / "overrides.txt").is_file():
-        base.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{digest[:16]}-build-", dir=base))
-        try:
-            build_task(task, staging)
-            (staging / "overrides.txt").write_text(" ".join(task.overrides(root)) + "\n")
-            if not (root / "overrides.txt").is_file():  # another build may have finished first
-                shutil.rmtree(root, ignore_errors=True)
-                staging.rename(root)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return root
+    key = task.recipe_key()[:16]
+
+    def build(staging: Path) -> None:
+        build_task(task, staging)
+        # The overrides name the folder the build is renamed to, not the staging folder.
+        (staging / "overrides.txt").write_text(" ".join(task.overrides(base / key)) + "\n")
+
+    return build_once(base, key, build)
+
+
+def build_from_command_line(task: ToolTask, description: str, argv: list[str] | None = None) -> int:
+    """Build ``task`` into the folder named on the command line; print its manifest and overrides."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--steps", type=int, default=SFT_STEPS)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    print(json.dumps(build_task(task, args.out_dir, steps=args.steps)))
+    print(" ".join(task.overrides(args.out_dir)))
+    return 0

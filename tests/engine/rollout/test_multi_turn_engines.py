@@ -20,7 +20,8 @@ from engine.rollout.multi_turn import MultiTurnRollout
 from engine.rollout.sglang_rollout import SGLangRollout
 from engine.rollout.vllm_rollout import VLLMRollout
 from engine.tools import load_tools
-from engine.tools.tiny_task import TOOLS_YAML, tool_tokenizer
+from engine.tools.tiny_task import TOOLS_YAML
+from engine.tools.tool_task import tool_tokenizer
 from tests.engine.rollout.contract import GREEDY, chat_prompts, hf_response_log_probs, random_qwen2
 from tests.engine.rollout.test_multi_turn_tools import CALL, call_then_answer, config
 from tests.engine.rollout.test_sglang_rollout import fake_sglang  # noqa: F401  (a fixture)

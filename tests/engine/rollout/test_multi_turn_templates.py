@@ -13,7 +13,7 @@ import logging
 import pytest
 
 from engine.rollout.multi_turn import MultiTurnRollout, text_differences
-from engine.tools.tiny_task import TOOL_CHAT_TEMPLATE, tool_tokenizer
+from engine.tools.tool_task import TOOL_CHAT_TEMPLATE, tool_tokenizer
 from tests.engine.rollout.contract import chat_prompts
 from tests.engine.rollout.test_multi_turn_tools import ScriptedRollout, config, ids
 

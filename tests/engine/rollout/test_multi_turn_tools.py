@@ -19,7 +19,8 @@ from engine.roles.actor_rollout_ref import get_rollout
 from engine.rollout.multi_turn import MultiTurnRollout
 from engine.tools import Tool, load_tools
 from engine.tools.calculator import CalculatorTool
-from engine.tools.tiny_task import TOOLS_YAML, tool_call_text, tool_tokenizer
+from engine.tools.tiny_task import TOOLS_YAML, tool_call_text
+from engine.tools.tool_task import tool_tokenizer
 from engine.trainer.metrics import compute_data_metrics
 from tests.engine.rollout.contract import chat_prompts
 

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from engine.tiny.recipe import MANIFEST_NAME
+from engine.tiny.cache import MANIFEST_NAME
 from engine.tools.tiny_task import calculator_overrides, ensure_calculator_task
 from tests.engine.command_line import metric_rows, train_from_command_line
 

@@ -21,12 +21,11 @@ from engine.rewards import default_compute_score
 from engine.rewards.default import KNOWN_DATA_SOURCES
 from engine.roles.model_loading import resolve_path
 from engine.rollout.tool_calls import parse_hermes_tool_calls
-from engine.tiny.recipe import MANIFEST_NAME
+from engine.tiny.cache import MANIFEST_NAME
 from engine.tools import load_tools, tiny_interpreter_task
 from engine.tools.tiny_interpreter_task import INTERPRETER_TASK
-from engine.tools.tiny_task import tool_tokenizer
 from engine.tools.tiny_uris import INTERPRETER_URIS, resolve_tiny_uri, tiny_uris
-from engine.tools.tool_task import build_task
+from engine.tools.tool_task import build_task, tool_tokenizer
 from tests.engine.tools.task_fixtures import fake_task_folder, path_keys
 
 PRESET = "grpo_tiny_interpreter"
