@@ -3,14 +3,14 @@
 Each step: rollout -> reward -> old log-prob (skipped when on-policy) -> reference log-prob ->
 values -> KL-in-reward -> advantages -> critic update -> actor update. The controller only moves
 ``DataProto`` batches between worker objects; the workers own the models. Its other jobs are
-plain functions beside it: what a run is built from (``build``), validation (``validation``),
-checkpoints and resuming (``checkpoint``), sample records (``samples``). ``RayPPOTrainer``
+plain functions beside it: what a run is built from (``build``), scores to advantages
+(``advantage``), validation (``validation``), checkpoints and resuming (``checkpoint``), sample
+records (``samples``). ``RayPPOTrainer``
 (``ray_trainer``) hands the same calls to Ray worker groups instead of local objects.
 """
 
 from __future__ import annotations
 
-import inspect
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,17 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.algorithms.advantages import get_adv_estimator_fn
-from engine.algorithms.kl import apply_kl_penalty
 from engine.algorithms.pf_ppo import compute_pf_ppo_reweight_data
-from engine.algorithms.rollout_correction import (
-    IS_IN_UPDATE,
-    compute_rollout_correction_and_rejection_mask,
-    correction_settings,
-    rollout_correction_active,
-)
+from engine.algorithms.rollout_correction import IS_IN_UPDATE, rollout_correction_active
 from engine.config import (
-    AlgorithmConfig,
     PPOConfig,
     config_to_dict,
     resolve_config,
@@ -48,7 +40,8 @@ from engine.roles.actor import needs_sum_pi_squared
 from engine.roles.model_loading import load_tokenizer, resolve_device, resolve_path
 from engine.roles.protocols import ActorRolloutRef, Critic
 from engine.roles.seqlen_balancing import balanced_order
-from engine.trainer import checkpoint, validation
+from engine.trainer import advantage, checkpoint, validation
+from engine.trainer.advantage import add_rollout_correction, add_token_level_rewards
 from engine.trainer.build import (
     build_datasets,
     build_kl_controller,
@@ -74,47 +67,6 @@ from engine.trainer.metrics import (
 from engine.trainer.reporting import CompositeRecorder, Recorder, RunOutcome, SampleRecord
 from engine.trainer.samples import sample_records
 from engine.trainer.trackers import default_recorders
-
-
-def compute_advantage(
-    batch: DataProto, algorithm: AlgorithmConfig
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return ``(advantages, returns)`` (bs, R) from the estimator named in the config.
-
-    Each estimator takes the subset of the batch's tensors and hyper-parameters its signature
-    names (verl's estimators differ: GAE wants values, GRPO the group index, ReMax baselines,
-    the optimal token baselines the policy's token probabilities).
-    """
-    fn = get_adv_estimator_fn(algorithm.adv_estimator)
-    b = batch.batch
-    available = {
-        "token_level_rewards": b["token_level_rewards"],
-        "response_mask": b["response_mask"],
-        "values": b.get("values"),
-        "reward_baselines": b.get("reward_baselines"),
-        "index": batch.non_tensor_batch["uid"],
-        "gamma": algorithm.gamma,
-        "lam": algorithm.lam,
-        "norm_adv_by_std_in_grpo": algorithm.norm_adv_by_std_in_grpo,
-        # On-policy steps skip the old log-prob pass: the rollout's are the policy's (verl's
-        # bypass mode).
-        "old_log_probs": b.get("old_log_probs", b.get("rollout_log_probs")),
-        "sum_pi_squared": b.get("sum_pi_squared"),
-        "rollout_is_weights": b.get("rollout_is_weights"),
-    }
-    params = inspect.signature(fn).parameters
-    kwargs = {k: v for k, v in available.items() if k in params and v is not None}
-    missing = [
-        name
-        for name, param in params.items()
-        if param.default is inspect.Parameter.empty and name not in kwargs
-    ]
-    if missing:
-        raise ValueError(
-            f"algorithm.adv_estimator={algorithm.adv_estimator!r} needs {', '.join(missing)} "
-            "in the batch and this step did not compute it; choose another estimator."
-        )
-    return fn(**kwargs)
 
 
 class PPOTrainer:
@@ -270,38 +222,11 @@ class PPOTrainer:
             with timer("values", timing):
                 batch = batch.union(self.critic.compute_values(batch))
         with timer("adv", timing):
-            if config.algorithm.use_kl_in_reward:
-                assert self.kl_ctrl is not None  # built with use_kl_in_reward
-                old_lp = batch.batch.get("old_log_probs", batch.batch["rollout_log_probs"])
-                rewards, kl_metrics = apply_kl_penalty(
-                    batch.batch["token_level_scores"],
-                    batch.batch["response_mask"],
-                    old_lp,
-                    batch.batch["ref_log_prob"],
-                    self.kl_ctrl,
-                    kl_penalty=config.algorithm.kl_penalty,
-                )
-                batch.batch["token_level_rewards"] = rewards
-                metrics.update(kl_metrics)
-            else:
-                batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-            # Decoupled rollout correction (verl's compute_rollout_correction_and_add_to_batch):
-            # IS weights for the loss, rejection in the mask the update and advantages use.
+            metrics.update(add_token_level_rewards(batch, config.algorithm, self.kl_ctrl))
             response_mask = batch.batch["response_mask"]
             if not correction.bypass_mode and (corrects or check_rollout) and not weigh_in_update:
-                weights, corrected_mask, corr_metrics = (
-                    compute_rollout_correction_and_rejection_mask(
-                        batch.batch["old_log_probs"],
-                        batch.batch["rollout_log_probs"],
-                        response_mask,
-                        **correction_settings(correction),
-                    )
-                )
-                batch.batch["response_mask"] = corrected_mask
-                if weights is not None:
-                    batch.batch["rollout_is_weights"] = weights
-                metrics.update(corr_metrics)
-            advantages, returns = compute_advantage(batch, config.algorithm)
+                metrics.update(add_rollout_correction(batch, correction))
+            advantages, returns = advantage.compute_advantage(batch, config.algorithm)
             batch.batch["advantages"], batch.batch["returns"] = advantages, returns
         # PF-PPO updates on a resample of the batch; the samples are recorded as generated.
         update = batch

@@ -354,7 +354,7 @@ def test_optimal_token_baselines_match_verl_on_random_batches(seed, handle_zero_
 def test_the_trainer_names_what_an_optimal_token_baseline_lacks():
     from engine.config.algorithm import AlgorithmConfig
     from engine.data import DataProto
-    from engine.trainer.ppo_trainer import compute_advantage
+    from engine.trainer.advantage import compute_advantage
 
     batch = DataProto.from_dict(
         {
