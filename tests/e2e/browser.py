@@ -18,6 +18,18 @@ from daphne.testing import DaphneProcess
 
 from bench.web.live_common import CHROMIUM, CHROMIUM_ARGS
 
+# Playwright's assertions wait 5 s by default; on a shared 2-core machine a page that is right
+# can take longer than that to show it (a first chart while a run trains beside the browser). A
+# wrong page still fails, only later.
+EXPECT_TIMEOUT_MS = 15_000
+
+
+def patient_expect() -> None:
+    """Give every Playwright ``expect`` without its own timeout :data:`EXPECT_TIMEOUT_MS`."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
+
 
 def artifacts() -> Path:
     """Return the folder for screenshots: ``$POSTTRAIN_TEST_ARTIFACTS`` or ``test-artifacts/``."""
@@ -36,6 +48,7 @@ def logged_in_page(
     """
     from playwright.sync_api import sync_playwright
 
+    patient_expect()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -152,6 +165,7 @@ class LiveBrowserTestCase(LiveLayerTestCase):
         if not Path(CHROMIUM).exists():
             pytest.skip(f"{CHROMIUM} is missing; apt-get install chromium")
         super().setUpClass()
+        patient_expect()
         cls._playwright = sync_playwright().start()
         cls.browser = cls._playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
 
