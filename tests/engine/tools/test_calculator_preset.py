@@ -1,5 +1,6 @@
-"""The calculator task as a preset: ``tiny://calculator/*`` URIs, the ``tiny_calculator`` data
-source and ``grpo_tiny_calculator``, the command measured in docs/results.md.
+"""The calculator task as a preset: its tools YAML by URI, the ``tiny_calculator`` data source and
+``grpo_tiny_calculator`` (its URIs and its match with the measured command are in
+``test_tool_task_presets``, beside the interpreter's).
 
 The task takes a few CPU minutes to build, so every test but the slow one resolves the URIs
 against a fake task folder (``ensure_calculator_task`` patched).
@@ -8,30 +9,18 @@ against a fake task folder (``ensure_calculator_task`` patched).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from engine.config import config_to_dict, get_value, load_config, set_value
+from engine.config import load_config
 from engine.rewards import default_compute_score, tiny_calculator
 from engine.rewards.default import KNOWN_DATA_SOURCES
-from engine.roles.model_loading import resolve_path
 from engine.tools import load_tools, tiny_task
-from engine.tools.tiny_uris import CALCULATOR_URIS, resolve_tiny_uri, tiny_uris
 from tests.engine.command_line import metric_rows, train_from_command_line
-from tests.engine.tools.task_fixtures import fake_task_folder, path_keys
+from tests.engine.tools.task_fixtures import fake_task_folder
 
 PRESET = "grpo_tiny_calculator"
-# docs/results.md, "Tool calling on the tiny model": what the command adds to the overrides.
-MEASURED = [
-    "data.train_batch_size=16",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=16",
-    "trainer.total_training_steps=20",
-    "trainer.test_freq=10",
-    "data.val_max_samples=64",
-    "trainer.save_freq=-1",
-]
 CALCULATOR_SOURCE = tiny_calculator.DATA_SOURCE
 CALL = '<tool_call>{"name": "calc", "arguments": {"expr": "123+456"}}</tool_call>'
 
@@ -48,63 +37,10 @@ def task(tmp_path, monkeypatch) -> SimpleNamespace:
     )
 
 
-def test_calculator_uris_resolve_to_the_built_task(task, tmp_path):
-    folder = task.folder
-    expected = {
-        "tiny://calculator/model": folder / "model",
-        "tiny://calculator/train.parquet": folder / "data" / "train.parquet",
-        "tiny://calculator/val.parquet": folder / "data" / "val.parquet",
-        "tiny://calculator/tools.yaml": folder / "tools.yaml",
-    }
-    assert set(CALCULATOR_URIS) == set(expected)
-    for uri, path in expected.items():
-        assert resolve_tiny_uri(uri) == str(path) and Path(path).exists()
-        assert resolve_path(uri) == str(path)  # what every model, data and checkpoint key reads
-    assert resolve_tiny_uri("tiny://calculator/model", tmp_path / "d") == str(folder / "model")
-    assert task.calls[-1] == tmp_path / "d"  # the data folder reaches ensure_calculator_task
-    assert resolve_tiny_uri("/data/x.parquet") == "/data/x.parquet"
-    assert set(CALCULATOR_URIS) < set(tiny_uris()) and "tiny://model" in tiny_uris()
-
-
-@pytest.mark.parametrize("uri", ["tiny://calculator/nope", "tiny://calculator/", "tiny://calc"])
-def test_an_unknown_uri_names_every_valid_one_and_builds_nothing(task, uri):
-    with pytest.raises(ValueError, match="unknown embedded asset") as info:
-        resolve_path(uri)
-    assert all(known in str(info.value) for known in tiny_uris())
-    assert task.calls == []
-
-
 def test_the_tools_yaml_loads_from_its_uri(task):
     tools = load_tools("tiny://calculator/tools.yaml")
     assert list(tools) == [tiny_task.TOOL_NAME]
     assert tools["calc"].execute({"expr": "123+456"}, {}) == "579"
-
-
-def test_every_path_the_preset_names_is_a_calculator_uri_that_resolves(task):
-    config = load_config(PRESET)
-    named = {key: get_value(config, key) for key in path_keys() if get_value(config, key)}
-    assert named == {
-        "data.train_files": "tiny://calculator/train.parquet",
-        "data.val_files": "tiny://calculator/val.parquet",
-        "actor_rollout_ref.model.path": "tiny://calculator/model",
-        "actor_rollout_ref.rollout.multi_turn.tool_config_path": "tiny://calculator/tools.yaml",
-    }
-    assert all(Path(resolve_path(v)).is_relative_to(task.folder) for v in named.values())
-
-
-def test_the_preset_is_the_measured_command_with_the_reward_by_data_source(task):
-    preset = load_config(PRESET)
-    assert preset.custom_reward_function.path is None and not preset.reward.components
-    measured = load_config("grpo_tiny", [*tiny_task.calculator_overrides(task.folder), *MEASURED])
-    # The measured command named the task's scorer as a custom function; the preset reaches the
-    # same function through the data-source dispatch, and names the task's files by URI.
-    set_value(measured, "custom_reward_function.path", None)
-    set_value(measured, "custom_reward_function.name", preset.custom_reward_function.name)
-    for key in path_keys():
-        value = get_value(preset, key)
-        if isinstance(value, str) and value.startswith("tiny://"):
-            set_value(preset, key, resolve_path(value))
-    assert config_to_dict(preset) == config_to_dict(measured)
 
 
 def test_the_tiny_calculator_source_is_scored_by_the_tasks_compute_score(monkeypatch):

@@ -1,45 +1,31 @@
 """The interpreter task: three-digit multiplication with the sandboxed ``code_interpreter``
-(``engine.tools.tiny_interpreter_task`` on ``engine.tools.tool_task``), its ``tiny://interpreter/*``
-URIs and the ``grpo_tiny_interpreter`` preset, the command measured in docs/results.md.
+(``engine.tools.tiny_interpreter_task`` on ``engine.tools.tool_task``); its ``tiny://interpreter/*``
+URIs and the ``grpo_tiny_interpreter`` preset are in ``test_tool_task_presets``, beside the
+calculator's.
 
 The full task takes a few CPU minutes to build, so these tests build a small one (a few seeding
-steps, few rows) into a temporary folder, or resolve the URIs against a fake task folder.
+steps, few rows) into a temporary folder.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pyarrow.parquet as pq
 import pytest
 
-from engine.config import config_to_dict, get_value, load_config, set_value
 from engine.rewards import default_compute_score
 from engine.rewards.default import KNOWN_DATA_SOURCES
-from engine.roles.model_loading import resolve_path
 from engine.rollout.tool_calls import parse_hermes_tool_calls
 from engine.tiny.cache import MANIFEST_NAME
-from engine.tools import load_tools, tiny_interpreter_task
+from engine.tools import load_tools
 from engine.tools.tiny_interpreter_task import INTERPRETER_TASK
-from engine.tools.tiny_uris import INTERPRETER_URIS, resolve_tiny_uri, tiny_uris
 from engine.tools.tool_task import build_task, tool_tokenizer
-from tests.engine.tools.task_fixtures import fake_task_folder, path_keys
 
-PRESET = "grpo_tiny_interpreter"
 SOURCE = INTERPRETER_TASK.data_source
 CALL = '<tool_call>{"name": "python", "arguments": {"code": "print(123*456)"}}</tool_call>'
-# docs/results.md, "A code interpreter on the tiny model": what the command adds to the overrides.
-MEASURED = [
-    "data.train_batch_size=16",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=16",
-    "trainer.total_training_steps=20",
-    "trainer.test_freq=10",
-    "data.val_max_samples=64",
-    "trainer.save_freq=-1",
-]
 
 
 @pytest.fixture(scope="module")
@@ -48,18 +34,6 @@ def small_task(tmp_path_factory) -> SimpleNamespace:
     folder = tmp_path_factory.mktemp("interpreter")
     manifest = build_task(INTERPRETER_TASK, folder, train_rows=48, val_rows=16, steps=3)
     return SimpleNamespace(folder=folder, manifest=manifest)
-
-
-@pytest.fixture
-def fake_task(tmp_path, monkeypatch) -> SimpleNamespace:
-    """Return a fake interpreter task, which ``ensure_interpreter_task`` now returns."""
-    return fake_task_folder(
-        monkeypatch,
-        tmp_path / "tiny_interpreter",
-        tiny_interpreter_task,
-        "ensure_interpreter_task",
-        tiny_interpreter_task.TOOLS_YAML,
-    )
 
 
 def test_the_build_writes_the_task_and_what_the_seeding_did(small_task):
@@ -127,37 +101,3 @@ def test_the_cache_key_follows_the_recipe_not_the_declaring_file():
     assert longer.recipe_key() != INTERPRETER_TASK.recipe_key()
     with pytest.raises(ValueError, match="ToolTask.op must be one of"):
         dataclasses.replace(INTERPRETER_TASK, op="^")
-
-
-def test_interpreter_uris_resolve_to_the_built_task(fake_task, tmp_path):
-    folder = fake_task.folder
-    expected = {
-        "tiny://interpreter/model": folder / "model",
-        "tiny://interpreter/train.parquet": folder / "data" / "train.parquet",
-        "tiny://interpreter/val.parquet": folder / "data" / "val.parquet",
-        "tiny://interpreter/tools.yaml": folder / "tools.yaml",
-    }
-    assert set(INTERPRETER_URIS) == set(expected) and set(INTERPRETER_URIS) < set(tiny_uris())
-    for uri, path in expected.items():
-        assert resolve_tiny_uri(uri) == str(path) == resolve_path(uri)
-    assert resolve_tiny_uri("tiny://interpreter/model", tmp_path / "d") == str(folder / "model")
-    assert fake_task.calls[-1] == tmp_path / "d"
-    with pytest.raises(ValueError, match="unknown embedded asset"):
-        resolve_path("tiny://interpreter/nope")
-
-
-def test_the_preset_is_the_measured_command_on_the_tasks_uris(fake_task):
-    preset = load_config(PRESET)
-    named = {key: get_value(preset, key) for key in path_keys() if get_value(preset, key)}
-    assert named == {
-        "data.train_files": "tiny://interpreter/train.parquet",
-        "data.val_files": "tiny://interpreter/val.parquet",
-        "actor_rollout_ref.model.path": "tiny://interpreter/model",
-        "actor_rollout_ref.rollout.multi_turn.tool_config_path": "tiny://interpreter/tools.yaml",
-    }
-    assert preset.custom_reward_function.path is None and not preset.reward.components
-    measured = load_config("grpo_tiny", [*INTERPRETER_TASK.overrides(fake_task.folder), *MEASURED])
-    for key in named:
-        set_value(preset, key, resolve_path(get_value(preset, key)))
-    assert config_to_dict(preset) == config_to_dict(measured)
-    assert all(Path(resolve_path(v)).is_relative_to(fake_task.folder) for v in named.values())
