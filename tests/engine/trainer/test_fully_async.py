@@ -8,15 +8,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.roles.model_loading import policy_state
-from engine.trainer import PPOTrainer
 from engine.trainer.fully_async import FullyAsyncPPOTrainer
 from engine.trainer.run import run_training
 from engine.trainer.samples import POLICY_VERSION
-from tests.engine.trainer.test_one_step_off import (
+from tests.engine.trainer.stale import (
     SAME_WEIGHTS_ATOL,
+    RecordsSteps,
+    assert_trains_as_the_synchronous_trainer,
     log_probs_under,
-    parameter_diff,
 )
 from tests.engine.trainer.test_trainer import ListRecorder
 
@@ -35,35 +34,16 @@ def fully_async(threshold: float, sync_step: int, require_batches: int = 1) -> t
     )
 
 
-class RecordingTrainer(FullyAsyncPPOTrainer):
+class RecordingTrainer(RecordsSteps, FullyAsyncPPOTrainer):
     """Keep each step's batch and the actor's weights it was trained from."""
-
-    def __init__(self, *args, **kwargs):
-        self.weights_before: list[dict[str, torch.Tensor]] = []
-        self.batches = []
-        super().__init__(*args, **kwargs)
-
-    def train_step(self, prompts, more_prompts=None):
-        self.weights_before.append(policy_state(self.arr.model))
-        metrics, batch, reward_info = super().train_step(prompts, more_prompts)
-        self.batches.append(batch)
-        return metrics, batch, reward_info
 
 
 def test_a_one_step_budget_gives_the_synchronous_trainers_updates(make_config):
-    sync = PPOTrainer(make_config("grpo_tiny"))
-    assert sync.fit() == "succeeded"
-    recorder = ListRecorder()
-    trainer = FullyAsyncPPOTrainer(make_config("grpo_tiny", *fully_async(0, 1)), recorder)
-    assert trainer.fit() == "succeeded"
-    # Same seeds, the same samples from the worker process, the same two updates: in fp32 (the
-    # CPU engine's only dtype) the parameters agree to the bit, well within 1e-6.
-    diff = parameter_diff(sync.arr.model, trainer.arr.model)
-    assert diff <= 1e-6
-    assert diff == 0.0
-    for step, metrics in recorder.steps:
-        assert metrics["async/staleness_max"] == 0.0
-        assert metrics["async/rollout_policy_version"] == step - 1
+    _, steps = assert_trains_as_the_synchronous_trainer(
+        make_config,
+        lambda: FullyAsyncPPOTrainer(make_config("grpo_tiny", *fully_async(0, 1)), ListRecorder()),
+    )
+    for metrics in steps:
         assert metrics["async/max_allowed_staleness"] == 0.0
         assert metrics["async/dropped_stale_samples"] == 0.0
         assert "timing_s/rollout_worker_gen" in metrics and "timing_s/gen" in metrics

@@ -4,79 +4,43 @@ version, stale samples corrected by the math, and the synchronous updates withou
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 import torch
 
 from engine.data import DataProto
-from engine.roles.actor import response_logits
-from engine.roles.model_loading import policy_skeleton, policy_state
+from engine.roles.model_loading import policy_skeleton
 from engine.roles.rollout_worker import RolloutWorkerProcess
 from engine.tools.tiny_task import calculator_overrides, ensure_calculator_task
-from engine.trainer import PPOTrainer
 from engine.trainer.one_step_off import OneStepOffPPOTrainer
 from engine.trainer.run import run_training
 from engine.trainer.samples import POLICY_VERSION
 from tests.engine.rollout.test_vllm_engine import LOGP_ATOL
+from tests.engine.trainer.stale import (
+    SAME_WEIGHTS_ATOL,
+    RecordsSteps,
+    assert_trains_as_the_synchronous_trainer,
+    log_probs_under,
+    parameter_diff,
+)
 from tests.engine.trainer.test_trainer import ListRecorder
 from tests.engine.trainer.test_vllm_training import VLLM
 from tests.vllm_tests import requires_vllm
 
 ONE_STEP_OFF = "actor_rollout_ref.hybrid_engine=False"
-# One set of weights scored by two fp32 kernels (the sampler's cached decode, a full forward)
-# agrees to about 3e-5 in a log-prob; the weights one update away differ by over 1e-2.
-SAME_WEIGHTS_ATOL = 1e-4
 
 
-class RecordingTrainer(OneStepOffPPOTrainer):
+class RecordingTrainer(RecordsSteps, OneStepOffPPOTrainer):
     """Keep each step's batch and the actor's weights it was trained from."""
-
-    def __init__(self, *args, **kwargs):
-        self.weights_before: list[dict[str, torch.Tensor]] = []
-        self.batches: list[DataProto] = []
-        super().__init__(*args, **kwargs)
-
-    def train_step(self, prompts, more_prompts=None):
-        self.weights_before.append(policy_state(self.arr.model))
-        metrics, batch, reward_info = super().train_step(prompts, more_prompts)
-        self.batches.append(batch)
-        return metrics, batch, reward_info
-
-
-def log_probs_under(model: torch.nn.Module, weights: dict, batch: DataProto) -> torch.Tensor:
-    """Return the log-prob (bs, R) of each sampled response token under ``weights``."""
-    policy = copy.deepcopy(model)
-    policy.load_state_dict(weights)
-    policy.eval()
-    with torch.no_grad():
-        logits = response_logits(policy, batch.batch)  # (bs, R, V)
-        chosen = torch.log_softmax(logits, -1).gather(-1, batch.batch["responses"][..., None])
-    return chosen.squeeze(-1)  # (bs, R)
-
-
-def parameter_diff(expected, got) -> float:
-    """Return the largest absolute difference between two models' (or state dicts')
-    parameters and buffers."""
-    want, have = (m.state_dict() if isinstance(m, torch.nn.Module) else m for m in (expected, got))
-    return max((want[k] - have[k]).abs().max().item() for k in want)
 
 
 def test_without_the_overlap_the_updates_equal_the_synchronous_trainers(make_config):
-    sync = PPOTrainer(make_config("grpo_tiny"))
-    assert sync.fit() == "succeeded"
-    recorder = ListRecorder()
-    trainer = OneStepOffPPOTrainer(make_config("grpo_tiny", ONE_STEP_OFF), recorder, overlap=False)
-    assert trainer.fit() == "succeeded"
-    # Same seeds, the same samples from the worker process, the same two updates: in fp32 (the
-    # CPU engine's only dtype) the parameters agree to the bit, well within 1e-6.
-    diff = parameter_diff(sync.arr.model, trainer.arr.model)
-    assert diff <= 1e-6
-    assert diff == 0.0
-    for step, metrics in recorder.steps:
-        assert metrics["async/staleness_max"] == 0.0
-        assert metrics["async/rollout_policy_version"] == step - 1
+    trainer, _ = assert_trains_as_the_synchronous_trainer(
+        make_config,
+        lambda: OneStepOffPPOTrainer(
+            make_config("grpo_tiny", ONE_STEP_OFF), ListRecorder(), overlap=False
+        ),
+    )
     assert trainer.rollout_worker is None  # fit stopped the worker process
 
 

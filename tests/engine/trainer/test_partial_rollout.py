@@ -17,8 +17,8 @@ from engine.rollout.sampling import TOKEN_VERSIONS
 from engine.tiny.tokenizer import build_tokenizer
 from engine.trainer.samples import LAST_POLICY_VERSION, POLICY_VERSION, sample_records
 from tests.engine.distributed.helpers import prompt_batch
+from tests.engine.trainer.stale import SAME_WEIGHTS_ATOL, log_probs_under
 from tests.engine.trainer.test_fully_async import RecordingTrainer, fully_async
-from tests.engine.trainer.test_one_step_off import SAME_WEIGHTS_ATOL, log_probs_under
 from tests.engine.trainer.test_trainer import ListRecorder
 
 RESPONSE = 240  # tokens a row: the batch takes long enough for a sync to land inside it
