@@ -23,7 +23,9 @@ say "ruff"
 
 say "mypy"
 # The files and settings are pyproject.toml's [tool.mypy]: engine/ and workers/, every function
-# body checked.
+# body checked. Its cache lives beside the asset cache, not in the checkout, so a fresh clone
+# re-checks only what changed (mypy compares each file's hash): about 70 s less on this machine.
+export MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-$HOME/.cache/posttrain-studio/mypy}"
 "$VENV/bin/mypy" || die "mypy found type errors (listed above); run '.venv/bin/mypy' to see them again, fix them, and run it until it reports no issues."
 
 say "pytest"
