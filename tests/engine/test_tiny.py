@@ -13,6 +13,7 @@ import torch
 from tokenizers.pre_tokenizers import ByteLevel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from engine import env
 from engine.rewards.arithmetic import DATA_SOURCE
 from engine.tiny import (
     TinyAssets,
@@ -35,9 +36,10 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def assets(data_dir: Path) -> TinyAssets:
-    torch.set_num_threads(1)
-    return ensure_tiny_assets(data_dir)
+def assets(tiny_assets: TinyAssets) -> TinyAssets:
+    """The embedded assets every engine test reads, built by ``ensure_tiny_assets`` into the data
+    folder's cache (the cache's own behaviour is tested below on a cheap recipe)."""
+    return tiny_assets
 
 
 @pytest.fixture(scope="module")
@@ -197,14 +199,15 @@ def test_make_problems_rejects_bad_arguments():
         make_problems("test", 5, seed=0)
 
 
-def test_resolve_tiny_path(assets, data_dir):
+def test_resolve_tiny_path(assets):
     assert resolve_tiny_path("/data/gsm8k/train.parquet") == "/data/gsm8k/train.parquet"
-    assert resolve_tiny_path("tiny://model", data_dir) == str(assets.model_dir)
-    assert resolve_tiny_path("tiny://val.jsonl", data_dir) == str(assets.val_jsonl)
+    assert resolve_tiny_path("tiny://model") == str(assets.model_dir)
+    assert resolve_tiny_path("tiny://model", env.data_dir()) == str(assets.model_dir)
+    assert resolve_tiny_path("tiny://val.jsonl") == str(assets.val_jsonl)
     with pytest.raises(ValueError, match=r"unknown embedded asset 'tiny://test.parquet'.*"):
-        resolve_tiny_path("tiny://test.parquet", data_dir)
+        resolve_tiny_path("tiny://test.parquet")
     with pytest.raises(ValueError, match=r"tiny://model, tiny://train.parquet, tiny://val.parquet"):
-        resolve_tiny_path("tiny://", data_dir)
+        resolve_tiny_path("tiny://")
 
 
 def test_cache_is_reused_and_rebuilt_identically_when_forced(data_dir):
