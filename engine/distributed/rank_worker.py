@@ -214,6 +214,13 @@ class ShardedActorRolloutRef:
         self.weights_version += 1
         return metrics
 
+    def update_actor_weighing(self, data: DataProto) -> tuple[dict[str, float], torch.Tensor]:
+        """:meth:`update_actor` for an update that weighs its micro-batches from its own pi_old
+        (the trainer's ``IS_IN_UPDATE``): also return the IS weights (rows, R) it computed for
+        this rank's rows, on the CPU, for the controller's batch."""
+        metrics = self.update_actor(data)
+        return metrics, data.batch["rollout_is_weights"].cpu()
+
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Return this rank's shards of weights and optimizer, the schedule and the RNG."""

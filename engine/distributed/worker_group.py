@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from engine.algorithms.rollout_correction import IS_IN_UPDATE
 from engine.data import DataProto
 from engine.distributed import channel
 from engine.distributed.channel import RankChannelError, RankChannels, pack, result_of
@@ -582,15 +583,25 @@ class ActorRolloutRefGroup(_RoleOnGroup):
 
     def update_actor(self, data: DataProto) -> dict[str, float]:
         """Update the sharded policy on the whole batch; return metrics reduced over ranks as
-        verl does (``engine.perf.reduce_rank_metrics``)."""
+        verl does (``engine.perf.reduce_rank_metrics``).
+
+        An update that weighs itself from its own pi_old (the trainer's ``IS_IN_UPDATE``) hands
+        each rank's IS weights back: ``rollout_is_weights`` (bs, R) joins ``data`` in row order,
+        as an in-process actor's update adds it.
+        """
+        weighing = bool(data.meta_info.get(IS_IN_UPDATE))
         outputs, _ = self.group.call_split(
             self.role,
-            "update_actor",
+            "update_actor_weighing" if weighing else "update_actor",
             tensors_only(data),
             pad=False,
             sequence_parallel=self.actor_sp,
         )
-        return reduce_rank_metrics(outputs)
+        if not weighing:
+            return reduce_rank_metrics(outputs)
+        weights = torch.cat([rank_weights for _, rank_weights in outputs])
+        data.batch["rollout_is_weights"] = weights.to(data.batch["response_mask"].device)
+        return reduce_rank_metrics([metrics for metrics, _ in outputs])
 
     def policy_skeleton(self) -> PolicySkeleton:
         """Return what a rollout worker process builds its weightless policy copy from."""

@@ -64,8 +64,6 @@ class OneStepOffPPOTrainer(PPOTrainer):
     rollout_queue_size = 0
     # Weights synced mid-batch are loaded between decoding steps (fully-async's partial_rollout).
     partial_rollout = False
-    # The actor runs in this process, so its update can hand tensors back in the batch.
-    actor_in_process = True
 
     def __init__(
         self, config: PPOConfig, recorder: Recorder | None = None, *, overlap: bool = True
@@ -200,8 +198,8 @@ class OneStepOffPPOTrainer(PPOTrainer):
         forward, the same numbers the pass would give (``test_one_step_off``). Anything that
         reads pi_old before the update keeps the pass: checking the rollout's log-probs, a KL
         penalty in the reward, the optimal token baselines. The update hands the weights back
-        in the batch, for the samples' records, which an actor in this process can do (on the
-        Ray controller the pass runs)."""
+        in the batch, for the samples' records: an actor in this process writes them there,
+        a group of ranks returns each rank's rows (``ActorRolloutRefGroup.update_actor``)."""
         config = self.config
         return (
             weights_in_update(config.algorithm.rollout_correction)
@@ -209,7 +207,6 @@ class OneStepOffPPOTrainer(PPOTrainer):
             and not config.algorithm.use_kl_in_reward
             and not needs_sum_pi_squared(config)
             and not config.algorithm.use_pf_ppo  # it updates on a resample of the batch
-            and self.actor_in_process
             and not self.arr.needs_old_log_prob(len(batch))  # one epoch, one mini-batch
         )
 

@@ -244,7 +244,7 @@ class PPOTrainer:
             if weigh_in_update and "rollout_is_weights" not in update.batch:
                 raise RuntimeError(
                     "the actor's update did not return the IS weights it took from pi_old; "
-                    "rollout_is_in_update needs an in-process actor"
+                    "rollout_is_in_update needs an actor that hands them back in the batch"
                 )
         batch.batch["response_mask"] = response_mask  # samples are recorded whole, rejected or not
         if restore is not None:  # samples are recorded in rollout order (i % n, groups)

@@ -37,6 +37,8 @@ class Recording:
 
     def __init__(self, *args, **kwargs):
         self.responses: list[torch.Tensor] = []
+        self.is_weights: list[torch.Tensor | None] = []
+        self.metrics: list[dict[str, float]] = []
         self.synced: list[dict[str, torch.Tensor]] = []
         self.final: dict[str, torch.Tensor] = {}
         super().__init__(*args, **kwargs)
@@ -44,6 +46,8 @@ class Recording:
     def train_step(self, prompts, more_prompts=None):
         metrics, batch, reward_info = super().train_step(prompts, more_prompts)
         self.responses.append(batch.batch["responses"].clone())
+        self.is_weights.append(batch.batch.get("rollout_is_weights"))
+        self.metrics.append(metrics)
         return metrics, batch, reward_info
 
     def close(self):
@@ -79,6 +83,8 @@ def test_one_step_off_on_two_ranks_samples_and_updates_as_the_local_controller(
         "actor_rollout_ref.rollout.n=4",
         "trainer.total_training_steps=2",
         "trainer.test_freq=-1",
+        # Token IS from the update's own pi_old: the ranks hand their weights back, no pass.
+        "algorithm.rollout_correction.rollout_is=token",
     )
     # Without the overlap both sample each batch from the weights after every update so far:
     # the same tokens (one worker process, one seed), updates equal up to the sharded
@@ -91,6 +97,12 @@ def test_one_step_off_on_two_ranks_samples_and_updates_as_the_local_controller(
     assert len(ray_run.responses) == len(local_run.responses) == 2
     for ray_tokens, local_tokens in zip(ray_run.responses, local_run.responses, strict=True):
         assert torch.equal(ray_tokens, local_tokens)
+    for ray_weights, local_weights in zip(ray_run.is_weights, local_run.is_weights, strict=True):
+        assert ray_weights is not None and local_weights is not None
+        torch.testing.assert_close(ray_weights, local_weights, atol=1e-4, rtol=0)
+    for run in (ray_run, local_run):
+        assert all("timing_s/old_log_prob" not in m for m in run.metrics)
+        assert all("rollout_corr/rollout_is_mean" in m for m in run.metrics)
     assert ray_run.final.keys() == local_run.final.keys()
     assert max_diff(ray_run.final, local_run.final) < 1e-5
     initial = AutoModelForCausalLM.from_pretrained(assets / "model").state_dict()

@@ -7,6 +7,7 @@ starting point restore the group's initial sharded state first.
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 
@@ -15,6 +16,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from engine.algorithms.rollout_correction import IS_IN_UPDATE
 from engine.data import DataProto
 from engine.distributed.channel import ENV_SWITCH, RankChannelError
 from engine.distributed.worker_group import ActorRolloutRefGroup, RayWorkerGroup, ResourcePool
@@ -69,6 +71,38 @@ def test_two_ranks_update_like_one_rank(two_ranks):
     assert 0.05 < ray_metrics["perf/max_rss_gb"] < 64
     assert ray_metrics["perf/max_cpu_percent"] > 0
     assert 0 < ray_metrics["perf/mfu/actor"] < 1
+
+
+def test_an_update_weighing_itself_hands_each_ranks_is_weights_back_in_row_order(ray_session):
+    # Token IS from the update's own pi_old (the asynchronous trainers' IS_IN_UPDATE): each rank
+    # weighs its half, and the controller's batch gets the weights back as an in-process
+    # actor's update writes them.
+    config = tiny_config(lr=1e-2, mini_batch=4)
+    config.algorithm.rollout_correction.rollout_is = "token"
+    config.algorithm.rollout_correction.rollout_is_threshold = 2.0
+    group = RayWorkerGroup(ResourcePool("weighing_pool", (2,), "cpu", cpus_per_rank=0.5))
+    try:
+        arr = ActorRolloutRefGroup(group, config, total_steps=10, need_ref=True)
+        local = one_rank(config, arr.full_state_dict())
+        vocab = len(config.actor_rollout_ref.model.tokenizer)
+        batch = update_batch(4, 5, [3, 5, 5, 3], vocab)
+        mask = batch.batch["response_mask"]
+        # The sampler's log-probs, a policy away from the actor's: weights off 1, a few clipped.
+        noise = torch.randn(mask.shape, generator=torch.Generator().manual_seed(3)) * 0.5
+        pi_old = local.compute_log_prob(batch).batch["old_log_probs"]
+        batch.batch["rollout_log_probs"] = (pi_old + noise) * mask
+        batch.meta_info[IS_IN_UPDATE] = True
+        local_batch = copy.deepcopy(batch)
+        local_metrics = local.update_actor(local_batch)
+        ray_metrics = arr.update_actor(batch)
+        expected = local_batch.batch["rollout_is_weights"]
+        assert not torch.allclose(expected[mask.bool()], torch.ones(int(mask.sum())))
+        torch.testing.assert_close(batch.batch["rollout_is_weights"], expected, atol=1e-5, rtol=0)
+        for key in ("actor/pg_loss", "rollout_corr/rollout_is_mean"):
+            assert ray_metrics[key] == pytest.approx(local_metrics[key], abs=1e-5), key
+        assert max_diff(arr.full_state_dict(), local.model.state_dict()) < 1e-4
+    finally:
+        group.shutdown()
 
 
 def test_an_odd_batch_comes_back_in_order_without_padding(two_ranks):
