@@ -40,8 +40,12 @@ from engine.roles.actor import needs_sum_pi_squared
 from engine.roles.model_loading import load_tokenizer, resolve_device, resolve_path
 from engine.roles.protocols import ActorRolloutRef, Critic
 from engine.roles.seqlen_balancing import balanced_order
-from engine.trainer import advantage, checkpoint, validation
-from engine.trainer.advantage import add_rollout_correction, add_token_level_rewards
+from engine.trainer import checkpoint, validation
+from engine.trainer.advantage import (
+    add_rollout_correction,
+    add_token_level_rewards,
+    compute_advantage,
+)
 from engine.trainer.build import (
     build_datasets,
     build_kl_controller,
@@ -226,7 +230,7 @@ class PPOTrainer:
             response_mask = batch.batch["response_mask"]
             if not correction.bypass_mode and (corrects or check_rollout) and not weigh_in_update:
                 metrics.update(add_rollout_correction(batch, correction))
-            advantages, returns = advantage.compute_advantage(batch, config.algorithm)
+            advantages, returns = compute_advantage(batch, config.algorithm)
             batch.batch["advantages"], batch.batch["returns"] = advantages, returns
         # PF-PPO updates on a resample of the batch; the samples are recorded as generated.
         update = batch

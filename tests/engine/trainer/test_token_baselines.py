@@ -11,7 +11,7 @@ import torch
 
 from engine.roles.actor import response_logits
 from engine.trainer import PPOTrainer
-from engine.trainer import advantage as advantage_module
+from engine.trainer import ppo_trainer as trainer_module
 from tests.engine.trainer.test_trainer import ListRecorder
 
 
@@ -28,7 +28,7 @@ def test_a_token_baseline_run_trains_on_the_policys_sum_pi_squared(
     trainer = PPOTrainer(config)
     assert not trainer.arr.needs_old_log_prob(config.data.train_batch_size * 4)  # on-policy
     seen: list[dict[str, float]] = []
-    compute_advantage = advantage_module.compute_advantage
+    compute_advantage = trainer_module.compute_advantage
 
     def checked(batch, algorithm):
         """Check the batch the estimator receives against the policy, then estimate."""
@@ -45,7 +45,7 @@ def test_a_token_baseline_run_trains_on_the_policys_sum_pi_squared(
         seen.append({"tokens": int(mask.sum()), "spread": float(advantages[mask].std())})
         return advantages, returns
 
-    monkeypatch.setattr(advantage_module, "compute_advantage", checked)
+    monkeypatch.setattr(trainer_module, "compute_advantage", checked)
     recorder = ListRecorder()
     trainer.recorder = recorder
     assert trainer.fit() == "succeeded"
