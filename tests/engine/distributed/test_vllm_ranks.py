@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tests.engine.rollout.test_vllm_engine import KV_CACHE_BYTES, LOGP_ATOL
@@ -96,6 +97,9 @@ def _rank(rank: int, world: int, port: int, out: str, tp: int) -> None:
         "rows": len(after.batch["responses"]),
     }
     Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+    # Leave together: a rank that exits while the other still uses rank 0's store aborts it.
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def same_answers(out, expected: torch.Tensor, pad_token_id: int) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from engine.data import DataProto
@@ -94,6 +95,10 @@ def _rank(rank: int, port: int, out: str) -> None:
         "refused": refused,
     }
     Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+    # Leave together: a rank that exits while rank 0's store or a peer's gloo pair is still in
+    # use aborts its neighbours ("terminate called without an active exception").
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def test_the_ranks_of_an_engine_generate_the_groups_prompts_and_keep_their_own(tmp_path):
