@@ -60,6 +60,13 @@ def _bad_request(request: HttpRequest, run: Run, form: Any) -> HttpResponse:
     return render(request, "samples/bad_request.html", context, status=400)
 
 
+def _tab(request: HttpRequest, run: Run, tab: str, **context: Any) -> HttpResponse:
+    """Render the run's sample tab ``tab`` (its template's name): each knows its run, experiment,
+    tab and the splits."""
+    common = {"run": run, "experiment": run.experiment, "tab": tab, "splits": SampleSplit.choices}
+    return render(request, f"samples/{tab}.html", {**common, **context})
+
+
 def _nearest(steps: list[int], step: int | None) -> int | None:
     """Return ``step`` if it has samples, else the closest step that has (the latest if None)."""
     if not steps:
@@ -82,12 +89,8 @@ def sample_step_view(request: HttpRequest, run_id: int) -> HttpResponse:
     asked = form.cleaned_data.get("step")
     step = _nearest(steps, asked)
     context: dict[str, Any] = {
-        "run": run,
-        "experiment": run.experiment,
-        "tab": "step",
         "form": form,
         "split": split,
-        "splits": SampleSplit.choices,
         "sorts": SORTS.items(),
         "steps": steps,
         "step": step,
@@ -115,7 +118,7 @@ def sample_step_view(request: HttpRequest, run_id: int) -> HttpResponse:
     context["query"] = query.urlencode()
     query.pop("step", None)
     context["export_query"] = query.urlencode()
-    return render(request, "samples/step.html", context)
+    return _tab(request, run, "step", **context)
 
 
 def _row_urls(run: Run) -> dict[str, str]:
@@ -148,21 +151,19 @@ def sample_run_view(request: HttpRequest, run_id: int) -> HttpResponse:
     with_byte_pieces(page.samples)
     query = request.GET.copy()
     query.pop("page", None)
-    context = {
-        "run": run,
-        "experiment": run.experiment,
-        "tab": "run",
-        "form": form,
-        "split": split,
-        "splits": SampleSplit.choices,
-        "sorts": SORTS.items(),
-        "sort": filters.sort,
-        "per_page_choices": PER_PAGE_CHOICES,
-        "urls": _row_urls(run),
-        "page": page,
-        "query": query.urlencode(),
-    }
-    return render(request, "samples/run.html", context)
+    return _tab(
+        request,
+        run,
+        "run",
+        form=form,
+        split=split,
+        sorts=SORTS.items(),
+        sort=filters.sort,
+        per_page_choices=PER_PAGE_CHOICES,
+        urls=_row_urls(run),
+        page=page,
+        query=query.urlencode(),
+    )
 
 
 @login_required
@@ -182,18 +183,16 @@ def sample_recurring_view(request: HttpRequest, run_id: int) -> HttpResponse:
         order=order,
         page=form.cleaned_data.get("page") or 1,
     )
-    context = {
-        "run": run,
-        "experiment": run.experiment,
-        "tab": "prompts",
-        "split": split,
-        "splits": SampleSplit.choices,
-        "order": order,
-        "orders": RECURRING_ORDERS.items(),
-        "recurring": recurring,
-        "prompt_url": reverse("samples:prompt", kwargs={"run_id": run.pk}),
-    }
-    return render(request, "samples/prompts.html", context)
+    return _tab(
+        request,
+        run,
+        "prompts",
+        split=split,
+        order=order,
+        orders=RECURRING_ORDERS.items(),
+        recurring=recurring,
+        prompt_url=reverse("samples:prompt", kwargs={"run_id": run.pk}),
+    )
 
 
 @login_required
@@ -230,22 +229,21 @@ def sample_group_view(request: HttpRequest, run_id: int) -> HttpResponse:
         neighbours = sample_neighbour_prompts(
             user=request.user, run_id=run.pk, split=split, step=step, prompt_index=prompt
         )
-    context = {
-        "run": run,
-        "experiment": run.experiment,
-        "tab": "group",
-        "split": split,
-        "step": step,
-        "prompt": prompt,
-        "group": group,
-        "previous_prompt": neighbours[0],
-        "next_prompt": neighbours[1],
-        "selected": form.cleaned_data.get("sample"),
-        "colour": form.cleaned_data.get("colour") or "logprob",
-        "colours": COLOUR_CHOICES,
-        "tokens": token_rows(m.sample for m in group.members) if group else [],
-    }
-    return render(request, "samples/group.html", context)
+    return _tab(
+        request,
+        run,
+        "group",
+        split=split,
+        step=step,
+        prompt=prompt,
+        group=group,
+        previous_prompt=neighbours[0],
+        next_prompt=neighbours[1],
+        selected=form.cleaned_data.get("sample"),
+        colour=form.cleaned_data.get("colour") or "logprob",
+        colours=COLOUR_CHOICES,
+        tokens=token_rows(m.sample for m in group.members) if group else [],
+    )
 
 
 @login_required
@@ -272,17 +270,16 @@ def sample_prompt_view(request: HttpRequest, run_id: int) -> HttpResponse:
     )
     if history:
         with_byte_pieces([s for group in history.groups for s in group.samples])
-    context = {
-        "run": run,
-        "experiment": run.experiment,
-        "tab": "prompt",
-        "split": split,
-        "prompt": prompt,
-        "step": form.cleaned_data.get("step"),
-        "history": history,
-        "trend": trend,
-    }
-    return render(request, "samples/prompt.html", context)
+    return _tab(
+        request,
+        run,
+        "prompt",
+        split=split,
+        prompt=prompt,
+        step=form.cleaned_data.get("step"),
+        history=history,
+        trend=trend,
+    )
 
 
 @login_required
@@ -308,19 +305,18 @@ def sample_compare_view(request: HttpRequest, run_id: int) -> HttpResponse:
         prompt_index=prompt,
         step=step,
     )
-    context = {
-        "run": run,
-        "experiment": run.experiment,
-        "tab": "compare",
-        "split": split,
-        "prompt": prompt,
-        "step": step,
-        "comparison": comparison,
-        "all_runs": runs,
-        "chosen": {run.pk, reference, *chosen},
-        "reference": reference,
-    }
-    return render(request, "samples/compare.html", context)
+    return _tab(
+        request,
+        run,
+        "compare",
+        split=split,
+        prompt=prompt,
+        step=step,
+        comparison=comparison,
+        all_runs=runs,
+        chosen={run.pk, reference, *chosen},
+        reference=reference,
+    )
 
 
 def _export(request: HttpRequest, run_id: int, fmt: str) -> HttpResponse:
