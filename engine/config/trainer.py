@@ -118,7 +118,10 @@ class TrainerConfig(_Section):
 class RayInitConfig(_Section):
     num_cpus: int | None = _f(None, "CPUs Ray may use; null: all.", gt=0, resource="server")
     address: str | None = _f(
-        None, "Ray cluster address; null: RAY_ADDRESS or a local head.", resource="server"
+        None,
+        "Ray cluster address; null: RAY_ADDRESS or POSTTRAIN_RAY_HEAD, else the head that "
+        "`ray start` last started on this machine, else a new local one.",
+        resource="server",
     )
     include_dashboard: bool = _f(False, "Start Ray's dashboard.", resource="server")
 

@@ -134,7 +134,8 @@ def node_death(node_id: str) -> str | None:
 
 
 def init_ray(ray_init: Any) -> None:
-    """Connect to ``ray_init.address``, ``RAY_ADDRESS`` or ``POSTTRAIN_RAY_HEAD``, else start one."""
+    """Connect to ``ray_init.address``, ``RAY_ADDRESS`` or ``POSTTRAIN_RAY_HEAD``, else do as verl:
+    join this machine's ``ray start`` head or start a local cluster."""
     import ray
 
     if ray.is_initialized():
@@ -148,9 +149,9 @@ def init_ray(ray_init: Any) -> None:
     if address:
         ray.init(address=address)
         return
-    # A private local cluster. Joining whatever head runs on this machine (address="auto") would
-    # tie the run to another process's cluster and die with it; scripts/dev.sh names its head in
-    # POSTTRAIN_RAY_HEAD instead.
+    # No address, as verl calls it: Ray joins the head that `ray start` last started on this
+    # machine (how a verl user's multi-node launch finds its cluster), else starts a local one.
+    # address="auto" would also join heads started by other processes' ray.init, and die with them.
     ray.init(
         num_cpus=getattr(ray_init, "num_cpus", None),
         include_dashboard=bool(getattr(ray_init, "include_dashboard", False)),
