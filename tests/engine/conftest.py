@@ -8,6 +8,22 @@ from engine.config import PPOConfig, load_config
 from tests.engine.tiny_run import short_run
 
 
+@pytest.fixture
+def fresh_group():
+    """Destroy the process group the test makes, and only that one.
+
+    A default group that was there before stays: whoever made it still holds it. An in-process
+    vLLM engine keeps its own handles on the group it joined, and the next engine in this
+    process fails ("not initialized in the world group map") once another test destroys it.
+    """
+    import torch.distributed as dist
+
+    existed = dist.is_initialized()
+    yield
+    if not existed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 @pytest.fixture(scope="session")
 def tiny_assets():
     from engine.tiny import ensure_tiny_assets

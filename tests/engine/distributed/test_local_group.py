@@ -27,14 +27,6 @@ QUESTIONS = ["1+2=", "13+4=", "5+60=", "7+8="]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-@pytest.fixture
-def fresh_group():
-    """Leave no process group behind (other tests make their own)."""
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
 def test_one_cpu_rank_in_process_does_the_plain_workers_work_exactly(fresh_group):
     config = tiny_config(lr=1e-2, mini_batch=4)
     group = LocalWorkerGroup("cpu")

@@ -3,9 +3,7 @@ CPU rank): the group's old-log-prob call returns ``sum_pi_squared`` like the pla
 
 from __future__ import annotations
 
-import pytest
 import torch
-import torch.distributed as dist
 
 from engine.distributed.local_group import LocalWorkerGroup
 from engine.distributed.worker_group import ActorRolloutRefGroup
@@ -13,14 +11,6 @@ from engine.roles.actor import response_logits
 from tests.engine.distributed.helpers import plain_worker, prompt_batch, tiny_config
 
 QUESTIONS = ["1+2=", "13+4=", "5+60=", "7+8="]
-
-
-@pytest.fixture
-def fresh_group():
-    """Leave no process group behind (other tests make their own)."""
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def test_the_group_returns_sum_pi_squared_for_the_token_baselines(fresh_group):
