@@ -28,5 +28,33 @@ say "mypy"
 export MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-$HOME/.cache/posttrain-studio/mypy}"
 "$VENV/bin/mypy" || die "mypy found type errors (listed above); run '.venv/bin/mypy' to see them again, fix them, and run it until it reports no issues."
 
-say "pytest"
-exec "$VENV/bin/pytest" -p no:cacheprovider "$@"
+# With arguments: one pytest over what they name ('./scripts/test.sh tests/webapp -x').
+if [ $# -gt 0 ]; then
+  say "pytest"
+  exec "$VENV/bin/pytest" -p no:cacheprovider "$@"
+fi
+
+# The whole suite runs as two pytest processes at once: the engine's tests, which use neither
+# PostgreSQL nor Redis (the engine imports no Django), beside all the rest. One pytest keeps one
+# core busy (a test process runs torch on one thread), and much of the rest waits on browsers,
+# Celery workers and outages. Each half writes its own log, printed whole when the half ends;
+# PYTEST_ADDOPTS reaches both ('PYTEST_ADDOPTS=--durations=40 ./scripts/test.sh').
+logs="$(mktemp -d)"
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$logs"' EXIT
+say "pytest: tests/engine and the rest of tests/, side by side"
+declare -A half_of
+POSTTRAIN_TEST_DATABASE="${POSTTRAIN_TEST_DATABASE}_engine" \
+  "$VENV/bin/pytest" -p no:cacheprovider tests/engine >"$logs/engine.log" 2>&1 &
+half_of[$!]=engine
+"$VENV/bin/pytest" -p no:cacheprovider --ignore=tests/engine >"$logs/rest.log" 2>&1 &
+half_of[$!]=rest
+failed=()
+for _ in 1 2; do
+  rc=0
+  wait -n -p pid "${!half_of[@]}" || rc=$?
+  say "pytest, ${half_of[$pid]} half: exit status $rc"
+  cat "$logs/${half_of[$pid]}.log"
+  [ "$rc" -eq 0 ] || failed+=("${half_of[$pid]}")
+  unset "half_of[$pid]"
+done
+[ ${#failed[@]} -eq 0 ] || die "the ${failed[*]} half of the suite failed (its log is above); run './scripts/test.sh tests/engine' or './scripts/test.sh --ignore=tests/engine' to run that half alone."
