@@ -48,6 +48,19 @@ POSTTRAIN_TEST_DATABASE="${POSTTRAIN_TEST_DATABASE}_engine" \
 half_of[$!]=engine
 "$VENV/bin/pytest" -p no:cacheprovider --ignore=tests/engine >"$logs/rest.log" 2>&1 &
 half_of[$!]=rest
+# A line a minute with each half's progress, so a quiet log never looks like a hung one.
+started=$SECONDS
+(
+  while sleep 60; do
+    progress=""
+    for half in engine rest; do
+      percent="$(grep -o '[0-9]*%]' "$logs/$half.log" 2>/dev/null | tail -n 1 | tr -d ']' || true)"
+      progress+=" $half ${percent:-0%}"
+    done
+    say "pytest, $(((SECONDS - started) / 60)) min in:$progress"
+  done
+) &
+heartbeat=$!
 failed=()
 for _ in 1 2; do
   rc=0
@@ -57,4 +70,5 @@ for _ in 1 2; do
   [ "$rc" -eq 0 ] || failed+=("${half_of[$pid]}")
   unset "half_of[$pid]"
 done
+kill "$heartbeat" 2>/dev/null || true
 [ ${#failed[@]} -eq 0 ] || die "the ${failed[*]} half of the suite failed (its log is above); run './scripts/test.sh tests/engine' or './scripts/test.sh --ignore=tests/engine' to run that half alone."
