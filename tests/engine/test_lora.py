@@ -335,12 +335,11 @@ def test_a_lora_policy_trains_under_fsdp2_bf16_when_the_reference_pass_runs_firs
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_a_lora_policy_trains_its_adapter_on_a_cuda_rank():
+def test_a_lora_policy_trains_its_adapter_on_a_cuda_rank(fresh_group):
     # The CUDA trainer's path: a PEFT-wrapped policy on a one-rank NCCL group (FSDP2, bf16
     # compute), its reference the adapter-disabled policy; an update moves the adapter only.
     # Failed on an H200 before apply_fsdp2 settled FSDP2's gradient dtypes at wrap time (the
     # reference pass ran first, with the adapter off): docs/gpu.md, "LoRA on a CUDA rank".
-    import torch.distributed as dist
     from torch.distributed.tensor import DTensor
 
     from engine.distributed.local_group import LocalWorkerGroup
@@ -352,25 +351,21 @@ def test_a_lora_policy_trains_its_adapter_on_a_cuda_rank():
     arr.model.lora_rank, arr.model.lora_alpha = 4, 8
     arr.model.enable_gradient_checkpointing = False
     arr.actor.ppo_mini_batch_size = 3
-    try:
-        group = LocalWorkerGroup("cuda")
-        proxy = ActorRolloutRefGroup(group, cfg, total_steps=2, need_ref=True)
-        model = group.worker.roles["actor_rollout_ref"].worker.model
-        assert is_lora(model)
+    group = LocalWorkerGroup("cuda")
+    proxy = ActorRolloutRefGroup(group, cfg, total_steps=2, need_ref=True)
+    model = group.worker.roles["actor_rollout_ref"].worker.model
+    assert is_lora(model)
 
-        def full(state):
-            return {
-                k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().float().cpu().clone()
-                for k, v in state.items()
-            }
+    def full(state):
+        return {
+            k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().float().cpu().clone()
+            for k, v in state.items()
+        }
 
-        before = full(model.state_dict())
-        batch = update_batch(IDS, [1.0, -1.0, 0.5], ref_log_prob=torch.zeros(3, 4))
-        batch.batch["ref_log_prob"] = proxy.compute_ref_log_prob(batch).batch["ref_log_prob"]
-        proxy.update_actor(batch)
-        after = full(model.state_dict())
-        changed = {k for k in before if (before[k] - after[k]).abs().max() > 0}
-        assert changed and all("lora_" in k for k in changed)
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    before = full(model.state_dict())
+    batch = update_batch(IDS, [1.0, -1.0, 0.5], ref_log_prob=torch.zeros(3, 4))
+    batch.batch["ref_log_prob"] = proxy.compute_ref_log_prob(batch).batch["ref_log_prob"]
+    proxy.update_actor(batch)
+    after = full(model.state_dict())
+    changed = {k for k in before if (before[k] - after[k]).abs().max() > 0}
+    assert changed and all("lora_" in k for k in changed)
