@@ -8,13 +8,17 @@ sharding manager does, :class:`TensorParallelShare` gathers the group's prompts 
 it, in rank order, generates them all once, and hands each rank back the rows of its own share.
 Weight sync needs nothing of it: every rank passes whole tensors to the model's ``load_weights``,
 which keeps the shard of its tensor-parallel rank. On a CPU, vLLM's shared memory for a group
-has a fixed name: :func:`clear_stale_cpu_shared_memory` removes what killed ranks left.
+has a fixed name: :func:`cpu_engine_start` lets one engine over the same ranks start at a
+time on a machine, and removes what killed ranks left.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch.distributed as dist
@@ -113,24 +117,82 @@ def engine_seed(seed: int, rank: int, tensor_parallel_size: int) -> int:
     return seed + rank // tensor_parallel_size
 
 
-def clear_stale_cpu_shared_memory(tensor_parallel_size: int, folder: str = "/dev/shm") -> None:
-    """Remove the shared memory a killed engine over this rank's tensor-parallel group left.
+# How long one engine's start waits for another's over the same ranks on this machine; an
+# engine on the tiny model starts in seconds, a 7B model's CPU engine in a few minutes.
+START_WAIT_SECONDS = 900.0
+
+
+@contextlib.contextmanager
+def cpu_engine_start(
+    tensor_parallel_size: int, folder: str = "/dev/shm", wait_seconds: float = START_WAIT_SECONDS
+) -> Iterator[None]:
+    """Start a CPU engine over this rank's tensor-parallel group: one start at a time per machine.
 
     vLLM's CPU build joins the ranks of a tensor-parallel group through shared memory named
     after the group and the engine's init method, which under ``external_launcher`` is always
     ``env://``: every engine over the same ranks uses the same names (``-tp:0-[0-1]-cpushm_<i>``
-    in ``/dev/shm``), created exclusively. Memory left by ranks that were killed (Ray ends its
-    actors so at shutdown) then makes the next engine fail with ``create shm in SHMManager
-    failed. errno: 17``. The group's first rank removes the names (an engine still running keeps
-    its mapping), then every rank waits for it before vLLM creates its own. Every rank of the
-    world calls this together.
+    in ``/dev/shm``), created exclusively. So two runs on one machine whose engines start
+    together fail (``create shm in SHMManager failed. errno: 17``), and so does the start after
+    ranks that were killed (Ray ends its actors so at shutdown) left their memory behind.
+
+    The group's first rank takes an advisory lock named after the group's ranks in ``folder``
+    (the kernel drops it when the process ends, killed or not), removes the names any earlier
+    engine left (an engine still running keeps its mapping), and holds the lock until every rank
+    of the world has built its engine, so the names are made by one engine at a time. Every rank
+    of the world enters this together and runs the engine's construction inside it. A lock held
+    longer than ``wait_seconds`` raises, naming the lock's file.
     """
     rank = dist.get_rank()
     first = rank - rank % tensor_parallel_size
+    ranks = "-".join(str(r) for r in range(first, first + tensor_parallel_size))
+    lock = None
+    problem = ""
     if rank == first and os.path.isdir(folder):
-        ranks = "-".join(str(r) for r in range(first, first + tensor_parallel_size))
-        for name in os.listdir(folder):
-            if "tp:" in name and f"-[{ranks}]-cpushm_" in name:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(folder, name))
-    dist.barrier()
+        try:
+            lock = _take_lock(os.path.join(folder, f"posttrain-vllm-[{ranks}].lock"), wait_seconds)
+        except TimeoutError as error:
+            problem = str(error)
+        else:
+            _remove_group_memory(folder, ranks)
+    problems: list[str] = [""] * dist.get_world_size()
+    dist.all_gather_object(problems, problem)  # no rank builds while a first rank gave up
+    try:
+        if any(problems):
+            raise TimeoutError(next(p for p in problems if p))
+        yield
+        dist.barrier()  # every rank has made and opened its shared memory
+    finally:
+        if lock is not None:
+            os.close(lock)
+
+
+def _take_lock(path: str, wait_seconds: float) -> int:
+    """Return a file descriptor holding ``path``'s exclusive ``flock``; TimeoutError after
+    ``wait_seconds``."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
+    deadline = time.monotonic() + wait_seconds
+    waiting = False
+    while True:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return descriptor
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(descriptor)
+                raise TimeoutError(
+                    f"another vLLM engine over the same ranks on this machine held {path} for "
+                    f"{wait_seconds:g} s while it started; the lock goes when its process "
+                    f"ends: find that process with 'fuser {path}', or run this one elsewhere"
+                ) from None
+            if not waiting:
+                print(f"note: waiting for another vLLM engine's start on this machine ({path})")
+                waiting = True
+            time.sleep(0.2)
+
+
+def _remove_group_memory(folder: str, ranks: str) -> None:
+    """Remove the shared memory of engines over ``ranks`` (``0-1``) that earlier starts left."""
+    for name in os.listdir(folder):
+        if "tp:" in name and f"-[{ranks}]-cpushm_" in name:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(folder, name))

@@ -52,6 +52,7 @@ Choices, and why:
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -70,7 +71,7 @@ from engine.rollout.served import (
     response_batch,
     unpad_prompts,
 )
-from engine.rollout.tensor_parallel import clear_stale_cpu_shared_memory
+from engine.rollout.tensor_parallel import cpu_engine_start
 from engine.rollout.vllm_args import engine_arguments, import_vllm
 
 if TYPE_CHECKING:
@@ -263,10 +264,11 @@ class VLLMRollout(ServedEngineRollout):
                 "enable_sleep_mode has no effect here and the engine stays awake"
             )
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        start: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
         if kwargs.get("distributed_executor_backend") == "external_launcher":
             self._launcher_environment()
             if self.on_cpu and self.config.tensor_model_parallel_size > 1:
-                clear_stale_cpu_shared_memory(self.config.tensor_model_parallel_size)
+                start = cpu_engine_start(self.config.tensor_model_parallel_size)
         # apply_model sends a Python function to the workers; allow it when they are processes.
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         if self.sampling_params_cls is None:
@@ -275,7 +277,8 @@ class VLLMRollout(ServedEngineRollout):
         # its own threads); the trainer in this process still sets its own, so put it back.
         set_num_threads = torch.set_num_threads
         try:
-            engine = vllm.LLM(**kwargs)
+            with start:
+                engine = vllm.LLM(**kwargs)
         finally:
             torch.set_num_threads = set_num_threads
         return engine

@@ -9,7 +9,8 @@ another size and length than the other's, with no collective between the engines
 two ranks are one engine, each holding half of every layer: as in the trainer's worker, they
 gather both shares, decode them in one call and each keeps its own rows, in order. Then the Ray
 path: ``trainer.controller=ray`` with two ranks and ``rollout.name=vllm``, with one engine per
-rank and with one engine over both.
+rank and with one engine over both. Last, two runs on one machine whose engines over their ranks
+0 and 1 start at the same time.
 """
 
 from __future__ import annotations
@@ -158,3 +159,55 @@ def test_the_ray_path_trains_with_vllm_on_its_ranks(tmp_path, tp):
     assert [step for step, _ in recorder.steps] == [1, 2]
     for _, metrics in recorder.steps:
         assert metrics["training/rollout_probs_diff_max"] <= LOGP_ATOL
+
+
+def _two_engines_rank(index: int, ports: list[int], out: str) -> None:
+    """Rank ``index % 2`` of world ``index // 2``: two gloo worlds of two ranks on this machine,
+    each one tensor-parallel vLLM engine over its ranks 0 and 1, started at the same time."""
+    torch.set_num_threads(1)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from engine.config import RolloutConfig
+    from engine.config.rollout import EngineKwargsConfig
+    from engine.distributed.process_group import init_process_group
+    from engine.rollout.tensor_parallel import TensorParallelShare, tensor_parallel_group
+    from engine.rollout.vllm_rollout import VLLMRollout
+    from engine.tiny import ensure_tiny_assets
+    from tests.engine.distributed.helpers import prompt_batch
+    from tests.engine.rollout.test_vllm_engine import greedy_of
+
+    world, rank = divmod(index, 2)
+    init_process_group(rank=rank, world_size=2, host="127.0.0.1", port=ports[world], backend="gloo")
+    path = str(ensure_tiny_assets().model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    config = RolloutConfig(
+        name="vllm",
+        dtype="float32",
+        max_model_len=64,
+        tensor_model_parallel_size=2,
+        engine_kwargs=EngineKwargsConfig(vllm={"kv_cache_memory_bytes": KV_CACHE_BYTES}),
+    )
+    group = tensor_parallel_group(2, "actor_rollout_ref.rollout.tensor_model_parallel_size")
+    assert group is not None
+    rollout = TensorParallelShare(VLLMRollout(path, tokenizer, config, seed=world), group)
+    batch = prompt_batch(tokenizer, SHARES[rank][0])
+    greedy = {"do_sample": False, "temperature": 0.0, "top_k": -1, "top_p": 1.0}
+    responses = rollout.generate_sequences(batch, max_new_tokens=NEW_TOKENS, sampling=greedy)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    expected = greedy_of(model, tokenizer, batch, max_new_tokens=NEW_TOKENS)
+    equal = same_answers(responses, expected, tokenizer.pad_token_id)
+    Path(out, f"world{world}-rank{rank}.json").write_text(json.dumps({"equal": equal}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_two_tensor_parallel_engines_over_the_same_ranks_start_side_by_side(tmp_path):
+    """Two runs on one machine, each with one engine over its ranks 0 and 1: vLLM's CPU build
+    names the group's shared memory after the ranks alone, so the two starts take turns."""
+    from engine.distributed.process_group import free_port
+
+    mp.spawn(_two_engines_rank, args=([free_port(), free_port()], str(tmp_path)), nprocs=4)
+    for world in (0, 1):
+        for rank in (0, 1):
+            result = json.loads((tmp_path / f"world{world}-rank{rank}.json").read_text())
+            assert result["equal"], f"world {world} rank {rank}: not the policy's greedy answers"

@@ -9,7 +9,11 @@ rank order, and get back exactly its own rows, in its own order.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +66,11 @@ STALE = ["-tp:0-[0-1]-cpushm_0", "-tp:0-[0-1]-cpushm_1", "-tp:0-[2-3]-cpushm_0",
 
 def _rank(rank: int, port: int, out: str) -> None:
     from engine.distributed.process_group import init_process_group
-    from engine.rollout.tensor_parallel import TensorParallelShare, clear_stale_cpu_shared_memory
+    from engine.rollout.tensor_parallel import TensorParallelShare, cpu_engine_start
 
     init_process_group(rank=rank, world_size=WORLD, host="127.0.0.1", port=port, backend="gloo")
-    clear_stale_cpu_shared_memory(TP, str(Path(out, "shm")))
+    with cpu_engine_start(TP, str(Path(out, "shm"))):
+        pass
     try:
         tensor_parallel_group(3, KEY)
         refused = ""
@@ -108,7 +113,9 @@ def test_the_ranks_of_an_engine_generate_the_groups_prompts_and_keep_their_own(t
     for name in STALE:
         (tmp_path / "shm" / name).write_bytes(b"")
     mp.spawn(_rank, args=(free_port(), str(tmp_path)), nprocs=WORLD)
-    assert [p.name for p in (tmp_path / "shm").iterdir()] == ["psm_1"]
+    # the stale names of both groups are gone, another program's stay; each group's lock stays
+    left = sorted(p.name for p in (tmp_path / "shm").iterdir())
+    assert left == ["posttrain-vllm-[0-1].lock", "posttrain-vllm-[2-3].lock", "psm_1"]
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     ids = {r: share(r).batch["input_ids"][:, 1].tolist() for r in range(WORLD)}
     for rank, result in enumerate(results):
@@ -137,3 +144,56 @@ def test_a_single_rank_needs_no_group():
 )
 def test_the_ranks_of_one_engine_sample_with_one_seed(rank, tp, seed):
     assert engine_seed(7, rank, tp) == seed
+
+
+@pytest.fixture
+def one_rank(fresh_group):
+    """A one-rank gloo world in this process (or the one an earlier test left)."""
+    from engine.distributed.process_group import free_port, init_process_group
+
+    if not dist.is_initialized():
+        init_process_group(rank=0, world_size=1, host="127.0.0.1", port=free_port(), backend="gloo")
+
+
+def _held(path: Path) -> int:
+    """Hold ``path``'s lock from another open file, as another run's engine start would."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
+    fcntl.flock(descriptor, fcntl.LOCK_EX)
+    return descriptor
+
+
+def test_an_engine_start_waits_while_another_over_the_same_ranks_starts(tmp_path, one_rank):
+    from engine.rollout.tensor_parallel import cpu_engine_start
+
+    other = _held(tmp_path / "posttrain-vllm-[0].lock")
+    (tmp_path / "-tp:0-[0]-cpushm_0").write_bytes(b"")  # the other engine's, being made
+    started = threading.Event()
+
+    def start() -> None:
+        with cpu_engine_start(1, str(tmp_path)):
+            started.set()
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    assert not started.wait(1.0), "started while the other engine's start held the lock"
+    assert (tmp_path / "-tp:0-[0]-cpushm_0").exists()  # nothing of the other's removed meanwhile
+    os.close(other)
+    thread.join(10)
+    assert started.is_set()
+    assert not (tmp_path / "-tp:0-[0]-cpushm_0").exists()  # left over once the other had started
+
+
+def test_an_engine_start_held_up_too_long_says_which_lock(tmp_path, one_rank):
+    from engine.rollout.tensor_parallel import cpu_engine_start
+
+    lock = tmp_path / "posttrain-vllm-[0].lock"
+    other = _held(lock)
+    try:
+        named = f"held {re.escape(str(lock))} for 0.3 s .*'fuser {re.escape(str(lock))}'"
+        with (
+            pytest.raises(TimeoutError, match=named),
+            cpu_engine_start(1, str(tmp_path), wait_seconds=0.3),
+        ):
+            pytest.fail("the engine started without the lock")
+    finally:
+        os.close(other)
