@@ -4,7 +4,9 @@ The head is started with ``ray start`` (its dashboard and job server on free por
 folder of its own) in the environment of a bare host with the venv activated: no database, Redis
 or Django variables, so what the driver needs can only arrive with the job. The Celery worker
 (``test_lifecycle``'s) submits the driver; the run must go queued -> succeeded, and Ray's own job
-client must agree.
+client must agree. On a head whose ``python`` is not the studio's, the job fails before its
+driver records anything, and the sweep marks the run lost at once with the job's log, as Ray's
+job server tells it.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ import pytest
 from django.conf import settings
 from django.urls import reverse
 
-from tests.engine.distributed.ray_nodes import kill_node, start_head
+from tests.engine.distributed.ray_nodes import free_port, kill_node, start_head
 from tests.webapp.fixtures import make_experiment
 from tests.workers.test_lifecycle import SMALL, start_worker, tiny_cache, wait_for  # noqa: F401
+from webapp.runs.driver_writes import runs_mark_lost
 from webapp.runs.models import MetricPoint, Run, RunStatus
-from workers.tasks import database_url
+from workers.tasks import database_url, ray_job_end
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -85,3 +88,88 @@ def test_a_ray_job_run_goes_queued_to_succeeded(client, owner, start_worker, ray
     # The run page's log has it too: the driver's output in the run's folder.
     log = (Path(run.checkpoint_dir).parent / "driver.log").read_text()
     assert f"run {run.pk}: succeeded" in log and "step 2/2" in log
+
+
+# A node started outside the studio's environment: its ``python`` cannot import Django.
+NOT_THE_STUDIOS_PYTHON = """#!/bin/sh
+echo 'Traceback (most recent call last):' >&2
+echo "ModuleNotFoundError: No module named 'django'" >&2
+exit 1
+"""
+
+
+@pytest.fixture(scope="module")
+def head_without_the_studio(tmp_path_factory):
+    """A Ray head with its job server whose jobs' ``python`` is not the studio's."""
+    bin_dir = tmp_path_factory.mktemp("bin")
+    (bin_dir / "python").write_text(NOT_THE_STUDIOS_PYTHON)
+    (bin_dir / "python").chmod(0o755)
+    head = start_head(num_cpus=2, dashboard=True, path_first=bin_dir)
+    yield head
+    kill_node(head)
+
+
+def test_a_ray_job_that_fails_before_its_driver_records_is_lost_at_once_with_its_log(
+    client,
+    owner,
+    start_worker,  # noqa: F811
+    head_without_the_studio,
+    monkeypatch,
+    settings,
+):
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    address = head_without_the_studio.dashboard
+    monkeypatch.setenv("RAY_ADDRESS", address)  # the worker submits there
+    settings.RAY_ADDRESS = address  # and the sweep, in this process, asks there
+    client.force_login(owner)
+    experiment = make_experiment(owner, **SMALL, trainer__total_training_steps=2)
+    client.post(reverse("experiments:launch", kwargs={"experiment_id": experiment.pk}))
+    run = Run.objects.get()
+    start_worker()
+    wait_for(run, lambda r: r.driver.startswith("ray:"), 120, "be submitted")
+    job_id = f"posttrain-run-{run.pk}"
+    assert job_status(JobSubmissionClient(address), job_id, 60) == JobStatus.FAILED
+    run.refresh_from_db()
+    assert run.status == RunStatus.STARTING  # the driver never ran: nothing was recorded
+
+    # A heartbeat timeout of an hour: only the job server's word can mark it lost now.
+    assert runs_mark_lost(timeout_s=3600, ray_job_end=ray_job_end) == [run.pk]
+    run.refresh_from_db()
+    assert run.status == RunStatus.LOST
+    assert run.error.startswith(
+        f"the driver's Ray Job {job_id} ended without recording an end state: Ray says FAILED "
+        "(Job entrypoint command failed with exit code 1)\n"
+    )
+    assert f"the end of its log (ray job logs {job_id}):" in run.error
+    assert "ModuleNotFoundError: No module named 'django'" in run.error
+    assert run.error.endswith("resume the run to continue from its last checkpoint")
+
+
+def test_the_job_server_says_nothing_of_a_running_or_unknown_job_and_a_stopped_one_ended(
+    head_without_the_studio, settings
+):
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    settings.RAY_ADDRESS = head_without_the_studio.dashboard
+    jobs = JobSubmissionClient(head_without_the_studio.dashboard)
+    job_id = jobs.submit_job(entrypoint="echo started; sleep 120")
+    deadline = time.monotonic() + 60
+    while jobs.get_job_status(job_id) != JobStatus.RUNNING:
+        assert time.monotonic() < deadline, f"job {job_id} never ran"
+        time.sleep(0.2)
+    assert ray_job_end(job_id) is None  # running: the heartbeat decides
+    assert ray_job_end("posttrain-run-never-submitted") is None  # 404: the heartbeat decides
+    jobs.stop_job(job_id)
+    assert job_status(jobs, job_id, 60) == JobStatus.STOPPED
+    ended = ray_job_end(job_id)
+    assert ended is not None and ended.startswith("Ray says STOPPED")
+    assert f"the end of its log (ray job logs {job_id}):\n" in ended
+    assert "\nstarted\n" in ended + "\n"  # its output
+
+    settings.RAY_ADDRESS = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    started = time.monotonic()
+    assert ray_job_end(job_id) is None
+    assert time.monotonic() - started < 5
+    settings.RAY_ADDRESS = "ray://127.0.0.1:10001"  # not a job server's address: not asked
+    assert ray_job_end(job_id) is None

@@ -113,6 +113,30 @@ def test_a_driver_on_another_host_is_lost_by_its_heartbeat(owner, processes):
 
 
 @pytest.mark.django_db
+def test_a_ray_job_that_ray_says_ended_is_lost_at_once_with_how_it_ended(owner):
+    ended = running(owner, driver="ray:posttrain-run-1")
+    going = running(owner, driver="ray:posttrain-run-2")
+    silent = running(owner, driver="ray:posttrain-run-3", stale_s=46)
+    local = running(owner, driver="pid:1", host="another-host")
+    asked: list[str] = []
+
+    def job_end(job_id: str) -> str | None:  # what the job server says (workers.tasks asks it)
+        asked.append(job_id)
+        return "Ray says FAILED (exit code 1)" if job_id == "posttrain-run-1" else None
+
+    assert sorted(runs_mark_lost(timeout_s=45, ray_job_end=job_end)) == [ended.pk, silent.pk]
+    assert sorted(asked) == ["posttrain-run-1", "posttrain-run-2", "posttrain-run-3"]
+    assert Run.objects.get(pk=ended.pk).error == (
+        "the driver's Ray Job posttrain-run-1 ended without recording an end state: "
+        "Ray says FAILED (exit code 1)\nresume the run to continue from its last checkpoint"
+    )
+    assert Run.objects.get(pk=going.pk).status == RunStatus.RUNNING  # running, fresh heartbeat
+    # a job Ray says nothing of is left to its heartbeat, as before
+    assert Run.objects.get(pk=silent.pk).error.startswith("no heartbeat from the driver")
+    assert Run.objects.get(pk=local.pk).status == RunStatus.RUNNING
+
+
+@pytest.mark.django_db
 def test_the_sweep_defaults_to_a_45_s_heartbeat_and_records_the_driver_host(owner, settings):
     assert settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S == 45
     assert settings.CELERY_BEAT_SCHEDULE["mark-lost-runs"]["schedule"] <= 15

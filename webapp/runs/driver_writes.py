@@ -13,7 +13,8 @@ its metrics (upserted on (run, step)) and the run's latest step, in one transact
 killed mid-write leaves either the whole step or none of it.
 
 The sweep (:func:`runs_mark_lost`) marks a run lost when its driver is gone: at once when the
-driver is a process on this host that no longer lives, else when its heartbeat is stale. A
+driver is a process on this host that no longer lives, or a Ray Job that Ray says ended, else
+when its heartbeat is stale. A
 driver that lives but records no step for long is flagged stalled (:func:`runs_mark_stalled`),
 which is not an end state.
 """
@@ -23,7 +24,7 @@ from __future__ import annotations
 import math
 import socket
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from webapp.health.services import health_record_step
 from webapp.runs.events import publish_run_event, status_event
 from webapp.runs.models import (
     DRIVER_STATUSES,
+    RAY_DRIVER_PREFIX,
     SAMPLE_FIELDS,
     MetricPoint,
     Run,
@@ -209,11 +211,11 @@ def run_record_checkpoint(*, run_id: int, step: int, path: str) -> None:
 ERROR_TAIL_CHARS = 2000
 
 
-def error_tail(text: str, limit: int = ERROR_TAIL_CHARS) -> str:
+def error_tail(text: str, limit: int = ERROR_TAIL_CHARS, whole_in: str = "driver.log") -> str:
     """Return the first line and the last lines of ``text`` that fit in about ``limit`` characters.
 
-    A traceback's last lines name the error; its first says it is one. The whole text stays in
-    the driver's log (``driver.log`` in the run's folder).
+    A traceback's last lines name the error; its first says it is one. The whole text stays
+    where ``whole_in`` says (the driver's log, ``driver.log`` in the run's folder, by default).
     """
     text = text.rstrip()
     if len(text) <= limit:
@@ -228,7 +230,7 @@ def error_tail(text: str, limit: int = ERROR_TAIL_CHARS) -> str:
         size += len(line) + 1
     skipped = len(lines) - 1 - len(tail)
     return "\n".join(
-        [lines[0], f"... ({skipped} lines left out; the whole text is in driver.log)", *tail]
+        [lines[0], f"... ({skipped} lines left out; the whole text is in {whole_in})", *tail]
     )
 
 
@@ -290,12 +292,26 @@ def _driver_log_tail(run: Run) -> str:
     return "\n\nthe end of its log (driver.log):\n" + tail
 
 
-def runs_mark_lost(*, timeout_s: float, now: datetime | None = None) -> list[int]:
+def ray_job_id(run: Run) -> str | None:
+    """Return the submission id of the run's driver when it is a Ray Job (``ray:<id>``)."""
+    if not run.driver.startswith(RAY_DRIVER_PREFIX):
+        return None
+    return run.driver.removeprefix(RAY_DRIVER_PREFIX)
+
+
+def runs_mark_lost(
+    *,
+    timeout_s: float,
+    now: datetime | None = None,
+    ray_job_end: Callable[[str], str | None] | None = None,
+) -> list[int]:
     """Mark ``lost`` every starting or running run whose driver is gone; return their ids.
 
     A driver that is a process on this host is gone when that process no longer lives (found at
-    once); any other driver when its heartbeat is older than ``timeout_s``. A local driver that
-    lives is never lost: a database outage may have kept it from beating.
+    once); a Ray Job when ``ray_job_end(job_id)`` says how it ended (found at once: a job that
+    failed before its driver could record anything, say); any other driver, or a job Ray cannot
+    say ended, when its heartbeat is older than ``timeout_s``. A local driver that lives is never
+    lost: a database outage may have kept it from beating.
     """
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=timeout_s)
@@ -311,6 +327,12 @@ def runs_mark_lost(*, timeout_s: float, now: datetime | None = None) -> list[int
             error = (
                 f"the driver process (pid {pid}) exited without recording an end state; "
                 "resume the run to continue from its last checkpoint" + _driver_log_tail(run)
+            )
+        elif (job := ray_job_id(run)) and ray_job_end and (ended := ray_job_end(job)):
+            extra = Q(driver=run.driver)
+            error = (
+                f"the driver's Ray Job {job} ended without recording an end state: {ended}\n"
+                "resume the run to continue from its last checkpoint"
             )
         elif run.heartbeat_at is not None and run.heartbeat_at < cutoff:
             extra = Q(heartbeat_at__lt=cutoff)

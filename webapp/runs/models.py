@@ -55,6 +55,8 @@ DRIVER_STATUSES = (RunStatus.STARTING, RunStatus.RUNNING)
 RESUMABLE_STATUSES = (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.LOST)
 # The driver of a run the studio did not launch: ``external:verl``, ``external:trl``...
 EXTERNAL_DRIVER_PREFIX = "external:"
+# The driver of a run submitted as a Ray Job: ``ray:<submission id>``.
+RAY_DRIVER_PREFIX = "ray:"
 
 
 # A sample's fields in one order: what the driver COPYs (``driver_writes.SAMPLE_COLUMNS``, after the

@@ -46,19 +46,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def node_env() -> dict[str, str]:
+def node_env(path_first: Path | None = None) -> dict[str, str]:
     """Return a Ray node's environment: the basics of a host with the venv activated, no more.
 
     No database, Redis or Django variables: what a job's driver needs must come with the job.
+    ``path_first`` goes before the venv on ``PATH`` (a job's ``python`` found there instead).
     """
     keep = ("HOME", "LANG", "TMPDIR", "LD_LIBRARY_PATH")
     env = {key: os.environ[key] for key in keep if key in os.environ}
-    path = os.environ.get("PATH", "/usr/bin:/bin")
-    env.update(CPU_PROCESS_ENV, PATH=f"{RAY.parent}:{path}", RAY_USAGE_STATS_ENABLED="0")
+    path = f"{RAY.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    if path_first is not None:
+        path = f"{path_first}:{path}"
+    env.update(CPU_PROCESS_ENV, PATH=path, RAY_USAGE_STATS_ENABLED="0")
     return env
 
 
-def _start(args: list[str]) -> tuple[int, Path]:
+def _start(args: list[str], path_first: Path | None = None) -> tuple[int, Path]:
     temp_dir = Path(tempfile.mkdtemp(prefix="ptray-", dir="/tmp"))
     ports = ["--node-manager-port", "--object-manager-port", "--dashboard-agent-grpc-port",
              "--dashboard-agent-listen-port", "--runtime-env-agent-port", "--metrics-export-port"]  # fmt: skip
@@ -68,7 +71,7 @@ def _start(args: list[str]) -> tuple[int, Path]:
         process = subprocess.Popen(
             command,
             cwd=REPO,  # a job's entrypoint runs here, as in the image's /app
-            env=node_env(),
+            env=node_env(path_first),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -85,8 +88,11 @@ def _start(args: list[str]) -> tuple[int, Path]:
     return process.pid, temp_dir
 
 
-def start_head(*, num_cpus: int, dashboard: bool = False) -> RayNode:
-    """Start a head node (with its dashboard and job server when ``dashboard``)."""
+def start_head(
+    *, num_cpus: int, dashboard: bool = False, path_first: Path | None = None
+) -> RayNode:
+    """Start a head node (with its dashboard and job server when ``dashboard``); ``path_first``
+    goes first on its ``PATH`` (see :func:`node_env`)."""
     port = free_port()
     args = ["--head", f"--port={port}", f"--num-cpus={num_cpus}", "--node-ip-address=127.0.0.1"]
     args.append(f"--ray-client-server-port={free_port()}")
@@ -97,7 +103,7 @@ def start_head(*, num_cpus: int, dashboard: bool = False) -> RayNode:
         url = f"http://127.0.0.1:{dashboard_port}"
     else:
         args.append("--include-dashboard=false")
-    return RayNode(*_start(args), f"127.0.0.1:{port}", url)
+    return RayNode(*_start(args, path_first), f"127.0.0.1:{port}", url)
 
 
 def start_node(head: RayNode, *, num_cpus: int, resources: dict[str, float]) -> RayNode:
