@@ -6,7 +6,7 @@ holds a Hugging Face folder when the run saved one (``checkpoint.save_contents``
 ``hf_model``: ``actor/huggingface``). Otherwise an *export* job writes one with the model merger
 into the run's folder (``exports/global_step_<N>``, marked complete by ``.complete`` once every
 file is written). An *evaluate* job scores that folder with ``engine.eval`` on the run's own
-validation or training files or one of the member's datasets, with the run's prompt and response
+validation or training files or one of the asking member's own datasets, with the run's prompt and response
 lengths, and keeps the figures beside the run (``CheckpointJob.result``).
 
 Neither runs in the web process: a job is a row, queued here; the workers' periodic
@@ -152,14 +152,14 @@ def _publish_on_commit(run_id: int) -> None:
     transaction.on_commit(lambda: publish_run_event(run_event(run_id, "checkpoints")))
 
 
-def _check_can_queue(run: Run, step: int) -> None:
+def _check_can_queue(run: Run, step: int, by: Any) -> None:
+    """Refuse a step with no checkpoint, and a member with ``MAX_ACTIVE_JOBS_PER_USER`` jobs
+    waiting or running: the jobs they asked for, on any run, whoever launched it."""
     if step not in checkpoint_steps(run):
         raise CheckpointJobRefused(
             f"run #{run.pk} has no complete checkpoint at step {step}; pick one of its list"
         )
-    active = CheckpointJob.objects.filter(
-        run__owner_id=run.owner_id, status__in=ACTIVE_JOB_STATUSES
-    )
+    active = CheckpointJob.objects.filter(requested_by=by, status__in=ACTIVE_JOB_STATUSES)
     if active.count() >= MAX_ACTIVE_JOBS_PER_USER:
         raise CheckpointJobRefused(
             f"you have {MAX_ACTIVE_JOBS_PER_USER} checkpoint exports or evaluations waiting or "
@@ -167,11 +167,12 @@ def _check_can_queue(run: Run, step: int) -> None:
         )
 
 
-def checkpoint_export(*, run: Run, step: int) -> CheckpointJob:
-    """Queue writing the Hugging Face folder of ``run``'s checkpoint at ``step`` to download.
+def checkpoint_export(*, run: Run, step: int, by: Any) -> CheckpointJob:
+    """Queue writing the Hugging Face folder of ``run``'s checkpoint at ``step`` to download,
+    asked for by the member ``by``.
 
     Return the export already queued or running for it, if any; ``CheckpointJobRefused`` when
-    the checkpoint is not there, already has its folder, or the owner has too many jobs.
+    the checkpoint is not there, already has its folder, or ``by`` has too many jobs.
     """
     with transaction.atomic():
         Run.objects.select_for_update().filter(pk=run.pk).first()  # one request at a time
@@ -184,8 +185,10 @@ def checkpoint_export(*, run: Run, step: int) -> CheckpointJob:
             raise CheckpointJobRefused(
                 f"the checkpoint at step {step} has its Hugging Face folder: download it"
             )
-        _check_can_queue(run, step)
-        job = CheckpointJob.objects.create(run=run, step=step, kind=CheckpointJobKind.EXPORT)
+        _check_can_queue(run, step, by)
+        job = CheckpointJob.objects.create(
+            run=run, step=step, kind=CheckpointJobKind.EXPORT, requested_by=by
+        )
         _publish_on_commit(run.pk)
     return job
 
@@ -197,11 +200,12 @@ def _nested(config: dict[str, Any], *keys: str) -> Any:
     return node
 
 
-def eval_data_choices(*, run: Run) -> list[tuple[str, str]]:
-    """Return the data an evaluation of ``run`` may score on: ``(choice, what it is)``.
+def eval_data_choices(*, run: Run, user: Any) -> list[tuple[str, str]]:
+    """Return the data ``user`` may score an evaluation of ``run`` on: ``(choice, what it is)``.
 
-    The run's own validation and training files (with its key map), then the owner's datasets
-    that passed their check (with theirs). Nothing else: a member never names a server path.
+    The run's own validation and training files (with its key map), then ``user``'s own datasets
+    that passed their check (with theirs), never the run owner's: datasets stay each member's.
+    Nothing else: a member never names a server path.
     """
     from webapp.datasets.selectors import dataset_list_for_user
 
@@ -212,24 +216,24 @@ def eval_data_choices(*, run: Run) -> list[tuple[str, str]]:
         if files:
             shown = ", ".join(Path(f).name if "://" not in f else f for f in files)
             choices.append((key, f"the run's {label} files ({shown})"))
-    for dataset in dataset_list_for_user(user=run.owner):
+    for dataset in dataset_list_for_user(user=user):
         choices.append((f"dataset:{dataset.pk}", f"dataset {dataset.name}"))
     return choices
 
 
 def _eval_data(
-    run: Run, choice: str
+    run: Run, choice: str, user: Any
 ) -> tuple[str, list[str], dict[str, str], dict[str, dict[str, Any]]]:
     """Return ``(what it is, files, key map, per-file maps)`` for a choice of
     :func:`eval_data_choices`; the per-file maps are ``data.file_key_maps`` and
     ``data.file_data_sources`` as the run (or the dataset) reads its files."""
-    labels = dict(eval_data_choices(run=run))
+    labels = dict(eval_data_choices(run=run, user=user))
     if choice not in labels:
         raise CheckpointJobRefused(f"data {choice!r} is not one of this run's choices; pick one")
     if choice.startswith("dataset:"):
         from webapp.datasets.models import Dataset
 
-        dataset = Dataset.objects.get(pk=int(choice.split(":", 1)[1]), owner_id=run.owner_id)
+        dataset = Dataset.objects.get(pk=int(choice.split(":", 1)[1]), owner_id=user.pk)
         sources = {dataset.path: dataset.data_source} if dataset.data_source else {}
         per_file = {"file_key_maps": {}, "file_data_sources": sources}
         return labels[choice], [dataset.path], dict(dataset.key_map or {}), per_file
@@ -247,12 +251,14 @@ def checkpoint_evaluate(
     *,
     run: Run,
     step: int,
+    by: Any,
     data: str,
     n: int = 1,
     max_samples: int | None = None,
     temperature: float = 1.0,
 ) -> CheckpointJob:
-    """Queue scoring ``run``'s checkpoint at ``step`` with ``engine.eval`` on the chosen ``data``.
+    """Queue scoring ``run``'s checkpoint at ``step`` with ``engine.eval`` on the ``data`` the
+    member ``by`` chose (:func:`eval_data_choices`).
 
     ``n`` > 1 also samples n responses a prompt at ``temperature`` (mean@n, best@n);
     ``max_samples`` scores that many prompts. ``CheckpointJobRefused`` names what is wrong.
@@ -265,15 +271,16 @@ def checkpoint_evaluate(
         raise CheckpointJobRefused(
             f"temperature={temperature}: sampling {n} responses needs a temperature above 0"
         )
-    label, files, key_map, per_file = _eval_data(run, data)
+    label, files, key_map, per_file = _eval_data(run, data, by)
     options = {"n": n, "max_samples": max_samples, "temperature": temperature, **per_file}
     with transaction.atomic():
         Run.objects.select_for_update().filter(pk=run.pk).first()
-        _check_can_queue(run, step)
+        _check_can_queue(run, step, by)
         job = CheckpointJob.objects.create(
             run=run,
             step=step,
             kind=CheckpointJobKind.EVALUATE,
+            requested_by=by,
             dataset=label,
             data_files=files,
             key_map=key_map,

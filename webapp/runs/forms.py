@@ -25,7 +25,7 @@ class CheckpointEvaluateForm(forms.Form):
     )
     temperature = forms.FloatField(label="temperature", min_value=0.0, initial=1.0)
 
-    def __init__(self, *args: Any, run: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, run: Any, user: Any, **kwargs: Any) -> None:
         kwargs.setdefault("auto_id", False)  # one form a checkpoint row: no repeated ids
         super().__init__(*args, **kwargs)
-        self.fields["data"].choices = eval_data_choices(run=run)
+        self.fields["data"].choices = eval_data_choices(run=run, user=user)

@@ -279,6 +279,13 @@ class CheckpointJob(models.Model):
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoint_jobs")
     step = models.PositiveIntegerField(help_text="The checkpoint: global_step_<step>.")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Who asked for it: the job counts against their limit, not the run owner's.",
+    )
     kind = models.CharField(max_length=16, choices=CheckpointJobKind.choices)
     status = models.CharField(
         max_length=16, choices=CheckpointJobStatus.choices, default=CheckpointJobStatus.QUEUED

@@ -113,19 +113,22 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "children": run.children.all(),
         "sample_count": run.samples.count(),
         "run_state": run_state(run),
-        "may_edit": run_may(request.user, run, EDIT),
         "may_own": run_may(request.user, run, OWN),
-        **_checkpoints_context(run),
+        **_checkpoints_context(request, run),
         "other_runs": run_list_for_user(user=request.user).exclude(pk=run.pk)[:50],
         "config_yaml": yaml.safe_dump(run.config, sort_keys=False, allow_unicode=True),
     }
     return render(request, "runs/detail.html", context)
 
 
-def _checkpoints_context(run: Run) -> dict[str, Any]:
+def _checkpoints_context(request: HttpRequest, run: Run) -> dict[str, Any]:
+    """The checkpoints and, for a member who may edit the run, the forms that ask for work on
+    them, offering that member's own datasets."""
+    may_edit = run_may(request.user, run, EDIT)
     return {
+        "may_edit": may_edit,
         "checkpoints": run_checkpoints(run=run),
-        "evaluate_form": CheckpointEvaluateForm(run=run),
+        "evaluate_form": CheckpointEvaluateForm(run=run, user=request.user) if may_edit else None,
     }
 
 
@@ -137,7 +140,8 @@ def _to_checkpoints(run: Run) -> HttpResponse:
 def run_checkpoints_view(request: HttpRequest, run_id: int) -> HttpResponse:
     """The run page's checkpoints section alone, which the page reads again as it changes."""
     run = _run(request, run_id)
-    return render(request, "runs/_checkpoints.html", {"run": run, **_checkpoints_context(run)})
+    context = {"run": run, **_checkpoints_context(request, run)}
+    return render(request, "runs/_checkpoints.html", context)
 
 
 @login_required
@@ -159,7 +163,7 @@ def run_checkpoint_export_view(request: HttpRequest, run_id: int, step: int) -> 
     run = _run(request, run_id, EDIT)
     flash_outcome(
         request,
-        lambda: checkpoint_export(run=run, step=step),
+        lambda: checkpoint_export(run=run, step=step, by=request.user),
         CheckpointJobRefused,
         f"Preparing the Hugging Face folder of step {step}; its download link shows here.",
     )
@@ -170,14 +174,14 @@ def run_checkpoint_export_view(request: HttpRequest, run_id: int, step: int) -> 
 @require_POST
 def run_checkpoint_evaluate_view(request: HttpRequest, run_id: int, step: int) -> HttpResponse:
     run = _run(request, run_id, EDIT)
-    form = CheckpointEvaluateForm(request.POST, run=run)
+    form = CheckpointEvaluateForm(request.POST, run=run, user=request.user)
     if not form.is_valid():
         for field, errors in form.errors.items():
             messages.error(request, f"{field}: {' '.join(errors)}")
         return _to_checkpoints(run)
     flash_outcome(
         request,
-        lambda: checkpoint_evaluate(run=run, step=step, **form.cleaned_data),
+        lambda: checkpoint_evaluate(run=run, step=step, by=request.user, **form.cleaned_data),
         CheckpointJobRefused,
         f"Evaluation of step {step} queued; its figures show here.",
     )

@@ -95,11 +95,11 @@ def test_an_export_is_queued_once_and_refused_where_it_has_no_point(client_in, o
     job = CheckpointJob.objects.get()
     assert (job.kind, job.status, job.step) == ("export", "queued", 1)
     assert "Preparing the Hugging Face folder of step 1" in page
-    assert checkpoint_export(run=run, step=1) == job  # the one already waiting
+    assert checkpoint_export(run=run, step=1, by=owner) == job  # the one already waiting
     with pytest.raises(CheckpointJobRefused, match="has its Hugging Face folder: download it"):
-        checkpoint_export(run=run, step=2)
+        checkpoint_export(run=run, step=2, by=owner)
     with pytest.raises(CheckpointJobRefused, match="no complete checkpoint at step 3"):
-        checkpoint_export(run=run, step=3)
+        checkpoint_export(run=run, step=3, by=owner)
     page = client_in.get(run.get_absolute_url()).content.decode()
     assert "writing the folder" in page.split('data-checkpoint-step="1"')[1].split("</tr>")[0]
 
@@ -125,13 +125,48 @@ def test_an_evaluation_is_queued_on_the_data_a_member_may_pick(client_in, owner,
     }
     assert job.dataset == "the run's validation files (tiny://val.parquet)"
     with pytest.raises(CheckpointJobRefused, match="temperature=0.0: sampling 4 responses"):
-        checkpoint_evaluate(run=run, step=1, data="val", n=4, temperature=0.0)
+        checkpoint_evaluate(run=run, step=1, by=owner, data="val", n=4, temperature=0.0)
     with pytest.raises(CheckpointJobRefused, match="'/etc/passwd' is not one of this run's"):
-        checkpoint_evaluate(run=run, step=1, data="/etc/passwd")
+        checkpoint_evaluate(run=run, step=1, by=owner, data="/etc/passwd")
     for _ in range(MAX_ACTIVE_JOBS_PER_USER - 1):
-        checkpoint_evaluate(run=run, step=1, data="train")
+        checkpoint_evaluate(run=run, step=1, by=owner, data="train")
     with pytest.raises(CheckpointJobRefused, match="waiting or running; ask again once one ends"):
-        checkpoint_evaluate(run=run, step=1, data="train")
+        checkpoint_evaluate(run=run, step=1, by=owner, data="train")
+
+
+@pytest.mark.django_db
+def test_a_member_evaluates_on_their_own_datasets_and_their_own_limit(client, owner, team):
+    """Datasets and quotas stay each member's own: the checkpoints of a run in a project offer
+    its editor the editor's datasets, never the run owner's, and count the job against the
+    editor; a viewer is offered no form, so no dataset names at all."""
+    bob, carol = team["bob"], team["carol"]
+    run = run_create(experiment=team["experiment"])  # launched by its owner, alice
+    fake_checkpoint(run, 1, hf=False)
+    alices = Dataset.objects.create(
+        owner=owner, name="alices-private", file="a.jsonl", format="jsonl"
+    )
+    bobs = Dataset.objects.create(owner=bob, name="bobs-own", file="b.jsonl", format="jsonl")
+    url = reverse("runs:checkpoint-evaluate", kwargs={"run_id": run.pk, "step": 1})
+
+    client.force_login(bob)
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert "bobs-own" in page and "alices-private" not in page
+    client.post(url, {"data": f"dataset:{alices.pk}", "n": 1, "temperature": 1})
+    assert not CheckpointJob.objects.exists()  # not one of bob's choices
+    client.post(url, {"data": f"dataset:{bobs.pk}", "n": 1, "temperature": 1})
+    job = CheckpointJob.objects.get()
+    assert job.requested_by == bob and job.dataset == "dataset bobs-own"
+    for _ in range(MAX_ACTIVE_JOBS_PER_USER - 1):
+        checkpoint_evaluate(run=run, step=1, by=bob, data="val")
+    with pytest.raises(CheckpointJobRefused, match="waiting or running"):
+        checkpoint_export(run=run, step=1, by=bob)
+    assert checkpoint_export(run=run, step=1, by=owner).requested_by == owner  # alice's own
+
+    client.force_login(carol)
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert "bobs-own" in page  # the job's figures are the project's to read
+    assert "alices-private" not in page and "evaluate-form" not in page
+    assert "Prepare download" not in page
 
 
 @pytest.mark.django_db
@@ -141,11 +176,11 @@ def test_an_evaluation_reads_each_file_as_the_run_or_the_dataset_reads_it(owner)
     dataset = upload(owner, SUMS)
     run = run_create(experiment=make_experiment(owner, data__train_files=dataset.path))
     fake_checkpoint(run, 1, hf=False)
-    on_train = checkpoint_evaluate(run=run, step=1, data="train")
+    on_train = checkpoint_evaluate(run=run, step=1, by=owner, data="train")
     assert on_train.data_files == [dataset.path] and on_train.key_map == {}
     assert on_train.options["file_key_maps"] == {dataset.path: QA_MAP}
     assert on_train.options["file_data_sources"] == {dataset.path: "tiny_arithmetic"}
-    on_dataset = checkpoint_evaluate(run=run, step=1, data=f"dataset:{dataset.pk}")
+    on_dataset = checkpoint_evaluate(run=run, step=1, by=owner, data=f"dataset:{dataset.pk}")
     assert on_dataset.key_map == QA_MAP
     assert on_dataset.options["file_data_sources"] == {dataset.path: "tiny_arithmetic"}
 
@@ -159,7 +194,7 @@ def test_a_job_whose_process_died_fails_with_the_end_of_its_output(owner):
 
     run = run_create(experiment=make_experiment(owner))
     fake_checkpoint(run, 1, hf=False)
-    job = checkpoint_export(run=run, step=1)
+    job = checkpoint_export(run=run, step=1, by=owner)
     assert checkpoint_job_claim(job_id=job.pk, max_running=1) is not None
     assert checkpoint_job_claim(job_id=job.pk, max_running=0) is None  # running: not again
     gone = subprocess.run(
@@ -224,3 +259,20 @@ def test_a_checkpoint_is_evaluated_and_exported_by_a_worker_process(
     with tarfile.open(fileobj=io.BytesIO(b"".join(archive.streaming_content))) as tar:
         names = {Path(n).name for n in tar.getnames()}
     assert {"config.json", "model.safetensors", ".complete"} <= names
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_jobs_from_before_requested_by_count_against_their_runs_owner(owner):
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    run = run_create(experiment=make_experiment(owner))
+    before = [("runs", "0009_sample_text_lz4")]
+    after = [("runs", "0010_checkpointjob_requested_by")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old_job = executor.loader.project_state(before).apps.get_model("runs", "CheckpointJob")
+    job = old_job.objects.create(run_id=run.pk, step=1, kind="export")
+    executor = MigrationExecutor(connection)  # the graph again, as manage.py migrate reads it
+    executor.migrate(after)
+    assert CheckpointJob.objects.get(pk=job.pk).requested_by == owner
