@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -68,6 +69,7 @@ def response_logits(
     temperature: float = 1.0,
     *,
     lean: bool = True,
+    uniform_calls: bool = False,
 ) -> torch.Tensor:
     """Return the logits (bs, R, V) that predict each response token, divided by temperature.
 
@@ -75,6 +77,11 @@ def response_logits(
     longest response; positions past a bucket's longest response get zero logits (every loss
     masks them). Models :class:`~engine.llama_forward.LlamaForward` supports run through it (``lean=False``
     keeps the model's own forward); the logits are the same up to float rounding.
+
+    ``uniform_calls``: one forward call for the whole micro-batch, with no buckets and no shared
+    prompt pass, whose number of calls depends on the rows. A model sharded over several
+    data-parallel ranks needs it: every FSDP2 forward (and its backward) is a collective, so a
+    rank that made one call more than another would wait for it forever.
     """
     responses = batch["responses"]  # (bs, R)
     response_length = responses.shape[-1]
@@ -85,7 +92,8 @@ def response_logits(
     lengths = attention_mask[:, prompt_length:].sum(-1)  # (bs,) response lengths
     runner = LlamaForward.build(model) if lean else None
     groups = None
-    if not checkpointing(model):  # checkpointed layers drop the KV cache the shared pass needs
+    # checkpointed layers drop the KV cache the shared pass needs
+    if not checkpointing(model) and not uniform_calls:
         groups = shared_prompts(input_ids[:, :prompt_length], attention_mask[:, :prompt_length])
     prompt_logits = prompt_state = None
     if groups is not None:
@@ -97,7 +105,7 @@ def response_logits(
             attention_mask[first, :prompt_length],
             position_ids[first, :prompt_length],
         )  # (u, 1, V): predicts response token 0
-    buckets = length_buckets(lengths, response_length)
+    buckets = length_buckets(lengths, response_length, max_buckets=1 if uniform_calls else 4)
     pieces = []
     for rows, length in buckets:
         end = prompt_length + length - 1  # the last response token predicts nothing
@@ -256,7 +264,9 @@ class PolicyActor:
     """Compute log-probs and update a causal LM policy with a PPO-family loss.
 
     ``remove_padding`` (``model.use_remove_padding``) runs each micro-batch packed into one row
-    (``engine.roles.packing``) instead of :func:`response_logits`' padded buckets.
+    (``engine.roles.packing``) instead of :func:`response_logits`' padded buckets;
+    ``uniform_calls`` (a model sharded over several ranks) makes the padded forward one call a
+    micro-batch on every rank (the packed one already is under FSDP2).
     ``sequence_parallel`` (``ulysses_sequence_parallel_size`` > 1, packed rows only) splits that
     row over the group's ranks (``engine.roles.ulysses``), which hold the same micro-batches.
     """
@@ -270,15 +280,17 @@ class PolicyActor:
         *,
         remove_padding: bool = False,
         sequence_parallel: SequenceParallel | None = None,
+        uniform_calls: bool = False,
     ) -> None:
         self.model = model
         self.config = actor_config
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
         self.remove_padding = remove_padding
+        self.uniform_calls = uniform_calls
         self.forward, self.sequence_parallel_size = role_forward(
             model,
-            response_logits,
+            partial(response_logits, uniform_calls=True) if uniform_calls else response_logits,
             packed_response_logits,
             remove_padding=remove_padding,
             sequence_parallel=sequence_parallel,

@@ -173,6 +173,7 @@ class ActorRolloutRefWorker:
             scheduler,
             remove_padding=arr.model.use_remove_padding,
             sequence_parallel=sp,
+            uniform_calls=world_size > 1,  # FSDP2 over several ranks: the same calls on each
         )
         # vLLM over several ranks: one engine per tensor_model_parallel_size consecutive ranks.
         tensor_parallel = (
@@ -272,6 +273,7 @@ class ActorRolloutRefWorker:
             self.config.actor_rollout_ref.actor,
             remove_padding=self.actor.remove_padding,
             sequence_parallel=self.ref_sequence_parallel,
+            uniform_calls=self.actor.uniform_calls,
         )
         with adapter_disabled(self.model) if lora_ref else nullcontext():
             log_probs, _ = ref.compute_log_prob(

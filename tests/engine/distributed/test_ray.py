@@ -73,6 +73,47 @@ def test_two_ranks_update_like_one_rank(two_ranks):
     assert 0 < ray_metrics["perf/mfu/actor"] < 1
 
 
+@pytest.mark.timeout(180)  # a rank waiting on a forward call its peer never makes hangs for good
+def test_ranks_whose_rows_would_bucket_differently_make_the_same_calls(ray_session):
+    """The padded forward's length buckets depend on a micro-batch's rows, and every FSDP2
+    forward is a collective: rank 0's responses are of one length (one bucket alone), rank 1's
+    of two far apart (two buckets alone). A call one rank makes and the other does not pairs its
+    parameter gathers with the next model's (the reference's after the policy's), or waits for
+    good. Sharded, each rank makes one call a micro-batch, and the group's log-probs and update
+    are the single process's, with a policy one update away from its reference."""
+    config = tiny_config(lr=1e-2, mini_batch=4)
+    arr_config = config.actor_rollout_ref
+    arr_config.actor.ppo_micro_batch_size_per_gpu = 2  # each rank's whole share in one call
+    arr_config.rollout.log_prob_micro_batch_size_per_gpu = 2
+    arr_config.ref.log_prob_micro_batch_size_per_gpu = 2
+    group = RayWorkerGroup(ResourcePool("bucket_pool", (2,), "cpu", cpus_per_rank=0.5))
+    try:
+        arr = ActorRolloutRefGroup(group, config, total_steps=10, need_ref=True)
+        local = one_rank(config, arr.full_state_dict())
+        vocab = len(config.actor_rollout_ref.model.tokenizer)
+        local.update_actor(update_batch(4, 5, [3] * 4, vocab))  # one length: the same calls
+        arr.update_actor(update_batch(4, 5, [3] * 4, vocab))
+        assert max_diff(arr.full_state_dict(), local.model.state_dict()) < 1e-4
+
+        batch = update_batch(4, 5, [40, 40, 1, 40], vocab)  # rank 0: rows 0-1, rank 1: 2-3
+        mask = batch.batch["response_mask"].bool()  # past a response, a pass may hold anything
+        expected = local.compute_log_prob(batch).batch["old_log_probs"][mask]
+        got = arr.compute_log_prob(batch).batch["old_log_probs"][mask]
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+        expected_ref = local.compute_ref_log_prob(batch).batch["ref_log_prob"][mask]
+        assert (expected_ref - expected).abs().max() > 1e-3  # the policy moved from it
+        got = arr.compute_ref_log_prob(batch).batch["ref_log_prob"][mask]
+        torch.testing.assert_close(got, expected_ref, atol=1e-5, rtol=0)
+        local_metrics = local.update_actor(copy.deepcopy(batch))
+        ray_metrics = arr.update_actor(batch)
+        assert ray_metrics["actor/pg_loss"] == pytest.approx(
+            local_metrics["actor/pg_loss"], abs=1e-5
+        )
+        assert max_diff(arr.full_state_dict(), local.model.state_dict()) < 1e-4
+    finally:
+        group.shutdown()
+
+
 def test_an_update_weighing_itself_hands_each_ranks_is_weights_back_in_row_order(ray_session):
     # Token IS from the update's own pi_old (the asynchronous trainers' IS_IN_UPDATE): each rank
     # weighs its half, and the controller's batch gets the weights back as an in-process
