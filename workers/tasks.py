@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import threading
@@ -30,14 +31,18 @@ from engine.trainer.trackers import TRACKER_ENV_PREFIXES
 from webapp.alerts.services import deliveries_overdue, delivery_attempt
 from webapp.celery import DELIVER_ALERT, START_RUN, send_deliver_alert
 from webapp.runs.driver_writes import (
+    driver_process_alive,
     driver_slots_taken,
     error_tail,
+    local_driver_pid,
     queued_run_ids,
+    ray_job_id,
     run_claim_for_start,
     run_finish,
     run_set_driver,
     runs_mark_lost,
     runs_mark_stalled,
+    runs_stop_unheeded_cancels,
 )
 from webapp.runs.models import RAY_DRIVER_PREFIX, run_dir
 from webapp.sweeps.services import sweeps_advance
@@ -211,6 +216,39 @@ def _json_from(url: str) -> dict[str, Any]:
     return body
 
 
+def stop_driver(run: Any) -> str | None:
+    """Stop the run's driver where it runs; return how, or None where this process cannot.
+
+    A driver process on this host is killed with its session (``SIGKILL``: it already ignored
+    the cancel, and ``SIGTERM`` only asks it again); a Ray Job is stopped through the job server
+    at ``RAY_ADDRESS`` (Ray sends ``SIGTERM``, then ``SIGKILL``). A driver process on another
+    host, or a job server that does not answer, is left (None).
+    """
+    pid = local_driver_pid(run)
+    if pid is not None:
+        if not driver_process_alive(pid, run.pk):
+            return "its process had already exited"
+        try:
+            os.killpg(pid, signal.SIGKILL)  # its own session: start_new_session=True
+        except ProcessLookupError:
+            return "its process had already exited"
+        return f"SIGKILL to its process group {pid}"
+    job = ray_job_id(run)
+    address = settings.RAY_ADDRESS.rstrip("/")
+    if job is None or not address.startswith(("http://", "https://")):
+        logger.info("run %s: its driver %r cannot be stopped from here", run.pk, run.driver)
+        return None
+    url = f"{address}/api/jobs/{quote(job, safe='')}/stop"
+    request = urllib.request.Request(url, method="POST", headers=_ray_auth_headers())
+    try:
+        with urllib.request.urlopen(request, timeout=RAY_JOB_SERVER_TIMEOUT_S) as response:
+            response.read()
+    except OSError as error:
+        logger.warning("run %s: Ray's job server did not stop job %s: %s", run.pk, job, error)
+        return None
+    return f"ray job stop {job}"
+
+
 def _ray_auth_headers() -> dict[str, str]:
     """Return the token header Ray's job client sends where the cluster has token auth on."""
     try:
@@ -305,12 +343,16 @@ def driver_slots_full() -> bool:
 def mark_lost_runs() -> list[int]:
     """Mark runs whose driver is gone as lost, flag live ones that stopped stepping; return lost.
 
-    Gone: a driver process on this host that exited, a Ray Job that Ray says ended
-    (:func:`ray_job_end`), or a heartbeat older than ``POSTTRAIN_HEARTBEAT_TIMEOUT_S``. Stalled: no step for ``POSTTRAIN_STALL_AFTER_S`` (None: 10
+    First the drivers that have not heeded a cancel for the run's stall time are stopped
+    (:func:`stop_driver`) and their runs end cancelled. Gone: a driver process on this host that
+    exited, a Ray Job that Ray says ended (:func:`ray_job_end`), or a heartbeat older than
+    ``POSTTRAIN_HEARTBEAT_TIMEOUT_S``. Stalled: no step for ``POSTTRAIN_STALL_AFTER_S`` (None: 10
     times the run's median step time, at least 600 s).
     """
+    stall_after = settings.POSTTRAIN_STALL_AFTER_S
+    runs_stop_unheeded_cancels(stall_after=stall_after, stop_driver=stop_driver)
     lost = runs_mark_lost(timeout_s=settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S, ray_job_end=ray_job_end)
-    runs_mark_stalled(stall_after=settings.POSTTRAIN_STALL_AFTER_S)
+    runs_mark_stalled(stall_after=stall_after)
     return lost
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,29 @@ def test_the_job_server_says_nothing_of_a_running_or_unknown_job_and_a_stopped_o
     assert time.monotonic() - started < 5
     settings.RAY_ADDRESS = "ray://127.0.0.1:10001"  # not a job server's address: not asked
     assert ray_job_end(job_id) is None
+
+
+def test_a_ray_job_driver_that_does_not_heed_a_cancel_is_stopped_through_the_job_server(
+    owner, head_without_the_studio, settings
+):
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    from webapp.runs.driver_writes import runs_stop_unheeded_cancels
+    from webapp.runs.services import run_cancel, run_create
+    from workers.tasks import stop_driver
+
+    settings.RAY_ADDRESS = head_without_the_studio.dashboard
+    jobs = JobSubmissionClient(head_without_the_studio.dashboard)
+    job_id = jobs.submit_job(entrypoint="trap '' TERM; sleep 600")  # heeds no request to stop
+    run = run_create(experiment=make_experiment(owner))
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, driver=f"ray:{job_id}")
+    run_cancel(run=Run.objects.get(pk=run.pk))
+    asked = Run.objects.get(pk=run.pk).cancel_requested_at
+    later = asked + timedelta(seconds=601)
+    assert runs_stop_unheeded_cancels(stall_after=600, stop_driver=stop_driver, now=later) == [
+        run.pk
+    ]
+    assert job_status(jobs, job_id, 60) == JobStatus.STOPPED  # Ray's SIGKILL after its SIGTERM
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+    assert f"so the studio stopped it (ray job stop {job_id})" in run.error

@@ -47,10 +47,12 @@ def processes():
         process.wait(timeout=30)
 
 
-def fake_driver(processes, run_id: int) -> subprocess.Popen:
-    """A process whose command line is a driver's (``... -m workers.driver <id>``), returned once
-    it shows that command line (until the child execs, /proc shows the parent's)."""
-    code = "import time; time.sleep(120)"
+def fake_driver(
+    processes, run_id: int, code: str = "import time; time.sleep(120)"
+) -> subprocess.Popen:
+    """A process running ``code`` whose command line is a driver's (``... -m workers.driver
+    <id>``), returned once it shows that command line (until the child execs, /proc shows the
+    parent's)."""
     process = processes(sys.executable, "-c", code, "-m", "workers.driver", str(run_id))
     deadline = time.monotonic() + 30
     while b"workers.driver" not in Path(f"/proc/{process.pid}/cmdline").read_bytes():
@@ -134,6 +136,71 @@ def test_a_ray_job_that_ray_says_ended_is_lost_at_once_with_how_it_ended(owner):
     # a job Ray says nothing of is left to its heartbeat, as before
     assert Run.objects.get(pk=silent.pk).error.startswith("no heartbeat from the driver")
     assert Run.objects.get(pk=local.pk).status == RunStatus.RUNNING
+
+
+# A driver that no longer heeds anything: SIGTERM ignored, a child of its own in its session.
+HUNG_DRIVER = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen(["sleep", "120"])
+open(sys.argv[-1] + ".child", "w").write(str(child.pid))
+time.sleep(120)
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"  # killed, waiting for its parent to reap it
+
+
+@pytest.mark.django_db
+def test_a_driver_that_does_not_heed_a_cancel_for_its_stall_time_is_stopped(
+    owner, processes, tmp_path, monkeypatch
+):
+    from webapp.runs.driver_writes import runs_stop_unheeded_cancels
+    from webapp.runs.services import run_cancel
+    from workers.tasks import stop_driver
+
+    run = running(owner, host=socket.gethostname())
+    monkeypatch.chdir(tmp_path)  # the driver writes its child's pid beside it, as <run id>.child
+    driver = fake_driver(processes, run.pk, HUNG_DRIVER)
+    Run.objects.filter(pk=run.pk).update(driver=f"pid:{driver.pid}")
+    elsewhere = running(owner, driver="pid:1", host="another-host")
+    for each in (run, elsewhere):
+        run_cancel(run=Run.objects.get(pk=each.pk))
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING and run.cancel_requested_at is not None
+    deadline = time.monotonic() + 30
+    while not (tmp_path / f"{run.pk}.child").exists():
+        assert time.monotonic() < deadline, "the fake driver never started its child"
+        time.sleep(0.05)
+    child = int((tmp_path / f"{run.pk}.child").read_text())
+    asked = run.cancel_requested_at
+
+    def sweep(after_s: float) -> list[int]:
+        return runs_stop_unheeded_cancels(
+            stall_after=600, stop_driver=stop_driver, now=asked + timedelta(seconds=after_s)
+        )
+
+    assert sweep(599) == []  # within its limit: it may be finishing a long step
+    assert driver.poll() is None
+    assert sweep(601) == [run.pk]  # the one on another host cannot be stopped from here
+    assert driver.wait(timeout=10) == -signal.SIGKILL
+    deadline = time.monotonic() + 10
+    while not _gone(child):  # its session went with it
+        assert time.monotonic() < deadline, "the driver's child outlived it"
+        time.sleep(0.05)
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED and run.finished_at is not None
+    assert run.error == (
+        "cancelled: the driver had not stopped 601 s after the cancel (its limit is 600 s), so "
+        f"the studio stopped it (SIGKILL to its process group {driver.pid}); the step it was in "
+        "is lost, the steps and checkpoints before it are kept"
+    )
+    assert Run.objects.get(pk=elsewhere.pk).status == RunStatus.RUNNING
 
 
 @pytest.mark.django_db

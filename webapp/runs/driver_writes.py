@@ -41,6 +41,7 @@ from webapp.health.services import health_record_step
 from webapp.runs.events import publish_run_event, status_event
 from webapp.runs.models import (
     DRIVER_STATUSES,
+    EXTERNAL_DRIVER_PREFIX,
     RAY_DRIVER_PREFIX,
     SAMPLE_FIELDS,
     MetricPoint,
@@ -388,6 +389,50 @@ def runs_mark_stalled(*, stall_after: float | None, now: datetime | None = None)
             publish_status_on_commit(run.pk)
             flagged.append(run.pk)
     return flagged
+
+
+def runs_stop_unheeded_cancels(
+    *,
+    stall_after: float | None,
+    stop_driver: Callable[[Run], str | None],
+    now: datetime | None = None,
+) -> list[int]:
+    """Stop the drivers that have not heeded a cancel for their stall time; return those runs.
+
+    A driver asked to stop (``cancel_requested``) ends the run cancelled after the step it is in.
+    One still going ``stall_after`` seconds after the cancel (None: :func:`stall_after_s` of the
+    run, 10 median steps and at least 600 s) is hung, or no longer reads the database.
+    ``stop_driver(run)`` stops it where it runs and says how, or returns None where it cannot (a
+    driver process on another host); a stopped driver's run ends cancelled, the reason on its
+    page. A step the driver had recorded stays; the one it was in is lost, as with a kill.
+    """
+    now = now or timezone.now()
+    stopped = []
+    asked = Run.objects.filter(
+        status__in=DRIVER_STATUSES, cancel_requested=True, cancel_requested_at__isnull=False
+    ).exclude(driver__startswith=EXTERNAL_DRIVER_PREFIX)  # its client stops it, or refuses to
+    for run in asked:
+        recent = list(
+            MetricPoint.objects.filter(run=run)
+            .order_by("-step")
+            .values_list("wall_time", flat=True)[:21]
+        )[::-1]
+        limit = stall_after if stall_after is not None else stall_after_s(run, recent)
+        assert run.cancel_requested_at is not None
+        waited = (now - run.cancel_requested_at).total_seconds()
+        if waited <= limit:
+            continue
+        how = stop_driver(run)
+        if how is None:
+            continue
+        error = (
+            f"cancelled: the driver had not stopped {waited:.0f} s after the cancel (its limit "
+            f"is {limit:.0f} s), so the studio stopped it ({how}); the step it was in is lost, "
+            "the steps and checkpoints before it are kept"
+        )
+        if transition(run.pk, DRIVER_STATUSES, RunStatus.CANCELLED, finished_at=now, error=error):
+            stopped.append(run.pk)
+    return stopped
 
 
 # -- what a driver records ---------------------------------------------------------------------

@@ -108,6 +108,9 @@ class Run(models.Model):
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
     config = models.JSONField(help_text="The resolved engine config this run was launched with.")
     cancel_requested = models.BooleanField(default=False)
+    cancel_requested_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a cancel first asked the driver to stop."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -203,7 +203,9 @@ def run_resume(*, run: Run, launch_key: str = "", launcher: Any = None) -> Run:
 
 
 def run_cancel(*, run: Run) -> Run:
-    """Cancel ``run``: a queued run ends now; a starting or running one stops after its step.
+    """Cancel ``run``: a queued run ends now; a starting or running one stops after its step,
+    and one whose driver has not stopped within its stall time the sweep stops
+    (:func:`webapp.runs.driver_writes.runs_stop_unheeded_cancels`).
 
     An external run is asked to stop only when its client said it stops the job on request
     (``ExternalRun.cancel_honoured``); otherwise ``ExternalRunRefused`` says where it runs.
@@ -227,7 +229,9 @@ def run_cancel(*, run: Run) -> Run:
             finished_at=now,
         )
         if not ended:  # the driver sees the request after its step and ends as cancelled
-            Run.objects.filter(pk=run.pk, status__in=DRIVER_STATUSES).update(cancel_requested=True)
+            driven = Run.objects.filter(pk=run.pk, status__in=DRIVER_STATUSES)
+            driven.update(cancel_requested=True)
+            driven.filter(cancel_requested_at=None).update(cancel_requested_at=now)
             publish_status_on_commit(run.pk)
     run.refresh_from_db()
     return run

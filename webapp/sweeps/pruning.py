@@ -72,7 +72,9 @@ def sweep_prune_check(
     reason = {**decision.as_dict(), "at": timezone.now().isoformat()}
     if not SweepMember.objects.filter(pk=member.pk, pruned__isnull=True).update(pruned=reason):
         return None
-    Run.objects.filter(pk=run_id, status__in=ACTIVE_STATUSES).update(cancel_requested=True)
+    asked = Run.objects.filter(pk=run_id, status__in=ACTIVE_STATUSES)
+    asked.update(cancel_requested=True)
+    asked.filter(cancel_requested_at=None).update(cancel_requested_at=timezone.now())
     transaction.on_commit(lambda: _publish_status(run_id))
     logger.info("run %s pruned by sweep %s: %s", run_id, member.sweep_id, decision.text())
     return reason

@@ -180,6 +180,8 @@ def test_the_pruner_stops_a_member_at_its_validation_step_with_the_reason_and_fr
         f"best {METRIC} so far = 0.2 at step 25, below the median 0.6 of 1 finished member(s)"
     )
     assert run_should_stop(run_id=second.pk)  # the driver stops after this step
+    # and the sweep stops one that does not (runs_stop_unheeded_cancels), timed from now
+    assert Run.objects.get(pk=second.pk).cancel_requested_at is not None
     run_record_step(run_id=second.pk, step=26, metrics={METRIC: 0.0})
     assert SweepMember.objects.get(run=second).pruned == reason  # judged once
     assert sweep_advance(sweep_id=sweep.pk) == []  # its slot is held until its run ends
