@@ -9,7 +9,6 @@ Ray dashboard address, e.g. ``http://ray-head:8265``).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
@@ -18,7 +17,7 @@ import subprocess
 import sys
 import threading
 import traceback
-import urllib.request
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -33,7 +32,6 @@ from webapp.celery import DELIVER_ALERT, START_RUN, send_deliver_alert
 from webapp.runs.driver_writes import (
     driver_process_alive,
     driver_slots_taken,
-    error_tail,
     local_driver_pid,
     queued_run_ids,
     ray_job_id,
@@ -47,6 +45,7 @@ from webapp.runs.driver_writes import (
 from webapp.runs.models import RAY_DRIVER_PREFIX, run_dir
 from webapp.sweeps.services import sweeps_advance
 from workers.celery_app import app
+from workers.ray_jobs import RayJobServer
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +155,7 @@ def submit_ray_job(run_id: int, address: str) -> str:
     runs the ``python`` on the head node's PATH in the folder ``ray start`` ran in: start the head
     from the studio's folder with its environment activated, as the image does (``/app``);
     elsewhere the job fails at import and the next sweep marks the run lost with the job's log
-    (:func:`ray_job_end`).
+    (``workers.ray_jobs``).
     """
     from ray.job_submission import JobSubmissionClient
 
@@ -171,58 +170,12 @@ def submit_ray_job(run_id: int, address: str) -> str:
     return f"{RAY_DRIVER_PREFIX}{job_id}"
 
 
-RAY_JOB_ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
-RAY_JOB_SERVER_TIMEOUT_S = 5.0
-
-
-def ray_job_end(job_id: str) -> str | None:
-    """Return how the Ray Job ``job_id`` ended, once the job server at ``RAY_ADDRESS`` says it did.
-
-    The text is Ray's status and the first line of its message, then the end of the job's log (a
-    driver that failed before it started, at import say, wrote nothing to the run's own log).
-    None while the job is pending or running, and None when the server does not answer within
-    ``RAY_JOB_SERVER_TIMEOUT_S`` or does not know the job: the heartbeat decides then. Read
-    through Ray's jobs REST API, which the job client wraps with no timeout.
-    """
-    address = settings.RAY_ADDRESS.rstrip("/")
-    if not address.startswith(("http://", "https://")):
-        return None
-    url = f"{address}/api/jobs/{quote(job_id, safe='')}"
-    try:
-        info = _json_from(url)
-        if info.get("status") not in RAY_JOB_ENDED:
-            return None
-        log = str(_json_from(f"{url}/logs").get("logs") or "")
-    except (OSError, ValueError) as error:  # refused, timed out, 404, a body that is not JSON
-        logger.info("Ray's job server did not say how job %s is doing: %s", job_id, error)
-        return None
-    # Ray's message: "Job entrypoint command failed with exit code 1, last available logs ...":
-    # its first line up to the logs, which follow here on their own.
-    message = str(info.get("message") or "").strip().split("\n")[0]
-    message = message.split(", last available logs")[0].rstrip(":")
-    ended = f"Ray says {info['status']}" + (f" ({message})" if message else "")
-    if log.strip():
-        where = f"ray job logs {job_id}"
-        ended += f"\n\nthe end of its log ({where}):\n" + error_tail(log, whole_in=where)
-    return ended
-
-
-def _json_from(url: str) -> dict[str, Any]:
-    request = urllib.request.Request(url, headers=_ray_auth_headers())
-    with urllib.request.urlopen(request, timeout=RAY_JOB_SERVER_TIMEOUT_S) as response:
-        body = json.loads(response.read())
-    if not isinstance(body, dict):
-        raise ValueError(f"{url} answered {type(body).__name__}, not an object")
-    return body
-
-
-def stop_driver(run: Any) -> str | None:
+def stop_driver(run: Any, jobs: RayJobServer) -> str | None:
     """Stop the run's driver where it runs; return how, or None where this process cannot.
 
     A driver process on this host is killed with its session (``SIGKILL``: it already ignored
-    the cancel, and ``SIGTERM`` only asks it again); a Ray Job is stopped through the job server
-    at ``RAY_ADDRESS`` (Ray sends ``SIGTERM``, then ``SIGKILL``). A driver process on another
-    host, or a job server that does not answer, is left (None).
+    the cancel, and ``SIGTERM`` only asks it again); a Ray Job is stopped through ``jobs``. A
+    driver process on another host, or a job server that does not answer, is left (None).
     """
     pid = local_driver_pid(run)
     if pid is not None:
@@ -234,31 +187,10 @@ def stop_driver(run: Any) -> str | None:
             return "its process had already exited"
         return f"SIGKILL to its process group {pid}"
     job = ray_job_id(run)
-    address = settings.RAY_ADDRESS.rstrip("/")
-    if job is None or not address.startswith(("http://", "https://")):
-        logger.info("run %s: its driver %r cannot be stopped from here", run.pk, run.driver)
-        return None
-    url = f"{address}/api/jobs/{quote(job, safe='')}/stop"
-    request = urllib.request.Request(url, method="POST", headers=_ray_auth_headers())
-    try:
-        with urllib.request.urlopen(request, timeout=RAY_JOB_SERVER_TIMEOUT_S) as response:
-            response.read()
-    except OSError as error:
-        logger.warning("run %s: Ray's job server did not stop job %s: %s", run.pk, job, error)
-        return None
-    return f"ray job stop {job}"
-
-
-def _ray_auth_headers() -> dict[str, str]:
-    """Return the token header Ray's job client sends where the cluster has token auth on."""
-    try:
-        from ray._private.authentication.http_token_authentication import (
-            get_auth_headers_if_auth_enabled,
-        )
-    except ImportError:  # another Ray: a cluster with auth on answers 401, the heartbeat decides
-        logger.warning("this Ray has no get_auth_headers_if_auth_enabled; asking with no token")
-        return {}
-    return dict(get_auth_headers_if_auth_enabled({}))
+    if job is not None and jobs.stop(job):
+        return f"ray job stop {job}"
+    logger.info("run %s: its driver %r cannot be stopped from here", run.pk, run.driver)
+    return None
 
 
 @app.task(name=START_RUN, ignore_result=True)
@@ -345,13 +277,17 @@ def mark_lost_runs() -> list[int]:
 
     First the drivers that have not heeded a cancel for the run's stall time are stopped
     (:func:`stop_driver`) and their runs end cancelled. Gone: a driver process on this host that
-    exited, a Ray Job that Ray says ended (:func:`ray_job_end`), or a heartbeat older than
+    exited, a Ray Job that Ray says ended (``RayJobServer.job_end``), or a heartbeat older than
     ``POSTTRAIN_HEARTBEAT_TIMEOUT_S``. Stalled: no step for ``POSTTRAIN_STALL_AFTER_S`` (None: 10
     times the run's median step time, at least 600 s).
     """
     stall_after = settings.POSTTRAIN_STALL_AFTER_S
-    runs_stop_unheeded_cancels(stall_after=stall_after, stop_driver=stop_driver)
-    lost = runs_mark_lost(timeout_s=settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S, ray_job_end=ray_job_end)
+    jobs = RayJobServer(settings.RAY_ADDRESS)  # this sweep's: a silent server is asked once
+    stop = partial(stop_driver, jobs=jobs)
+    runs_stop_unheeded_cancels(stall_after=stall_after, stop_driver=stop)
+    lost = runs_mark_lost(
+        timeout_s=settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S, ray_job_end=jobs.job_end
+    )
     runs_mark_stalled(stall_after=stall_after)
     return lost
 

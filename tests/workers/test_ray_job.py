@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,9 @@ from django.urls import reverse
 from tests.engine.distributed.ray_nodes import free_port, kill_node, start_head
 from tests.webapp.fixtures import make_experiment
 from tests.workers.test_lifecycle import SMALL, start_worker, tiny_cache, wait_for  # noqa: F401
-from webapp.runs.driver_writes import runs_mark_lost
 from webapp.runs.models import MetricPoint, Run, RunStatus
-from workers.tasks import database_url, ray_job_end
+from workers.ray_jobs import RayJobServer
+from workers.tasks import database_url, mark_lost_runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -135,7 +136,8 @@ def test_a_ray_job_that_fails_before_its_driver_records_is_lost_at_once_with_its
     assert run.status == RunStatus.STARTING  # the driver never ran: nothing was recorded
 
     # A heartbeat timeout of an hour: only the job server's word can mark it lost now.
-    assert runs_mark_lost(timeout_s=3600, ray_job_end=ray_job_end) == [run.pk]
+    settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S = 3600
+    assert mark_lost_runs() == [run.pk]  # the sweep, as beat runs it
     run.refresh_from_db()
     assert run.status == RunStatus.LOST
     assert run.error.startswith(
@@ -148,32 +150,33 @@ def test_a_ray_job_that_fails_before_its_driver_records_is_lost_at_once_with_its
 
 
 def test_the_job_server_says_nothing_of_a_running_or_unknown_job_and_a_stopped_one_ended(
-    head_without_the_studio, settings
+    head_without_the_studio,
 ):
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    settings.RAY_ADDRESS = head_without_the_studio.dashboard
+    server = RayJobServer(head_without_the_studio.dashboard)
     jobs = JobSubmissionClient(head_without_the_studio.dashboard)
     job_id = jobs.submit_job(entrypoint="echo started; sleep 120")
     deadline = time.monotonic() + 60
     while jobs.get_job_status(job_id) != JobStatus.RUNNING:
         assert time.monotonic() < deadline, f"job {job_id} never ran"
         time.sleep(0.2)
-    assert ray_job_end(job_id) is None  # running: the heartbeat decides
-    assert ray_job_end("posttrain-run-never-submitted") is None  # 404: the heartbeat decides
-    jobs.stop_job(job_id)
+    assert server.job_end(job_id) is None  # running: the heartbeat decides
+    assert server.job_end("posttrain-run-never-submitted") is None  # 404: the heartbeat decides
+    assert server.stop(job_id)
     assert job_status(jobs, job_id, 60) == JobStatus.STOPPED
-    ended = ray_job_end(job_id)
+    ended = server.job_end(job_id)
     assert ended is not None and ended.startswith("Ray says STOPPED")
     assert f"the end of its log (ray job logs {job_id}):\n" in ended
     assert "\nstarted\n" in ended + "\n"  # its output
+    assert not server.silent
 
-    settings.RAY_ADDRESS = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    down = RayJobServer(f"http://127.0.0.1:{free_port()}/")  # nothing listens there
     started = time.monotonic()
-    assert ray_job_end(job_id) is None
+    assert down.job_end(job_id) is None and down.silent
+    assert down.job_end(job_id) is None and not down.stop(job_id)  # not asked again
     assert time.monotonic() - started < 5
-    settings.RAY_ADDRESS = "ray://127.0.0.1:10001"  # not a job server's address: not asked
-    assert ray_job_end(job_id) is None
+    assert RayJobServer("ray://127.0.0.1:10001").job_end(job_id) is None  # no job server's
 
 
 def test_a_ray_job_driver_that_does_not_heed_a_cancel_is_stopped_through_the_job_server(
@@ -185,7 +188,7 @@ def test_a_ray_job_driver_that_does_not_heed_a_cancel_is_stopped_through_the_job
     from webapp.runs.services import run_cancel, run_create
     from workers.tasks import stop_driver
 
-    settings.RAY_ADDRESS = head_without_the_studio.dashboard
+    server = RayJobServer(head_without_the_studio.dashboard)
     jobs = JobSubmissionClient(head_without_the_studio.dashboard)
     job_id = jobs.submit_job(entrypoint="trap '' TERM; sleep 600")  # heeds no request to stop
     run = run_create(experiment=make_experiment(owner))
@@ -193,9 +196,8 @@ def test_a_ray_job_driver_that_does_not_heed_a_cancel_is_stopped_through_the_job
     run_cancel(run=Run.objects.get(pk=run.pk))
     asked = Run.objects.get(pk=run.pk).cancel_requested_at
     later = asked + timedelta(seconds=601)
-    assert runs_stop_unheeded_cancels(stall_after=600, stop_driver=stop_driver, now=later) == [
-        run.pk
-    ]
+    stop = partial(stop_driver, jobs=server)
+    assert runs_stop_unheeded_cancels(stall_after=600, stop_driver=stop, now=later) == [run.pk]
     assert job_status(jobs, job_id, 60) == JobStatus.STOPPED  # Ray's SIGKILL after its SIGTERM
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
