@@ -14,9 +14,9 @@ killed mid-write leaves either the whole step or none of it.
 
 The sweep (:func:`runs_mark_lost`) marks a run lost when its driver is gone: at once when the
 driver is a process on this host that no longer lives, or a Ray Job that Ray says ended, else
-when its heartbeat is stale. A
-driver that lives but records no step for long is flagged stalled (:func:`runs_mark_stalled`),
-which is not an end state.
+when its heartbeat is stale. A driver that lives but records no step for long is flagged
+stalled (:func:`runs_mark_stalled`), which is not an end state; one that has not heeded a
+cancel for that long is stopped, and its run ends cancelled (:func:`runs_stop_unheeded_cancels`).
 """
 
 from __future__ import annotations
