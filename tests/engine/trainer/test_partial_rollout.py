@@ -101,13 +101,20 @@ def test_a_fully_async_run_with_partial_rollout_stamps_each_sample_with_its_firs
             "trainer.total_training_steps=4",
             "actor_rollout_ref.rollout.ignore_eos=True",
             "data.max_response_length=200",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.use_kl_loss=False",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
         ),
         ListRecorder(),
     )
     assert trainer.fit() == "succeeded"
     steps = [metrics for _, metrics in trainer.recorder.steps]
-    # One prompt a chunk, 200 tokens: the worker decodes longer than the trainer trains (about
-    # 1.4x here), so each sync after the first lands inside a chunk.
+    # One prompt a chunk, two responses of 200 tokens, and a light trainer (no reference pass,
+    # whole micro-batches): the worker decodes a step's chunks in about 2.4x the time the trainer
+    # trains on them here (0.65 s against 0.27 s), so each sync after the first lands inside a
+    # chunk. With eight responses and a reference pass the two took about as long on one
+    # machine, and no sync landed inside a chunk.
     assert sum(m["async/partial_rollout_samples"] for m in steps) > 0
     assert all(m["async/staleness_max"] <= m["async/max_allowed_staleness"] for m in steps)
     n = trainer.config.actor_rollout_ref.rollout.n

@@ -273,6 +273,10 @@ def test_the_jobs_from_before_requested_by_count_against_their_runs_owner(owner)
     executor.migrate(before)
     old_job = executor.loader.project_state(before).apps.get_model("runs", "CheckpointJob")
     job = old_job.objects.create(run_id=run.pk, step=1, kind="export")
-    executor = MigrationExecutor(connection)  # the graph again, as manage.py migrate reads it
-    executor.migrate(after)
-    assert CheckpointJob.objects.get(pk=job.pk).requested_by == owner
+    try:
+        executor = MigrationExecutor(connection)  # the graph again, as manage.py migrate reads it
+        executor.migrate(after)
+        assert CheckpointJob.objects.get(pk=job.pk).requested_by == owner
+    finally:  # every later migration back, for the tests after this one
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
