@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from tests.webapp.fixtures import make_experiment
 from tests.webapp.outage import database_down
+from tests.workers.test_tasks import _alive
 from webapp.runs.driver_writes import (
     run_claim_for_start,
     run_heartbeat,
@@ -149,14 +150,6 @@ time.sleep(120)
 """
 
 
-def _gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return True
-    return state == "Z"  # killed, waiting for its parent to reap it
-
-
 @pytest.mark.django_db
 def test_a_driver_that_does_not_heed_a_cancel_for_its_stall_time_is_stopped(
     owner, processes, tmp_path, monkeypatch
@@ -194,7 +187,7 @@ def test_a_driver_that_does_not_heed_a_cancel_for_its_stall_time_is_stopped(
     assert sweep(601) == [run.pk]  # the one on another host cannot be stopped from here
     assert driver.wait(timeout=10) == -signal.SIGKILL
     deadline = time.monotonic() + 10
-    while not _gone(child):  # its session went with it
+    while _alive(child):  # its session went with it
         assert time.monotonic() < deadline, "the driver's child outlived it"
         time.sleep(0.05)
     run.refresh_from_db()

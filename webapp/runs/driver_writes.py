@@ -364,6 +364,12 @@ def stall_after_s(run: Run, points: Sequence[datetime]) -> float:
     return max(STALL_STEP_FACTOR * median, STALL_MIN_S)
 
 
+def _recent_step_times(run: Run) -> list[datetime]:
+    """Return the wall times of the run's newest 21 steps, oldest first (:func:`stall_after_s`)."""
+    points = MetricPoint.objects.filter(run=run).order_by("-step")
+    return list(points.values_list("wall_time", flat=True)[:21])[::-1]
+
+
 def runs_mark_stalled(*, stall_after: float | None, now: datetime | None = None) -> list[int]:
     """Flag running runs that recorded no step for too long; clear the flag of those that did.
 
@@ -373,11 +379,7 @@ def runs_mark_stalled(*, stall_after: float | None, now: datetime | None = None)
     now = now or timezone.now()
     flagged = []
     for run in Run.objects.filter(status=RunStatus.RUNNING):
-        recent = list(
-            MetricPoint.objects.filter(run=run)
-            .order_by("-step")
-            .values_list("wall_time", flat=True)[:21]
-        )[::-1]
+        recent = _recent_step_times(run)
         last = max([*recent, run.started_at or now])
         if run.stalled_since is not None:
             if last > run.stalled_since:
@@ -412,11 +414,7 @@ def runs_stop_unheeded_cancels(
         status__in=DRIVER_STATUSES, cancel_requested=True, cancel_requested_at__isnull=False
     ).exclude(driver__startswith=EXTERNAL_DRIVER_PREFIX)  # its client stops it, or refuses to
     for run in asked:
-        recent = list(
-            MetricPoint.objects.filter(run=run)
-            .order_by("-step")
-            .values_list("wall_time", flat=True)[:21]
-        )[::-1]
+        recent = _recent_step_times(run)
         limit = stall_after if stall_after is not None else stall_after_s(run, recent)
         assert run.cancel_requested_at is not None
         waited = (now - run.cancel_requested_at).total_seconds()

@@ -9,12 +9,15 @@ long responses; samples arrive through COPY.
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
 from django.urls import reverse
 
 from engine.trainer.reporting import RunOutcome
@@ -25,6 +28,16 @@ class RealField(models.FloatField):
 
     def db_type(self, connection) -> str:
         return "real"
+
+
+def ask_drivers_to_stop(runs: models.QuerySet[Run], now: datetime) -> int:
+    """Ask the drivers of ``runs`` to stop after their step (``cancel_requested``), keeping the
+    time a cancel first asked (``cancel_requested_at``: the sweep stops a driver that has not
+    heeded it for the run's stall time); return how many runs were asked."""
+    first_asked = Coalesce(
+        F("cancel_requested_at"), Value(now, output_field=models.DateTimeField())
+    )
+    return runs.update(cancel_requested=True, cancel_requested_at=first_asked)
 
 
 def run_dir(run_id: int) -> Path:

@@ -36,6 +36,7 @@ from webapp.runs.models import (
     RESUMABLE_STATUSES,
     Run,
     RunStatus,
+    ask_drivers_to_stop,
     run_dir,
 )
 from webapp.runs.quotas import LaunchRefused, run_count_check, run_size_errors
@@ -229,9 +230,7 @@ def run_cancel(*, run: Run) -> Run:
             finished_at=now,
         )
         if not ended:  # the driver sees the request after its step and ends as cancelled
-            driven = Run.objects.filter(pk=run.pk, status__in=DRIVER_STATUSES)
-            driven.update(cancel_requested=True)
-            driven.filter(cancel_requested_at=None).update(cancel_requested_at=now)
+            ask_drivers_to_stop(Run.objects.filter(pk=run.pk, status__in=DRIVER_STATUSES), now)
             publish_status_on_commit(run.pk)
     run.refresh_from_db()
     return run

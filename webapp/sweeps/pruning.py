@@ -23,7 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from webapp.runs.events import publish_run_event, status_event
-from webapp.runs.models import ACTIVE_STATUSES, Run
+from webapp.runs.models import ACTIVE_STATUSES, Run, ask_drivers_to_stop
 from webapp.sweeps.models import SweepMember
 from webapp.sweeps.selectors import member_histories
 from webapp.sweeps.trials import RUNNING, MemberHistory
@@ -72,9 +72,7 @@ def sweep_prune_check(
     reason = {**decision.as_dict(), "at": timezone.now().isoformat()}
     if not SweepMember.objects.filter(pk=member.pk, pruned__isnull=True).update(pruned=reason):
         return None
-    asked = Run.objects.filter(pk=run_id, status__in=ACTIVE_STATUSES)
-    asked.update(cancel_requested=True)
-    asked.filter(cancel_requested_at=None).update(cancel_requested_at=timezone.now())
+    ask_drivers_to_stop(Run.objects.filter(pk=run_id, status__in=ACTIVE_STATUSES), timezone.now())
     transaction.on_commit(lambda: _publish_status(run_id))
     logger.info("run %s pruned by sweep %s: %s", run_id, member.sweep_id, decision.text())
     return reason
