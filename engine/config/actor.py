@@ -81,9 +81,10 @@ class ModelConfig(_Section):
         "Padding-free forward: each micro-batch's real tokens packed into one row, position ids "
         "restarting per sequence, attention kept inside each sequence (flash-attn varlen on a GPU "
         "when installed); for the policy's log-prob and update passes and the reference. Pays "
-        "most with use_dynamic_bsz on responses of varied length, and on several ranks, where "
-        "the padded forward runs one call a micro-batch with no length buckets (every FSDP2 "
-        "forward is a collective, so each rank makes the same calls).",
+        "most with use_dynamic_bsz on responses of varied length. The padded forward runs a "
+        "micro-batch in up to four length buckets; on several ranks the ranks agree on one "
+        "bucket plan a micro-batch (every FSDP2 forward is a collective, so each rank makes the "
+        "same calls).",
     )
     lora_rank: int = _f(0, "LoRA rank; 0 trains all weights.", ge=0)
     lora_alpha: int = _f(16, "LoRA scaling alpha.")

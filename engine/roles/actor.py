@@ -53,7 +53,12 @@ from engine.llama_forward import LlamaForward, causal_mask, checkpointing
 from engine.roles.batch_sizes import epoch_batches, global_batch
 from engine.roles.optim import finish_update, optimizer_step
 from engine.roles.packing import packed_response_logits
-from engine.roles.seqlen_balancing import length_buckets, restore_order, split_micro_batches
+from engine.roles.seqlen_balancing import (
+    agree_call_plan,
+    length_buckets,
+    restore_order,
+    split_micro_batches,
+)
 from engine.roles.ulysses import SequenceParallel, role_forward
 from engine.rollout.sampling import new_kv_cache, shared_prompts, trim_left_padding, with_cache
 
@@ -70,6 +75,7 @@ def response_logits(
     *,
     lean: bool = True,
     uniform_calls: bool = False,
+    max_buckets: int = 4,
 ) -> torch.Tensor:
     """Return the logits (bs, R, V) that predict each response token, divided by temperature.
 
@@ -78,10 +84,12 @@ def response_logits(
     masks them). Models :class:`~engine.llama_forward.LlamaForward` supports run through it (``lean=False``
     keeps the model's own forward); the logits are the same up to float rounding.
 
-    ``uniform_calls``: one forward call for the whole micro-batch, with no buckets and no shared
-    prompt pass, whose number of calls depends on the rows. A model sharded over several
-    data-parallel ranks needs it: every FSDP2 forward (and its backward) is a collective, so a
-    rank that made one call more than another would wait for it forever.
+    ``uniform_calls``: every data-parallel rank makes the same forward calls. A model sharded
+    over several ranks needs it: every FSDP2 forward (and its backward) is a collective, so a rank
+    that made one call more than another would wait for it forever, or pair its gathers with the
+    next model's. The ranks agree on one plan a micro-batch (``agree_call_plan``, one
+    all-reduce): the most buckets any rank's rows want, and the shared prompt pass where every
+    rank can run it. ``max_buckets`` caps the buckets (1: one call for the micro-batch).
     """
     responses = batch["responses"]  # (bs, R)
     response_length = responses.shape[-1]
@@ -93,8 +101,18 @@ def response_logits(
     runner = LlamaForward.build(model) if lean else None
     groups = None
     # checkpointed layers drop the KV cache the shared pass needs
-    if not checkpointing(model) and not uniform_calls:
+    if not checkpointing(model):
         groups = shared_prompts(input_ids[:, :prompt_length], attention_mask[:, :prompt_length])
+    buckets = length_buckets(lengths, response_length, max_buckets=max_buckets)
+    if uniform_calls:
+        count, shared = agree_call_plan(
+            len(buckets), len(lengths), groups is not None, lengths.device
+        )
+        groups = groups if shared else None
+        # A shared pass makes a call for each bucket longer than one token: make every bucket
+        # longer (one masked position at most) unless no response can be.
+        planned = lengths.clamp(min=2) if shared else lengths
+        buckets = length_buckets(planned, response_length, count=count)
     prompt_logits = prompt_state = None
     if groups is not None:
         first = groups[0]  # (u,) one row per distinct prompt
@@ -105,7 +123,6 @@ def response_logits(
             attention_mask[first, :prompt_length],
             position_ids[first, :prompt_length],
         )  # (u, 1, V): predicts response token 0
-    buckets = length_buckets(lengths, response_length, max_buckets=1 if uniform_calls else 4)
     pieces = []
     for rows, length in buckets:
         end = prompt_length + length - 1  # the last response token predicts nothing
@@ -265,8 +282,8 @@ class PolicyActor:
 
     ``remove_padding`` (``model.use_remove_padding``) runs each micro-batch packed into one row
     (``engine.roles.packing``) instead of :func:`response_logits`' padded buckets;
-    ``uniform_calls`` (a model sharded over several ranks) makes the padded forward one call a
-    micro-batch on every rank (the packed one already is under FSDP2).
+    ``uniform_calls`` (a model sharded over several ranks) makes the padded forward's calls the
+    same on every rank (the packed one makes one call a micro-batch anyway).
     ``sequence_parallel`` (``ulysses_sequence_parallel_size`` > 1, packed rows only) splits that
     row over the group's ranks (``engine.roles.ulysses``), which hold the same micro-batches.
     """

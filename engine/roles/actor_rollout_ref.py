@@ -173,7 +173,7 @@ class ActorRolloutRefWorker:
             scheduler,
             remove_padding=arr.model.use_remove_padding,
             sequence_parallel=sp,
-            uniform_calls=world_size > 1,  # FSDP2 over several ranks: the same calls on each
+            uniform_calls=world_size > 1,  # FSDP2 over several ranks: one plan for all
         )
         # vLLM over several ranks: one engine per tensor_model_parallel_size consecutive ranks.
         tensor_parallel = (

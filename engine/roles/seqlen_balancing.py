@@ -229,6 +229,30 @@ def _all_ranks(flag: bool, device: torch.device, dp_group: dist.ProcessGroup | N
     return bool(tensor.item())
 
 
+def agree_call_plan(
+    buckets: int,
+    rows: int,
+    shared_prompts: bool,
+    device: torch.device,
+    dp_group: dist.ProcessGroup | None = None,
+) -> tuple[int, bool]:
+    """Return the length-bucket count and shared-prompt choice every data-parallel rank uses.
+
+    Each rank brings what its own micro-batch would use: ``buckets`` (from
+    :func:`length_buckets`), its ``rows``, whether its rows share prompts. The plan is the most
+    buckets any rank wants, but no more than the fewest rows any rank holds, and the shared
+    prompt pass only where every rank can run it. Under FSDP2 every forward call is a
+    collective, so ranks that made different calls would wait for each other forever. One
+    all-reduce; one rank keeps its own plan.
+    """
+    if not _distributed(dp_group):
+        return buckets, shared_prompts
+    tensor = torch.tensor([buckets, -rows, -int(shared_prompts)], device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=dp_group)
+    most, fewest_rows, every_shares = (int(value) for value in tensor.tolist())
+    return min(most, -fewest_rows), every_shares == -1
+
+
 def split_micro_batches(
     data: DataProto,
     micro_batch_size: int,
@@ -256,7 +280,12 @@ def restore_order(outputs: torch.Tensor, order: torch.Tensor | None) -> torch.Te
 
 
 def length_buckets(
-    lengths: torch.Tensor, response_length: int, max_buckets: int = 4, min_saving: float = 0.05
+    lengths: torch.Tensor,
+    response_length: int,
+    max_buckets: int = 4,
+    min_saving: float = 0.05,
+    *,
+    count: int | None = None,
 ) -> list[tuple[torch.Tensor, int]]:
     """Split rows by response length (bs,) into buckets; return ``(rows, longest)`` per bucket.
 
@@ -265,19 +294,31 @@ def length_buckets(
     costs a forward call, so each one past the first must save at least ``min_saving`` of the
     unsplit batch's tokens and four tokens a row: on a small model a call's fixed cost is worth
     many tokens.
+
+    ``count`` (at most bs) asks for exactly that many buckets, the cheapest split into them:
+    ranks that agreed on a count (:func:`agree_call_plan`) make the same forward calls. Where
+    the rows have fewer distinct lengths than that, rows of one length share out over buckets.
     """
     bs = lengths.shape[0]
+    if count is not None and not 1 <= count <= bs:
+        raise ValueError(f"cannot split {bs} rows into exactly {count} length buckets")
     longest = max(1, min(response_length, int(lengths.max())))
     whole = [(torch.arange(bs, device=lengths.device), longest)]
+    if count == 1:
+        return whole
     sorted_lengths, order = torch.sort(lengths.clamp(min=1, max=longest))
     values = sorted_lengths.tolist()
     cuts = [j for j in range(1, bs) if values[j - 1] < values[j]]  # where the length changes
+    if count is not None and len(cuts) < count - 1:
+        cuts = list(range(1, bs))  # too few lengths: any row may start a bucket
     if not cuts:
         return whole
     if len(cuts) > 32:
         cuts = [cuts[round(i * (len(cuts) - 1) / 31)] for i in range(32)]
     points = [0, *cuts, bs]  # bucket boundaries to choose from
     penalty = max(min_saving * bs * longest, 4.0 * bs)
+    if count is not None:
+        max_buckets, penalty = count, 0.0  # the count is fixed: no call to save
     inf = float("inf")
     # best[k][b]: least cost of the rows before points[b] in k buckets; prev[k][b]: the last cut
     best = [[inf] * len(points) for _ in range(max_buckets + 1)]
@@ -293,7 +334,7 @@ def length_buckets(
                 if cost < best[k][b]:
                     best[k][b], prev[k][b] = cost, a
     end = len(points) - 1
-    k = min(range(1, max_buckets + 1), key=lambda n: best[n][end])
+    k = count or min(range(1, max_buckets + 1), key=lambda n: best[n][end])
     if k == 1:
         return whole
     buckets = []

@@ -165,10 +165,20 @@ def test_a_sequence_over_the_budget_is_refused_naming_the_key_and_the_fix():
 
 # Two ranks: rank 0 gets rows with 1 + 6 + 3 + 6 = 16 response tokens, rank 1 2 + 5 + 4 + 2 = 13.
 TWO_RANK_LENGTHS = [*LENGTHS, 2]
+# Rank 0's rows want two length buckets, rank 1's one: both ranks run two forward calls and then
+# one backward, the plan they agree on (every FSDP2 forward is a collective).
+SPREAD_LENGTHS = [1, 40, 2, 38, 30, 30, 31, 30]
 
 
 def _rank_update(
-    rank: int, port: int, mode: str, rows: int, budget: int | None, times_dp: bool, out: str
+    rank: int,
+    port: int,
+    mode: str,
+    rows: int,
+    budget: int | None,
+    times_dp: bool,
+    lengths: list[int],
+    out: str,
 ):
     """One of two gloo ranks: FSDP2-shard the policy, update on this rank's half, save the
     gradient of the full weights (rank 0)."""
@@ -186,8 +196,8 @@ def _rank_update(
     fsdp = SimpleNamespace(param_offload=False, mixed_precision="fp32", reshard_after_forward=True)
     apply_fsdp2(model, build_device_mesh("cpu", 2), fsdp, "cpu", "actor")
     optimizer = torch.optim.SGD(model.parameters(), lr=1)
-    actor = PolicyActor(model, actor_config(mode, times_dp), optimizer)
-    half = policy_batch(TWO_RANK_LENGTHS)[rank * 4 : (rank + 1) * 4]
+    actor = PolicyActor(model, actor_config(mode, times_dp), optimizer, uniform_calls=True)
+    half = policy_batch(lengths)[rank * 4 : (rank + 1) * 4]
     metrics = actor.update_policy(
         half, mini_batch_size=4, micro_batch_size=rows, temperature=1.0, max_token_len=budget
     )
@@ -205,17 +215,20 @@ def _rank_update(
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("mode", "rows", "budget", "times_dp", "share"),
+    ("mode", "rows", "budget", "times_dp", "share", "lengths"),
     [
-        ("token-mean", 1, None, False, 1.0),
-        ("seq-mean-token-mean", 4, 12, False, 1.0),
+        ("token-mean", 1, None, False, 1.0, TWO_RANK_LENGTHS),
+        ("seq-mean-token-mean", 4, 12, False, 1.0, TWO_RANK_LENGTHS),
         # verl's seq-mean-token-sum-norm leaves the rank count out: half the gradient at 2 ranks;
         # seq_mean_token_sum_norm_times_dp gives the one-rank gradient.
-        ("seq-mean-token-sum-norm", 2, None, False, 0.5),
-        ("seq-mean-token-sum-norm", 2, None, True, 1.0),
+        ("seq-mean-token-sum-norm", 2, None, False, 0.5, TWO_RANK_LENGTHS),
+        ("seq-mean-token-sum-norm", 2, None, True, 1.0, TWO_RANK_LENGTHS),
+        ("token-mean", 4, None, False, 1.0, SPREAD_LENGTHS),
     ],
 )
-def test_two_fsdp2_ranks_give_the_one_rank_gradient(tmp_path, mode, rows, budget, times_dp, share):
+def test_two_fsdp2_ranks_give_the_one_rank_gradient(
+    tmp_path, mode, rows, budget, times_dp, share, lengths
+):
     import torch.multiprocessing as mp
 
     from engine.distributed.process_group import free_port
@@ -223,7 +236,7 @@ def test_two_fsdp2_ranks_give_the_one_rank_gradient(tmp_path, mode, rows, budget
     out = str(tmp_path / "rank0.pt")
     mp.start_processes(
         _rank_update,
-        args=(free_port(), mode, rows, budget, times_dp, out),
+        args=(free_port(), mode, rows, budget, times_dp, lengths, out),
         nprocs=2,
         start_method="spawn",
     )
@@ -232,7 +245,7 @@ def test_two_fsdp2_ranks_give_the_one_rank_gradient(tmp_path, mode, rows, budget
     actor = PolicyActor(model, actor_config(mode), torch.optim.SGD(model.parameters(), lr=1))
     before = weights(model)
     actor.update_policy(
-        policy_batch(TWO_RANK_LENGTHS), mini_batch_size=8, micro_batch_size=8, temperature=1.0
+        policy_batch(lengths), mini_batch_size=8, micro_batch_size=8, temperature=1.0
     )
     one = {key: share * value for key, value in minus(before, model.state_dict()).items()}
     assert max_diff(two["grad"], one) < 1e-6

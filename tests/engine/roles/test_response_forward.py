@@ -87,6 +87,28 @@ def test_length_buckets_cover_every_row_once_and_never_cut_a_response():
     assert rows.tolist() == [0, 1, 2, 3] and longest == 4
 
 
+@pytest.mark.parametrize(
+    "lengths, count",
+    [
+        ([5, 80, 7, 81, 40, 6], 3),  # the cheapest split into three
+        ([9, 9, 9, 9], 3),  # one length: rows share out over the buckets
+        ([3, 70, 3, 70, 3], 4),  # two lengths, four buckets
+        ([12, 50], 1),
+    ],
+)
+def test_length_buckets_split_into_exactly_the_count_asked(lengths, count):
+    lengths = torch.tensor(lengths)
+    buckets = length_buckets(lengths, 90, count=count)
+    assert len(buckets) == count
+    rows = torch.cat([r for r, _ in buckets])
+    assert sorted(rows.tolist()) == list(range(len(lengths)))
+    assert all(len(r) and int(lengths[r].max()) == longest for r, longest in buckets)
+    if count == 3 and len(set(lengths.tolist())) > 3:  # the short, middle and long rows
+        assert [sorted(lengths[r].tolist()) for r, _ in buckets] == [[5, 6, 7], [40], [80, 81]]
+    with pytest.raises(ValueError, match="cannot split 6 rows into exactly 7"):
+        length_buckets(torch.arange(6) + 1, 90, count=7)
+
+
 @pytest.mark.parametrize("lean", [True, False], ids=["lean", "module"])
 @pytest.mark.parametrize("n, cut", [(1, False), (4, False), (1, True), (4, True)])
 def test_response_logits_equal_one_full_forward_on_every_response_token(model, n, cut, lean):
@@ -101,6 +123,23 @@ def test_response_logits_equal_one_full_forward_on_every_response_token(model, n
     assert got.shape == expected.shape
     torch.testing.assert_close(got[mask], expected[mask], atol=1e-5, rtol=1e-5)
     assert torch.isfinite(got).all()  # positions past a response are masked by every loss
+
+
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "module"])
+def test_the_plan_ranks_agree_on_gives_the_same_logits(model, lean):
+    """``uniform_calls`` on one process: the plan of a rank alone, one-token responses grown to
+    two so each shared-prompt bucket makes a call, gives the full forward's logits."""
+    batch = group_batch(model, n=4, cut=True)
+    batch["response_mask"][1::4, 1:] = 0  # some responses end after their first token
+    batch["attention_mask"][:, -batch["responses"].shape[1] :] = batch["response_mask"]
+    mask = batch["response_mask"].bool()
+    model.eval()
+    with torch.no_grad():
+        expected = full_forward_logits(model, batch)
+        got = response_logits(model, batch, lean=lean, uniform_calls=True)
+        one_call = response_logits(model, batch, lean=lean, max_buckets=1)
+    torch.testing.assert_close(got[mask], expected[mask], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(one_call[mask], expected[mask], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("lean", [True, False], ids=["lean", "module"])
