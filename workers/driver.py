@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,18 +77,43 @@ def capture_output(path: Path) -> None:
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
 
+def stop_this_driver() -> str:
+    """Kill this driver with ``SIGKILL``: its process group where it leads one (a local driver
+    runs in a session of its own), so the processes it started go with it; return how."""
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"  # pragma: no cover - SIGKILL does not return
+
+
 class HeartbeatThread(threading.Thread):
     """Beat a running run's heartbeat every ``interval_s`` seconds until stopped.
 
     With ``publish`` each beat is also a ``heartbeat`` event (on a publisher of the thread's
     own: a publisher's loop serves one thread), so an open run page shows it during long steps.
+
+    Each beat also looks for a cancel the driver has not heeded within the run's limit
+    (``cancel_overdue``: ``stall_after`` seconds, or 10 median steps and at least 600 s). A
+    driver hung in a step (a collective that never returns) keeps beating from this thread, and
+    the sweep can stop only the drivers on its own host and Ray Jobs; so the thread ends the run
+    cancelled, saying why, and calls ``stop`` (:func:`stop_this_driver`).
     """
 
-    def __init__(self, run_id: int, interval_s: float, *, publish: bool = False) -> None:
+    def __init__(
+        self,
+        run_id: int,
+        interval_s: float,
+        *,
+        publish: bool = False,
+        stall_after: float | None = None,
+        stop: Callable[[], object] = stop_this_driver,
+    ) -> None:
         super().__init__(name=f"heartbeat-{run_id}", daemon=True)
         self.run_id = run_id
         self.interval_s = interval_s
         self.publish = publish
+        self.stall_after = stall_after
+        self.stop_driver = stop
         self.stopped = threading.Event()
 
     def run(self) -> None:
@@ -108,6 +134,7 @@ class HeartbeatThread(threading.Thread):
                 try:
                     if run_heartbeat(run_id=self.run_id) and publisher is not None:
                         publisher.publish(run_event(self.run_id, "heartbeat"))
+                    self.stop_if_cancel_unheeded()
                     failing = False
                 except Exception as exc:
                     # Logged once per outage; the next beat tries on a fresh connection.
@@ -119,6 +146,27 @@ class HeartbeatThread(threading.Thread):
             if publisher is not None:
                 publisher.close()
             connection.close()
+
+    def stop_if_cancel_unheeded(self) -> None:
+        """End the run cancelled and stop this driver when its cancel is overdue."""
+        from webapp.runs.driver_writes import run_cancel_overdue, run_end_unheeded_cancel
+
+        overdue = run_cancel_overdue(run_id=self.run_id, stall_after=self.stall_after)
+        if overdue is None:
+            return
+        waited, limit = overdue
+        logger.error(
+            "run %s: the cancel went unheeded for %.0f s (the limit is %.0f s); the driver "
+            "stops itself",
+            self.run_id,
+            waited,
+            limit,
+        )
+        how = "it stopped itself (SIGKILL to its process group)"
+        run_end_unheeded_cancel(run_id=self.run_id, waited=waited, limit=limit, how=how)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.stop_driver()
 
     def stop(self) -> None:
         self.stopped.set()
@@ -161,7 +209,9 @@ def drive(run_id: int, publish: bool = True) -> str:
     publisher = RunEventPublisher() if publish else None
     recorder = RunRecorder(run_id, publisher)
     beat_s = max(1.0, min(10.0, settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S / 4))
-    heartbeat = HeartbeatThread(run_id, beat_s, publish=publish)
+    heartbeat = HeartbeatThread(
+        run_id, beat_s, publish=publish, stall_after=settings.POSTTRAIN_STALL_AFTER_S
+    )
     heartbeat.start()
 
     def request_stop(signum: int, frame: object) -> None:

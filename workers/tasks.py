@@ -106,6 +106,9 @@ def driver_settings_env() -> dict[str, str]:
     for key in ("POSTTRAIN_CHANNEL_PREFIX", "POSTTRAIN_REWARD_ENDPOINTS"):
         if os.environ.get(key):
             env[key] = os.environ[key]
+    # A driver that does not heed a cancel stops itself by the sweep's limit (HeartbeatThread).
+    if settings.POSTTRAIN_STALL_AFTER_S is not None:
+        env["POSTTRAIN_STALL_AFTER_S"] = str(settings.POSTTRAIN_STALL_AFTER_S)
     # The alerts it queues (a metric threshold, a health check) link to the studio's address.
     if settings.POSTTRAIN_PUBLIC_URL:
         env["POSTTRAIN_PUBLIC_URL"] = settings.POSTTRAIN_PUBLIC_URL

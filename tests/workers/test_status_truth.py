@@ -200,6 +200,63 @@ def test_a_driver_that_does_not_heed_a_cancel_for_its_stall_time_is_stopped(
     assert Run.objects.get(pk=elsewhere.pk).status == RunStatus.RUNNING
 
 
+# A driver hung in a step on another host: only its heartbeat thread runs, SIGTERM is ignored,
+# and it has a child in its session.
+HUNG_BEATING_DRIVER = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+from workers.driver import HeartbeatThread, setup_studio_process
+setup_studio_process()
+child = subprocess.Popen(["sleep", "120"])
+open(sys.argv[-1] + ".child", "w").write(str(child.pid))
+HeartbeatThread(int(sys.argv[-1]), 0.1, stall_after=2.0).start()
+time.sleep(120)
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_driver_the_sweep_cannot_reach_stops_itself_on_a_cancel_it_does_not_heed(owner, tmp_path):
+    from webapp.runs.services import run_cancel
+    from workers.tasks import driver_env
+
+    run = running(owner, host="another-host", stale_s=60)
+    env = {**driver_env(), "PYTHONPATH": str(settings.BASE_DIR)}
+    command = [sys.executable, "-c", HUNG_BEATING_DRIVER, "-m", "workers.driver", str(run.pk)]
+    driver = subprocess.Popen(command, cwd=tmp_path, env=env, start_new_session=True)
+    try:
+        Run.objects.filter(pk=run.pk).update(driver=f"pid:{driver.pid}")
+        deadline = time.monotonic() + 60
+        while not (tmp_path / f"{run.pk}.child").exists():
+            assert driver.poll() is None, "the fake driver exited"
+            assert time.monotonic() < deadline, "the fake driver never started its child"
+            time.sleep(0.05)
+        child = int((tmp_path / f"{run.pk}.child").read_text())
+        while (timezone.now() - Run.objects.get(pk=run.pk).heartbeat_at).total_seconds() > 30:
+            assert time.monotonic() < deadline, "the heartbeat thread never beat"
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert driver.poll() is None  # beating, no cancel: it goes on
+        run_cancel(run=Run.objects.get(pk=run.pk))
+        asked = time.monotonic()
+        assert driver.wait(timeout=30) == -signal.SIGKILL
+        assert time.monotonic() - asked > 1.5  # not before its limit of 2 s
+        deadline = time.monotonic() + 10
+        while _alive(child):  # its session went with it
+            assert time.monotonic() < deadline, "the driver's child outlived it"
+            time.sleep(0.05)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(timeout=30)
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED and run.finished_at is not None
+    assert run.error.startswith("cancelled: the driver had not stopped ")
+    assert run.error.endswith(
+        "(its limit is 2 s), so it stopped itself (SIGKILL to its process group); the step it "
+        "was in is lost, the steps and checkpoints before it are kept"
+    )
+
+
 @pytest.mark.django_db
 def test_the_sweep_defaults_to_a_45_s_heartbeat_and_records_the_driver_host(owner, settings):
     assert settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S == 45

@@ -90,6 +90,11 @@ def test_a_ray_driver_links_its_alerts_to_the_studios_public_address(settings):
     assert driver_settings_env()["POSTTRAIN_PUBLIC_URL"] == "https://studio.example.org"
 
 
+def test_a_ray_driver_stops_itself_on_an_unheeded_cancel_by_the_studios_limit(settings):
+    settings.POSTTRAIN_STALL_AFTER_S = 900.0
+    assert driver_settings_env()["POSTTRAIN_STALL_AFTER_S"] == "900.0"
+
+
 @pytest.mark.django_db
 def test_start_run_does_nothing_for_a_run_that_is_not_queued(owner):
     run = run_cancel(run=run_create(experiment=make_experiment(owner)))

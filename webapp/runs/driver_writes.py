@@ -16,7 +16,9 @@ The sweep (:func:`runs_mark_lost`) marks a run lost when its driver is gone: at 
 driver is a process on this host that no longer lives, or a Ray Job that Ray says ended, else
 when its heartbeat is stale. A driver that lives but records no step for long is flagged
 stalled (:func:`runs_mark_stalled`), which is not an end state; one that has not heeded a
-cancel for that long is stopped, and its run ends cancelled (:func:`runs_stop_unheeded_cancels`).
+cancel for that long is stopped, and its run ends cancelled (:func:`runs_stop_unheeded_cancels`);
+a driver keeps that rule itself too (:func:`run_cancel_overdue`, from its heartbeat thread), for
+the hosts the sweep cannot reach.
 """
 
 from __future__ import annotations
@@ -393,6 +395,47 @@ def runs_mark_stalled(*, stall_after: float | None, now: datetime | None = None)
     return flagged
 
 
+def cancel_overdue(
+    run: Run, *, stall_after: float | None, now: datetime
+) -> tuple[float, float] | None:
+    """Return ``(waited, limit)`` seconds when ``run``'s driver has not heeded its cancel for
+    longer than ``limit``, else None.
+
+    A driver asked to stop (``cancel_requested``) ends the run cancelled after the step it is in.
+    One still going ``stall_after`` seconds after the cancel (None: :func:`stall_after_s` of the
+    run, 10 median steps and at least 600 s) is hung, or no longer reads the database.
+    """
+    if not run.cancel_requested or run.cancel_requested_at is None:
+        return None
+    limit = stall_after if stall_after is not None else stall_after_s(run, _recent_step_times(run))
+    waited = (now - run.cancel_requested_at).total_seconds()
+    return (waited, limit) if waited > limit else None
+
+
+def run_end_unheeded_cancel(
+    *, run_id: int, waited: float, limit: float, how: str, now: datetime | None = None
+) -> bool:
+    """End a run whose driver did not heed its cancel as cancelled, saying how it was stopped;
+    return False when the run was no longer a driver's to end."""
+    error = (
+        f"cancelled: the driver had not stopped {waited:.0f} s after the cancel (its limit "
+        f"is {limit:.0f} s), so {how}; the step it was in is lost, "
+        "the steps and checkpoints before it are kept"
+    )
+    now = now or timezone.now()
+    return transition(run_id, DRIVER_STATUSES, RunStatus.CANCELLED, finished_at=now, error=error)
+
+
+def run_cancel_overdue(*, run_id: int, stall_after: float | None) -> tuple[float, float] | None:
+    """The driver's own check of :func:`cancel_overdue`, one query while no cancel waits."""
+    run = (
+        Run.objects.filter(pk=run_id, status__in=DRIVER_STATUSES, cancel_requested=True)
+        .only("pk", "started_at", "cancel_requested", "cancel_requested_at")
+        .first()
+    )
+    return None if run is None else cancel_overdue(run, stall_after=stall_after, now=timezone.now())
+
+
 def runs_stop_unheeded_cancels(
     *,
     stall_after: float | None,
@@ -401,12 +444,11 @@ def runs_stop_unheeded_cancels(
 ) -> list[int]:
     """Stop the drivers that have not heeded a cancel for their stall time; return those runs.
 
-    A driver asked to stop (``cancel_requested``) ends the run cancelled after the step it is in.
-    One still going ``stall_after`` seconds after the cancel (None: :func:`stall_after_s` of the
-    run, 10 median steps and at least 600 s) is hung, or no longer reads the database.
-    ``stop_driver(run)`` stops it where it runs and says how, or returns None where it cannot (a
-    driver process on another host); a stopped driver's run ends cancelled, the reason on its
-    page. A step the driver had recorded stays; the one it was in is lost, as with a kill.
+    The limit is :func:`cancel_overdue`'s. ``stop_driver(run)`` stops the driver where it runs
+    and says how, or returns None where it cannot (a driver process on another host, which stops
+    itself by the same rule: ``workers.driver.HeartbeatThread``); a stopped driver's run ends
+    cancelled, the reason on its page. A step the driver had recorded stays; the one it was in
+    is lost, as with a kill.
     """
     now = now or timezone.now()
     stopped = []
@@ -414,21 +456,17 @@ def runs_stop_unheeded_cancels(
         status__in=DRIVER_STATUSES, cancel_requested=True, cancel_requested_at__isnull=False
     ).exclude(driver__startswith=EXTERNAL_DRIVER_PREFIX)  # its client stops it, or refuses to
     for run in asked:
-        recent = _recent_step_times(run)
-        limit = stall_after if stall_after is not None else stall_after_s(run, recent)
-        assert run.cancel_requested_at is not None
-        waited = (now - run.cancel_requested_at).total_seconds()
-        if waited <= limit:
+        overdue = cancel_overdue(run, stall_after=stall_after, now=now)
+        if overdue is None:
             continue
         how = stop_driver(run)
         if how is None:
             continue
-        error = (
-            f"cancelled: the driver had not stopped {waited:.0f} s after the cancel (its limit "
-            f"is {limit:.0f} s), so the studio stopped it ({how}); the step it was in is lost, "
-            "the steps and checkpoints before it are kept"
+        waited, limit = overdue
+        done = run_end_unheeded_cancel(
+            run_id=run.pk, waited=waited, limit=limit, how=f"the studio stopped it ({how})", now=now
         )
-        if transition(run.pk, DRIVER_STATUSES, RunStatus.CANCELLED, finished_at=now, error=error):
+        if done:
             stopped.append(run.pk)
     return stopped
 
