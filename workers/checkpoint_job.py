@@ -10,8 +10,10 @@ folder with ``engine.eval.evaluate`` with the run's prompt and response lengths 
 seed. Its output goes to ``exports/job-<id>.log``.
 
 Failure policy: any error ends the job failed with its message and traceback (the job's page
-line shows the message); the exit status is 0 when the end state was recorded. A process killed
-outright is failed by the dispatcher's next pass (``checkpoint_jobs_mark_lost``).
+line shows the message); the exit status is 0 when the end state was recorded. The process beats
+the job's heartbeat while it works (:class:`JobHeartbeat`); one killed outright is failed by the
+dispatcher's next pass on its host, or on any host once its heartbeat is stale
+(``checkpoint_jobs_mark_lost``).
 """
 
 from __future__ import annotations
@@ -21,9 +23,22 @@ import logging
 import shutil
 import sys
 
-from workers.driver import setup_studio_process
+from workers.driver import BeatThread, beat_interval_s, setup_studio_process
 
 logger = logging.getLogger("workers.checkpoint_job")
+
+
+class JobHeartbeat(BeatThread):
+    """Beat a running checkpoint job's heartbeat every ``interval_s`` seconds until stopped."""
+
+    def __init__(self, job_id: int, interval_s: float) -> None:
+        super().__init__(f"heartbeat-job-{job_id}", interval_s, f"heartbeat of job {job_id}")
+        self.job_id = job_id
+
+    def beat(self) -> None:
+        from webapp.runs.checkpoints import checkpoint_job_heartbeat
+
+        checkpoint_job_heartbeat(job_id=self.job_id)
 
 
 def hf_folder_for(job) -> str:
@@ -50,14 +65,28 @@ def hf_folder_for(job) -> str:
 
 def run_job(job_id: int) -> str:
     """Do the job ``job_id`` (claimed: running) and record its end; return its end status."""
-    from engine.eval import evaluate
-    from webapp.runs.checkpoints import checkpoint_job_finish, failure_text
-    from webapp.runs.models import CheckpointJob, CheckpointJobKind, CheckpointJobStatus
+    from webapp.runs.models import CheckpointJob, CheckpointJobStatus
 
     job = CheckpointJob.objects.select_related("run").filter(pk=job_id).first()
     if job is None or job.status != CheckpointJobStatus.RUNNING:
         logger.info("checkpoint job %s is not running; nothing to do", job_id)
         return "skipped"
+    heartbeat = JobHeartbeat(job_id, beat_interval_s())
+    heartbeat.start()
+    try:
+        return _do_job(job)
+    finally:
+        heartbeat.stop()
+        heartbeat.join(timeout=10)
+
+
+def _do_job(job) -> str:
+    """Export or evaluate the claimed ``job`` and record its end; return its end status."""
+    from engine.eval import evaluate
+    from webapp.runs.checkpoints import checkpoint_job_finish, failure_text
+    from webapp.runs.models import CheckpointJobKind
+
+    job_id = job.pk
     try:
         folder = hf_folder_for(job)
         result = None

@@ -86,7 +86,56 @@ def stop_this_driver() -> str:
     return "unreachable"  # pragma: no cover - SIGKILL does not return
 
 
-class HeartbeatThread(threading.Thread):
+class BeatThread(threading.Thread):
+    """Call :meth:`beat` every ``interval_s`` seconds until stopped, through database outages.
+
+    A beat that fails is logged once per outage (as ``what`` failed), and the next tries on a
+    fresh connection. :meth:`close` runs as the thread ends.
+    """
+
+    def __init__(self, name: str, interval_s: float, what: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.interval_s = interval_s
+        self.what = what
+        self.stopped = threading.Event()
+
+    def beat(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the beats opened (the thread's own)."""
+
+    def run(self) -> None:
+        from django.db import connection
+
+        failing = False
+        try:
+            while not self.stopped.wait(self.interval_s):
+                try:
+                    self.beat()
+                    failing = False
+                except Exception as exc:
+                    if not failing:
+                        logger.warning("%s failed: %s", self.what, exc)
+                    failing = True
+                    connection.close()
+        finally:
+            self.close()
+            connection.close()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+def beat_interval_s() -> float:
+    """Return how often a driver or a job beats: a quarter of the sweep's heartbeat timeout,
+    between 1 and 10 s."""
+    from django.conf import settings
+
+    return max(1.0, min(10.0, settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S / 4))
+
+
+class HeartbeatThread(BeatThread):
     """Beat a running run's heartbeat every ``interval_s`` seconds until stopped.
 
     With ``publish`` each beat is also a ``heartbeat`` event (on a publisher of the thread's
@@ -108,44 +157,30 @@ class HeartbeatThread(threading.Thread):
         stall_after: float | None = None,
         stop: Callable[[], object] = stop_this_driver,
     ) -> None:
-        super().__init__(name=f"heartbeat-{run_id}", daemon=True)
+        super().__init__(f"heartbeat-{run_id}", interval_s, f"heartbeat of run {run_id}")
         self.run_id = run_id
-        self.interval_s = interval_s
         self.publish = publish
         self.stall_after = stall_after
         self.stop_driver = stop
-        self.stopped = threading.Event()
+        self.publisher: Any = None
 
-    def run(self) -> None:
-        from django.db import connection
-
+    def beat(self) -> None:
         from webapp.runs.driver_writes import run_heartbeat
         from webapp.runs.events import run_event
-        from workers.publish import RunEventPublisher
 
-        publisher = None
-        if self.publish:  # a layer of its own: closing it must not close the recorder's pools
-            from channels.layers import channel_layers
+        if run_heartbeat(run_id=self.run_id) and self.publish:
+            if self.publisher is None:  # a layer of its own: closing it must not close the
+                from channels.layers import channel_layers  # recorder's pools
 
-            publisher = RunEventPublisher(channel_layers.make_backend("default"))
-        failing = False
-        try:
-            while not self.stopped.wait(self.interval_s):
-                try:
-                    if run_heartbeat(run_id=self.run_id) and publisher is not None:
-                        publisher.publish(run_event(self.run_id, "heartbeat"))
-                    self.stop_if_cancel_unheeded()
-                    failing = False
-                except Exception as exc:
-                    # Logged once per outage; the next beat tries on a fresh connection.
-                    if not failing:
-                        logger.warning("heartbeat of run %s failed: %s", self.run_id, exc)
-                    failing = True
-                    connection.close()
-        finally:
-            if publisher is not None:
-                publisher.close()
-            connection.close()
+                from workers.publish import RunEventPublisher
+
+                self.publisher = RunEventPublisher(channel_layers.make_backend("default"))
+            self.publisher.publish(run_event(self.run_id, "heartbeat"))
+        self.stop_if_cancel_unheeded()
+
+    def close(self) -> None:
+        if self.publisher is not None:
+            self.publisher.close()
 
     def stop_if_cancel_unheeded(self) -> None:
         """End the run cancelled and stop this driver when its cancel is overdue."""
@@ -167,9 +202,6 @@ class HeartbeatThread(threading.Thread):
         sys.stdout.flush()
         sys.stderr.flush()
         self.stop_driver()
-
-    def stop(self) -> None:
-        self.stopped.set()
 
 
 def expand_home(config: Any) -> None:
@@ -208,9 +240,8 @@ def drive(run_id: int, publish: bool = True) -> str:
         return "skipped"
     publisher = RunEventPublisher() if publish else None
     recorder = RunRecorder(run_id, publisher)
-    beat_s = max(1.0, min(10.0, settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S / 4))
     heartbeat = HeartbeatThread(
-        run_id, beat_s, publish=publish, stall_after=settings.POSTTRAIN_STALL_AFTER_S
+        run_id, beat_interval_s(), publish=publish, stall_after=settings.POSTTRAIN_STALL_AFTER_S
     )
     heartbeat.start()
 

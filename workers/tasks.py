@@ -308,8 +308,9 @@ def spawn_checkpoint_job(job: Any) -> str:
 
 @app.task(name="workers.tasks.dispatch_checkpoint_jobs", ignore_result=True)
 def dispatch_checkpoint_jobs() -> list[int]:
-    """Fail checkpoint jobs whose process died; start queued ones, oldest first, while fewer than
-    ``POSTTRAIN_MAX_CHECKPOINT_JOBS`` run; return the ids started.
+    """Fail checkpoint jobs whose process died (on this host) or fell silent for
+    ``POSTTRAIN_HEARTBEAT_TIMEOUT_S`` (anywhere); start queued ones, oldest first, while fewer
+    than ``POSTTRAIN_MAX_CHECKPOINT_JOBS`` run; return the ids started.
 
     A job (export or evaluate one of a run's checkpoints, ``webapp.runs.checkpoints``) runs in a
     process of its own, never in this task or the web process.
@@ -322,7 +323,7 @@ def dispatch_checkpoint_jobs() -> list[int]:
         checkpoint_jobs_queued,
     )
 
-    checkpoint_jobs_mark_lost()
+    checkpoint_jobs_mark_lost(timeout_s=settings.POSTTRAIN_HEARTBEAT_TIMEOUT_S)
     started = []
     for job_id in checkpoint_jobs_queued():
         job = checkpoint_job_claim(

@@ -26,6 +26,7 @@ import tarfile
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -315,8 +316,9 @@ def checkpoint_job_claim(*, job_id: int, max_running: int) -> CheckpointJob | No
         running = CheckpointJob.objects.filter(status=CheckpointJobStatus.RUNNING).count()
         if max_running > 0 and running >= max_running:
             return None
+        now = timezone.now()
         moved = CheckpointJob.objects.filter(pk=job_id, status=CheckpointJobStatus.QUEUED).update(
-            status=CheckpointJobStatus.RUNNING, started_at=timezone.now()
+            status=CheckpointJobStatus.RUNNING, started_at=now, heartbeat_at=now
         )
         if not moved:
             return None
@@ -328,6 +330,13 @@ def checkpoint_job_claim(*, job_id: int, max_running: int) -> CheckpointJob | No
 def checkpoint_job_set_worker(*, job_id: int, worker: str) -> None:
     """Record the job's process (``pid:<n>`` on this host)."""
     CheckpointJob.objects.filter(pk=job_id).update(worker=worker, worker_host=socket.gethostname())
+
+
+def checkpoint_job_heartbeat(*, job_id: int) -> bool:
+    """Beat a running job's heartbeat (its process does, ``workers.checkpoint_job``); return
+    False when it is no longer running."""
+    running = CheckpointJob.objects.filter(pk=job_id, status=CheckpointJobStatus.RUNNING)
+    return bool(running.update(heartbeat_at=timezone.now()))
 
 
 def checkpoint_job_finish(
@@ -348,21 +357,40 @@ def checkpoint_job_finish(
     return bool(moved)
 
 
-def checkpoint_jobs_mark_lost() -> list[int]:
-    """Fail every running job whose process on this host is gone; return their ids."""
+def checkpoint_jobs_mark_lost(*, timeout_s: float, now: datetime | None = None) -> list[int]:
+    """Fail every running job whose process is gone; return their ids.
+
+    Gone: a process on this host that no longer lives (found at once), or a job with no beat
+    for over ``timeout_s`` seconds since its claim, on any host: its host went away, or the
+    worker that claimed it died before its process started. A process on this host that lives
+    is never lost; a job claimed before beats existed (no ``heartbeat_at``) is judged by its
+    process alone, on its host.
+    """
     from webapp.runs.driver_writes import driver_process_alive
 
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=timeout_s)
     lost = []
     host = socket.gethostname()
-    for job in CheckpointJob.objects.filter(
-        status=CheckpointJobStatus.RUNNING, worker__startswith="pid:", worker_host=host
-    ).select_related("run"):
-        pid = int(job.worker[4:])
-        if driver_process_alive(pid, job.pk, module=b"workers.checkpoint_job"):
+    for job in CheckpointJob.objects.filter(status=CheckpointJobStatus.RUNNING).select_related(
+        "run"
+    ):
+        if job.worker.startswith("pid:") and job.worker_host == host:
+            pid = int(job.worker[4:])
+            # One that lives is never lost: a database outage may have kept it from beating.
+            if driver_process_alive(pid, job.pk, module=b"workers.checkpoint_job"):
+                continue
+            error = f"the job's process (pid {pid}) exited without recording an end state"
+        elif job.heartbeat_at is not None and job.heartbeat_at < cutoff:
+            where = f" ({job.worker} on {job.worker_host})" if job.worker else ""
+            error = (
+                f"no heartbeat from the job's process{where} for over {timeout_s:.0f} s: its "
+                "host or its worker went away; ask for the job again"
+            )
+        else:
             continue
         log = job_log_path(job)
         tail = log.read_text(errors="replace")[-2000:] if log.is_file() else ""
-        error = f"the job's process (pid {pid}) exited without recording an end state"
         if checkpoint_job_finish(
             job_id=job.pk, status="failed", error=error + ("\n\n" + tail if tail else "")
         ):

@@ -316,6 +316,12 @@ class CheckpointJob(models.Model):
     error = models.TextField(blank=True)
     worker = models.CharField(max_length=200, blank=True, help_text="pid:<n> of its process.")
     worker_host = models.CharField(max_length=255, blank=True)
+    heartbeat_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="The claim, then each beat of its process: a job silent for the heartbeat "
+        "timeout has lost its process, on any host. Empty for jobs claimed before beats existed.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -204,10 +204,87 @@ def test_a_job_whose_process_died_fails_with_the_end_of_its_output(owner):
     log = job_log_path(job)
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("merging...\nKilled\n")
-    assert checkpoint_jobs_mark_lost() == [job.pk]
+    assert checkpoint_jobs_mark_lost(timeout_s=45) == [job.pk]
     job.refresh_from_db()
     assert job.status == "failed" and job.error_summary.startswith("the job's process (pid")
     assert job.error.endswith("merging...\nKilled")
+
+
+@pytest.mark.django_db
+def test_a_job_whose_process_fell_silent_fails_on_any_host_once_its_beat_is_stale(owner):
+    """A host that went away, or a worker killed between the claim and the process's start,
+    leaves a running job no process on this host can vouch for: its beat decides."""
+    import socket
+    import subprocess
+    import sys
+    from datetime import timedelta
+
+    run = run_create(experiment=make_experiment(owner))
+    for step in (1, 2, 3, 4):
+        fake_checkpoint(run, step, hf=False)
+    never_started, elsewhere, before_beats, alive_here = (
+        checkpoint_export(run=run, step=step, by=owner) for step in (1, 2, 3, 4)
+    )
+    for job in (never_started, elsewhere, before_beats, alive_here):
+        assert checkpoint_job_claim(job_id=job.pk, max_running=0) is not None
+    claimed = CheckpointJob.objects.get(pk=never_started.pk).heartbeat_at
+    assert claimed is not None  # the claim starts the clock
+    CheckpointJob.objects.filter(pk=elsewhere.pk).update(worker="pid:4242", worker_host="gone")
+    CheckpointJob.objects.filter(pk=before_beats.pk).update(
+        worker="pid:4243", worker_host="gone", heartbeat_at=None
+    )
+    # A live job process here whose beats an outage kept from the database.
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "-m", "workers.checkpoint_job"]
+        + [str(alive_here.pk)]
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while b"checkpoint_job" not in Path(f"/proc/{process.pid}/cmdline").read_bytes():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        checkpoint_job_set_worker(job_id=alive_here.pk, worker=f"pid:{process.pid}")
+        assert CheckpointJob.objects.get(pk=alive_here.pk).worker_host == socket.gethostname()
+        assert checkpoint_jobs_mark_lost(timeout_s=45, now=claimed + timedelta(seconds=44)) == []
+        lost = checkpoint_jobs_mark_lost(timeout_s=45, now=claimed + timedelta(seconds=46))
+    finally:
+        process.kill()
+        process.wait()
+    assert sorted(lost) == [never_started.pk, elsewhere.pk]
+    jobs = {job.pk: job for job in CheckpointJob.objects.filter(run=run)}
+    assert jobs[never_started.pk].error == (
+        "no heartbeat from the job's process for over 45 s: its host or its worker went away; "
+        "ask for the job again"
+    )
+    assert jobs[elsewhere.pk].error.startswith(
+        "no heartbeat from the job's process (pid:4242 on gone) for over 45 s"
+    )
+    assert jobs[before_beats.pk].status == "running"  # its process alone decides, on its host
+    assert jobs[alive_here.pk].status == "running"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_process_beats_its_heartbeat_while_it_works(owner):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from workers.checkpoint_job import JobHeartbeat
+
+    run = run_create(experiment=make_experiment(owner))
+    fake_checkpoint(run, 1, hf=False)
+    job = checkpoint_export(run=run, step=1, by=owner)
+    checkpoint_job_claim(job_id=job.pk, max_running=0)
+    old = timezone.now() - timedelta(minutes=5)
+    CheckpointJob.objects.filter(pk=job.pk).update(heartbeat_at=old)
+    heartbeat = JobHeartbeat(job.pk, 0.05)
+    heartbeat.start()
+    time.sleep(0.4)
+    heartbeat.stop()
+    heartbeat.join(5)
+    beat = CheckpointJob.objects.get(pk=job.pk).heartbeat_at
+    assert (timezone.now() - beat).total_seconds() < 2
+    assert checkpoint_jobs_mark_lost(timeout_s=45) == []
 
 
 @pytest.mark.slow
@@ -276,7 +353,9 @@ def test_the_jobs_from_before_requested_by_count_against_their_runs_owner(owner)
     try:
         executor = MigrationExecutor(connection)  # the graph again, as manage.py migrate reads it
         executor.migrate(after)
-        assert CheckpointJob.objects.get(pk=job.pk).requested_by == owner
+        # The model as it stood then: later migrations add columns the database lacks here.
+        then = executor.loader.project_state(after).apps.get_model("runs", "CheckpointJob")
+        assert then.objects.get(pk=job.pk).requested_by_id == owner.pk
     finally:  # every later migration back, for the tests after this one
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
