@@ -77,13 +77,12 @@ def capture_output(path: Path) -> None:
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
 
-def stop_this_driver() -> str:
+def stop_this_driver() -> None:
     """Kill this driver with ``SIGKILL``: its process group where it leads one (a local driver
-    runs in a session of its own), so the processes it started go with it; return how."""
+    runs in a session of its own), so the processes it started go with it."""
     if os.getpgrp() == os.getpid():
         os.killpg(os.getpid(), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
-    return "unreachable"  # pragma: no cover - SIGKILL does not return
 
 
 class BeatThread(threading.Thread):
@@ -168,15 +167,17 @@ class HeartbeatThread(BeatThread):
         from webapp.runs.driver_writes import run_heartbeat
         from webapp.runs.events import run_event
 
-        if run_heartbeat(run_id=self.run_id) and self.publish:
-            if self.publisher is None:  # a layer of its own: closing it must not close the
-                from channels.layers import channel_layers  # recorder's pools
+        running = run_heartbeat(run_id=self.run_id)
+        self.stop_if_cancel_unheeded()  # before publishing, which a Redis outage may stop
+        if running and self.publish:
+            if self.publisher is None:
+                from channels.layers import channel_layers
 
                 from workers.publish import RunEventPublisher
 
+                # A layer of its own: closing it must not close the recorder's pools.
                 self.publisher = RunEventPublisher(channel_layers.make_backend("default"))
             self.publisher.publish(run_event(self.run_id, "heartbeat"))
-        self.stop_if_cancel_unheeded()
 
     def close(self) -> None:
         if self.publisher is not None:
