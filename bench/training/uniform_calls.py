@@ -89,7 +89,7 @@ def _rank(rank: int, port: int, args: argparse.Namespace, out: str) -> None:
         model.zero_grad(set_to_none=True)
         response_logits(model, batch, **ways[way]).logsumexp(-1).sum().backward()
 
-    lengths = batch["attention_mask"][:, 24:].sum(-1)
+    lengths = batch["attention_mask"][:, -batch["responses"].shape[1] :].sum(-1)
     result: dict[str, object] = {"rows": args.rows, "lengths": [args.shortest, args.longest]}
     for name, step in (("forward", forward), ("forward_backward", update)):
         times: dict[str, list[float]] = {way: [] for way in ways}

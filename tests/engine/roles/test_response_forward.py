@@ -105,6 +105,9 @@ def test_length_buckets_split_into_exactly_the_count_asked(lengths, count):
     assert all(len(r) and int(lengths[r].max()) == longest for r, longest in buckets)
     if count == 3 and len(set(lengths.tolist())) > 3:  # the short, middle and long rows
         assert [sorted(lengths[r].tolist()) for r, _ in buckets] == [[5, 6, 7], [40], [80, 81]]
+
+
+def test_length_buckets_refuse_a_count_the_rows_cannot_fill():
     with pytest.raises(ValueError, match="cannot split 6 rows into exactly 7"):
         length_buckets(torch.arange(6) + 1, 90, count=7)
 
